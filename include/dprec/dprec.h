@@ -1,0 +1,169 @@
+/* dprec — the device SDK: keep a user's ratings on the device, and turn released item profiles V into a
+ * user vector and recommendations locally.
+ *
+ * Memory: the SDK allocates only at dprec_client_init, from memory the app hands over (a buffer) or through
+ * the app's allocator hooks under a hard cap; never afterwards on the rate/recommend paths. Peak use is
+ * dprec_client_required_size(cfg) and never more than DPREC_CLIENT_MEMORY_BOUND(d, capacity, max_k).
+ * Threads: none. A client is not thread-safe; two clients are fully independent (there are no globals).
+ * Every function returns a dprec_status (0 = success, negative = error; see dprec/status.h). */
+#ifndef DPREC_DPREC_H
+#define DPREC_DPREC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dprec/export.h"
+#include "dprec/platform.h"
+#include "dprec/release.h"
+#include "dprec/status.h"
+
+DPREC_BEGIN_DECLS
+
+#define DPREC_VERSION_STRING "0.1.0"
+
+/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader), rounded up.
+ * A test holds sizeof of the real fixed part under this constant. */
+#define DPREC_CLIENT_FIXED_BYTES 8192u
+
+/* An upper bound on a client's memory, in bytes, for latent dimension d, rating capacity cap and largest
+ * top-K k (docs/memory.md derives it):
+ *   fixed part                           DPREC_CLIENT_FIXED_BYTES
+ *   ratings, sorted by item              16 * cap
+ *   store file image (header, trailer)   16 * cap + 128
+ *   normal equations (double)            8 * d * d + 16 * d
+ *   user vector (float)                  4 * d
+ *   top-K heap                           8 * k
+ *   alignment slack                      16 per block, 8 blocks */
+#define DPREC_CLIENT_MEMORY_BOUND(d, cap, k)                                                          \
+    ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 128u + 8u * (size_t)(d) * (size_t)(d) + \
+     20u * (size_t)(d) + 8u * (size_t)(k) + 128u)
+
+typedef struct dprec_config {
+    uint32_t num_items;       /* m, the catalogue size; item ids are 0 .. m-1 (1 .. DPREC_MAX_ITEMS) */
+    uint32_t dim;             /* d, the latent dimension (1 .. DPREC_MAX_DIM) */
+    uint32_t rating_capacity; /* the most ratings the store holds (1 .. 1,000,000) */
+    uint32_t max_k;           /* the largest K dprec_recommend will be asked for (1 .. 10,000) */
+    float rating_min;         /* the rating scale; values outside it are refused */
+    float rating_max;
+    float lambda;             /* ridge of the least-squares user vector; > 0 (default 0.1) */
+    const char *store_name;   /* prefix of the store's files in the port (default "dprec-ratings") */
+    int encrypt_at_rest;      /* 1: AES-256-GCM under the key from port->get_storage_key */
+    /* Test mode only: when non-NULL, the CSPRNG is seeded from these bytes instead of the port's entropy,
+     * so runs are reproducible. Never set it in an app: every random draw would be predictable. */
+    const unsigned char *test_seed;
+    size_t test_seed_len;
+} dprec_config;
+
+/* Fills *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1;
+ * num_items is left 0 and must be set. */
+DPREC_API void dprec_config_default(dprec_config *cfg);
+
+/* Bytes of memory a client with this configuration needs (0 if cfg is invalid). */
+DPREC_API size_t dprec_client_required_size(const dprec_config *cfg);
+
+/* Allocator hooks: alloc(user, size) returns memory aligned for any type or NULL; free(user, ptr).
+ * The SDK never asks for more than cap bytes in total. */
+typedef struct dprec_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user;
+    size_t cap;
+} dprec_allocator;
+
+typedef struct dprec_client dprec_client; /* opaque */
+
+/* Creates a client inside mem[0 .. mem_size) (at least dprec_client_required_size(cfg) bytes, any
+ * alignment). The app owns mem and must keep it alive until dprec_client_free. cfg and its strings are
+ * copied; port is copied (its ctx must outlive the client). Seeds the CSPRNG, and fetches the storage
+ * key when encrypt_at_rest is set. Does not touch the store: call dprec_store_load next. */
+DPREC_API int dprec_client_init(dprec_client **out, const dprec_config *cfg, const dprec_port *port, void *mem,
+                                size_t mem_size);
+
+/* The same, with memory from the app's allocator hooks (copied). */
+DPREC_API int dprec_client_init_with_allocator(dprec_client **out, const dprec_config *cfg,
+                                               const dprec_port *port, const dprec_allocator *alloc);
+
+/* Wipes keys and state, and returns hook-allocated memory. NULL is a no-op. */
+DPREC_API void dprec_client_free(dprec_client *c);
+
+/* Bytes the client took from its arena or hooks (its peak; it never grows after init). */
+DPREC_API size_t dprec_client_memory_used(const dprec_client *c);
+
+/* The native cause of the last error (errno from the port, or an mbedTLS code), 0 if none. */
+DPREC_API int dprec_client_last_cause(const dprec_client *c);
+
+/* Random bytes from the client's CSPRNG (mbedTLS CTR_DRBG, AES-256, reseeded by the library's policy). */
+DPREC_API int dprec_client_random(dprec_client *c, void *out, size_t len);
+
+/* ---- the local rating store ------------------------------------------------------------------------ */
+
+typedef struct dprec_rating {
+    uint32_t item;
+    float value;
+    int64_t timestamp; /* seconds since the Unix epoch */
+} dprec_rating;
+
+/* Timestamp value that asks the SDK to use the port's wall clock. */
+#define DPREC_TIMESTAMP_NOW INT64_MIN
+
+/* Loads the newest good generation of the store. The store keeps two generations; if the newest is damaged
+ * the client holds the previous one and this returns why the newest was refused (DPREC_ERR_STORE_CORRUPT,
+ * _TRUNCATED, _VERSION, _KEY or _MISMATCH); if no generation is good the store is empty and the error is
+ * returned. No files yet is DPREC_OK with an empty store. */
+DPREC_API int dprec_store_load(dprec_client *c);
+
+/* Adds or updates the rating of item. Durable on DPREC_OK (written, fsynced, renamed); on any error
+ * the store, in memory and on disk, is unchanged. */
+DPREC_API int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timestamp);
+
+/* Removes the rating of item (DPREC_ERR_NOT_RATED if there is none). Durable on DPREC_OK. */
+DPREC_API int dprec_store_remove(dprec_client *c, uint32_t item);
+
+/* Looks up the rating of item into *out (DPREC_ERR_NOT_RATED if none). */
+DPREC_API int dprec_store_get(const dprec_client *c, uint32_t item, dprec_rating *out);
+
+/* Number of ratings held. */
+DPREC_API uint32_t dprec_store_count(const dprec_client *c);
+
+/* The index-th rating in increasing item order (0 <= index < count): iterate with a for loop. */
+DPREC_API int dprec_store_at(const dprec_client *c, uint32_t index, dprec_rating *out);
+
+/* ---- local computation on a release ------------------------------------------------------------------- */
+
+/* Computes the user vector from a release held in memory, by regularized least squares over the user's
+ * rated items (Liu, Wang, Smola, RecSys 2015, eq. 5, with the release's biases subtracted):
+ *   u = (lambda I + sum_j v_j v_j^T)^-1 sum_j (r_j - mu - b_j) v_j.
+ * With no ratings u = 0 (predictions fall back to mu + b_j). The release must match the client's
+ * catalogue size, d and scale (DPREC_ERR_RELEASE_MISMATCH). */
+DPREC_API int dprec_fit(dprec_client *c, const void *release, size_t len);
+
+/* The same, streaming: begin, feed chunks of any size, end. The user vector changes only if end succeeds. */
+DPREC_API int dprec_fit_begin(dprec_client *c);
+DPREC_API int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len);
+DPREC_API int dprec_fit_end(dprec_client *c);
+
+/* Copies the current user vector (d floats) into out; DPREC_ERR_STATE before a successful fit. */
+DPREC_API int dprec_user_vector(const dprec_client *c, float *out, uint32_t dim);
+
+typedef struct dprec_recommendation {
+    uint32_t item;
+    float score; /* predicted rating mu + b_j + u.v_j, clamped to the rating scale */
+} dprec_recommendation;
+
+/* Fits the user vector on the release, then writes the k best items the user has not rated into out (best
+ * first; ties by lower item id) and their number into *n (< k only if fewer items are unrated).
+ * 1 <= k <= cfg.max_k. */
+DPREC_API int dprec_recommend(dprec_client *c, const void *release, size_t len, uint32_t k,
+                              dprec_recommendation *out, uint32_t *n);
+
+/* Top-K streaming, after a successful fit on the same release (checked by digest at end). */
+DPREC_API int dprec_topk_begin(dprec_client *c, uint32_t k);
+DPREC_API int dprec_topk_feed(dprec_client *c, const void *chunk, size_t len);
+DPREC_API int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n);
+
+/* The predicted rating of one item (fitted user vector; the release must be the fitted one). */
+DPREC_API int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32_t item, float *score);
+
+DPREC_END_DECLS
+
+#endif /* DPREC_DPREC_H */

@@ -1,0 +1,198 @@
+/* dprec — the POSIX port: files in one directory, getrandom(2)/urandom entropy, clock_gettime. */
+#include "dprec/port_posix.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <sys/random.h>
+#define HAVE_GETRANDOM 1
+#endif
+
+static int fail(dprec_port_posix *p, int status) {
+    p->last_errno = errno;
+    if (status == DPREC_ERR_IO && (errno == ENOSPC || errno == EDQUOT)) return DPREC_ERR_NO_SPACE;
+    return status;
+}
+
+static int path_of(dprec_port_posix *p, const char *name, char *out, size_t cap) {
+    if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    int n = snprintf(out, cap, "%s/%s", p->dir, name);
+    if (n < 0 || (size_t)n >= cap) return DPREC_ERR_INVALID_ARGUMENT;
+    return DPREC_OK;
+}
+
+static int posix_open(void *ctx, const char *name, dprec_port_open_mode mode, void **file) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    char path[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
+    int rc = path_of(p, name, path, sizeof path);
+    if (rc != DPREC_OK) return rc;
+    int flags = mode == DPREC_PORT_READ ? O_RDONLY : (O_WRONLY | O_CREAT | O_TRUNC);
+    int fd;
+    do fd = open(path, flags | O_CLOEXEC, 0600);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return fail(p, errno == ENOENT ? DPREC_ERR_NOT_FOUND : DPREC_ERR_IO);
+    *file = (void *)(intptr_t)(fd + 1); /* +1 so that fd 0 is not a NULL handle */
+    return DPREC_OK;
+}
+
+static int fd_of(void *file) {
+    return (int)(intptr_t)file - 1;
+}
+
+static int posix_read(void *ctx, void *file, void *buf, size_t len, size_t *got) {
+    ssize_t n;
+    do n = read(fd_of(file), buf, len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return fail((dprec_port_posix *)ctx, DPREC_ERR_IO);
+    *got = (size_t)n;
+    return DPREC_OK;
+}
+
+static int posix_write(void *ctx, void *file, const void *buf, size_t len) {
+    const unsigned char *b = (const unsigned char *)buf;
+    while (len > 0) {
+        ssize_t n = write(fd_of(file), b, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return fail((dprec_port_posix *)ctx, DPREC_ERR_IO);
+        b += n;
+        len -= (size_t)n;
+    }
+    return DPREC_OK;
+}
+
+static int posix_sync(void *ctx, void *file) {
+    if (fsync(fd_of(file)) != 0) return fail((dprec_port_posix *)ctx, DPREC_ERR_IO);
+    return DPREC_OK;
+}
+
+static int posix_close(void *ctx, void *file) {
+    if (close(fd_of(file)) != 0 && errno != EINTR) return fail((dprec_port_posix *)ctx, DPREC_ERR_IO);
+    return DPREC_OK;
+}
+
+/* rename(2) is atomic; fsync of the directory makes the new name itself survive a power cut. */
+static int posix_rename(void *ctx, const char *from, const char *to) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    char a[sizeof p->dir + DPREC_PORT_NAME_MAX + 2], b[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
+    int rc = path_of(p, from, a, sizeof a);
+    if (rc == DPREC_OK) rc = path_of(p, to, b, sizeof b);
+    if (rc != DPREC_OK) return rc;
+    if (rename(a, b) != 0) return fail(p, DPREC_ERR_IO);
+    int dfd = open(p->dir, O_RDONLY | O_CLOEXEC);
+    if (dfd < 0) return fail(p, DPREC_ERR_IO);
+    int sync_rc = fsync(dfd);
+    close(dfd);
+    if (sync_rc != 0 && errno != EINVAL) return fail(p, DPREC_ERR_IO); /* some filesystems cannot sync dirs */
+    return DPREC_OK;
+}
+
+static int posix_remove(void *ctx, const char *name) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    char path[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
+    int rc = path_of(p, name, path, sizeof path);
+    if (rc != DPREC_OK) return rc;
+    if (unlink(path) != 0 && errno != ENOENT) return fail(p, DPREC_ERR_IO);
+    return DPREC_OK;
+}
+
+static int posix_entropy(void *ctx, unsigned char *buf, size_t len) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+#ifdef HAVE_GETRANDOM
+    while (len > 0) {
+        ssize_t n = getrandom(buf, len, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break; /* ENOSYS on old kernels: fall back to /dev/urandom */
+        buf += n;
+        len -= (size_t)n;
+    }
+    if (len == 0) return DPREC_OK;
+#endif
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(p, DPREC_ERR_ENTROPY);
+    while (len > 0) {
+        ssize_t n = read(fd, buf, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            close(fd);
+            return fail(p, DPREC_ERR_ENTROPY);
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+    close(fd);
+    return DPREC_OK;
+}
+
+static uint64_t posix_monotonic_ms(void *ctx) {
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int64_t posix_wall_clock_s(void *ctx) {
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+static int posix_last_cause(void *ctx) {
+    return ((dprec_port_posix *)ctx)->last_errno;
+}
+
+static int posix_get_key(void *ctx, unsigned char key[32]) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    if (!p->has_key) return DPREC_ERR_NOT_FOUND;
+    memcpy(key, p->key, 32);
+    return DPREC_OK;
+}
+
+void dprec_port_posix_log_stderr(void *ctx, dprec_log_level level, const char *line) {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    (void)ctx;
+    fprintf(stderr, "dprec %s %s\n", (unsigned)level < 4 ? names[level] : "?", line);
+}
+
+void dprec_port_posix_set_key(dprec_port_posix *posix, const unsigned char key[32]) {
+    memcpy(posix->key, key, 32);
+    posix->has_key = 1;
+}
+
+int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char *dir) {
+    if (port == NULL || posix == NULL || dir == NULL || dir[0] == '\0') return DPREC_ERR_INVALID_ARGUMENT;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    if (n >= sizeof posix->dir) return DPREC_ERR_INVALID_ARGUMENT;
+    memset(posix, 0, sizeof *posix);
+    memcpy(posix->dir, dir, n);
+    posix->dir[n] = '\0';
+    if (mkdir(posix->dir, 0700) != 0 && errno != EEXIST) return fail(posix, DPREC_ERR_IO);
+    struct stat st;
+    if (stat(posix->dir, &st) != 0) return fail(posix, DPREC_ERR_IO);
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return fail(posix, DPREC_ERR_IO);
+    }
+    memset(port, 0, sizeof *port);
+    port->ctx = posix;
+    port->open = posix_open;
+    port->read = posix_read;
+    port->write = posix_write;
+    port->sync = posix_sync;
+    port->close = posix_close;
+    port->rename = posix_rename;
+    port->remove = posix_remove;
+    port->entropy = posix_entropy;
+    port->monotonic_ms = posix_monotonic_ms;
+    port->wall_clock_s = posix_wall_clock_s;
+    port->last_cause = posix_last_cause;
+    port->get_storage_key = posix_get_key;
+    return DPREC_OK;
+}

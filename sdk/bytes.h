@@ -1,0 +1,43 @@
+/* dprec internal — little-endian load/store, independent of the host's byte order and alignment. */
+#ifndef DPREC_BYTES_H
+#define DPREC_BYTES_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t dprec_ld16(const unsigned char *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t dprec_ld32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t dprec_ld64(const unsigned char *p) {
+    return (uint64_t)dprec_ld32(p) | ((uint64_t)dprec_ld32(p + 4) << 32);
+}
+static inline float dprec_ldf32(const unsigned char *p) {
+    uint32_t u = dprec_ld32(p);
+    float f;
+    memcpy(&f, &u, sizeof f); /* IEEE-754 binary32 on every target we support (checked in sdk/config_check.h) */
+    return f;
+}
+static inline void dprec_st16(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+static inline void dprec_st32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+static inline void dprec_st64(unsigned char *p, uint64_t v) {
+    dprec_st32(p, (uint32_t)v);
+    dprec_st32(p + 4, (uint32_t)(v >> 32));
+}
+static inline void dprec_stf32(unsigned char *p, float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    dprec_st32(p, u);
+}
+
+#endif /* DPREC_BYTES_H */

@@ -1,0 +1,191 @@
+/* dprec — client lifecycle: configuration, memory layout, CSPRNG and storage key. */
+#include <string.h>
+
+#include "client_priv.h"
+#include "linalg.h"
+
+void dprec_config_default(dprec_config *cfg) {
+    if (cfg == NULL) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->dim = 16;
+    cfg->rating_capacity = 1000;
+    cfg->max_k = 100;
+    cfg->rating_min = 1.0f;
+    cfg->rating_max = 5.0f;
+    cfg->lambda = 0.1f;
+}
+
+static int is_finite(float x) {
+    return x == x && x - x == 0.0f;
+}
+
+static int config_check(const dprec_config *cfg) {
+    if (cfg == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (cfg->num_items == 0 || cfg->num_items > DPREC_MAX_ITEMS) return DPREC_ERR_CONFIG;
+    if (cfg->dim == 0 || cfg->dim > DPREC_MAX_DIM) return DPREC_ERR_CONFIG;
+    if (cfg->rating_capacity == 0 || cfg->rating_capacity > DPREC_MAX_CAPACITY) return DPREC_ERR_CONFIG;
+    if (cfg->max_k == 0 || cfg->max_k > DPREC_MAX_K) return DPREC_ERR_CONFIG;
+    if (!is_finite(cfg->rating_min) || !is_finite(cfg->rating_max) || !(cfg->rating_min < cfg->rating_max))
+        return DPREC_ERR_CONFIG;
+    if (!is_finite(cfg->lambda) || !(cfg->lambda > 0.0f)) return DPREC_ERR_CONFIG;
+    if (cfg->store_name != NULL) {
+        size_t n = strlen(cfg->store_name);
+        if (n == 0 || n >= DPREC_STORE_NAME_MAX - 4) return DPREC_ERR_CONFIG;
+        for (size_t i = 0; i < n; i++) { /* a plain file name: no separators, nothing a port could misread */
+            char ch = cfg->store_name[i];
+            int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                     ch == '-' || ch == '_' || (ch == '.' && i > 0);
+            if (!ok) return DPREC_ERR_CONFIG;
+        }
+    }
+    if (cfg->test_seed != NULL && (cfg->test_seed_len == 0 || cfg->test_seed_len > 64)) return DPREC_ERR_CONFIG;
+    return DPREC_OK;
+}
+
+/* The blocks a client takes, in allocation order. required_size and init both walk this list, so the
+ * size the app is told and the memory init takes cannot drift apart. */
+enum { BLK_CLIENT, BLK_RATINGS, BLK_IMAGE, BLK_A, BLK_B, BLK_U, BLK_TOPK, BLK_COUNT };
+
+static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
+    size_t d = cfg->dim;
+    sizes[BLK_CLIENT] = sizeof(struct dprec_client);
+    sizes[BLK_RATINGS] = (size_t)cfg->rating_capacity * sizeof(dprec_rating);
+    sizes[BLK_IMAGE] = dprec_store_image_size(cfg->rating_capacity);
+    sizes[BLK_A] = d * d * sizeof(double);
+    sizes[BLK_B] = d * sizeof(double);
+    sizes[BLK_U] = d * sizeof(float);
+    sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
+}
+
+_Static_assert(sizeof(struct dprec_client) <= DPREC_CLIENT_FIXED_BYTES,
+               "the documented fixed part must hold the client struct");
+_Static_assert(sizeof(dprec_rating) == 16, "the memory bound counts 16 bytes a rating");
+_Static_assert(sizeof(dprec_recommendation) == 8, "the memory bound counts 8 bytes a top-K slot");
+_Static_assert(BLK_COUNT <= 8, "the memory bound's slack covers 8 blocks");
+
+size_t dprec_client_required_size(const dprec_config *cfg) {
+    if (config_check(cfg) != DPREC_OK) return 0;
+    size_t sizes[BLK_COUNT];
+    client_layout(cfg, sizes);
+    size_t total = DPREC_HEAP_ALIGN - 1; /* the app's buffer may start unaligned */
+    for (int i = 0; i < BLK_COUNT; i++) total += dprec_heap_round(sizes[i]);
+    return total;
+}
+
+int dprec_client_port_error(dprec_client *c, int status) {
+    c->last_cause = (c->port.last_cause != NULL) ? c->port.last_cause(c->port.ctx) : 0;
+    return status;
+}
+
+static int client_create(dprec_client **out, const dprec_config *cfg, const dprec_port *port, dprec_heap *heap) {
+    size_t sizes[BLK_COUNT];
+    client_layout(cfg, sizes);
+    void *blocks[BLK_COUNT];
+    for (int i = 0; i < BLK_COUNT; i++) {
+        blocks[i] = dprec_heap_alloc(heap, sizes[i]);
+        if (blocks[i] == NULL) {
+            dprec_heap_release(heap);
+            return DPREC_ERR_NO_MEMORY;
+        }
+    }
+    dprec_client *c = (dprec_client *)blocks[BLK_CLIENT];
+    c->heap = *heap;
+    c->cfg = *cfg;
+    const char *name = cfg->store_name ? cfg->store_name : "dprec-ratings";
+    memcpy(c->store_name, name, strlen(name) + 1);
+    c->cfg.store_name = c->store_name;
+    c->cfg.test_seed = NULL; /* copied into the rng; do not keep the app's pointer */
+    c->port = *port;
+    c->ratings = (dprec_rating *)blocks[BLK_RATINGS];
+    c->image = (unsigned char *)blocks[BLK_IMAGE];
+    c->image_cap = sizes[BLK_IMAGE];
+    c->a = (double *)blocks[BLK_A];
+    c->b = (double *)blocks[BLK_B];
+    c->u = (float *)blocks[BLK_U];
+    c->topk_slots = (dprec_recommendation *)blocks[BLK_TOPK];
+
+    int rc = dprec_rng_init(&c->rng, &c->port, cfg->test_seed, cfg->test_seed_len, "dprec client v1");
+    if (rc == DPREC_OK && cfg->encrypt_at_rest) {
+        unsigned char key[32];
+        if (port->get_storage_key == NULL) {
+            rc = DPREC_ERR_PORT_MISSING;
+        } else {
+            rc = port->get_storage_key(port->ctx, key);
+            if (rc == DPREC_OK) rc = dprec_gcm_setkey(&c->gcm, key);
+            else rc = DPREC_ERR_STORE_KEY;
+        }
+        dprec_wipe(key, sizeof key);
+    }
+    if (rc != DPREC_OK) {
+        dprec_client_free(c);
+        return rc;
+    }
+    *out = c;
+    return DPREC_OK;
+}
+
+static int port_check(const dprec_port *port) {
+    if (port == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (!port->open || !port->read || !port->write || !port->sync || !port->close || !port->rename ||
+        !port->remove || !port->entropy)
+        return DPREC_ERR_PORT_MISSING;
+    return DPREC_OK;
+}
+
+int dprec_client_init(dprec_client **out, const dprec_config *cfg, const dprec_port *port, void *mem,
+                      size_t mem_size) {
+    if (out == NULL || mem == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    int rc = config_check(cfg);
+    if (rc == DPREC_OK) rc = port_check(port);
+    if (rc != DPREC_OK) return rc;
+    if (mem_size < dprec_client_required_size(cfg)) return DPREC_ERR_NO_MEMORY;
+    dprec_heap heap;
+    dprec_heap_init_arena(&heap, mem, mem_size);
+    return client_create(out, cfg, port, &heap);
+}
+
+int dprec_client_init_with_allocator(dprec_client **out, const dprec_config *cfg, const dprec_port *port,
+                                     const dprec_allocator *alloc) {
+    if (out == NULL || alloc == NULL || alloc->alloc == NULL || alloc->free == NULL)
+        return DPREC_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    int rc = config_check(cfg);
+    if (rc == DPREC_OK) rc = port_check(port);
+    if (rc != DPREC_OK) return rc;
+    dprec_heap heap;
+    dprec_heap_init_hooks(&heap, alloc);
+    return client_create(out, cfg, port, &heap);
+}
+
+void dprec_client_free(dprec_client *c) {
+    if (c == NULL) return;
+    dprec_heap heap = c->heap;
+    dprec_rng_free(&c->rng);
+    dprec_gcm_free(&c->gcm);
+    /* Ratings, the user vector and keys are personal data: leave none of it in the app's memory. */
+    size_t sizes[BLK_COUNT];
+    client_layout(&c->cfg, sizes);
+    dprec_wipe(c->ratings, sizes[BLK_RATINGS]);
+    dprec_wipe(c->image, sizes[BLK_IMAGE]);
+    dprec_wipe(c->a, sizes[BLK_A]);
+    dprec_wipe(c->b, sizes[BLK_B]);
+    dprec_wipe(c->u, sizes[BLK_U]);
+    dprec_wipe(c->topk_slots, sizes[BLK_TOPK]);
+    dprec_wipe(c, sizeof *c);
+    dprec_heap_release(&heap);
+}
+
+size_t dprec_client_memory_used(const dprec_client *c) {
+    return c ? c->heap.used : 0;
+}
+
+int dprec_client_last_cause(const dprec_client *c) {
+    if (c == NULL) return 0;
+    return c->last_cause != 0 ? c->last_cause : c->rng.last_cause;
+}
+
+int dprec_client_random(dprec_client *c, void *out, size_t len) {
+    if (c == NULL || (out == NULL && len > 0)) return DPREC_ERR_INVALID_ARGUMENT;
+    return dprec_rng_bytes(&c->rng, out, len);
+}

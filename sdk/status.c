@@ -1,0 +1,67 @@
+/* dprec — status codes to text. */
+#include "dprec/status.h"
+
+#include <stddef.h>
+
+typedef struct status_entry {
+    int code;
+    const char *name;
+    const char *text;
+} status_entry;
+
+#define E(code, text) {code, #code, text}
+static const status_entry status_table[] = {
+    E(DPREC_OK, "success"),
+    E(DPREC_ERR_INVALID_ARGUMENT, "invalid argument"),
+    E(DPREC_ERR_NO_MEMORY, "not enough memory in the arena or under the allocator cap"),
+    E(DPREC_ERR_BUFFER_TOO_SMALL, "output buffer too small"),
+    E(DPREC_ERR_CONFIG, "inconsistent configuration"),
+    E(DPREC_ERR_STATE, "call not valid in the current state"),
+    E(DPREC_ERR_CRYPTO, "cryptographic library error"),
+    E(DPREC_ERR_INTERNAL, "internal error (please report)"),
+    E(DPREC_ERR_IO, "storage I/O error"),
+    E(DPREC_ERR_NOT_FOUND, "file not found"),
+    E(DPREC_ERR_NO_SPACE, "device storage full"),
+    E(DPREC_ERR_ENTROPY, "no entropy available"),
+    E(DPREC_ERR_PORT_MISSING, "the platform port lacks a function this call needs"),
+    E(DPREC_ERR_ITEM_OUT_OF_RANGE, "item id outside the catalogue"),
+    E(DPREC_ERR_VALUE_OUT_OF_SCALE, "rating outside the rating scale"),
+    E(DPREC_ERR_VALUE_NOT_FINITE, "rating is NaN or infinite"),
+    E(DPREC_ERR_STORE_FULL, "rating store is full"),
+    E(DPREC_ERR_NOT_RATED, "item has not been rated"),
+    E(DPREC_ERR_STORE_CORRUPT, "stored ratings failed their checksum"),
+    E(DPREC_ERR_STORE_TRUNCATED, "stored ratings file is truncated"),
+    E(DPREC_ERR_STORE_VERSION, "stored ratings file has an unsupported format version"),
+    E(DPREC_ERR_STORE_KEY, "stored ratings cannot be decrypted (missing or wrong key)"),
+    E(DPREC_ERR_STORE_MISMATCH, "stored ratings were written for another catalogue or a larger capacity"),
+    E(DPREC_ERR_BAD_TIMESTAMP, "negative timestamp"),
+    E(DPREC_ERR_RELEASE_MAGIC, "not a dprec release"),
+    E(DPREC_ERR_RELEASE_VERSION, "unsupported release format version"),
+    E(DPREC_ERR_RELEASE_HEADER, "inconsistent release header"),
+    E(DPREC_ERR_RELEASE_TRUNCATED, "release is truncated"),
+    E(DPREC_ERR_RELEASE_TRAILING, "release has trailing bytes"),
+    E(DPREC_ERR_RELEASE_DIGEST, "release digest does not match its content"),
+    E(DPREC_ERR_RELEASE_VALUE, "release holds a NaN or infinite value"),
+    E(DPREC_ERR_RELEASE_SIGNATURE, "release signature missing or invalid"),
+    E(DPREC_ERR_RELEASE_MISMATCH, "release does not match the client (m, d, scale or fitted release)"),
+    E(DPREC_ERR_SINGULAR, "least-squares system is singular (increase lambda)"),
+    E(DPREC_ERR_NO_RATINGS, "no ratings"),
+};
+#undef E
+
+static const status_entry *status_find(int status) {
+    for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++) {
+        if (status_table[i].code == status) return &status_table[i];
+    }
+    return NULL;
+}
+
+const char *dprec_strerror(int status) {
+    const status_entry *e = status_find(status);
+    return e ? e->text : "unknown status";
+}
+
+const char *dprec_status_name(int status) {
+    const status_entry *e = status_find(status);
+    return e ? e->name : "DPREC_UNKNOWN";
+}

@@ -1,0 +1,368 @@
+/* dprec — the local rating store.
+ *
+ * Ratings live in memory, sorted by item id, and every change is made durable before it is acknowledged.
+ * On storage the store keeps two generations, "<name>.0" and "<name>.1" (generation g lives in slot g % 2),
+ * each written by atomic replace: write "<name>.tmp", fsync, rename over the slot (the port makes the
+ * rename durable). A crash at any point leaves the slot being replaced either old or new, and the other
+ * slot untouched, so a damaged newest generation (bit rot, a bad flash page) still leaves the previous one.
+ *
+ * File v1, little-endian:
+ *   0  magic "DPRS"          4  format version u16 (1)   6  flags u16 (bit 0: encrypted)
+ *   8  generation u64        16 catalogue size m u32     20 payload length u32
+ *   24 nonce (12 bytes, zero unless encrypted)           36 reserved (12 bytes, zero)
+ *   48 payload: sections, each [type u16][flags u16][length u32][data]; flags bit 0 = critical (a reader
+ *      that does not know the type must refuse the file). Type 1, ratings (critical):
+ *      [count u32][reserved u32] then count records [item u32][value f32][timestamp i64], sorted by item.
+ *   trailer: SHA-256 of header || payload (plain), or the AES-256-GCM tag (encrypted; header is the AAD,
+ *      the payload the ciphertext).
+ * Later sections (the privacy ledger, pending reports) are added as new types without a format bump. */
+#include <string.h>
+
+#include "bytes.h"
+#include "client_priv.h"
+
+#define STORE_MAGIC "DPRS"
+#define STORE_VERSION 1u
+#define STORE_FLAG_ENCRYPTED 0x0001u
+#define SECTION_RATINGS 1u
+#define SECTION_CRITICAL 0x0001u
+
+size_t dprec_store_image_size(uint32_t capacity) {
+    return DPREC_STORE_HEADER_SIZE + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
+           (size_t)capacity * DPREC_STORE_RECORD_SIZE + DPREC_STORE_TRAILER_MAX;
+}
+
+int64_t dprec_store_find(const dprec_client *c, uint32_t item) {
+    uint32_t lo = 0, hi = c->count;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (c->ratings[mid].item < item) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < c->count && c->ratings[lo].item == item) return (int64_t)lo;
+    return -(int64_t)lo - 1;
+}
+
+static void slot_name(const dprec_client *c, char *out, const char *suffix) {
+    size_t n = strlen(c->store_name);
+    memcpy(out, c->store_name, n);
+    memcpy(out + n, suffix, strlen(suffix) + 1);
+}
+
+/* ---- encoding ------------------------------------------------------------------------------------------ */
+
+/* Serializes the ratings into c->image and returns the file length (0 on a crypto failure, with *status). */
+static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
+    unsigned char *p = c->image;
+    int encrypted = c->cfg.encrypt_at_rest != 0;
+    size_t payload = DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
+                     (size_t)c->count * DPREC_STORE_RECORD_SIZE;
+    memset(p, 0, DPREC_STORE_HEADER_SIZE);
+    memcpy(p, STORE_MAGIC, 4);
+    dprec_st16(p + 4, STORE_VERSION);
+    dprec_st16(p + 6, encrypted ? STORE_FLAG_ENCRYPTED : 0u);
+    dprec_st64(p + 8, generation);
+    dprec_st32(p + 16, c->cfg.num_items);
+    dprec_st32(p + 20, (uint32_t)payload);
+    if (encrypted) {
+        /* A fresh random 96-bit nonce per write; 2^32 writes under one key keep the collision
+         * probability below 2^-32 (SP 800-38D, 8.3). */
+        *status = dprec_rng_bytes(&c->rng, p + 24, DPREC_GCM_IV_SIZE);
+        if (*status != DPREC_OK) return 0;
+    }
+    unsigned char *s = p + DPREC_STORE_HEADER_SIZE;
+    dprec_st16(s, SECTION_RATINGS);
+    dprec_st16(s + 2, SECTION_CRITICAL);
+    dprec_st32(s + 4, (uint32_t)(payload - DPREC_STORE_SECTION_HEADER));
+    dprec_st32(s + 8, c->count);
+    dprec_st32(s + 12, 0);
+    unsigned char *r = s + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX;
+    for (uint32_t i = 0; i < c->count; i++, r += DPREC_STORE_RECORD_SIZE) {
+        dprec_st32(r, c->ratings[i].item);
+        dprec_stf32(r + 4, c->ratings[i].value);
+        dprec_st64(r + 8, (uint64_t)c->ratings[i].timestamp);
+    }
+    unsigned char *trailer = s + payload;
+    if (encrypted) {
+        *status = dprec_gcm_encrypt(&c->gcm, p + 24, p, DPREC_STORE_HEADER_SIZE, s, payload, trailer);
+        if (*status != DPREC_OK) return 0;
+        return DPREC_STORE_HEADER_SIZE + payload + DPREC_GCM_TAG_SIZE;
+    }
+    *status = dprec_sha256(p, DPREC_STORE_HEADER_SIZE + payload, trailer) == 0 ? DPREC_OK : DPREC_ERR_CRYPTO;
+    return *status == DPREC_OK ? DPREC_STORE_HEADER_SIZE + payload + 32u : 0;
+}
+
+/* Validates the file image in c->image[0..len) and, when out is non-NULL, decodes its ratings into out
+ * (capacity records) and *count. Decrypts in place. *generation gets the file's generation. */
+static int store_decode(dprec_client *c, size_t len, dprec_rating *out, uint32_t *count, uint64_t *generation) {
+    unsigned char *p = c->image;
+    if (len < DPREC_STORE_HEADER_SIZE) return len >= 4 && memcmp(p, STORE_MAGIC, 4) != 0 ? DPREC_ERR_STORE_CORRUPT
+                                                                                           : DPREC_ERR_STORE_TRUNCATED;
+    if (memcmp(p, STORE_MAGIC, 4) != 0) return DPREC_ERR_STORE_CORRUPT;
+    uint16_t version = dprec_ld16(p + 4), flags = dprec_ld16(p + 6);
+    uint32_t payload = dprec_ld32(p + 20);
+    int encrypted = (flags & STORE_FLAG_ENCRYPTED) != 0;
+    size_t trailer = encrypted ? DPREC_GCM_TAG_SIZE : 32u;
+    /* The checksum covers the header, so first make sure the claimed lengths are sane, then verify, and
+     * only then trust any field beyond the magic. */
+    if ((size_t)payload > c->image_cap - DPREC_STORE_HEADER_SIZE - trailer) {
+        /* Longer than any file this capacity could have written: a larger capacity, or garbage. */
+        return len > c->image_cap ? DPREC_ERR_STORE_MISMATCH : DPREC_ERR_STORE_CORRUPT;
+    }
+    size_t need = DPREC_STORE_HEADER_SIZE + (size_t)payload + trailer;
+    if (len < need) return DPREC_ERR_STORE_TRUNCATED;
+    if (len > need) return DPREC_ERR_STORE_CORRUPT;
+    unsigned char *s = p + DPREC_STORE_HEADER_SIZE;
+    if (encrypted) {
+        if (!c->cfg.encrypt_at_rest) return DPREC_ERR_STORE_KEY; /* encrypted file, no key configured */
+        int rc = dprec_gcm_decrypt(&c->gcm, p + 24, p, DPREC_STORE_HEADER_SIZE, s, payload, s + payload);
+        if (rc != DPREC_OK) return rc;
+    } else {
+        unsigned char digest[32];
+        if (dprec_sha256(p, DPREC_STORE_HEADER_SIZE + payload, digest) != 0) return DPREC_ERR_CRYPTO;
+        unsigned char diff = 0;
+        for (int i = 0; i < 32; i++) diff |= (unsigned char)(digest[i] ^ s[payload + (size_t)i]);
+        if (diff != 0) return DPREC_ERR_STORE_CORRUPT;
+        /* A plaintext file where encryption is required would let someone with disk access swap in ratings
+         * of their choosing: refuse it. */
+        if (c->cfg.encrypt_at_rest) return DPREC_ERR_STORE_KEY;
+    }
+    if (version != STORE_VERSION) return DPREC_ERR_STORE_VERSION;
+    if ((flags & ~STORE_FLAG_ENCRYPTED) != 0) return DPREC_ERR_STORE_VERSION;
+    for (int i = 36; i < 48; i++)
+        if (p[i] != 0) return DPREC_ERR_STORE_CORRUPT;
+    if (!encrypted)
+        for (int i = 24; i < 36; i++)
+            if (p[i] != 0) return DPREC_ERR_STORE_CORRUPT;
+    if (dprec_ld32(p + 16) != c->cfg.num_items) return DPREC_ERR_STORE_MISMATCH;
+
+    int have_ratings = 0;
+    uint32_t n = 0;
+    size_t off = 0;
+    while (off < payload) {
+        if (payload - off < DPREC_STORE_SECTION_HEADER) return DPREC_ERR_STORE_CORRUPT;
+        uint16_t type = dprec_ld16(s + off), sflags = dprec_ld16(s + off + 2);
+        uint32_t slen = dprec_ld32(s + off + 4);
+        off += DPREC_STORE_SECTION_HEADER;
+        if (slen > payload - off) return DPREC_ERR_STORE_CORRUPT;
+        const unsigned char *d = s + off;
+        if (type == SECTION_RATINGS) {
+            if (have_ratings || slen < DPREC_STORE_RATINGS_PREFIX) return DPREC_ERR_STORE_CORRUPT;
+            n = dprec_ld32(d);
+            if (dprec_ld32(d + 4) != 0) return DPREC_ERR_STORE_CORRUPT;
+            if (n > c->cfg.rating_capacity) return DPREC_ERR_STORE_MISMATCH;
+            if ((size_t)slen != DPREC_STORE_RATINGS_PREFIX + (size_t)n * DPREC_STORE_RECORD_SIZE)
+                return DPREC_ERR_STORE_CORRUPT;
+            const unsigned char *r = d + DPREC_STORE_RATINGS_PREFIX;
+            for (uint32_t i = 0; i < n; i++, r += DPREC_STORE_RECORD_SIZE) {
+                uint32_t item = dprec_ld32(r);
+                float value = dprec_ldf32(r + 4);
+                int64_t ts = (int64_t)dprec_ld64(r + 8);
+                /* The checksum proves we wrote it; these checks catch a writer bug or a changed scale. */
+                if (item >= c->cfg.num_items || (i > 0 && item <= dprec_ld32(r - DPREC_STORE_RECORD_SIZE)))
+                    return DPREC_ERR_STORE_CORRUPT;
+                if (!(value >= c->cfg.rating_min && value <= c->cfg.rating_max) || ts < 0)
+                    return DPREC_ERR_STORE_MISMATCH;
+                if (out != NULL) {
+                    out[i].item = item;
+                    out[i].value = value;
+                    out[i].timestamp = ts;
+                }
+            }
+            have_ratings = 1;
+        } else if (sflags & SECTION_CRITICAL) {
+            return DPREC_ERR_STORE_VERSION; /* written by a newer SDK with data we must not drop */
+        }
+        off += slen;
+    }
+    if (!have_ratings) return DPREC_ERR_STORE_CORRUPT;
+    if (count != NULL) *count = n;
+    *generation = dprec_ld64(p + 8);
+    return DPREC_OK;
+}
+
+/* ---- file I/O through the port --------------------------------------------------------------------- */
+
+/* Reads a whole file into c->image. *len gets its length; a file longer than the image is reported as
+ * image_cap + 1 bytes (the decoder then refuses it without reading more). */
+static int store_read_file(dprec_client *c, const char *name, size_t *len) {
+    void *f = NULL;
+    int rc = c->port.open(c->port.ctx, name, DPREC_PORT_READ, &f);
+    if (rc != DPREC_OK) return dprec_client_port_error(c, rc);
+    size_t total = 0;
+    for (;;) {
+        unsigned char extra;
+        unsigned char *dst = total < c->image_cap ? c->image + total : &extra;
+        size_t room = total < c->image_cap ? c->image_cap - total : 1;
+        size_t got = 0;
+        rc = c->port.read(c->port.ctx, f, dst, room, &got);
+        if (rc != DPREC_OK) break;
+        if (got == 0) break;
+        total += got;
+        if (total > c->image_cap) break;
+    }
+    int crc = c->port.close(c->port.ctx, f);
+    if (rc == DPREC_OK) rc = crc;
+    if (rc != DPREC_OK) return dprec_client_port_error(c, rc);
+    *len = total;
+    return DPREC_OK;
+}
+
+static int store_write_file(dprec_client *c, const char *name, size_t len) {
+    char tmp[DPREC_PORT_NAME_MAX];
+    slot_name(c, tmp, ".tmp");
+    void *f = NULL;
+    int rc = c->port.open(c->port.ctx, tmp, DPREC_PORT_WRITE_NEW, &f);
+    if (rc != DPREC_OK) return dprec_client_port_error(c, rc);
+    rc = c->port.write(c->port.ctx, f, c->image, len);
+    if (rc == DPREC_OK) rc = c->port.sync(c->port.ctx, f);
+    int crc = c->port.close(c->port.ctx, f);
+    if (rc == DPREC_OK) rc = crc;
+    if (rc == DPREC_OK) rc = c->port.rename(c->port.ctx, tmp, name);
+    if (rc != DPREC_OK) {
+        rc = dprec_client_port_error(c, rc);
+        (void)c->port.remove(c->port.ctx, tmp); /* best effort; a stale temp file is ignored on load */
+    }
+    return rc;
+}
+
+/* Writes the in-memory ratings as generation c->generation + 1. */
+static int store_save(dprec_client *c) {
+    uint64_t next = c->generation + 1;
+    int status = DPREC_OK;
+    size_t len = store_encode(c, next, &status);
+    if (len == 0) return status;
+    char name[DPREC_PORT_NAME_MAX];
+    slot_name(c, name, (next & 1u) ? ".1" : ".0");
+    status = store_write_file(c, name, len);
+    dprec_wipe(c->image, len); /* no plaintext ratings left lying in the buffer */
+    if (status == DPREC_OK) c->generation = next;
+    return status;
+}
+
+/* ---- public API ------------------------------------------------------------------------------------ */
+
+int dprec_store_load(dprec_client *c) {
+    if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    int status[2];
+    uint64_t gen[2] = {0, 0};
+    for (int s = 0; s < 2; s++) {
+        char name[DPREC_PORT_NAME_MAX];
+        slot_name(c, name, s ? ".1" : ".0");
+        size_t len = 0;
+        status[s] = store_read_file(c, name, &len);
+        if (status[s] == DPREC_OK) status[s] = store_decode(c, len, NULL, NULL, &gen[s]);
+        /* Generation g must sit in slot g % 2: the next save goes to the other slot, and must never
+         * overwrite the only good generation (a file copied into the wrong slot would make it). */
+        if (status[s] == DPREC_OK && (gen[s] & 1u) != (uint64_t)s) status[s] = DPREC_ERR_STORE_CORRUPT;
+    }
+    int best = -1;
+    for (int s = 0; s < 2; s++)
+        if (status[s] == DPREC_OK && (best < 0 || gen[s] > gen[best])) best = s;
+    int result = DPREC_OK;
+    for (int s = 0; s < 2; s++) /* a real failure (damage, I/O) outranks a missing file */
+        if (status[s] != DPREC_OK && status[s] != DPREC_ERR_NOT_FOUND && result == DPREC_OK) result = status[s];
+
+    c->count = 0;
+    c->generation = 0;
+    c->fitted = 0;
+    if (best >= 0) {
+        char name[DPREC_PORT_NAME_MAX];
+        slot_name(c, name, best ? ".1" : ".0");
+        size_t len = 0;
+        uint32_t n = 0;
+        int rc = store_read_file(c, name, &len);
+        if (rc == DPREC_OK) rc = store_decode(c, len, c->ratings, &n, &c->generation);
+        if (rc != DPREC_OK) { /* changed under us between the two reads */
+            c->count = 0;
+            c->generation = 0;
+            result = rc;
+        } else {
+            c->count = n;
+        }
+        dprec_wipe(c->image, c->image_cap);
+    }
+    return result;
+}
+
+static int check_rating(const dprec_client *c, uint32_t item, float value) {
+    if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
+    if (value != value || value - value != 0.0f) return DPREC_ERR_VALUE_NOT_FINITE; /* NaN, +-Inf */
+    if (value < c->cfg.rating_min || value > c->cfg.rating_max) return DPREC_ERR_VALUE_OUT_OF_SCALE;
+    return DPREC_OK;
+}
+
+int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timestamp) {
+    if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    int rc = check_rating(c, item, value);
+    if (rc != DPREC_OK) return rc;
+    if (timestamp == DPREC_TIMESTAMP_NOW) {
+        if (c->port.wall_clock_s == NULL) return DPREC_ERR_PORT_MISSING;
+        timestamp = c->port.wall_clock_s(c->port.ctx);
+    }
+    if (timestamp < 0) return DPREC_ERR_BAD_TIMESTAMP;
+
+    int64_t at = dprec_store_find(c, item);
+    dprec_rating fresh = {item, value, timestamp};
+    if (at >= 0) {
+        dprec_rating old = c->ratings[at];
+        c->ratings[at] = fresh;
+        rc = store_save(c);
+        if (rc != DPREC_OK) c->ratings[at] = old;
+    } else {
+        if (c->count >= c->cfg.rating_capacity) return DPREC_ERR_STORE_FULL;
+        size_t pos = (size_t)(-(at + 1));
+        memmove(&c->ratings[pos + 1], &c->ratings[pos], (c->count - pos) * sizeof c->ratings[0]);
+        c->ratings[pos] = fresh;
+        c->count++;
+        rc = store_save(c);
+        if (rc != DPREC_OK) {
+            c->count--;
+            memmove(&c->ratings[pos], &c->ratings[pos + 1], (c->count - pos) * sizeof c->ratings[0]);
+        }
+    }
+    if (rc == DPREC_OK) c->fitted = 0; /* the user vector no longer reflects the ratings */
+    return rc;
+}
+
+int dprec_store_remove(dprec_client *c, uint32_t item) {
+    if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
+    int64_t at = dprec_store_find(c, item);
+    if (at < 0) return DPREC_ERR_NOT_RATED;
+    size_t pos = (size_t)at;
+    dprec_rating old = c->ratings[pos];
+    c->count--;
+    memmove(&c->ratings[pos], &c->ratings[pos + 1], (c->count - pos) * sizeof c->ratings[0]);
+    int rc = store_save(c);
+    if (rc != DPREC_OK) {
+        memmove(&c->ratings[pos + 1], &c->ratings[pos], (c->count - pos) * sizeof c->ratings[0]);
+        c->ratings[pos] = old;
+        c->count++;
+    } else {
+        c->fitted = 0;
+    }
+    return rc;
+}
+
+int dprec_store_get(const dprec_client *c, uint32_t item, dprec_rating *out) {
+    if (c == NULL || out == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
+    int64_t at = dprec_store_find(c, item);
+    if (at < 0) return DPREC_ERR_NOT_RATED;
+    *out = c->ratings[at];
+    return DPREC_OK;
+}
+
+uint32_t dprec_store_count(const dprec_client *c) {
+    return c ? c->count : 0;
+}
+
+int dprec_store_at(const dprec_client *c, uint32_t index, dprec_rating *out) {
+    if (c == NULL || out == NULL || index >= c->count) return DPREC_ERR_INVALID_ARGUMENT;
+    *out = c->ratings[index];
+    return DPREC_OK;
+}

@@ -1,0 +1,59 @@
+/* Shared test helpers: a fixed-seed generator for test data (never privacy noise) and release builders. */
+#ifndef DPREC_TEST_UTIL_H
+#define DPREC_TEST_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dprec/dprec.h"
+
+typedef struct test_rng {
+    uint64_t s;
+} test_rng;
+
+static inline uint32_t test_next(test_rng *r) {
+    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(r->s >> 32);
+}
+static inline double test_uniform(test_rng *r) { /* [0, 1) */
+    return (double)test_next(r) / 4294967296.0;
+}
+
+/* A random release (m x d, entries in [-1, 1), item biases in [-0.5, 0.5) and mu = 3.5 when biases).
+ * Returns a malloc'd buffer; *len gets its size; v/bias (if non-NULL) get malloc'd copies of the matrix. */
+static inline unsigned char *test_make_release(uint32_t m, uint32_t d, int biases, uint64_t seed, size_t *len,
+                                               float **v_out, float **bias_out) {
+    test_rng r = {seed};
+    float *v = malloc(sizeof(float) * m * d);
+    float *b = biases ? malloc(sizeof(float) * m) : NULL;
+    for (size_t i = 0; i < (size_t)m * d; i++) v[i] = (float)(2.0 * test_uniform(&r) - 1.0);
+    if (b)
+        for (uint32_t j = 0; j < m; j++) b[j] = (float)(test_uniform(&r) - 0.5);
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.release_version = 7;
+    info.job_id = 42;
+    info.num_items = m;
+    info.dim = d;
+    info.rating_min = 1.0f;
+    info.rating_max = 5.0f;
+    info.global_mean = biases ? 3.5f : 0.0f;
+    info.flags = biases ? DPREC_RELEASE_HAS_BIASES : 0;
+    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
+    unsigned char *buf = malloc(cap);
+    size_t written = 0;
+    if (dprec_release_write(buf, cap, &info, v, b, &written) != DPREC_OK || written != cap) {
+        free(buf);
+        buf = NULL;
+    }
+    *len = written;
+    if (v_out) *v_out = v;
+    else free(v);
+    if (bias_out) *bias_out = b;
+    else free(b);
+    return buf;
+}
+
+#endif
