@@ -20,7 +20,9 @@ native_pkgs=(build-essential cmake pkg-config ca-certificates
              libmbedtls-dev libcjson-dev libcurl4-openssl-dev libcmocka-dev
              libmicrohttpd-dev libsqlite3-dev libgnutls28-dev binutils)
 # The cross gcc packages bring their own libc sysroots; only the libraries we link come from multiarch.
-cross_pkgs=(gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf qemu-user
+# Cross compilers plus their libc sysroots (only Recommends of gcc-*-linux-gnu*); the libraries we link
+# come from Debian multiarch (:arm64/:armhf), whose libc6 also gives qemu-user its dynamic loader.
+cross_pkgs=(gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf qemu-user libc6-dev-arm64-cross libc6-dev-armhf-cross
             libmbedtls-dev:arm64 libcmocka-dev:arm64
             libmbedtls-dev:armhf libcmocka-dev:armhf)
 

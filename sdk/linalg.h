@@ -13,9 +13,10 @@ void dprec_normal_init(double *a, double *b, uint32_t d, double lambda);
  * the solver reads nothing else. */
 void dprec_normal_add(double *a, double *b, uint32_t d, const float *v, double target);
 
-/* Solves A x = b in place by Cholesky (A's lower triangle becomes L, b becomes x). Returns DPREC_OK, or
- * DPREC_ERR_SINGULAR if A is not numerically positive definite (a pivot <= 0 or not finite); then a and b
- * hold garbage. */
+/* Solves A x = b in place by Cholesky (A's lower triangle becomes L, b becomes x; a and b must not
+ * overlap). Returns DPREC_OK, or DPREC_ERR_SINGULAR if A is not numerically positive definite: a pivot that
+ * is not finite or not above 1e-12 times the largest diagonal entry (a guard, not an exact rank test; the
+ * client requires lambda > 0, which makes the system definite). On failure a and b hold garbage. */
 int dprec_cholesky_solve(double *a, double *b, uint32_t d);
 
 /* sum_i a[i] * b[i], accumulated in double. */

@@ -94,8 +94,8 @@ DPREC_API int dprec_release_reader_feed(dprec_release_reader *r, const void *chu
  * r->info is complete. Rows delivered before a failing finish must be discarded by the caller. */
 DPREC_API int dprec_release_reader_finish(dprec_release_reader *r);
 
-/* Writer for tools, tests and the aggregator. The size of a release with these parameters and no
- * signature; 0 if they are out of range. */
+/* Writer for tools, tests and the aggregator. The size in bytes of a release with these parameters,
+ * including a signature of sig_len bytes; 0 if they are out of range. */
 DPREC_API uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len);
 
 /* Writes an unsigned release into out (cap bytes). v is m*d floats row-major; item_bias is m floats or

@@ -1,0 +1,215 @@
+/* dprec-bench-sdk — speed and memory of the device SDK's local step (a benchmark, not a test: the
+ * figures depend on the machine; docs/benchmarks.md records them with the machine named).
+ *
+ * Prints, as median of repeated runs:
+ *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64, n = 100/1000;
+ *   - dprec_fit over a whole release (streaming, digest checked) for m = 1682 and m = 100,000;
+ *   - streaming top-K over 100,000 items at d = 32 (K = 10 and 100), with and without the digest pass;
+ *   - the client's memory for those configurations. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dprec/dprec.h"
+#include "dprec/port_posix.h"
+#include "linalg.h"
+#include "topk.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+static uint64_t lcg = 88172645463325252ull;
+static float frand(void) { /* benchmark data only */
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(lcg >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
+    float *v = malloc(sizeof(float) * m * d), *b = malloc(sizeof(float) * m);
+    for (size_t i = 0; i < (size_t)m * d; i++) v[i] = frand() * 0.3f;
+    for (uint32_t j = 0; j < m; j++) b[j] = frand() * 0.5f;
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.num_items = m;
+    info.dim = d;
+    info.rating_min = 1.0f;
+    info.rating_max = 5.0f;
+    info.global_mean = 3.5f;
+    info.flags = DPREC_RELEASE_HAS_BIASES;
+    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
+    unsigned char *buf = malloc(cap);
+    if (dprec_release_write(buf, cap, &info, v, b, len) != DPREC_OK) {
+        fprintf(stderr, "bench: cannot write release\n");
+        exit(1);
+    }
+    free(v);
+    free(b);
+    return buf;
+}
+
+static void bench_least_squares(void) {
+    printf("\n## local least squares (normal equations + Cholesky), median of 200 runs\n");
+    printf("| d | ratings | time (us) |\n|---|---|---|\n");
+    const uint32_t ds[] = {16, 32, 64};
+    const uint32_t ns[] = {100, 1000};
+    for (int di = 0; di < 3; di++) {
+        for (int ni = 0; ni < 2; ni++) {
+            uint32_t d = ds[di], n = ns[ni];
+            float *v = malloc(sizeof(float) * n * d);
+            for (size_t i = 0; i < (size_t)n * d; i++) v[i] = frand();
+            double *a = malloc(sizeof(double) * d * d), *b = malloc(sizeof(double) * d);
+            double t[200];
+            for (int rep = 0; rep < 200; rep++) {
+                double t0 = now_s();
+                dprec_normal_init(a, b, d, 0.1);
+                for (uint32_t j = 0; j < n; j++) dprec_normal_add(a, b, d, v + (size_t)j * d, 1.0 + 0.001 * j);
+                if (dprec_cholesky_solve(a, b, d) != DPREC_OK) {
+                    fprintf(stderr, "bench: singular system\n");
+                    exit(1);
+                }
+                t[rep] = now_s() - t0;
+            }
+            printf("| %u | %u | %.1f |\n", d, n, median(t, 200) * 1e6);
+            free(v);
+            free(a);
+            free(b);
+        }
+    }
+}
+
+typedef struct mem_port {
+    dprec_port port;
+    dprec_port_posix posix;
+} mem_port;
+
+static dprec_client *open_client(mem_port *p, const char *dir, uint32_t m, uint32_t d, uint32_t cap, uint32_t k,
+                                 void **mem, size_t *need) {
+    if (dprec_port_posix_init(&p->port, &p->posix, dir) != DPREC_OK) {
+        fprintf(stderr, "bench: cannot use %s\n", dir);
+        exit(1);
+    }
+    dprec_config cfg;
+    dprec_config_default(&cfg);
+    cfg.num_items = m;
+    cfg.dim = d;
+    cfg.rating_capacity = cap;
+    cfg.max_k = k;
+    *need = dprec_client_required_size(&cfg);
+    *mem = malloc(*need);
+    dprec_client *c = NULL;
+    if (dprec_client_init(&c, &cfg, &p->port, *mem, *need) != DPREC_OK) {
+        fprintf(stderr, "bench: init failed\n");
+        exit(1);
+    }
+    (void)dprec_store_remove(c, 0);
+    return c;
+}
+
+/* Ratings are set in memory through the public API with a store on a scratch directory. */
+static void fill_ratings(dprec_client *c, uint32_t m, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = dprec_store_put(c, (uint32_t)((i * 2654435761u) % m), 1.0f + (float)(i % 5), 1);
+        if (rc != DPREC_OK && rc != DPREC_ERR_STORE_FULL) {
+            fprintf(stderr, "bench: put failed: %s\n", dprec_strerror(rc));
+            exit(1);
+        }
+    }
+}
+
+static void feed_chunks(dprec_client *c, int (*feed)(dprec_client *, const void *, size_t), const unsigned char *rel,
+                        size_t len) {
+    for (size_t off = 0; off < len; off += 65536) {
+        int rc = feed(c, rel + off, len - off < 65536 ? len - off : 65536);
+        if (rc != DPREC_OK) {
+            fprintf(stderr, "bench: feed failed: %s\n", dprec_strerror(rc));
+            exit(1);
+        }
+    }
+}
+
+static void bench_release_paths(const char *dir) {
+    printf("\n## streaming over a release in 64 KiB chunks (SHA-256 digest checked), median of 15 runs\n");
+    printf("| operation | m | d | ratings | K | time (ms) | client memory (bytes) |\n|---|---|---|---|---|---|---|\n");
+    struct {
+        uint32_t m, d, n, k;
+    } cases[] = {{1682, 32, 100, 10}, {100000, 32, 1000, 10}, {100000, 32, 1000, 100}};
+    for (int ci = 0; ci < 3; ci++) {
+        uint32_t m = cases[ci].m, d = cases[ci].d, n = cases[ci].n, k = cases[ci].k;
+        size_t len, need;
+        unsigned char *rel = make_release(m, d, &len);
+        mem_port p;
+        void *mem;
+        dprec_client *c = open_client(&p, dir, m, d, n, k, &mem, &need);
+        fill_ratings(c, m, n);
+        double tf[15], tk[15];
+        dprec_recommendation *out = malloc(sizeof *out * k);
+        uint32_t got = 0;
+        for (int rep = 0; rep < 15; rep++) {
+            double t0 = now_s();
+            dprec_fit_begin(c);
+            feed_chunks(c, dprec_fit_feed, rel, len);
+            if (dprec_fit_end(c) != DPREC_OK) exit(1);
+            double t1 = now_s();
+            dprec_topk_begin(c, k);
+            feed_chunks(c, dprec_topk_feed, rel, len);
+            if (dprec_topk_end(c, out, &got) != DPREC_OK) exit(1);
+            double t2 = now_s();
+            tf[rep] = t1 - t0;
+            tk[rep] = t2 - t1;
+        }
+        printf("| fit | %u | %u | %u | - | %.2f | %zu |\n", m, d, dprec_store_count(c), median(tf, 15) * 1e3, need);
+        printf("| top-K | %u | %u | %u | %u | %.2f | %zu |\n", m, d, dprec_store_count(c), k, median(tk, 15) * 1e3,
+               need);
+        free(out);
+        dprec_client_free(c);
+        free(mem);
+        free(rel);
+    }
+
+    /* The scoring part alone, to separate it from the SHA-256 pass over 12.8 MB. */
+    uint32_t m = 100000, d = 32, k = 10;
+    float *v = malloc(sizeof(float) * m * d), u[32];
+    for (size_t i = 0; i < (size_t)m * d; i++) v[i] = frand();
+    for (uint32_t i = 0; i < d; i++) u[i] = frand();
+    dprec_recommendation slots[10];
+    double t[15];
+    for (int rep = 0; rep < 15; rep++) {
+        double t0 = now_s();
+        dprec_topk tk;
+        dprec_topk_reset(&tk, slots, k);
+        for (uint32_t j = 0; j < m; j++) dprec_topk_push(&tk, j, (float)dprec_dot_f32(u, v + (size_t)j * d, d));
+        (void)dprec_topk_finish(&tk);
+        t[rep] = now_s() - t0;
+    }
+    printf("| top-K scoring only (no parsing, no digest) | %u | %u | - | %u | %.2f | - |\n", m, d, k,
+           median(t, 15) * 1e3);
+    free(v);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        printf("usage: dprec-bench-sdk [SCRATCH_DIR]\n"
+               "Benchmarks the SDK's local least squares and streaming top-K; prints Markdown tables.\n"
+               "SCRATCH_DIR (default /tmp/dprec-bench) holds a throwaway rating store.\n");
+        return 0;
+    }
+    const char *dir = argc > 1 ? argv[1] : "/tmp/dprec-bench";
+    printf("# dprec SDK benchmark (dprec %s)\n", DPREC_VERSION_STRING);
+    bench_least_squares();
+    bench_release_paths(dir);
+    return 0;
+}

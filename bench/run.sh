@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the SDK in Release mode and prints the benchmark tables plus the static library's code size.
+#   bash bench/run.sh [BUILD_DIR]     (default build-release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-release}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPREC_BUILD_TESTS=OFF > /dev/null
+cmake --build "$build" -j"$(nproc)" --target dprec dprec-bench-sdk > /dev/null
+echo "machine: $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+"$build/dprec-bench-sdk" "$(mktemp -d)"
+echo
+echo "## code size of libdprec.a (Release, without mbedTLS), from size(1)"
+echo '```'
+size -t "$build/libdprec.a" | sed 's/(ex [^)]*)//'
+echo '```'

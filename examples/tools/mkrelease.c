@@ -1,0 +1,588 @@
+/* dprec-mkrelease — writes a release file (format v1, unsigned) from a text matrix or from random test data,
+ * and dumps the header of an existing release.
+ *
+ *   dprec-mkrelease --out FILE (--matrix TEXTFILE | --random M D [--seed S]) [--scale MIN MAX]
+ *                   [--global-mean MU --biases BIASFILE] [--release-version N] [--job-id N]
+ *   dprec-mkrelease --dump FILE
+ *
+ * This is a host tool, not SDK code: it may use stdio and malloc. Exit status: 0 success, 1 runtime error
+ * (I/O, bad file content, out of memory), 2 usage error. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dprec/release.h"
+#include "dprec/status.h"
+
+#define EXIT_USAGE 2
+#define EXIT_RUNTIME 1
+
+static const char usage_text[] =
+    "usage: dprec-mkrelease --out FILE (--matrix TEXTFILE | --random M D [--seed S])\n"
+    "                       [--scale MIN MAX] [--global-mean MU --biases BIASFILE]\n"
+    "                       [--release-version N] [--job-id N]\n"
+    "       dprec-mkrelease --dump FILE\n"
+    "       dprec-mkrelease --help\n"
+    "\n"
+    "Writes an unsigned dprec release (docs/release-format.md) of item profiles V.\n"
+    "\n"
+    "  --out FILE            the release file to write\n"
+    "  --matrix TEXTFILE     one item per line, d whitespace-separated floats per line (the same d on\n"
+    "                        every line); empty lines and lines starting with '#' are ignored\n"
+    "  --random M D          M items of dimension D with entries uniform in [-1/sqrt(D), 1/sqrt(D)],\n"
+    "                        from a seeded non-cryptographic generator: test data only, NOT privacy\n"
+    "                        noise. Without --biases it also stores global mean = the scale's midpoint\n"
+    "                        and item biases uniform in [-0.5, 0.5]\n"
+    "  --seed S              seed of --random (default 1)\n"
+    "  --scale MIN MAX       the rating scale (default 1 5)\n"
+    "  --global-mean MU      the global mean mu (needs --biases)\n"
+    "  --biases BIASFILE     M item biases, one float per line (needs --global-mean)\n"
+    "  --release-version N   the release version (default 1)\n"
+    "  --job-id N            the aggregator job id (default 0: made offline)\n"
+    "  --dump FILE           validate FILE and print its header fields and digest\n"
+    "\n"
+    "On success prints one line: wrote FILE: m=M d=D biases=yes|no bytes=N sha256=HEX, where HEX is the\n"
+    "release digest (SHA-256 of header and body, the one devices check), not the hash of the whole file.\n";
+
+static void usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "dprec-mkrelease: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(try --help)\n");
+}
+
+/* ---- number parsing: whole-string, range-checked ----------------------------------------------------- */
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    if (s == NULL || *s == '\0' || *s == '-' || *s == '+') return -1;
+    errno = 0;
+    v = strtoull(s, &end, 0);
+    if (errno != 0 || *end != '\0') return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    float v;
+    if (s == NULL || *s == '\0') return -1;
+    v = strtof(s, &end); /* ERANGE on underflow is fine (a tiny value); overflow gives inf, refused */
+    if (*end != '\0' || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---- text files ------------------------------------------------------------------------------------- */
+
+/* Reads one line of any length into *line (grown with realloc); returns its length, or -1 at end of file
+ * with nothing read. C11 has no getline, and this tool builds without POSIX. */
+static long read_line(FILE *f, char **line, size_t *cap) {
+    size_t n = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) {
+        if (n + 2 > *cap) {
+            size_t ncap = *cap ? *cap * 2 : 256;
+            char *p = realloc(*line, ncap);
+            if (p == NULL) return -2;
+            *line = p;
+            *cap = ncap;
+        }
+        if (c == '\n') break;
+        (*line)[n++] = (char)c;
+    }
+    if (c == EOF && n == 0) return -1;
+    (*line)[n] = '\0'; /* the loop grew the buffer before storing anything, even for an empty line */
+    return (long)n;
+}
+
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+/* An empty or comment line carries no data. */
+static int is_blank_or_comment(const char *s) {
+    while (is_space(*s)) s++;
+    return *s == '\0' || *s == '#';
+}
+
+/* A growable float array. */
+typedef struct floats {
+    float *v;
+    size_t n, cap;
+} floats;
+
+static int floats_push(floats *a, float x) {
+    if (a->n == a->cap) {
+        size_t ncap = a->cap ? a->cap * 2 : 1024;
+        float *p = realloc(a->v, ncap * sizeof *p);
+        if (p == NULL) return -1;
+        a->v = p;
+        a->cap = ncap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* Splits a line into floats, appending them to *out; returns how many, or -1 with a message printed. */
+static long parse_floats_line(char *s, floats *out, const char *path, unsigned long lineno) {
+    long count = 0;
+    for (;;) {
+        char *tok, *end;
+        float x;
+        while (is_space(*s)) s++;
+        if (*s == '\0') return count;
+        tok = s;
+        while (*s != '\0' && !is_space(*s)) s++;
+        if (*s != '\0') *s++ = '\0';
+        x = strtof(tok, &end);
+        if (*end != '\0' || !isfinite(x)) {
+            fprintf(stderr, "dprec-mkrelease: %s:%lu: '%s' is not a finite float\n", path, lineno, tok);
+            return -1;
+        }
+        if (floats_push(out, x) != 0) {
+            fprintf(stderr, "dprec-mkrelease: out of memory reading %s\n", path);
+            return -1;
+        }
+        count++;
+    }
+}
+
+/* Reads a matrix file: every data line must have the same number of values, which becomes d. */
+static int read_matrix(const char *path, floats *v, uint32_t *m, uint32_t *d) {
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned long lineno = 0;
+    long len, n;
+    int rc = -1;
+
+    *m = 0;
+    *d = 0;
+    if (f == NULL) {
+        fprintf(stderr, "dprec-mkrelease: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    while ((len = read_line(f, &line, &cap)) >= 0) {
+        lineno++;
+        if (is_blank_or_comment(line)) continue;
+        n = parse_floats_line(line, v, path, lineno);
+        if (n < 0) goto out;
+        if (*m == 0) {
+            if ((unsigned long)n > DPREC_MAX_DIM) {
+                fprintf(stderr, "dprec-mkrelease: %s:%lu: %ld values per row, at most %u allowed\n", path,
+                        lineno, n, DPREC_MAX_DIM);
+                goto out;
+            }
+            *d = (uint32_t)n;
+        } else if ((uint32_t)n != *d) {
+            fprintf(stderr, "dprec-mkrelease: %s:%lu: %ld values, but earlier rows have %u\n", path, lineno, n,
+                    *d);
+            goto out;
+        }
+        if (*m == DPREC_MAX_ITEMS) {
+            fprintf(stderr, "dprec-mkrelease: %s: more than %u rows\n", path, DPREC_MAX_ITEMS);
+            goto out;
+        }
+        (*m)++;
+    }
+    if (len == -2) {
+        fprintf(stderr, "dprec-mkrelease: out of memory reading %s\n", path);
+        goto out;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "dprec-mkrelease: cannot read %s\n", path);
+        goto out;
+    }
+    if (*m == 0) {
+        fprintf(stderr, "dprec-mkrelease: %s holds no rows\n", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+/* Reads a biases file: exactly m values, one per line (blank and comment lines ignored). */
+static int read_biases(const char *path, uint32_t m, floats *b) {
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned long lineno = 0;
+    long len, n;
+    int rc = -1;
+
+    if (f == NULL) {
+        fprintf(stderr, "dprec-mkrelease: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    while ((len = read_line(f, &line, &cap)) >= 0) {
+        lineno++;
+        if (is_blank_or_comment(line)) continue;
+        n = parse_floats_line(line, b, path, lineno);
+        if (n < 0) goto out;
+        if (n != 1) {
+            fprintf(stderr, "dprec-mkrelease: %s:%lu: one bias per line expected, found %ld values\n", path,
+                    lineno, n);
+            goto out;
+        }
+        if (b->n > m) {
+            fprintf(stderr, "dprec-mkrelease: %s: more than m=%u biases\n", path, m);
+            goto out;
+        }
+    }
+    if (len == -2 || ferror(f)) {
+        fprintf(stderr, "dprec-mkrelease: cannot read %s\n", path);
+        goto out;
+    }
+    if (b->n != m) {
+        fprintf(stderr, "dprec-mkrelease: %s holds %lu biases, the matrix has m=%u items\n", path,
+                (unsigned long)b->n, m);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+/* ---- random test data --------------------------------------------------------------------------------- */
+
+/* SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014): small,
+ * seedable and reproducible across platforms. Not cryptographic, and not differential-privacy noise: the
+ * values it produces are synthetic item profiles for tests and demos. */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { /* [0, 1) with 53 random bits */
+    return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- dump --------------------------------------------------------------------------------------------- */
+
+static void hex(const unsigned char *p, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* Reads a whole file into memory. */
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    size_t cap = 0, n = 0;
+
+    if (f == NULL) {
+        fprintf(stderr, "dprec-mkrelease: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        size_t got;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            unsigned char *p = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (p == NULL) {
+                fprintf(stderr, "dprec-mkrelease: out of memory reading %s\n", path);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = p;
+            cap = ncap;
+        }
+        got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "dprec-mkrelease: cannot read %s\n", path);
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Prints the header (if it parses) and the verdict of dprec_release_check. */
+static int dump(const char *path) {
+    size_t len = 0;
+    unsigned char *buf = slurp(path, &len);
+    dprec_release_info info;
+    char digest_hex[2 * DPREC_RELEASE_DIGEST_SIZE + 1];
+    int rc;
+
+    if (buf == NULL) return EXIT_RUNTIME;
+    /* a short file that does not even start like a release is better called that than "truncated" */
+    if (memcmp(buf, DPREC_RELEASE_MAGIC, len < 4 ? len : 4) != 0) {
+        rc = DPREC_ERR_RELEASE_MAGIC;
+    } else {
+        rc = dprec_release_parse_header(buf, len, &info);
+    }
+    if (rc != DPREC_OK) {
+        fprintf(stderr, "dprec-mkrelease: %s: %s (%s)\n", path, dprec_strerror(rc), dprec_status_name(rc));
+        free(buf);
+        return EXIT_RUNTIME;
+    }
+    printf("file:            %s (%lu bytes)\n", path, (unsigned long)len);
+    printf("format_version:  %u\n", (unsigned)info.format_version);
+    printf("flags:           0x%04x%s\n", (unsigned)info.flags,
+           (info.flags & DPREC_RELEASE_HAS_BIASES) ? " (biases)" : "");
+    printf("release_version: %llu\n", (unsigned long long)info.release_version);
+    printf("job_id:          %llu\n", (unsigned long long)info.job_id);
+    printf("num_items (m):   %lu\n", (unsigned long)info.num_items);
+    printf("dim (d):         %lu\n", (unsigned long)info.dim);
+    printf("rating scale:    [%.9g, %.9g]\n", (double)info.rating_min, (double)info.rating_max);
+    printf("global_mean:     %.9g\n", (double)info.global_mean);
+    printf("signature:       %s, %u bytes\n",
+           info.sig_alg == DPREC_SIG_ECDSA_P256_SHA256 ? "ECDSA P-256 SHA-256 (not verified here)" : "none",
+           (unsigned)info.sig_len);
+    printf("total_size:      %llu\n", (unsigned long long)info.total_size);
+    rc = dprec_release_check(buf, len, &info);
+    if (rc != DPREC_OK) {
+        printf("valid:           no: %s (%s)\n", dprec_strerror(rc), dprec_status_name(rc));
+        free(buf);
+        return EXIT_RUNTIME;
+    }
+    hex(info.digest, sizeof info.digest, digest_hex);
+    printf("sha256:          %s\n", digest_hex);
+    printf("valid:           yes (digest matches, every value finite)\n");
+    free(buf);
+    return 0;
+}
+
+/* ---- main --------------------------------------------------------------------------------------------- */
+
+typedef struct options {
+    const char *out, *matrix, *biases, *dump;
+    int random, have_mean, have_scale;
+    uint64_t random_m, random_d, seed, release_version, job_id;
+    float rating_min, rating_max, global_mean;
+} options;
+
+/* Returns 0, or an exit status (EXIT_USAGE) with a message printed; -1 means --help was printed. */
+static int parse_args(int argc, char **argv, options *o) {
+    int i;
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->release_version = 1;
+    o->rating_min = 1.0f;
+    o->rating_max = 5.0f;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int left = argc - i - 1;
+#define NEED(k)                                                  \
+    do {                                                         \
+        if (left < (k)) {                                        \
+            usage_error("%s needs more arguments", a);           \
+            return EXIT_USAGE;                                   \
+        }                                                        \
+    } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return -1;
+        } else if (strcmp(a, "--out") == 0) {
+            NEED(1);
+            o->out = argv[++i];
+        } else if (strcmp(a, "--matrix") == 0) {
+            NEED(1);
+            o->matrix = argv[++i];
+        } else if (strcmp(a, "--biases") == 0) {
+            NEED(1);
+            o->biases = argv[++i];
+        } else if (strcmp(a, "--dump") == 0) {
+            NEED(1);
+            o->dump = argv[++i];
+        } else if (strcmp(a, "--random") == 0) {
+            NEED(2);
+            if (parse_u64(argv[i + 1], &o->random_m) != 0 || o->random_m < 1 || o->random_m > DPREC_MAX_ITEMS) {
+                usage_error("--random: M must be an integer in 1 .. 16777216, not '%s'", argv[i + 1]);
+                return EXIT_USAGE;
+            }
+            if (parse_u64(argv[i + 2], &o->random_d) != 0 || o->random_d < 1 || o->random_d > DPREC_MAX_DIM) {
+                usage_error("--random: D must be an integer in 1 .. 256, not '%s'", argv[i + 2]);
+                return EXIT_USAGE;
+            }
+            o->random = 1;
+            i += 2;
+        } else if (strcmp(a, "--seed") == 0) {
+            NEED(1);
+            if (parse_u64(argv[++i], &o->seed) != 0) {
+                usage_error("--seed: '%s' is not a non-negative integer", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--scale") == 0) {
+            NEED(2);
+            if (parse_float(argv[i + 1], &o->rating_min) != 0 || parse_float(argv[i + 2], &o->rating_max) != 0 ||
+                !(o->rating_min < o->rating_max)) {
+                usage_error("%s: MIN and MAX must be finite numbers with MIN < MAX", a);
+                return EXIT_USAGE;
+            }
+            o->have_scale = 1;
+            i += 2;
+        } else if (strcmp(a, "--global-mean") == 0) {
+            NEED(1);
+            if (parse_float(argv[++i], &o->global_mean) != 0) {
+                usage_error("--global-mean: '%s' is not a finite number", argv[i]);
+                return EXIT_USAGE;
+            }
+            o->have_mean = 1;
+        } else if (strcmp(a, "--release-version") == 0) {
+            NEED(1);
+            if (parse_u64(argv[++i], &o->release_version) != 0) {
+                usage_error("--release-version: '%s' is not a non-negative integer", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--job-id") == 0) {
+            NEED(1);
+            if (parse_u64(argv[++i], &o->job_id) != 0) {
+                usage_error("--job-id: '%s' is not a non-negative integer", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else {
+            usage_error("unknown argument '%s'", a);
+            return EXIT_USAGE;
+        }
+#undef NEED
+    }
+    if (o->dump != NULL) {
+        if (o->out || o->matrix || o->random || o->biases || o->have_mean || o->have_scale) {
+            usage_error("%s", "--dump takes no other option");
+            return EXIT_USAGE;
+        }
+        return 0;
+    }
+    if (o->out == NULL) {
+        usage_error("%s", "--out FILE is required");
+        return EXIT_USAGE;
+    }
+    if ((o->matrix != NULL) == (o->random != 0)) {
+        usage_error("%s", "give exactly one of --matrix TEXTFILE and --random M D");
+        return EXIT_USAGE;
+    }
+    if ((o->biases != NULL) != (o->have_mean != 0)) {
+        usage_error("%s", "--global-mean and --biases go together");
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Writes the release to path; on a failed write the partial file is removed so no truncated release is
+ * left behind under the requested name. */
+static int write_file(const char *path, const unsigned char *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    int ok;
+    if (f == NULL) {
+        fprintf(stderr, "dprec-mkrelease: cannot create %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    ok = fwrite(buf, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        fprintf(stderr, "dprec-mkrelease: cannot write %s\n", path);
+        remove(path);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    floats v = {NULL, 0, 0}, b = {NULL, 0, 0};
+    dprec_release_info info;
+    uint32_t m = 0, d = 0;
+    uint64_t total;
+    unsigned char *buf = NULL;
+    size_t written = 0;
+    char digest_hex[2 * DPREC_RELEASE_DIGEST_SIZE + 1];
+    int rc, status = EXIT_RUNTIME;
+
+    rc = parse_args(argc, argv, &o);
+    if (rc == -1) return 0;
+    if (rc != 0) return rc;
+    if (o.dump != NULL) return dump(o.dump);
+
+    memset(&info, 0, sizeof info);
+    info.rating_min = o.rating_min;
+    info.rating_max = o.rating_max;
+    info.release_version = o.release_version;
+    info.job_id = o.job_id;
+
+    if (o.matrix != NULL) {
+        if (read_matrix(o.matrix, &v, &m, &d) != 0) goto out;
+    } else {
+        uint64_t s = o.seed;
+        double scale = 1.0 / sqrt((double)o.random_d);
+        size_t i, n;
+        m = (uint32_t)o.random_m;
+        d = (uint32_t)o.random_d;
+        n = (size_t)m * d;
+        v.v = malloc(n * sizeof *v.v);
+        if (v.v == NULL) {
+            fprintf(stderr, "dprec-mkrelease: out of memory for %lu x %lu values\n", (unsigned long)m,
+                    (unsigned long)d);
+            goto out;
+        }
+        v.n = v.cap = n;
+        for (i = 0; i < n; i++) v.v[i] = (float)((uniform01(&s) - 0.5) * 2.0 * scale);
+        if (o.biases == NULL) {
+            /* non-trivial recommendations even without a fitted model: items differ in popularity */
+            b.v = malloc((size_t)m * sizeof *b.v);
+            if (b.v == NULL) {
+                fprintf(stderr, "dprec-mkrelease: out of memory\n");
+                goto out;
+            }
+            b.n = b.cap = m;
+            for (i = 0; i < m; i++) b.v[i] = (float)(uniform01(&s) - 0.5);
+            o.have_mean = 1;
+            o.global_mean = (float)(0.5 * ((double)o.rating_min + (double)o.rating_max));
+        }
+    }
+    if (o.biases != NULL && read_biases(o.biases, m, &b) != 0) goto out;
+    info.num_items = m;
+    info.dim = d;
+    info.global_mean = o.have_mean ? o.global_mean : 0.0f;
+
+    total = dprec_release_size(m, d, b.v != NULL ? DPREC_RELEASE_HAS_BIASES : 0u, 0);
+    if (total == 0 || total > SIZE_MAX) {
+        fprintf(stderr, "dprec-mkrelease: a release of m=%lu d=%lu is too large for this host\n",
+                (unsigned long)m, (unsigned long)d);
+        goto out;
+    }
+    buf = malloc((size_t)total);
+    if (buf == NULL) {
+        fprintf(stderr, "dprec-mkrelease: out of memory for %llu bytes\n", (unsigned long long)total);
+        goto out;
+    }
+    rc = dprec_release_write(buf, (size_t)total, &info, v.v, b.v, &written);
+    if (rc != DPREC_OK) {
+        fprintf(stderr, "dprec-mkrelease: cannot build the release: %s (%s)\n", dprec_strerror(rc),
+                dprec_status_name(rc));
+        goto out;
+    }
+    if (write_file(o.out, buf, written) != 0) goto out;
+    hex(info.digest, sizeof info.digest, digest_hex);
+    printf("wrote %s: m=%lu d=%lu biases=%s bytes=%lu sha256=%s\n", o.out, (unsigned long)m, (unsigned long)d,
+           b.v != NULL ? "yes" : "no", (unsigned long)written, digest_hex);
+    status = 0;
+out:
+    free(buf);
+    free(v.v);
+    free(b.v);
+    return status;
+}

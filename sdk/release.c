@@ -1,0 +1,484 @@
+/* dprec — release format v1: header parsing, whole-buffer check, row access, streaming reader, writer.
+ *
+ * docs/release-format.md is the format description. Two rules shape this file:
+ *  - The whole-buffer check and the streaming reader report the same status for the same bytes, whatever
+ *    the chunking: problems are reported in stream order (header, then each complete row's values, then
+ *    trailing bytes, then truncation, then the digest), which is the only order a stream can see them in.
+ *    So both check values *before* the digest; a flipped body byte that makes a NaN is a VALUE error.
+ *  - Nothing here allocates or recurses: the reader keeps its partial header, row and digest in the fixed
+ *    buffers of dprec_release_reader, and the SHA-256 context in its `sha` union. */
+#include "dprec/release.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "mbedtls_compat.h"
+
+/* The reader stores an mbedtls_sha256_context in storage declared in the public header, so that header
+ * needs no mbedTLS include. These fail the build if an mbedTLS version (or an _ALT implementation) grows
+ * the context beyond the reserved space or needs stricter alignment than the union gives. */
+_Static_assert(sizeof(mbedtls_sha256_context) <= sizeof(((dprec_release_reader *)0)->sha),
+               "dprec_release_reader.sha is too small for mbedtls_sha256_context");
+_Static_assert(_Alignof(mbedtls_sha256_context) <= _Alignof(uint64_t),
+               "dprec_release_reader.sha is not aligned enough for mbedtls_sha256_context");
+
+/* header field offsets (docs/release-format.md) */
+enum {
+    OFF_MAGIC = 0,
+    OFF_FORMAT_VERSION = 4,
+    OFF_FLAGS = 6,
+    OFF_RELEASE_VERSION = 8,
+    OFF_JOB_ID = 16,
+    OFF_NUM_ITEMS = 24,
+    OFF_DIM = 28,
+    OFF_RATING_MIN = 32,
+    OFF_RATING_MAX = 36,
+    OFF_GLOBAL_MEAN = 40,
+    OFF_SIG_ALG = 44,
+    OFF_SIG_LEN = 46,
+    OFF_RESERVED = 48
+};
+
+#define KNOWN_FLAGS DPREC_RELEASE_HAS_BIASES
+
+/* Reader states. The SHA-256 context is live (initialised, not yet freed) exactly in the states below
+ * ST_SIGNATURE; every transition out of them frees it once, so no path frees it twice. */
+enum {
+    ST_HEADER = 0,  /* collecting the 64-byte header in buf */
+    ST_BODY = 1,    /* collecting row next_row in buf */
+    ST_DIGEST = 2,  /* collecting the 32-byte digest in buf */
+    ST_SIGNATURE,   /* skipping sig_len signature bytes; buf[0..32) = received, buf[32..64) = computed */
+    ST_DONE,        /* every announced byte has arrived; buf as in ST_SIGNATURE */
+    ST_FAILED       /* r->error holds the sticky error */
+};
+
+/* Bit test instead of isfinite(): works on the raw little-endian word, needs no <math.h> and cannot be
+ * changed by -ffast-math. */
+static int finite_bits(uint32_t u) {
+    return (u & 0x7f800000u) != 0x7f800000u;
+}
+
+static int finite_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return finite_bits(u);
+}
+
+/* Bytes per body row: the optional bias, then d values. Callers pass a validated d. */
+static uint32_t row_bytes(uint32_t dim, uint16_t flags) {
+    return 4u * (dim + ((flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u));
+}
+
+uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len) {
+    if (num_items < 1u || num_items > DPREC_MAX_ITEMS || dim < 1u || dim > DPREC_MAX_DIM ||
+        (flags & ~KNOWN_FLAGS) != 0u || sig_len > DPREC_RELEASE_MAX_SIG) {
+        return 0;
+    }
+    /* at most 64 + 2^24 * 257 * 4 + 32 + 128 < 2^35: no overflow in 64 bits */
+    return (uint64_t)DPREC_RELEASE_HEADER_SIZE + (uint64_t)num_items * row_bytes(dim, flags) +
+           DPREC_RELEASE_DIGEST_SIZE + sig_len;
+}
+
+/* Decodes into a local copy and only then publishes, so a failed parse never leaves a half-valid *info. */
+int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *info) {
+    const unsigned char *p = buf;
+    dprec_release_info h;
+    uint32_t rmin_bits, rmax_bits, mean_bits;
+    size_t i;
+
+    if (buf == NULL || info == NULL) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (len < DPREC_RELEASE_HEADER_SIZE) {
+        return DPREC_ERR_RELEASE_TRUNCATED;
+    }
+    if (memcmp(p + OFF_MAGIC, DPREC_RELEASE_MAGIC, 4) != 0) {
+        return DPREC_ERR_RELEASE_MAGIC;
+    }
+    memset(&h, 0, sizeof h);
+    h.format_version = dprec_ld16(p + OFF_FORMAT_VERSION);
+    if (h.format_version != DPREC_RELEASE_FORMAT_VERSION) {
+        return DPREC_ERR_RELEASE_VERSION;
+    }
+    h.flags = dprec_ld16(p + OFF_FLAGS);
+    h.release_version = dprec_ld64(p + OFF_RELEASE_VERSION);
+    h.job_id = dprec_ld64(p + OFF_JOB_ID);
+    h.num_items = dprec_ld32(p + OFF_NUM_ITEMS);
+    h.dim = dprec_ld32(p + OFF_DIM);
+    rmin_bits = dprec_ld32(p + OFF_RATING_MIN);
+    rmax_bits = dprec_ld32(p + OFF_RATING_MAX);
+    mean_bits = dprec_ld32(p + OFF_GLOBAL_MEAN);
+    h.rating_min = dprec_ldf32(p + OFF_RATING_MIN);
+    h.rating_max = dprec_ldf32(p + OFF_RATING_MAX);
+    h.global_mean = dprec_ldf32(p + OFF_GLOBAL_MEAN);
+    h.sig_alg = dprec_ld16(p + OFF_SIG_ALG);
+    h.sig_len = dprec_ld16(p + OFF_SIG_LEN);
+
+    if ((h.flags & ~KNOWN_FLAGS) != 0u) {
+        return DPREC_ERR_RELEASE_HEADER; /* a flag we do not understand may change the body's layout */
+    }
+    if (h.num_items < 1u || h.num_items > DPREC_MAX_ITEMS || h.dim < 1u || h.dim > DPREC_MAX_DIM) {
+        return DPREC_ERR_RELEASE_HEADER;
+    }
+    if (!finite_bits(rmin_bits) || !finite_bits(rmax_bits) || !finite_bits(mean_bits) ||
+        !(h.rating_min < h.rating_max)) {
+        return DPREC_ERR_RELEASE_HEADER;
+    }
+    /* Without biases the prediction is u.v_j alone; a stray mean would silently shift every score.
+     * (-0.0 compares equal to 0 and is accepted.) */
+    if (!(h.flags & DPREC_RELEASE_HAS_BIASES) && h.global_mean != 0.0f) {
+        return DPREC_ERR_RELEASE_HEADER;
+    }
+    if (h.sig_alg != DPREC_SIG_NONE && h.sig_alg != DPREC_SIG_ECDSA_P256_SHA256) {
+        return DPREC_ERR_RELEASE_HEADER;
+    }
+    if ((h.sig_alg == DPREC_SIG_NONE) != (h.sig_len == 0u) || h.sig_len > DPREC_RELEASE_MAX_SIG) {
+        return DPREC_ERR_RELEASE_HEADER;
+    }
+    /* Reserved bytes must be zero so that a later version can give them meaning without old readers
+     * misreading a new release as valid. */
+    for (i = OFF_RESERVED; i < DPREC_RELEASE_HEADER_SIZE; i++) {
+        if (p[i] != 0u) {
+            return DPREC_ERR_RELEASE_HEADER;
+        }
+    }
+    h.total_size = dprec_release_size(h.num_items, h.dim, h.flags, h.sig_len);
+    *info = h;
+    return DPREC_OK;
+}
+
+/* Errors come in stream order so that this function and the reader agree on every input (see the top of
+ * this file): values of the complete rows present, then size, then digest. */
+int dprec_release_check(const void *buf, size_t len, dprec_release_info *info) {
+    const unsigned char *p = buf;
+    dprec_release_info h;
+    uint64_t rows_present, nvals, i, body_end;
+    unsigned char digest[DPREC_RELEASE_DIGEST_SIZE];
+    uint32_t rb;
+    int rc;
+
+    if (buf == NULL || info == NULL) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    rc = dprec_release_parse_header(buf, len, &h);
+    if (rc != DPREC_OK) {
+        return rc;
+    }
+    rb = row_bytes(h.dim, h.flags);
+    rows_present = (uint64_t)(len - DPREC_RELEASE_HEADER_SIZE) / rb;
+    if (rows_present > h.num_items) {
+        rows_present = h.num_items;
+    }
+    nvals = rows_present * (rb / 4u);
+    for (i = 0; i < nvals; i++) {
+        if (!finite_bits(dprec_ld32(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * 4u))) {
+            return DPREC_ERR_RELEASE_VALUE;
+        }
+    }
+    if ((uint64_t)len > h.total_size) {
+        return DPREC_ERR_RELEASE_TRAILING;
+    }
+    if ((uint64_t)len < h.total_size) {
+        return DPREC_ERR_RELEASE_TRUNCATED;
+    }
+    /* len == total_size, so every size below fits in size_t */
+    body_end = h.total_size - DPREC_RELEASE_DIGEST_SIZE - h.sig_len;
+    rc = dprec_sha256(p, (size_t)body_end, digest);
+    if (rc != 0) {
+        return DPREC_ERR_CRYPTO;
+    }
+    if (memcmp(digest, p + (size_t)body_end, DPREC_RELEASE_DIGEST_SIZE) != 0) {
+        return DPREC_ERR_RELEASE_DIGEST;
+    }
+    memcpy(h.digest, digest, sizeof h.digest);
+    *info = h;
+    return DPREC_OK;
+}
+
+/* Trusts that buf passed dprec_release_check with this info; re-checks only what guards memory bounds
+ * arithmetic (d in range, j < m). */
+int dprec_release_row(const void *buf, const dprec_release_info *info, uint32_t j, float *row,
+                      float *bias) {
+    const unsigned char *p;
+    uint32_t k, rb;
+    int has_bias;
+
+    if (buf == NULL || info == NULL || row == NULL || info->dim < 1u || info->dim > DPREC_MAX_DIM ||
+        j >= info->num_items) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
+    rb = row_bytes(info->dim, info->flags);
+    p = (const unsigned char *)buf + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
+    if (bias != NULL) {
+        *bias = has_bias ? dprec_ldf32(p) : 0.0f;
+    }
+    if (has_bias) {
+        p += 4;
+    }
+    for (k = 0; k < info->dim; k++) {
+        row[k] = dprec_ldf32(p + 4u * k);
+    }
+    return DPREC_OK;
+}
+
+/* ---- streaming reader --------------------------------------------------------------------------------- */
+
+/* The context lives in the reader's `sha` union (see the _Static_asserts above). The union is only ever
+ * accessed as this type, by mbedTLS, so the bytes[] member is never read as bytes. */
+static mbedtls_sha256_context *reader_sha(dprec_release_reader *r) {
+    return (mbedtls_sha256_context *)(void *)&r->sha;
+}
+
+/* Records the first error, releases the SHA-256 context if it is still live, and returns the error. */
+static int reader_fail(dprec_release_reader *r, int err) {
+    if (r->state < ST_SIGNATURE) {
+        mbedtls_sha256_free(reader_sha(r));
+    }
+    r->state = ST_FAILED;
+    r->error = err;
+    return err;
+}
+
+/* Re-initialising a reader in the middle of a stream (or abandoning one) is allowed: an mbedTLS SHA-256
+ * context owns no heap memory, so dropping a live one leaks nothing. */
+void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user) {
+    if (r == NULL) {
+        return;
+    }
+    memset(r, 0, sizeof *r);
+    r->on_row = on_row;
+    r->user = user;
+    r->state = ST_HEADER;
+    mbedtls_sha256_init(reader_sha(r)); /* started once the header is known good */
+}
+
+/* Validates the collected header and starts hashing it. */
+static int reader_header_done(dprec_release_reader *r) {
+    int rc = dprec_release_parse_header(r->buf, DPREC_RELEASE_HEADER_SIZE, &r->info);
+    if (rc != DPREC_OK) {
+        return rc;
+    }
+    if (dprec_sha256_starts(reader_sha(r)) != 0 ||
+        dprec_sha256_update(reader_sha(r), r->buf, DPREC_RELEASE_HEADER_SIZE) != 0) {
+        return DPREC_ERR_CRYPTO;
+    }
+    r->state = ST_BODY;
+    return DPREC_OK;
+}
+
+/* Hashes, decodes and delivers one complete row held at p (either r->buf or, when a whole row sits in the
+ * caller's chunk, the chunk itself: that saves a copy for large chunks). */
+static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
+    uint32_t rb = row_bytes(r->info.dim, r->info.flags);
+    uint32_t nvals = rb / 4u, k;
+    int has_bias = (r->info.flags & DPREC_RELEASE_HAS_BIASES) != 0;
+    float bias = 0.0f;
+
+    for (k = 0; k < nvals; k++) {
+        if (!finite_bits(dprec_ld32(p + 4u * k))) {
+            return DPREC_ERR_RELEASE_VALUE;
+        }
+    }
+    if (dprec_sha256_update(reader_sha(r), p, rb) != 0) {
+        return DPREC_ERR_CRYPTO;
+    }
+    if (has_bias) {
+        bias = dprec_ldf32(p);
+        p += 4;
+    }
+    for (k = 0; k < r->info.dim; k++) {
+        r->row[k] = dprec_ldf32(p + 4u * k);
+    }
+    if (r->on_row != NULL) {
+        int rc = r->on_row(r->user, r->next_row, bias, r->row, r->info.dim);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    r->next_row++;
+    if (r->next_row == r->info.num_items) {
+        r->state = ST_DIGEST;
+    }
+    return DPREC_OK;
+}
+
+/* Finishes the hash once the stored digest has arrived, so the context is freed as early as possible;
+ * the comparison waits for finish(), which alone may declare the stream good. */
+static int reader_digest_done(dprec_release_reader *r) {
+    int rc = dprec_sha256_finish(reader_sha(r), r->buf + DPREC_RELEASE_DIGEST_SIZE);
+    mbedtls_sha256_free(reader_sha(r));
+    /* the context is gone: leave the live states before anything can call reader_fail */
+    r->state = r->info.sig_len > 0u ? ST_SIGNATURE : ST_DONE;
+    return rc != 0 ? DPREC_ERR_CRYPTO : DPREC_OK;
+}
+
+/* A loop over the chunk; each pass consumes what the current state still needs and no more, so any
+ * chunking reaches the same states in the same order. */
+int dprec_release_reader_feed(dprec_release_reader *r, const void *chunk, size_t len) {
+    const unsigned char *p = chunk;
+
+    if (r == NULL) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (r->state == ST_FAILED) {
+        return r->error;
+    }
+    if (chunk == NULL && len > 0u) {
+        return reader_fail(r, DPREC_ERR_INVALID_ARGUMENT);
+    }
+    while (len > 0u) {
+        size_t need, take;
+        int rc = DPREC_OK;
+
+        switch (r->state) {
+        case ST_HEADER:
+        case ST_DIGEST: {
+            uint32_t want = r->state == ST_HEADER ? DPREC_RELEASE_HEADER_SIZE : DPREC_RELEASE_DIGEST_SIZE;
+            need = want - r->fill;
+            take = len < need ? len : need;
+            memcpy(r->buf + r->fill, p, take);
+            r->fill += (uint32_t)take;
+            if (r->fill == want) {
+                r->fill = 0;
+                rc = r->state == ST_HEADER ? reader_header_done(r) : reader_digest_done(r);
+            }
+            break;
+        }
+        case ST_BODY: {
+            uint32_t rb = row_bytes(r->info.dim, r->info.flags);
+            if (r->fill == 0u && len >= rb) {
+                take = rb;
+                rc = reader_row_done(r, p);
+            } else {
+                need = rb - r->fill;
+                take = len < need ? len : need;
+                memcpy(r->buf + r->fill, p, take);
+                r->fill += (uint32_t)take;
+                if (r->fill == rb) {
+                    r->fill = 0;
+                    rc = reader_row_done(r, r->buf);
+                }
+            }
+            break;
+        }
+        case ST_SIGNATURE: {
+            uint64_t left = r->info.total_size - r->consumed;
+            take = (uint64_t)len < left ? len : (size_t)left;
+            if ((uint64_t)take == left) {
+                r->state = ST_DONE;
+            }
+            break;
+        }
+        default: /* ST_DONE */
+            return reader_fail(r, DPREC_ERR_RELEASE_TRAILING);
+        }
+        /* Count before failing: the bytes of a bad header or row were consumed. */
+        r->consumed += take;
+        p += take;
+        len -= take;
+        if (rc != DPREC_OK) {
+            return reader_fail(r, rc);
+        }
+    }
+    return DPREC_OK;
+}
+
+/* Repeatable: after success it returns DPREC_OK again, after a failure the same error. */
+int dprec_release_reader_finish(dprec_release_reader *r) {
+    if (r == NULL) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (r->state == ST_FAILED) {
+        return r->error;
+    }
+    if (r->state != ST_DONE) {
+        return reader_fail(r, DPREC_ERR_RELEASE_TRUNCATED);
+    }
+    if (memcmp(r->buf, r->buf + DPREC_RELEASE_DIGEST_SIZE, DPREC_RELEASE_DIGEST_SIZE) != 0) {
+        return reader_fail(r, DPREC_ERR_RELEASE_DIGEST);
+    }
+    memcpy(r->info.digest, r->buf, DPREC_RELEASE_DIGEST_SIZE);
+    return DPREC_OK;
+}
+
+/* ---- writer ------------------------------------------------------------------------------------------- */
+
+/* Builds the header from *info and validates it with the readers' own parser before touching out, so the
+ * writer can never produce a header they refuse. Values are checked as they are written; on error the
+ * contents of out are unspecified. */
+int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const float *v,
+                        const float *item_bias, size_t *written) {
+    unsigned char hdr[DPREC_RELEASE_HEADER_SIZE];
+    unsigned char *o = out;
+    unsigned char *q;
+    dprec_release_info h;
+    uint16_t flags;
+    uint64_t body_end;
+    uint32_t j, k;
+    int rc;
+
+    if (written != NULL) {
+        *written = 0;
+    }
+    if (out == NULL || info == NULL || v == NULL) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if ((info->flags & ~KNOWN_FLAGS) != 0u) {
+        return DPREC_ERR_RELEASE_HEADER;
+    }
+    /* The biases pointer, not the caller's flag, decides the layout: they cannot disagree. */
+    flags = item_bias != NULL ? (uint16_t)DPREC_RELEASE_HAS_BIASES : (uint16_t)0u;
+    memcpy(hdr + OFF_MAGIC, DPREC_RELEASE_MAGIC, 4);
+    dprec_st16(hdr + OFF_FORMAT_VERSION, (uint16_t)DPREC_RELEASE_FORMAT_VERSION);
+    dprec_st16(hdr + OFF_FLAGS, flags);
+    dprec_st64(hdr + OFF_RELEASE_VERSION, info->release_version);
+    dprec_st64(hdr + OFF_JOB_ID, info->job_id);
+    dprec_st32(hdr + OFF_NUM_ITEMS, info->num_items);
+    dprec_st32(hdr + OFF_DIM, info->dim);
+    dprec_stf32(hdr + OFF_RATING_MIN, info->rating_min);
+    dprec_stf32(hdr + OFF_RATING_MAX, info->rating_max);
+    dprec_stf32(hdr + OFF_GLOBAL_MEAN, info->global_mean);
+    dprec_st16(hdr + OFF_SIG_ALG, (uint16_t)DPREC_SIG_NONE);
+    dprec_st16(hdr + OFF_SIG_LEN, 0u);
+    memset(hdr + OFF_RESERVED, 0, DPREC_RELEASE_HEADER_SIZE - OFF_RESERVED);
+    rc = dprec_release_parse_header(hdr, sizeof hdr, &h);
+    if (rc != DPREC_OK) {
+        return rc;
+    }
+    if ((uint64_t)cap < h.total_size) {
+        return DPREC_ERR_BUFFER_TOO_SMALL;
+    }
+    memcpy(o, hdr, sizeof hdr);
+    q = o + DPREC_RELEASE_HEADER_SIZE;
+    for (j = 0; j < h.num_items; j++) {
+        if (item_bias != NULL) {
+            if (!finite_f32(item_bias[j])) {
+                return DPREC_ERR_RELEASE_VALUE;
+            }
+            dprec_stf32(q, item_bias[j]);
+            q += 4;
+        }
+        for (k = 0; k < h.dim; k++) {
+            float x = v[(size_t)j * h.dim + k];
+            if (!finite_f32(x)) {
+                return DPREC_ERR_RELEASE_VALUE;
+            }
+            dprec_stf32(q, x);
+            q += 4;
+        }
+    }
+    /* cap >= total_size, so every size below fits in size_t */
+    body_end = h.total_size - DPREC_RELEASE_DIGEST_SIZE;
+    if (dprec_sha256(o, (size_t)body_end, h.digest) != 0) {
+        return DPREC_ERR_CRYPTO;
+    }
+    memcpy(o + (size_t)body_end, h.digest, DPREC_RELEASE_DIGEST_SIZE);
+    *info = h;
+    if (written != NULL) {
+        *written = (size_t)h.total_size;
+    }
+    return DPREC_OK;
+}
