@@ -182,10 +182,20 @@ static int gcm_tag(dprec_gcm *g, const unsigned char iv[12], const unsigned char
     return DPREC_OK;
 }
 
+/* SP 800-38D caps one message at 2^32 - 2 blocks; only reachable where size_t is wider than 32 bits. */
+static int gcm_len_ok(size_t len) {
+#if SIZE_MAX > 0xFFFFFFFFu
+    return (uint64_t)len <= ((1ull << 32) - 2) * 16u;
+#else
+    (void)len;
+    return 1;
+#endif
+}
+
 int dprec_gcm_encrypt(dprec_gcm *g, const unsigned char iv[12], const unsigned char *aad, size_t aad_len,
                       unsigned char *buf, size_t len, unsigned char tag[16]) {
     if (!g->ready) return DPREC_ERR_STATE;
-    if ((uint64_t)len > ((1ull << 32) - 2) * 16u) return DPREC_ERR_INVALID_ARGUMENT; /* SP 800-38D limit */
+    if (!gcm_len_ok(len)) return DPREC_ERR_INVALID_ARGUMENT;
     int rc = gcm_ctr(g, iv, buf, len);
     if (rc != DPREC_OK) return rc;
     return gcm_tag(g, iv, aad, aad_len, buf, len, tag);
@@ -194,7 +204,7 @@ int dprec_gcm_encrypt(dprec_gcm *g, const unsigned char iv[12], const unsigned c
 int dprec_gcm_decrypt(dprec_gcm *g, const unsigned char iv[12], const unsigned char *aad, size_t aad_len,
                       unsigned char *buf, size_t len, const unsigned char tag[16]) {
     if (!g->ready) return DPREC_ERR_STATE;
-    if ((uint64_t)len > ((1ull << 32) - 2) * 16u) return DPREC_ERR_INVALID_ARGUMENT;
+    if (!gcm_len_ok(len)) return DPREC_ERR_INVALID_ARGUMENT;
     unsigned char expect[16];
     int rc = gcm_tag(g, iv, aad, aad_len, buf, len, expect);
     if (rc != DPREC_OK) return rc;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the README's quick start and compiles and runs its C example, exactly as written there, so that the
+# README stays true. Expects build/ from `bash scripts/test.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x build/dprec-device ] || { echo "quickstart.sh: run 'bash scripts/test.sh' first (build/ is missing)" >&2; exit 1; }
+between() { awk -v a="<!-- $1 -->" -v b="<!-- /$1 -->" '$0==a{on=1;next} $0==b{on=0} on' README.md | sed '/^```/d'; }
+
+rm -rf /tmp/me /tmp/dprec-app /tmp/demo.rel
+echo "== README quick start"
+between quickstart | grep -v '^\s*$' > build/quickstart-commands.sh
+bash -euxo pipefail build/quickstart-commands.sh
+
+echo "== README C example"
+between example-c > build/readme_example.c
+cc -std=c11 -Wall -Wextra -Werror -Iinclude build/readme_example.c -o build/readme_example \
+   -Lbuild -ldprec_port_posix -ldprec -lmbedcrypto -lm
+out=$(build/readme_example /tmp/demo.rel)
+echo "$out"
+[ "$(printf '%s\n' "$out" | grep -c '^item ')" -eq 5 ] || { echo "quickstart.sh: the C example did not print 5 items" >&2; exit 1; }
+echo "quickstart: ok"

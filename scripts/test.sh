@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds dprec and runs every test through ctest.
+#   bash scripts/test.sh             native build (build/) and its tests
+#   bash scripts/test.sh --asan      the same under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   bash scripts/test.sh --cross     cross builds for aarch64 and armhf, tests run under qemu-user
+#   bash scripts/test.sh --all       all of the above (what CI runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+run() { # name, build dir, cmake args...
+  local name=$1 dir=$2; shift 2
+  echo "== $name: configure ($dir)"
+  cmake -S . -B "$dir" "$@" > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
+  echo "== $name: build"
+  cmake --build "$dir" -j"$jobs"
+  echo "== $name: test"
+  (cd "$dir" && ctest --output-on-failure -j"$jobs")
+}
+
+native()  { run native build -DCMAKE_BUILD_TYPE=RelWithDebInfo; }
+asan()    { run asan+ubsan build-asan -DCMAKE_BUILD_TYPE=Debug -DDPREC_SANITIZE=ON; }
+cross()   {
+  run aarch64 build-aarch64 -DCMAKE_TOOLCHAIN_FILE=toolchains/aarch64-linux-gnu.cmake -DDPREC_BUILD_EXAMPLES=OFF
+  run armhf build-armhf -DCMAKE_TOOLCHAIN_FILE=toolchains/arm-linux-gnueabihf.cmake -DDPREC_BUILD_EXAMPLES=OFF
+}
+
+case "${1:-}" in
+  "") native ;;
+  --asan) asan ;;
+  --cross) cross ;;
+  --all) native; asan; cross ;;
+  -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) echo "test.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+esac
