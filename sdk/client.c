@@ -77,6 +77,17 @@ int dprec_client_port_error(dprec_client *c, int status) {
     return status;
 }
 
+void dprec_client_log(const dprec_client *c, dprec_log_level level, const char *a, const char *b) {
+    if (c->port.log == NULL) return;
+    char line[160];
+    size_t n = 0;
+    const char *parts[3] = {"dprec: ", a, b};
+    for (int i = 0; i < 3; i++)
+        for (const char *p = parts[i]; p != NULL && *p != '\0' && n + 1 < sizeof line; p++) line[n++] = *p;
+    line[n] = '\0';
+    c->port.log(c->port.ctx, level, line);
+}
+
 static int client_create(dprec_client **out, const dprec_config *cfg, const dprec_port *port, dprec_heap *heap) {
     size_t sizes[BLK_COUNT];
     client_layout(cfg, sizes);

@@ -58,6 +58,9 @@ struct dprec_client {
 /* Sets c->last_cause from the port (for I/O errors) and passes status through. */
 int dprec_client_port_error(dprec_client *c, int status);
 
+/* Logs "dprec: <a><b>" through the port's optional log sink (no formatting library: sdk/ has no printf). */
+void dprec_client_log(const dprec_client *c, dprec_log_level level, const char *a, const char *b);
+
 /* Binary search in the sorted ratings: index of item, or -(insertion point) - 1. */
 int64_t dprec_store_find(const dprec_client *c, uint32_t item);
 

@@ -256,6 +256,9 @@ int dprec_store_load(dprec_client *c) {
         /* Generation g must sit in slot g % 2: the next save goes to the other slot, and must never
          * overwrite the only good generation (a file copied into the wrong slot would make it). */
         if (status[s] == DPREC_OK && (gen[s] & 1u) != (uint64_t)s) status[s] = DPREC_ERR_STORE_CORRUPT;
+        if (status[s] != DPREC_OK && status[s] != DPREC_ERR_NOT_FOUND)
+            dprec_client_log(c, DPREC_LOG_WARN, s ? "store slot 1 refused: " : "store slot 0 refused: ",
+                             dprec_status_name(status[s]));
     }
     int best = -1;
     for (int s = 0; s < 2; s++)

@@ -283,6 +283,22 @@ static void test_store_next_save_after_recovery_keeps_both_generations_good(void
     expect_ratings(f, items, values, 2);
 }
 
+static char logged[256];
+static void capture_log(void *ctx, dprec_log_level level, const char *line) {
+    (void)ctx;
+    if (level == DPREC_LOG_WARN) snprintf(logged, sizeof logged, "%s", line);
+}
+
+static void test_store_logs_a_refused_generation_through_the_port(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 1, 1.0f, 1), DPREC_OK);
+    fake_port_file(&f->fake, "dprec-ratings.1")->data[50] ^= 1;
+    f->port.log = capture_log;
+    logged[0] = '\0';
+    assert_int_equal(reopen(f), DPREC_ERR_STORE_CORRUPT);
+    assert_string_equal(logged, "dprec: store slot 1 refused: DPREC_ERR_STORE_CORRUPT");
+}
+
 static void test_store_is_empty_with_error_when_every_generation_is_damaged(void **state) {
     fixture *f = *state;
     assert_int_equal(dprec_store_put(f->c, 1, 1.0f, 1), DPREC_OK);
@@ -410,6 +426,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_detects_truncation_at_every_length, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_next_save_after_recovery_keeps_both_generations_good, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_store_logs_a_refused_generation_through_the_port, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_is_empty_with_error_when_every_generation_is_damaged, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_store_refuses_a_generation_copied_into_the_wrong_slot, setup, teardown),
