@@ -102,6 +102,9 @@ static dprec_client *open_client(mem_port *p, const char *dir, uint32_t m, uint3
         fprintf(stderr, "bench: cannot use %s\n", dir);
         exit(1);
     }
+    /* A fresh store for each case: earlier runs may have left one for another configuration. */
+    (void)p->port.remove(p->port.ctx, "dprec-ratings.0");
+    (void)p->port.remove(p->port.ctx, "dprec-ratings.1");
     dprec_config cfg;
     dprec_config_default(&cfg);
     cfg.num_items = m;
@@ -115,7 +118,11 @@ static dprec_client *open_client(mem_port *p, const char *dir, uint32_t m, uint3
         fprintf(stderr, "bench: init failed\n");
         exit(1);
     }
-    (void)dprec_store_remove(c, 0);
+    int rc = dprec_store_load(c);
+    if (rc != DPREC_OK) {
+        fprintf(stderr, "bench: cannot load the scratch store in %s: %s\n", dir, dprec_strerror(rc));
+        exit(1);
+    }
     return c;
 }
 

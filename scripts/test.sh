@@ -11,7 +11,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 run() { # name, build dir, cmake args...
   local name=$1 dir=$2; shift 2
   echo "== $name: configure ($dir)"
-  cmake -S . -B "$dir" "$@" > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" "$@" > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
   echo "== $name: build"
   cmake --build "$dir" -j"$jobs"
   echo "== $name: test"

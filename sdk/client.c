@@ -13,6 +13,13 @@ void dprec_config_default(dprec_config *cfg) {
     cfg->rating_min = 1.0f;
     cfg->rating_max = 5.0f;
     cfg->lambda = 0.1f;
+    cfg->ledger_jobs = 8;
+    cfg->pending_slots = 1;
+    cfg->max_report_bytes = 4096;
+}
+
+static int is_cap(double x) {
+    return x == x && x >= 0.0; /* +inf allowed: "no cap" must be said explicitly */
 }
 
 static int is_finite(float x) {
@@ -39,29 +46,39 @@ static int config_check(const dprec_config *cfg) {
         }
     }
     if (cfg->test_seed != NULL && (cfg->test_seed_len == 0 || cfg->test_seed_len > 64)) return DPREC_ERR_CONFIG;
+    if (!is_cap(cfg->cap_user_epsilon) || !is_cap(cfg->cap_rating_epsilon) || !is_cap(cfg->cap_user_delta) ||
+        !is_cap(cfg->cap_rating_delta) || cfg->cap_user_delta >= 1.0 || cfg->cap_rating_delta >= 1.0)
+        return DPREC_ERR_CONFIG;
+    if (cfg->ledger_jobs == 0 || cfg->ledger_jobs > DPREC_MAX_LEDGER_JOBS) return DPREC_ERR_CONFIG;
+    if (cfg->pending_slots == 0 || cfg->pending_slots > DPREC_MAX_PENDING_SLOTS) return DPREC_ERR_CONFIG;
+    if (cfg->max_report_bytes < 16 || cfg->max_report_bytes > DPREC_MAX_REPORT_BYTES) return DPREC_ERR_CONFIG;
+    if (cfg->allow_non_private != 0 && cfg->allow_non_private != 1) return DPREC_ERR_CONFIG;
     return DPREC_OK;
 }
 
 /* The blocks a client takes, in allocation order. required_size and init both walk this list, so the
  * size the app is told and the memory init takes cannot drift apart. */
-enum { BLK_CLIENT, BLK_RATINGS, BLK_IMAGE, BLK_A, BLK_B, BLK_U, BLK_TOPK, BLK_COUNT };
+enum { BLK_CLIENT, BLK_RATINGS, BLK_IMAGE, BLK_A, BLK_B, BLK_U, BLK_TOPK, BLK_LEDGER, BLK_PENDING, BLK_COUNT };
 
 static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     size_t d = cfg->dim;
     sizes[BLK_CLIENT] = sizeof(struct dprec_client);
     sizes[BLK_RATINGS] = (size_t)cfg->rating_capacity * sizeof(dprec_rating);
-    sizes[BLK_IMAGE] = dprec_store_image_size(cfg->rating_capacity);
+    sizes[BLK_IMAGE] = dprec_store_image_size(cfg);
     sizes[BLK_A] = d * d * sizeof(double);
     sizes[BLK_B] = d * sizeof(double);
     sizes[BLK_U] = d * sizeof(float);
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
+    sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
+    sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
 }
 
 _Static_assert(sizeof(struct dprec_client) <= DPREC_CLIENT_FIXED_BYTES,
                "the documented fixed part must hold the client struct");
 _Static_assert(sizeof(dprec_rating) == 16, "the memory bound counts 16 bytes a rating");
 _Static_assert(sizeof(dprec_recommendation) == 8, "the memory bound counts 8 bytes a top-K slot");
-_Static_assert(BLK_COUNT <= 8, "the memory bound's slack covers 8 blocks");
+_Static_assert(BLK_COUNT <= 10, "the memory bound's slack covers 10 blocks");
+_Static_assert(sizeof(ledger_line) == 48, "the memory bound counts 48 bytes a ledger line");
 
 size_t dprec_client_required_size(const dprec_config *cfg) {
     if (config_check(cfg) != DPREC_OK) return 0;
@@ -114,6 +131,10 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->b = (double *)blocks[BLK_B];
     c->u = (float *)blocks[BLK_U];
     c->topk_slots = (dprec_recommendation *)blocks[BLK_TOPK];
+    c->ledger = (ledger_line *)blocks[BLK_LEDGER];
+    c->pending = (unsigned char *)blocks[BLK_PENDING];
+    c->pending_stride = dprec_pending_stride(cfg);
+    c->pending_skip = UINT32_MAX;
 
     int rc = dprec_rng_init(&c->rng, &c->port, cfg->test_seed, cfg->test_seed_len, "dprec client v1");
     if (rc == DPREC_OK && cfg->encrypt_at_rest) {
@@ -183,6 +204,8 @@ void dprec_client_free(dprec_client *c) {
     dprec_wipe(c->b, sizes[BLK_B]);
     dprec_wipe(c->u, sizes[BLK_U]);
     dprec_wipe(c->topk_slots, sizes[BLK_TOPK]);
+    dprec_wipe(c->ledger, sizes[BLK_LEDGER]);
+    dprec_wipe(c->pending, sizes[BLK_PENDING]);
     dprec_wipe(c, sizeof *c);
     dprec_heap_release(&heap);
 }

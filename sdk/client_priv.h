@@ -20,6 +20,24 @@
 #define DPREC_STORE_RECORD_SIZE 16u
 #define DPREC_STORE_TRAILER_MAX 32u
 
+#define DPREC_MAX_LEDGER_JOBS 4096u
+#define DPREC_MAX_PENDING_SLOTS 64u
+#define DPREC_MAX_REPORT_BYTES (16u << 20)
+#define DPREC_PENDING_HEADER 40u /* id 16, job 8, round 8, len 4, reserved 4 */
+
+/* One ledger line, in memory (48 bytes; the file stores the same fields). */
+typedef struct ledger_line {
+    uint64_t job_id;
+    uint64_t last_round;
+    double epsilon;
+    double delta;
+    uint32_t reports;
+    uint8_t unit;
+    uint8_t model;
+    uint16_t reserved;
+    uint32_t reserved2;
+} ledger_line;
+
 typedef enum stream_mode { STREAM_NONE = 0, STREAM_FIT = 1, STREAM_TOPK = 2 } stream_mode;
 
 struct dprec_client {
@@ -36,8 +54,19 @@ struct dprec_client {
     dprec_rating *ratings; /* sorted by item, count of them valid */
     uint32_t count;
     uint64_t generation;   /* of the state held in memory (0: never saved) */
+    int loaded;            /* a load established what storage holds: writes allowed */
     unsigned char *image;  /* file image buffer, image_cap bytes */
     size_t image_cap;
+
+    /* privacy ledger and pending reports (ledger.c) */
+    ledger_line *ledger;        /* cfg.ledger_jobs lines, ledger_count used */
+    uint32_t ledger_count;
+    unsigned char *pending;     /* cfg.pending_slots slots of pending_stride bytes, pending_count used, oldest first */
+    size_t pending_stride;
+    uint32_t pending_count;
+    uint32_t pending_skip;      /* a slot left out of the next save (being acknowledged), or UINT32_MAX */
+    int ledger_lost;            /* every generation was damaged: spending unknown, reports blocked */
+    int mirror_needed;          /* a charge is in the newest generation only: pending bytes withheld */
 
     /* local step */
     double *a; /* d*d normal equations */
@@ -64,7 +93,22 @@ void dprec_client_log(const dprec_client *c, dprec_log_level level, const char *
 /* Binary search in the sorted ratings: index of item, or -(insertion point) - 1. */
 int64_t dprec_store_find(const dprec_client *c, uint32_t item);
 
-/* Size of the store's file image for a capacity. */
-size_t dprec_store_image_size(uint32_t capacity);
+/* Size of the store's file image for a configuration. */
+size_t dprec_store_image_size(const dprec_config *cfg);
+
+/* Writes the in-memory state as the next generation (store.c). */
+int dprec_store_save(dprec_client *c);
+
+/* Ledger and pending-report sections of the store file (ledger.c). encode writes the section (header
+ * included) at p and returns the end; decode validates a section's data and, if commit, loads it. */
+#define DPREC_SECTION_LEDGER 2u
+#define DPREC_SECTION_PENDING 3u
+size_t dprec_ledger_section_max(const dprec_config *cfg);
+size_t dprec_pending_section_max(const dprec_config *cfg);
+size_t dprec_pending_stride(const dprec_config *cfg);
+unsigned char *dprec_ledger_encode(const dprec_client *c, unsigned char *p);
+unsigned char *dprec_pending_encode(const dprec_client *c, unsigned char *p);
+int dprec_ledger_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+int dprec_pending_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
 
 #endif /* DPREC_CLIENT_PRIV_H */

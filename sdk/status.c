@@ -46,6 +46,13 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_RELEASE_MISMATCH, "release does not match the client (m, d, scale or fitted release)"),
     E(DPREC_ERR_SINGULAR, "least-squares system is singular (increase lambda)"),
     E(DPREC_ERR_NO_RATINGS, "no ratings"),
+    E(DPREC_ERR_BUDGET_EXCEEDED, "the report would exceed the user's privacy cap"),
+    E(DPREC_ERR_ALREADY_REPORTED, "already reported for this job and round"),
+    E(DPREC_ERR_NON_PRIVATE, "non-private report refused (allow_non_private is off)"),
+    E(DPREC_ERR_PENDING_FULL, "every pending-report slot is in use"),
+    E(DPREC_ERR_LEDGER_FULL, "the privacy ledger has no room for another job"),
+    E(DPREC_ERR_LEDGER_LOST, "the privacy ledger was lost with a damaged store; reports are blocked"),
+    E(DPREC_ERR_REPORT_TOO_LARGE, "the report is larger than max_report_bytes"),
 };
 #undef E
 

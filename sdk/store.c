@@ -9,13 +9,19 @@
  * File v1, little-endian:
  *   0  magic "DPRS"          4  format version u16 (1)   6  flags u16 (bit 0: encrypted)
  *   8  generation u64        16 catalogue size m u32     20 payload length u32
- *   24 nonce (12 bytes, zero unless encrypted)           36 reserved (12 bytes, zero)
+ *   24 nonce (12 bytes, zero unless encrypted)
+ *   36 key check value (8 bytes: the first 8 bytes of AES_K("dprec store kcv\0"), zero unless encrypted),
+ *      so that a wrong key (DPREC_ERR_STORE_KEY) is told apart from a damaged file (DPREC_ERR_STORE_CORRUPT)
+ *   44 reserved (4 bytes, zero)
  *   48 payload: sections, each [type u16][flags u16][length u32][data]; flags bit 0 = critical (a reader
  *      that does not know the type must refuse the file). Type 1, ratings (critical):
  *      [count u32][reserved u32] then count records [item u32][value f32][timestamp i64], sorted by item.
+ *      Type 2, the privacy ledger, and type 3, pending reports (both critical; ledger.c).
  *   trailer: SHA-256 of header || payload (plain), or the AES-256-GCM tag (encrypted; header is the AAD,
  *      the payload the ciphertext).
- * Later sections (the privacy ledger, pending reports) are added as new types without a format bump. */
+ *
+ * Writes are refused (DPREC_ERR_STATE) until a load has established what is on storage: a save numbers its
+ * generation one above the newest good one, and saving blind could overwrite a newer good generation. */
 #include <string.h>
 
 #include "bytes.h"
@@ -27,9 +33,19 @@
 #define SECTION_RATINGS 1u
 #define SECTION_CRITICAL 0x0001u
 
-size_t dprec_store_image_size(uint32_t capacity) {
+size_t dprec_store_image_size(const dprec_config *cfg) {
     return DPREC_STORE_HEADER_SIZE + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
-           (size_t)capacity * DPREC_STORE_RECORD_SIZE + DPREC_STORE_TRAILER_MAX;
+           (size_t)cfg->rating_capacity * DPREC_STORE_RECORD_SIZE + dprec_ledger_section_max(cfg) +
+           dprec_pending_section_max(cfg) + DPREC_STORE_TRAILER_MAX;
+}
+
+static const unsigned char KCV_BLOCK[16] = "dprec store kcv";
+
+static int key_check_value(dprec_client *c, unsigned char out[8]) {
+    unsigned char block[16];
+    if (mbedtls_aes_crypt_ecb(&c->gcm.aes, MBEDTLS_AES_ENCRYPT, KCV_BLOCK, block) != 0) return DPREC_ERR_CRYPTO;
+    memcpy(out, block, 8);
+    return DPREC_OK;
 }
 
 int64_t dprec_store_find(const dprec_client *c, uint32_t item) {
@@ -51,29 +67,29 @@ static void slot_name(const dprec_client *c, char *out, const char *suffix) {
 
 /* ---- encoding ------------------------------------------------------------------------------------------ */
 
-/* Serializes the ratings into c->image and returns the file length (0 on a crypto failure, with *status). */
+/* Serializes the client's state into c->image and returns the file length (0 on a crypto failure, with
+ * *status). */
 static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
     unsigned char *p = c->image;
     int encrypted = c->cfg.encrypt_at_rest != 0;
-    size_t payload = DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
-                     (size_t)c->count * DPREC_STORE_RECORD_SIZE;
     memset(p, 0, DPREC_STORE_HEADER_SIZE);
     memcpy(p, STORE_MAGIC, 4);
     dprec_st16(p + 4, STORE_VERSION);
     dprec_st16(p + 6, encrypted ? STORE_FLAG_ENCRYPTED : 0u);
     dprec_st64(p + 8, generation);
     dprec_st32(p + 16, c->cfg.num_items);
-    dprec_st32(p + 20, (uint32_t)payload);
     if (encrypted) {
         /* A fresh random 96-bit nonce per write; 2^32 writes under one key keep the collision
          * probability below 2^-32 (SP 800-38D, 8.3). */
         *status = dprec_rng_bytes(&c->rng, p + 24, DPREC_GCM_IV_SIZE);
+        if (*status == DPREC_OK) *status = key_check_value(c, p + 36);
         if (*status != DPREC_OK) return 0;
     }
     unsigned char *s = p + DPREC_STORE_HEADER_SIZE;
+    size_t ratings_len = DPREC_STORE_RATINGS_PREFIX + (size_t)c->count * DPREC_STORE_RECORD_SIZE;
     dprec_st16(s, SECTION_RATINGS);
     dprec_st16(s + 2, SECTION_CRITICAL);
-    dprec_st32(s + 4, (uint32_t)(payload - DPREC_STORE_SECTION_HEADER));
+    dprec_st32(s + 4, (uint32_t)ratings_len);
     dprec_st32(s + 8, c->count);
     dprec_st32(s + 12, 0);
     unsigned char *r = s + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX;
@@ -82,7 +98,10 @@ static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
         dprec_stf32(r + 4, c->ratings[i].value);
         dprec_st64(r + 8, (uint64_t)c->ratings[i].timestamp);
     }
-    unsigned char *trailer = s + payload;
+    unsigned char *end = dprec_pending_encode(c, dprec_ledger_encode(c, r));
+    size_t payload = (size_t)(end - s);
+    dprec_st32(p + 20, (uint32_t)payload);
+    unsigned char *trailer = end;
     if (encrypted) {
         *status = dprec_gcm_encrypt(&c->gcm, p + 24, p, DPREC_STORE_HEADER_SIZE, s, payload, trailer);
         if (*status != DPREC_OK) return 0;
@@ -92,9 +111,61 @@ static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
     return *status == DPREC_OK ? DPREC_STORE_HEADER_SIZE + payload + 32u : 0;
 }
 
-/* Validates the file image in c->image[0..len) and, when out is non-NULL, decodes its ratings into out
- * (capacity records) and *count. Decrypts in place. *generation gets the file's generation. */
-static int store_decode(dprec_client *c, size_t len, dprec_rating *out, uint32_t *count, uint64_t *generation) {
+/* The ratings section's data: validated, and loaded into the client when commit is set. */
+static int ratings_decode(dprec_client *c, const unsigned char *d, uint32_t slen, int commit) {
+    if (slen < DPREC_STORE_RATINGS_PREFIX) return DPREC_ERR_STORE_CORRUPT;
+    uint32_t n = dprec_ld32(d);
+    if (dprec_ld32(d + 4) != 0) return DPREC_ERR_STORE_CORRUPT;
+    if (n > c->cfg.rating_capacity) return DPREC_ERR_STORE_MISMATCH;
+    if ((size_t)slen != DPREC_STORE_RATINGS_PREFIX + (size_t)n * DPREC_STORE_RECORD_SIZE) return DPREC_ERR_STORE_CORRUPT;
+    const unsigned char *r = d + DPREC_STORE_RATINGS_PREFIX;
+    for (uint32_t i = 0; i < n; i++, r += DPREC_STORE_RECORD_SIZE) {
+        uint32_t item = dprec_ld32(r);
+        float value = dprec_ldf32(r + 4);
+        int64_t ts = (int64_t)dprec_ld64(r + 8);
+        /* The checksum proves we wrote it; these checks catch a writer bug or a changed scale. */
+        if (item >= c->cfg.num_items || (i > 0 && item <= dprec_ld32(r - DPREC_STORE_RECORD_SIZE)))
+            return DPREC_ERR_STORE_CORRUPT;
+        if (!(value >= c->cfg.rating_min && value <= c->cfg.rating_max) || ts < 0) return DPREC_ERR_STORE_MISMATCH;
+        if (commit) {
+            c->ratings[i].item = item;
+            c->ratings[i].value = value;
+            c->ratings[i].timestamp = ts;
+        }
+    }
+    if (commit) c->count = n;
+    return DPREC_OK;
+}
+
+/* Walks the sections of a verified payload; with commit = 0 only validates. */
+static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t payload, int commit) {
+    int seen[4] = {0, 0, 0, 0};
+    size_t off = 0;
+    while (off < payload) {
+        if (payload - off < DPREC_STORE_SECTION_HEADER) return DPREC_ERR_STORE_CORRUPT;
+        uint16_t type = dprec_ld16(s + off), sflags = dprec_ld16(s + off + 2);
+        uint32_t slen = dprec_ld32(s + off + 4);
+        off += DPREC_STORE_SECTION_HEADER;
+        if (slen > payload - off) return DPREC_ERR_STORE_CORRUPT;
+        const unsigned char *d = s + off;
+        int rc = DPREC_OK;
+        if (type >= 1 && type <= 3) {
+            if (seen[type]) return DPREC_ERR_STORE_CORRUPT;
+            seen[type] = 1;
+        }
+        if (type == SECTION_RATINGS) rc = ratings_decode(c, d, slen, commit);
+        else if (type == DPREC_SECTION_LEDGER) rc = dprec_ledger_decode(c, d, slen, commit);
+        else if (type == DPREC_SECTION_PENDING) rc = dprec_pending_decode(c, d, slen, commit);
+        else if (sflags & SECTION_CRITICAL) rc = DPREC_ERR_STORE_VERSION; /* a newer SDK's data we must not drop */
+        if (rc != DPREC_OK) return rc;
+        off += slen;
+    }
+    return seen[SECTION_RATINGS] ? DPREC_OK : DPREC_ERR_STORE_CORRUPT;
+}
+
+/* Verifies the file image in c->image[0..len) (decrypting it in place) and validates every section; with
+ * commit set, then loads it into the client (that step cannot fail). *generation gets its generation. */
+static int store_decode(dprec_client *c, size_t len, int commit, uint64_t *generation) {
     unsigned char *p = c->image;
     if (len < DPREC_STORE_HEADER_SIZE) return len >= 4 && memcmp(p, STORE_MAGIC, 4) != 0 ? DPREC_ERR_STORE_CORRUPT
                                                                                            : DPREC_ERR_STORE_TRUNCATED;
@@ -106,7 +177,7 @@ static int store_decode(dprec_client *c, size_t len, dprec_rating *out, uint32_t
     /* The checksum covers the header, so first make sure the claimed lengths are sane, then verify, and
      * only then trust any field beyond the magic. */
     if ((size_t)payload > c->image_cap - DPREC_STORE_HEADER_SIZE - trailer) {
-        /* Longer than any file this capacity could have written: a larger capacity, or garbage. */
+        /* Longer than any file this configuration could have written: a larger one, or garbage. */
         return len > c->image_cap ? DPREC_ERR_STORE_MISMATCH : DPREC_ERR_STORE_CORRUPT;
     }
     size_t need = DPREC_STORE_HEADER_SIZE + (size_t)payload + trailer;
@@ -115,7 +186,12 @@ static int store_decode(dprec_client *c, size_t len, dprec_rating *out, uint32_t
     unsigned char *s = p + DPREC_STORE_HEADER_SIZE;
     if (encrypted) {
         if (!c->cfg.encrypt_at_rest) return DPREC_ERR_STORE_KEY; /* encrypted file, no key configured */
-        int rc = dprec_gcm_decrypt(&c->gcm, p + 24, p, DPREC_STORE_HEADER_SIZE, s, payload, s + payload);
+        unsigned char kcv[8];
+        int rc = key_check_value(c, kcv);
+        if (rc != DPREC_OK) return rc;
+        if (memcmp(kcv, p + 36, 8) != 0) return DPREC_ERR_STORE_KEY;
+        rc = dprec_gcm_decrypt(&c->gcm, p + 24, p, DPREC_STORE_HEADER_SIZE, s, payload, s + payload);
+        if (rc == DPREC_ERR_STORE_KEY) return DPREC_ERR_STORE_CORRUPT; /* right key, wrong tag: damage */
         if (rc != DPREC_OK) return rc;
     } else {
         unsigned char digest[32];
@@ -123,60 +199,26 @@ static int store_decode(dprec_client *c, size_t len, dprec_rating *out, uint32_t
         unsigned char diff = 0;
         for (int i = 0; i < 32; i++) diff |= (unsigned char)(digest[i] ^ s[payload + (size_t)i]);
         if (diff != 0) return DPREC_ERR_STORE_CORRUPT;
-        /* A plaintext file where encryption is required would let someone with disk access swap in ratings
-         * of their choosing: refuse it. */
+        /* A plaintext file where encryption is required would let someone with disk access swap in data of
+         * their choosing (a smaller ledger, say): refuse it. */
         if (c->cfg.encrypt_at_rest) return DPREC_ERR_STORE_KEY;
     }
     if (version != STORE_VERSION) return DPREC_ERR_STORE_VERSION;
     if ((flags & ~STORE_FLAG_ENCRYPTED) != 0) return DPREC_ERR_STORE_VERSION;
-    for (int i = 36; i < 48; i++)
+    for (int i = 44; i < 48; i++)
         if (p[i] != 0) return DPREC_ERR_STORE_CORRUPT;
     if (!encrypted)
-        for (int i = 24; i < 36; i++)
+        for (int i = 24; i < 44; i++)
             if (p[i] != 0) return DPREC_ERR_STORE_CORRUPT;
     if (dprec_ld32(p + 16) != c->cfg.num_items) return DPREC_ERR_STORE_MISMATCH;
-
-    int have_ratings = 0;
-    uint32_t n = 0;
-    size_t off = 0;
-    while (off < payload) {
-        if (payload - off < DPREC_STORE_SECTION_HEADER) return DPREC_ERR_STORE_CORRUPT;
-        uint16_t type = dprec_ld16(s + off), sflags = dprec_ld16(s + off + 2);
-        uint32_t slen = dprec_ld32(s + off + 4);
-        off += DPREC_STORE_SECTION_HEADER;
-        if (slen > payload - off) return DPREC_ERR_STORE_CORRUPT;
-        const unsigned char *d = s + off;
-        if (type == SECTION_RATINGS) {
-            if (have_ratings || slen < DPREC_STORE_RATINGS_PREFIX) return DPREC_ERR_STORE_CORRUPT;
-            n = dprec_ld32(d);
-            if (dprec_ld32(d + 4) != 0) return DPREC_ERR_STORE_CORRUPT;
-            if (n > c->cfg.rating_capacity) return DPREC_ERR_STORE_MISMATCH;
-            if ((size_t)slen != DPREC_STORE_RATINGS_PREFIX + (size_t)n * DPREC_STORE_RECORD_SIZE)
-                return DPREC_ERR_STORE_CORRUPT;
-            const unsigned char *r = d + DPREC_STORE_RATINGS_PREFIX;
-            for (uint32_t i = 0; i < n; i++, r += DPREC_STORE_RECORD_SIZE) {
-                uint32_t item = dprec_ld32(r);
-                float value = dprec_ldf32(r + 4);
-                int64_t ts = (int64_t)dprec_ld64(r + 8);
-                /* The checksum proves we wrote it; these checks catch a writer bug or a changed scale. */
-                if (item >= c->cfg.num_items || (i > 0 && item <= dprec_ld32(r - DPREC_STORE_RECORD_SIZE)))
-                    return DPREC_ERR_STORE_CORRUPT;
-                if (!(value >= c->cfg.rating_min && value <= c->cfg.rating_max) || ts < 0)
-                    return DPREC_ERR_STORE_MISMATCH;
-                if (out != NULL) {
-                    out[i].item = item;
-                    out[i].value = value;
-                    out[i].timestamp = ts;
-                }
-            }
-            have_ratings = 1;
-        } else if (sflags & SECTION_CRITICAL) {
-            return DPREC_ERR_STORE_VERSION; /* written by a newer SDK with data we must not drop */
-        }
-        off += slen;
+    int rc = sections_decode(c, s, payload, 0);
+    if (rc != DPREC_OK) return rc;
+    if (commit) {
+        c->count = 0;
+        c->ledger_count = 0;
+        c->pending_count = 0;
+        (void)sections_decode(c, s, payload, 1);
     }
-    if (!have_ratings) return DPREC_ERR_STORE_CORRUPT;
-    if (count != NULL) *count = n;
     *generation = dprec_ld64(p + 8);
     return DPREC_OK;
 }
@@ -208,7 +250,9 @@ static int store_read_file(dprec_client *c, const char *name, size_t *len) {
     return DPREC_OK;
 }
 
-static int store_write_file(dprec_client *c, const char *name, size_t len) {
+/* *at_rename is set when the failure came from the rename, which a port may have applied before failing
+ * (the directory fsync after it): the storage then holds an unknown one of the two states. */
+static int store_write_file(dprec_client *c, const char *name, size_t len, int *at_rename) {
     char tmp[DPREC_PORT_NAME_MAX];
     slot_name(c, tmp, ".tmp");
     void *f = NULL;
@@ -218,7 +262,11 @@ static int store_write_file(dprec_client *c, const char *name, size_t len) {
     if (rc == DPREC_OK) rc = c->port.sync(c->port.ctx, f);
     int crc = c->port.close(c->port.ctx, f);
     if (rc == DPREC_OK) rc = crc;
-    if (rc == DPREC_OK) rc = c->port.rename(c->port.ctx, tmp, name);
+    *at_rename = 0;
+    if (rc == DPREC_OK) {
+        rc = c->port.rename(c->port.ctx, tmp, name);
+        *at_rename = rc != DPREC_OK;
+    }
     if (rc != DPREC_OK) {
         rc = dprec_client_port_error(c, rc);
         (void)c->port.remove(c->port.ctx, tmp); /* best effort; a stale temp file is ignored on load */
@@ -226,21 +274,34 @@ static int store_write_file(dprec_client *c, const char *name, size_t len) {
     return rc;
 }
 
-/* Writes the in-memory ratings as generation c->generation + 1. */
-static int store_save(dprec_client *c) {
+/* Writes the in-memory state as generation c->generation + 1. After a failure at the rename stage the
+ * storage may hold either state, so writes are blocked until dprec_store_load re-reads it. */
+int dprec_store_save(dprec_client *c) {
+    if (!c->loaded) return DPREC_ERR_STATE;
     uint64_t next = c->generation + 1;
     int status = DPREC_OK;
     size_t len = store_encode(c, next, &status);
     if (len == 0) return status;
     char name[DPREC_PORT_NAME_MAX];
     slot_name(c, name, (next & 1u) ? ".1" : ".0");
-    status = store_write_file(c, name, len);
+    int at_rename = 0;
+    status = store_write_file(c, name, len, &at_rename);
     dprec_wipe(c->image, len); /* no plaintext ratings left lying in the buffer */
-    if (status == DPREC_OK) c->generation = next;
+    if (status == DPREC_OK) {
+        c->generation = next;
+        c->mirror_needed = 0; /* this generation and the previous one both hold every charge made before */
+    } else if (at_rename) {
+        c->loaded = 0;
+        dprec_client_log(c, DPREC_LOG_ERROR, "store rename failed; reload before writing: ", dprec_status_name(status));
+    }
     return status;
 }
 
 /* ---- public API ------------------------------------------------------------------------------------ */
+
+static int damage(int status) {
+    return status == DPREC_ERR_STORE_CORRUPT || status == DPREC_ERR_STORE_TRUNCATED;
+}
 
 int dprec_store_load(dprec_client *c) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
@@ -252,7 +313,7 @@ int dprec_store_load(dprec_client *c) {
         slot_name(c, name, s ? ".1" : ".0");
         size_t len = 0;
         status[s] = store_read_file(c, name, &len);
-        if (status[s] == DPREC_OK) status[s] = store_decode(c, len, NULL, NULL, &gen[s]);
+        if (status[s] == DPREC_OK) status[s] = store_decode(c, len, 0, &gen[s]);
         /* Generation g must sit in slot g % 2: the next save goes to the other slot, and must never
          * overwrite the only good generation (a file copied into the wrong slot would make it). */
         if (status[s] == DPREC_OK && (gen[s] & 1u) != (uint64_t)s) status[s] = DPREC_ERR_STORE_CORRUPT;
@@ -263,30 +324,48 @@ int dprec_store_load(dprec_client *c) {
     int best = -1;
     for (int s = 0; s < 2; s++)
         if (status[s] == DPREC_OK && (best < 0 || gen[s] > gen[best])) best = s;
-    int result = DPREC_OK;
-    for (int s = 0; s < 2; s++) /* a real failure (damage, I/O) outranks a missing file */
-        if (status[s] != DPREC_OK && status[s] != DPREC_ERR_NOT_FOUND && result == DPREC_OK) result = status[s];
+    int result = DPREC_OK, writable = 1, damaged = 0;
+    for (int s = 0; s < 2; s++) {
+        if (status[s] == DPREC_OK || status[s] == DPREC_ERR_NOT_FOUND) continue;
+        if (result == DPREC_OK) result = status[s];
+        if (damage(status[s])) damaged = 1;
+        /* An I/O error, a wrong key, a newer format or another configuration may hide a newer good
+         * generation: writing now could destroy it. */
+        else writable = 0;
+    }
 
     c->count = 0;
+    c->ledger_count = 0;
+    c->pending_count = 0;
     c->generation = 0;
     c->fitted = 0;
+    c->mirror_needed = 0;
+    c->loaded = 0;
+    c->ledger_lost = 0;
     if (best >= 0) {
         char name[DPREC_PORT_NAME_MAX];
         slot_name(c, name, best ? ".1" : ".0");
         size_t len = 0;
-        uint32_t n = 0;
         int rc = store_read_file(c, name, &len);
-        if (rc == DPREC_OK) rc = store_decode(c, len, c->ratings, &n, &c->generation);
-        if (rc != DPREC_OK) { /* changed under us between the two reads */
-            c->count = 0;
-            c->generation = 0;
-            result = rc;
-        } else {
-            c->count = n;
-        }
+        if (rc == DPREC_OK) rc = store_decode(c, len, 1, &c->generation);
         dprec_wipe(c->image, c->image_cap);
+        if (rc != DPREC_OK) { /* changed or unreadable between the two reads */
+            c->count = c->ledger_count = c->pending_count = 0;
+            c->generation = 0;
+            return rc;
+        }
+    } else if (damaged) {
+        /* Files existed and none could be read: whatever the ledger held is gone. */
+        c->ledger_lost = 1;
     }
+    c->loaded = writable;
     return result;
+}
+
+int dprec_store_flush(dprec_client *c) {
+    if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    return dprec_store_save(c);
 }
 
 static int check_rating(const dprec_client *c, uint32_t item, float value) {
@@ -301,6 +380,7 @@ int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timesta
     if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
     int rc = check_rating(c, item, value);
     if (rc != DPREC_OK) return rc;
+    if (!c->loaded) return DPREC_ERR_STATE;
     if (timestamp == DPREC_TIMESTAMP_NOW) {
         if (c->port.wall_clock_s == NULL) return DPREC_ERR_PORT_MISSING;
         timestamp = c->port.wall_clock_s(c->port.ctx);
@@ -312,7 +392,7 @@ int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timesta
     if (at >= 0) {
         dprec_rating old = c->ratings[at];
         c->ratings[at] = fresh;
-        rc = store_save(c);
+        rc = dprec_store_save(c);
         if (rc != DPREC_OK) c->ratings[at] = old;
     } else {
         if (c->count >= c->cfg.rating_capacity) return DPREC_ERR_STORE_FULL;
@@ -320,7 +400,7 @@ int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timesta
         memmove(&c->ratings[pos + 1], &c->ratings[pos], (c->count - pos) * sizeof c->ratings[0]);
         c->ratings[pos] = fresh;
         c->count++;
-        rc = store_save(c);
+        rc = dprec_store_save(c);
         if (rc != DPREC_OK) {
             c->count--;
             memmove(&c->ratings[pos], &c->ratings[pos + 1], (c->count - pos) * sizeof c->ratings[0]);
@@ -336,11 +416,12 @@ int dprec_store_remove(dprec_client *c, uint32_t item) {
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
     int64_t at = dprec_store_find(c, item);
     if (at < 0) return DPREC_ERR_NOT_RATED;
+    if (!c->loaded) return DPREC_ERR_STATE;
     size_t pos = (size_t)at;
     dprec_rating old = c->ratings[pos];
     c->count--;
     memmove(&c->ratings[pos], &c->ratings[pos + 1], (c->count - pos) * sizeof c->ratings[0]);
-    int rc = store_save(c);
+    int rc = dprec_store_save(c);
     if (rc != DPREC_OK) {
         memmove(&c->ratings[pos + 1], &c->ratings[pos], (c->count - pos) * sizeof c->ratings[0]);
         c->ratings[pos] = old;

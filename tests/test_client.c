@@ -152,6 +152,8 @@ static void test_two_clients_in_one_process_are_independent(void **state) {
     dprec_client *a = NULL, *b = NULL;
     assert_int_equal(dprec_client_init(&a, &cfg, &pa, m1, need), DPREC_OK);
     assert_int_equal(dprec_client_init(&b, &cfg, &pb, m2, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(a), DPREC_OK);
+    assert_int_equal(dprec_store_load(b), DPREC_OK);
     assert_int_equal(dprec_store_put(a, 1, 5.0f, 1), DPREC_OK);
     assert_int_equal(dprec_store_count(a), 1);
     assert_int_equal(dprec_store_count(b), 0);
@@ -317,6 +319,7 @@ static void check_against_brute_force(uint32_t m, uint32_t d, uint32_t n_ratings
     void *mem = malloc(need);
     dprec_client *c = NULL;
     assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(c), DPREC_OK);
     float *v, *bias;
     unsigned char *rel = test_make_release(m, d, biases, seed, &len, &v, &bias);
     test_rng r = {seed * 31};
@@ -399,6 +402,7 @@ static void test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking(
     void *mem = malloc(need);
     dprec_client *c = NULL;
     assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(c), DPREC_OK);
     unsigned char *rel = test_make_release(m, d, 1, 77, &len, NULL, NULL);
     for (uint32_t i = 0; i < 20; i++) assert_int_equal(dprec_store_put(c, i * 5, 1.0f + (float)(i % 5), 1), DPREC_OK);
     dprec_recommendation ref[7], got[7];
@@ -445,6 +449,7 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     void *mem = malloc(need);
     dprec_client *c = NULL;
     assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(c), DPREC_OK);
     unsigned char *rel = test_make_release(m, d, 1, 3, &len, NULL, NULL);
     unsigned char *other = test_make_release(m, d, 1, 4, &len2, NULL, NULL);
     unsigned char *wrong_m = test_make_release(m + 1, d, 1, 3, &len3, NULL, NULL);

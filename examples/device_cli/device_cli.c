@@ -167,11 +167,13 @@ static int app_open(app *a, const settings *st, const catalogue *cat, uint32_t d
     rc = dprec_client_init(&a->client, &cfg, &a->port, a->mem, need);
     if (rc != DPREC_OK) return report("init", rc);
     rc = dprec_store_load(a->client);
-    if (rc != DPREC_OK) {
-        /* The SDK already fell back to the newest good generation (or an empty store); say so loudly. */
+    if (rc == DPREC_ERR_STORE_CORRUPT || rc == DPREC_ERR_STORE_TRUNCATED) {
+        /* The SDK fell back to the newest good generation (or an empty store); say so loudly. */
         fprintf(stderr, "dprec-device: warning: %s (%s); using the last good state (%u ratings)\n",
                 dprec_strerror(rc), dprec_status_name(rc), dprec_store_count(a->client));
-        if (rc == DPREC_ERR_STORE_KEY) return 1;
+    } else if (rc != DPREC_OK) {
+        /* Anything else (wrong key, I/O, another configuration) may hide newer data: touch nothing. */
+        return report("load store", rc);
     }
     return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "dprec/export.h"
 #include "dprec/platform.h"
+#include "dprec/privacy.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 
@@ -25,18 +26,23 @@ DPREC_BEGIN_DECLS
  * A test holds sizeof of the real fixed part under this constant. */
 #define DPREC_CLIENT_FIXED_BYTES 8192u
 
-/* An upper bound on a client's memory, in bytes, for latent dimension d, rating capacity cap and largest
- * top-K k (docs/memory.md derives it):
- *   fixed part                           DPREC_CLIENT_FIXED_BYTES
- *   ratings, sorted by item              16 * cap
- *   store file image (header, trailer)   16 * cap + 128
- *   normal equations (double)            8 * d * d + 16 * d
- *   user vector (float)                  4 * d
- *   top-K heap                           8 * k
- *   alignment slack                      16 per block, 8 blocks */
-#define DPREC_CLIENT_MEMORY_BOUND(d, cap, k)                                                          \
-    ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 128u + 8u * (size_t)(d) * (size_t)(d) + \
-     20u * (size_t)(d) + 8u * (size_t)(k) + 128u)
+/* An upper bound on a client's memory, in bytes, for latent dimension d, rating capacity cap, largest
+ * top-K k, ledger lines jobs, pending-report slots slots and largest report rbytes (docs/sdk.md derives it):
+ *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
+ *   ratings, sorted by item                      16 * cap
+ *   normal equations (double), user vector       8 * d * d + 16 * d + 4 * d
+ *   top-K heap                                   8 * k
+ *   ledger lines                                 48 * jobs
+ *   pending reports (40-byte header, 8-aligned)  slots * (rbytes + 47)
+ *   store file image: header, sections, trailer  16 * cap + 48 * jobs + slots * (rbytes + 47) + 160
+ *   alignment slack                              16 per block, 10 blocks, and the arena's start */
+#define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
+    ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 8u * (size_t)(d) * (size_t)(d) +            \
+     20u * (size_t)(d) + 8u * (size_t)(k) + 96u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
+     160u + 176u)
+
+/* The bound with the default ledger and report settings (8 jobs, 1 pending slot, 4096-byte reports). */
+#define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)
 
 typedef struct dprec_config {
     uint32_t num_items;       /* m, the catalogue size; item ids are 0 .. m-1 (1 .. DPREC_MAX_ITEMS) */
@@ -48,14 +54,23 @@ typedef struct dprec_config {
     float lambda;             /* ridge of the least-squares user vector; > 0 (default 0.1) */
     const char *store_name;   /* prefix of the store's files in the port (default "dprec-ratings") */
     int encrypt_at_rest;      /* 1: AES-256-GCM under the key from port->get_storage_key */
+    /* The privacy ledger (dprec/privacy.h). Caps are per unit, over all jobs; 0 (the default) allows no
+     * private report at that unit, so an app must choose its users' budget explicitly. */
+    double cap_user_epsilon, cap_user_delta;
+    double cap_rating_epsilon, cap_rating_delta;
+    int allow_non_private;     /* 1 lets model-NONE (`plain` protocol) reports leave the device */
+    uint32_t ledger_jobs;      /* ledger lines, one per job ever reported to (default 8, 1 .. 4096) */
+    uint32_t pending_slots;    /* reports stored until acknowledged (default 1, 1 .. 64) */
+    uint32_t max_report_bytes; /* the largest report (default 4096, 16 .. 16 MiB) */
     /* Test mode only: when non-NULL, the CSPRNG is seeded from these bytes instead of the port's entropy,
      * so runs are reproducible. Never set it in an app: every random draw would be predictable. */
     const unsigned char *test_seed;
     size_t test_seed_len;
 } dprec_config;
 
-/* Fills *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1;
- * num_items is left 0 and must be set. */
+/* Fills *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1, 8 ledger
+ * lines, 1 pending slot of 4096 bytes, privacy caps 0 (no private report); num_items is left 0 and must be
+ * set. */
 DPREC_API void dprec_config_default(dprec_config *cfg);
 
 /* Bytes of memory a client with this configuration needs (0 if cfg is invalid). */
@@ -106,14 +121,22 @@ typedef struct dprec_rating {
 /* Timestamp value that asks the SDK to use the port's wall clock. */
 #define DPREC_TIMESTAMP_NOW INT64_MIN
 
-/* Loads the newest good generation of the store. The store keeps two generations; if the newest is damaged
- * the client holds the previous one and this returns why the newest was refused (DPREC_ERR_STORE_CORRUPT,
- * _TRUNCATED, _VERSION, _KEY or _MISMATCH); if no generation is good the store is empty and the error is
- * returned. No files yet is DPREC_OK with an empty store. */
+/* Loads the newest good generation of the store (ratings, privacy ledger, pending reports). The store keeps
+ * two generations. No files yet is DPREC_OK with an empty store. If a generation is refused, this returns
+ * why (DPREC_ERR_STORE_CORRUPT, _TRUNCATED, _VERSION, _KEY, _MISMATCH, or an I/O error) and the client holds
+ * the newest good generation, or nothing. Writes (put, remove, reports) are allowed only after a load that
+ * returned DPREC_OK, _CORRUPT or _TRUNCATED: after any other refusal a newer good generation may exist that a
+ * write could destroy, so they return DPREC_ERR_STATE until a load succeeds. If every generation was damaged,
+ * the privacy ledger is unknown and reports return DPREC_ERR_LEDGER_LOST (dprec_ledger_reset_after_loss). */
 DPREC_API int dprec_store_load(dprec_client *c);
 
-/* Adds or updates the rating of item. Durable on DPREC_OK (written, fsynced, renamed); on any error
- * the store, in memory and on disk, is unchanged. */
+/* Writes the current state again (both ledger and ratings), e.g. to retry after dprec_report_prepare
+ * returned an I/O error for its mirror copy. */
+DPREC_API int dprec_store_flush(dprec_client *c);
+
+/* Adds or updates the rating of item. Durable on DPREC_OK (written, fsynced, renamed). On any error the
+ * store in memory is unchanged and so is storage, except after an I/O error at the rename stage, which a port
+ * may have applied before failing: then writes are refused until dprec_store_load re-reads the truth. */
 DPREC_API int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timestamp);
 
 /* Removes the rating of item (DPREC_ERR_NOT_RATED if there is none). Durable on DPREC_OK. */

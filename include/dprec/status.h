@@ -54,7 +54,16 @@ typedef enum dprec_status {
 
     /* local computation: -400 .. -499 */
     DPREC_ERR_SINGULAR = -400,  /* the least-squares system is not positive definite (raise lambda) */
-    DPREC_ERR_NO_RATINGS = -401 /* the operation needs at least one rating */
+    DPREC_ERR_NO_RATINGS = -401, /* the operation needs at least one rating */
+
+    /* privacy ledger and reports: -500 .. -599 */
+    DPREC_ERR_BUDGET_EXCEEDED = -500,  /* the report would take the user past the configured cap */
+    DPREC_ERR_ALREADY_REPORTED = -501, /* this job already has a report for this (or a later) round */
+    DPREC_ERR_NON_PRIVATE = -502,      /* a non-private report while cfg.allow_non_private is 0 */
+    DPREC_ERR_PENDING_FULL = -503,     /* every pending-report slot holds an unacknowledged report */
+    DPREC_ERR_LEDGER_FULL = -504,      /* the ledger has no line left for a new job */
+    DPREC_ERR_LEDGER_LOST = -505,      /* every store generation was damaged: past spending is unknown */
+    DPREC_ERR_REPORT_TOO_LARGE = -506  /* the report builder needs more than cfg.max_report_bytes */
 } dprec_status;
 
 /* Returns a static, human-readable description of a status (never NULL; unknown codes get a generic text). */

@@ -9,7 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__linux__)
+/* getrandom(2): glibc 2.25+ and musl on Linux; Bionic declares it only from Android API 28. */
+#if defined(__linux__) && (!defined(__ANDROID__) || (defined(__ANDROID_API__) && __ANDROID_API__ >= 28))
 #include <sys/random.h>
 #define HAVE_GETRANDOM 1
 #endif

@@ -97,7 +97,8 @@ static int fk_close(void *ctx, void *file) {
 
 static int fk_rename(void *ctx, const char *from, const char *to) {
     fake_port *f = ctx;
-    if (++f->renames == f->fail_rename_at) {
+    int fail = ++f->renames == f->fail_rename_at;
+    if (fail && !f->rename_applies) {
         f->last_cause = EIO;
         return DPREC_ERR_IO;
     }
@@ -110,6 +111,10 @@ static int fk_rename(void *ctx, const char *from, const char *to) {
     }
     memset(f->files[i].name, 0, sizeof f->files[i].name);
     strncpy(f->files[i].name, to, sizeof f->files[i].name - 1);
+    if (fail) {
+        f->last_cause = EIO;
+        return DPREC_ERR_IO;
+    }
     return DPREC_OK;
 }
 

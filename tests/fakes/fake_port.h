@@ -32,6 +32,7 @@ typedef struct fake_port {
     int fail_open_at, fail_write_at, fail_sync_at, fail_rename_at;
     int tear_writes;     /* a failing write first stores half its bytes */
     int no_space;        /* a failing write reports DPREC_ERR_NO_SPACE instead of DPREC_ERR_IO */
+    int rename_applies;  /* a failing rename first renames (as when the directory fsync after it fails) */
     int opens, writes, syncs, renames;
     int no_entropy;
     uint64_t entropy_counter;

@@ -1,0 +1,137 @@
+/* dprec — the device's privacy ledger, pending reports, and guarantee summaries.
+ *
+ * Before a randomized report may leave the device, the device charges its own ledger, durably, and stores
+ * the report; a retry re-sends the stored bytes (re-randomizing would spend privacy twice). A report that
+ * would take the user past the cap the app configured is refused before it is built.
+ *
+ * Units and models: every epsilon here says which unit it protects (one rating, or one user) and under
+ * which model (local, central, joint, posterior-sampling heuristic). Caps are per unit: a rating-level
+ * epsilon is not comparable with a user-level one, so they are never added together. Across jobs the ledger
+ * adds epsilons and deltas (basic composition); within a job the protocol's accountant supplies the job's
+ * cumulative (epsilon, delta) after each report, and the ledger charges the increase. */
+#ifndef DPREC_PRIVACY_H
+#define DPREC_PRIVACY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dprec/export.h"
+#include "dprec/status.h"
+
+DPREC_BEGIN_DECLS
+
+typedef struct dprec_client dprec_client;
+
+typedef enum dprec_unit {
+    DPREC_UNIT_RATING = 1, /* neighbouring datasets differ in one rating of one user */
+    DPREC_UNIT_USER = 2    /* ... in all the ratings of one user */
+} dprec_unit;
+
+typedef enum dprec_model {
+    DPREC_MODEL_NONE = 0,    /* no privacy (the `plain` reference protocol): epsilon is infinite */
+    DPREC_MODEL_LOCAL = 1,   /* local DP: the aggregator is not trusted */
+    DPREC_MODEL_CENTRAL = 2, /* central DP: a trusted aggregator adds the noise */
+    DPREC_MODEL_JOINT = 3,   /* joint DP: each user's own output may depend on their data */
+    DPREC_MODEL_POSTERIOR_HEURISTIC = 4 /* one posterior sample; exact only for an exact sample */
+} dprec_model;
+
+#define DPREC_REPORT_ID_SIZE 16
+
+/* What a report costs: the job's cumulative guarantee after this report, from the protocol's accountant. */
+typedef struct dprec_charge {
+    uint64_t job_id;
+    uint64_t round;       /* at most one report per job and round */
+    dprec_unit unit;
+    dprec_model model;
+    double job_epsilon;   /* the job's total epsilon including this report (>= what was charged before) */
+    double job_delta;     /* the job's total delta including this report */
+} dprec_charge;
+
+/* A job's line in the ledger. */
+typedef struct dprec_ledger_entry {
+    uint64_t job_id;
+    dprec_unit unit;
+    dprec_model model;
+    uint32_t reports;     /* reports charged */
+    uint64_t last_round;  /* round of the last report */
+    double epsilon;       /* the job's cumulative epsilon charged so far */
+    double delta;
+} dprec_ledger_entry;
+
+/* Builds the report into out[0 .. cap) and sets *len; called only after the charge is known to fit the cap.
+ * Randomization happens here (use dprec_client_random or the SDK's samplers). Non-zero aborts the report:
+ * nothing is charged or stored. */
+typedef int (*dprec_report_build_fn)(void *user, unsigned char *out, size_t cap, size_t *len);
+
+/* Charges the ledger and stores the report built by `build`, as one durable change written to both store
+ * generations (so a later damaged file cannot lose the charge), and returns its random report id.
+ * Refused, without calling build: DPREC_ERR_BUDGET_EXCEEDED (the unit's cap would be passed),
+ * DPREC_ERR_ALREADY_REPORTED (this job already has a report for this or a later round),
+ * DPREC_ERR_NON_PRIVATE (a model-NONE report while cfg.allow_non_private is 0),
+ * DPREC_ERR_PENDING_FULL, DPREC_ERR_LEDGER_FULL, DPREC_ERR_LEDGER_LOST (see dprec_store_load).
+ * On any error nothing is charged and nothing is stored. */
+DPREC_API int dprec_report_prepare(dprec_client *c, const dprec_charge *charge, dprec_report_build_fn build,
+                                   void *user, unsigned char report_id[DPREC_REPORT_ID_SIZE]);
+
+typedef struct dprec_pending_report {
+    unsigned char report_id[DPREC_REPORT_ID_SIZE];
+    uint64_t job_id;
+    uint64_t round;
+    const unsigned char *bytes; /* valid until the next call that changes the store */
+    size_t len;
+} dprec_pending_report;
+
+/* Reports stored and not yet acknowledged by the aggregator, oldest first: send (and re-send) these bytes. */
+DPREC_API uint32_t dprec_report_pending_count(const dprec_client *c);
+DPREC_API int dprec_report_pending_at(const dprec_client *c, uint32_t index, dprec_pending_report *out);
+
+/* Removes a pending report once the aggregator has acknowledged it (durable on DPREC_OK; the charge stays).
+ * DPREC_ERR_NOT_FOUND if no pending report has this id. */
+DPREC_API int dprec_report_ack(dprec_client *c, const unsigned char report_id[DPREC_REPORT_ID_SIZE]);
+
+/* The ledger line of a job (DPREC_ERR_NOT_FOUND if the job never charged). */
+DPREC_API int dprec_ledger_job(const dprec_client *c, uint64_t job_id, dprec_ledger_entry *out);
+/* The number of jobs in the ledger, and the index-th one. */
+DPREC_API uint32_t dprec_ledger_count(const dprec_client *c);
+DPREC_API int dprec_ledger_at(const dprec_client *c, uint32_t index, dprec_ledger_entry *out);
+/* Total epsilon and delta charged for a unit, over all jobs (basic composition). */
+DPREC_API int dprec_ledger_total(const dprec_client *c, dprec_unit unit, double *epsilon, double *delta);
+
+/* After a store whose every generation was damaged, the ledger is unknown and reports are refused with
+ * DPREC_ERR_LEDGER_LOST. This starts a fresh, empty ledger: only for an app that has decided, with the user,
+ * that past spending may be forgotten. */
+DPREC_API int dprec_ledger_reset_after_loss(dprec_client *c);
+
+/* ---- guarantee summaries ----------------------------------------------------------------------------- */
+
+typedef struct dprec_guarantee {
+    const char *protocol;   /* e.g. "ldp-gd" */
+    uint64_t job_id;
+    dprec_unit unit;
+    dprec_model model;
+    double epsilon;         /* +infinity for DPREC_MODEL_NONE */
+    double delta;
+    const char *accountant; /* e.g. "pure composition", "RDP, CKS conversion, best order 12" */
+} dprec_guarantee;
+
+/* One line of text, e.g.
+ *   "job 7 (ldp-gd): user-level local DP, epsilon = 1.6, delta = 0 (accountant: pure composition)"
+ * and, for the posterior-sampling heuristic, the caveat that the epsilon holds only for an exact sample.
+ * Numbers are printed rounded UP (never understating epsilon or delta). NUL-terminated; returns
+ * DPREC_ERR_BUFFER_TOO_SMALL (with a truncated, terminated string) if cap is too small. */
+DPREC_API int dprec_guarantee_text(const dprec_guarantee *g, char *out, size_t cap);
+
+/* The same as one JSON object:
+ *   {"protocol":"ldp-gd","job_id":7,"unit":"user","model":"local","epsilon":1.6,"delta":0,
+ *    "accountant":"pure composition","caveat":null}
+ * epsilon is the string "inf" for DPREC_MODEL_NONE (JSON has no infinity). */
+DPREC_API int dprec_guarantee_json(const dprec_guarantee *g, char *out, size_t cap);
+
+/* The lowercase names used in text and JSON: "rating"/"user", "none"/"local"/"central"/"joint"/
+ * "posterior-sampling heuristic". */
+DPREC_API const char *dprec_unit_name(dprec_unit unit);
+DPREC_API const char *dprec_model_name(dprec_model model);
+
+DPREC_END_DECLS
+
+#endif /* DPREC_PRIVACY_H */
