@@ -1,5 +1,5 @@
-/* dprec-aggregator — the server side of dprec. For now it has one working subcommand, `account`, the
- * operators' privacy-budget planner; `serve` (the HTTP aggregator) is not written yet.
+/* dprec-aggregator — the server side of dprec: `serve` runs the HTTPS aggregator (server/server.c), `account`
+ * is the operators' privacy-budget planner.
  *
  * Host program, not SDK code: it may use stdio and stdlib. Exit status: 0 success, 1 runtime error,
  * 2 usage error (unknown or unimplemented command, bad flags). */
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "account_cmd.h"
+#include "server/server.h"
 #include "dprec/dprec.h"
 
 #define EXIT_USAGE 2
@@ -18,7 +19,8 @@ static const char usage_text[] =
     "commands:\n"
     "  account   plan a privacy budget: the (epsilon, delta) of N steps of the Gaussian, Laplace or\n"
     "            randomized-response mechanism (dprec-aggregator account --help)\n"
-    "  serve     (not yet implemented: see the open aggregator issue)\n"
+    "  serve     run the aggregator: HTTPS device and admin listeners over the durable state\n"
+    "            (dprec-aggregator serve --help; operations guide: docs/operations.md)\n"
     "\n"
     "options:\n"
     "  -h, --help   this text\n"
@@ -43,10 +45,7 @@ int main(int argc, char **argv)
         return dprec_account_main(argc - 1, argv + 1);
     }
     if (strcmp(cmd, "serve") == 0) {
-        fputs("dprec-aggregator: serve is not yet implemented (see the open aggregator issue); nothing was "
-              "started\n",
-              stderr);
-        return EXIT_USAGE;
+        return dprec_serve_main(argc - 1, argv + 1);
     }
     fprintf(stderr, "dprec-aggregator: unknown command '%s'\n\n", cmd);
     fputs(usage_text, stderr);

@@ -13,3 +13,13 @@ echo "## code size of libdprec.a (Release, without mbedTLS), from size(1)"
 echo '```'
 size -t "$build/libdprec.a" | sed 's/(ex [^)]*)//'
 echo '```'
+echo
+echo "## aggregator over HTTPS on loopback (dprec-bench-load, docs/operations.md)"
+if cmake --build "$build" -j"$(nproc)" --target dprec-aggregator dprec-bench-load > /dev/null 2>&1; then
+  echo '```'
+  "$build/dprec-bench-load" --spawn "$build/aggregator/dprec-aggregator" --threads 16 --reports 5000 --seconds 30 \
+    --preregister 1 || echo "(load benchmark failed)"
+  echo '```'
+else
+  echo "(dprec-aggregator or dprec-bench-load did not build; skipped)"
+fi

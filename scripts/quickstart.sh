@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the README's quick start and compiles and runs its C example, exactly as written there, so that the
-# README stays true. Expects build/ from `bash scripts/test.sh`.
+# Runs the README's quick start, compiles and runs its C example exactly as written there, and runs the
+# README's main fleet command, so that the README stays true. Expects build/ from `bash scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/dprec-device ] || { echo "quickstart.sh: run 'bash scripts/test.sh' first (build/ is missing)" >&2; exit 1; }
@@ -18,4 +18,9 @@ cc -std=c11 -Wall -Wextra -Werror -Iinclude build/readme_example.c -o build/read
 out=$(build/readme_example /tmp/demo.rel)
 echo "$out"
 [ "$(printf '%s\n' "$out" | grep -c '^item ')" -eq 5 ] || { echo "quickstart.sh: the C example did not print 5 items" >&2; exit 1; }
+echo "== README main command: the default fleet over HTTPS"
+fleet_out=$(build/examples/fleet/dprec-fleet --quiet)
+printf '%s\n' "$fleet_out" | tail -16
+printf '%s\n' "$fleet_out" | tail -1 | grep -Eq '^final: protocol=plain rounds=[0-9]+ test_rmse=[0-9.]+ epsilon=inf delta=0$' \
+  || { echo "quickstart.sh: the fleet's last line is not the documented final line" >&2; exit 1; }
 echo "quickstart: ok"

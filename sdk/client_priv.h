@@ -7,6 +7,7 @@
 #include "alloc.h"
 #include "crypto.h"
 #include "dprec/dprec.h"
+#include "json.h"
 #include "topk.h"
 
 #define DPREC_STORE_NAME_MAX 48 /* prefix + ".tmp" must fit DPREC_PORT_NAME_MAX */
@@ -37,6 +38,22 @@ typedef struct ledger_line {
     uint16_t reserved;
     uint32_t reserved2;
 } ledger_line;
+
+/* Sync state (sync.c). The registration and the participation decisions are durable (store section 4);
+ * backoff and the response buffer live in memory only. */
+#define DPREC_SYNC_TOKEN_LEN 64u        /* the device token: 64 hex characters */
+#define DPREC_SYNC_MEMO 4u              /* (job, round) participation decisions remembered, newest first */
+#define DPREC_SYNC_RESPONSE_MAX 4096u   /* the largest JSON response read (the aggregator's JSON cap) */
+#define DPREC_SYNC_JSON_TOKENS 96u      /* tokens of the largest JSON response parsed */
+#define DPREC_SYNC_MEMO_PARTICIPATE 1u
+#define DPREC_SYNC_MEMO_SIT_OUT 2u
+
+typedef struct sync_memo {
+    uint64_t job_id;
+    uint64_t round;
+    uint32_t decision; /* 0: empty slot, DPREC_SYNC_MEMO_PARTICIPATE or DPREC_SYNC_MEMO_SIT_OUT */
+    uint32_t reserved;
+} sync_memo;
 
 typedef enum stream_mode { STREAM_NONE = 0, STREAM_FIT = 1, STREAM_TOPK = 2 } stream_mode;
 
@@ -82,6 +99,20 @@ struct dprec_client {
     dprec_recommendation *topk_slots; /* max_k */
     dprec_topk topk;
     uint32_t cursor; /* rated-item cursor: rows arrive in item order, ratings are sorted */
+
+    /* sync with the aggregator (sync.c) */
+    int registered;
+    uint64_t device_id;
+    char token[DPREC_SYNC_TOKEN_LEN + 1]; /* NUL-terminated when registered */
+    sync_memo memo[DPREC_SYNC_MEMO];
+    uint32_t sync_failures;               /* consecutive transient failures, for the backoff (memory only) */
+    size_t resp_len;
+    int resp_overflow;
+    unsigned char resp[DPREC_SYNC_RESPONSE_MAX]; /* JSON responses only: releases are streamed */
+    dprec_json_token json[DPREC_SYNC_JSON_TOKENS];
+    unsigned char release_head[DPREC_RELEASE_HEADER_SIZE]; /* a streamed release's header and signature */
+    unsigned char release_sig[DPREC_RELEASE_MAX_SIG];
+    uint64_t release_got;
 };
 
 /* Sets c->last_cause from the port (for I/O errors) and passes status through. */
@@ -110,5 +141,13 @@ unsigned char *dprec_ledger_encode(const dprec_client *c, unsigned char *p);
 unsigned char *dprec_pending_encode(const dprec_client *c, unsigned char *p);
 int dprec_ledger_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
 int dprec_pending_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+
+/* The sync section of the store file (sync.c): registration and participation decisions. */
+#define DPREC_SECTION_SYNC 4u
+size_t dprec_sync_section_max(void);
+unsigned char *dprec_sync_encode(const dprec_client *c, unsigned char *p);
+int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+/* Forgets the registration and decisions in memory (before a load). */
+void dprec_sync_reset(dprec_client *c);
 
 #endif /* DPREC_CLIENT_PRIV_H */

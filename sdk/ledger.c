@@ -257,7 +257,7 @@ int dprec_report_prepare(dprec_client *c, const dprec_charge *ch, dprec_report_b
     rc = dprec_rng_bytes(&c->rng, id, sizeof id);
     if (rc != DPREC_OK) return rc;
     size_t len = 0;
-    rc = build(user, s + DPREC_PENDING_HEADER, c->cfg.max_report_bytes, &len);
+    rc = build(user, id, s + DPREC_PENDING_HEADER, c->cfg.max_report_bytes, &len);
     if (rc == DPREC_OK && len > c->cfg.max_report_bytes) rc = DPREC_ERR_REPORT_TOO_LARGE;
     if (rc != DPREC_OK) {
         dprec_wipe(s, c->pending_stride); /* a randomized report that never leaves: destroy it */

@@ -53,6 +53,10 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_LEDGER_FULL, "the privacy ledger has no room for another job"),
     E(DPREC_ERR_LEDGER_LOST, "the privacy ledger was lost with a damaged store; reports are blocked"),
     E(DPREC_ERR_REPORT_TOO_LARGE, "the report is larger than max_report_bytes"),
+    E(DPREC_ERR_NETWORK, "no response from the aggregator"),
+    E(DPREC_ERR_TLS, "the aggregator failed certificate verification or pinning"),
+    E(DPREC_ERR_PROTOCOL, "the aggregator refused the request or answered something malformed"),
+    E(DPREC_ERR_UNSUPPORTED, "the job's protocol is not supported by this SDK"),
 };
 #undef E
 

@@ -16,7 +16,8 @@
  *   48 payload: sections, each [type u16][flags u16][length u32][data]; flags bit 0 = critical (a reader
  *      that does not know the type must refuse the file). Type 1, ratings (critical):
  *      [count u32][reserved u32] then count records [item u32][value f32][timestamp i64], sorted by item.
- *      Type 2, the privacy ledger, and type 3, pending reports (both critical; ledger.c).
+ *      Type 2, the privacy ledger, and type 3, pending reports (both critical; ledger.c). Type 4, the sync
+ *      state: registration and participation decisions (critical; sync.c; absent in files of older SDKs).
  *   trailer: SHA-256 of header || payload (plain), or the AES-256-GCM tag (encrypted; header is the AAD,
  *      the payload the ciphertext).
  *
@@ -36,7 +37,7 @@
 size_t dprec_store_image_size(const dprec_config *cfg) {
     return DPREC_STORE_HEADER_SIZE + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
            (size_t)cfg->rating_capacity * DPREC_STORE_RECORD_SIZE + dprec_ledger_section_max(cfg) +
-           dprec_pending_section_max(cfg) + DPREC_STORE_TRAILER_MAX;
+           dprec_pending_section_max(cfg) + dprec_sync_section_max() + DPREC_STORE_TRAILER_MAX;
 }
 
 static const unsigned char KCV_BLOCK[16] = "dprec store kcv";
@@ -98,7 +99,7 @@ static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
         dprec_stf32(r + 4, c->ratings[i].value);
         dprec_st64(r + 8, (uint64_t)c->ratings[i].timestamp);
     }
-    unsigned char *end = dprec_pending_encode(c, dprec_ledger_encode(c, r));
+    unsigned char *end = dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r)));
     size_t payload = (size_t)(end - s);
     dprec_st32(p + 20, (uint32_t)payload);
     unsigned char *trailer = end;
@@ -139,7 +140,7 @@ static int ratings_decode(dprec_client *c, const unsigned char *d, uint32_t slen
 
 /* Walks the sections of a verified payload; with commit = 0 only validates. */
 static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t payload, int commit) {
-    int seen[4] = {0, 0, 0, 0};
+    int seen[5] = {0, 0, 0, 0, 0};
     size_t off = 0;
     while (off < payload) {
         if (payload - off < DPREC_STORE_SECTION_HEADER) return DPREC_ERR_STORE_CORRUPT;
@@ -149,13 +150,14 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         if (slen > payload - off) return DPREC_ERR_STORE_CORRUPT;
         const unsigned char *d = s + off;
         int rc = DPREC_OK;
-        if (type >= 1 && type <= 3) {
+        if (type >= 1 && type <= 4) {
             if (seen[type]) return DPREC_ERR_STORE_CORRUPT;
             seen[type] = 1;
         }
         if (type == SECTION_RATINGS) rc = ratings_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_LEDGER) rc = dprec_ledger_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_PENDING) rc = dprec_pending_decode(c, d, slen, commit);
+        else if (type == DPREC_SECTION_SYNC) rc = dprec_sync_decode(c, d, slen, commit);
         else if (sflags & SECTION_CRITICAL) rc = DPREC_ERR_STORE_VERSION; /* a newer SDK's data we must not drop */
         if (rc != DPREC_OK) return rc;
         off += slen;
@@ -217,6 +219,7 @@ static int store_decode(dprec_client *c, size_t len, int commit, uint64_t *gener
         c->count = 0;
         c->ledger_count = 0;
         c->pending_count = 0;
+        dprec_sync_reset(c); /* a file without a sync section (older SDK): not registered */
         (void)sections_decode(c, s, payload, 1);
     }
     *generation = dprec_ld64(p + 8);
@@ -342,6 +345,7 @@ int dprec_store_load(dprec_client *c) {
     c->mirror_needed = 0;
     c->loaded = 0;
     c->ledger_lost = 0;
+    dprec_sync_reset(c);
     if (best >= 0) {
         char name[DPREC_PORT_NAME_MAX];
         slot_name(c, name, best ? ".1" : ".0");
@@ -352,6 +356,7 @@ int dprec_store_load(dprec_client *c) {
         if (rc != DPREC_OK) { /* changed or unreadable between the two reads */
             c->count = c->ledger_count = c->pending_count = 0;
             c->generation = 0;
+            dprec_sync_reset(c);
             return rc;
         }
     } else if (damaged) {

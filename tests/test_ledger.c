@@ -73,8 +73,14 @@ typedef struct builder {
     int fail;
 } builder;
 
-static int build(void *user, unsigned char *out, size_t cap, size_t *len) {
+/* The report id dprec_report_prepare handed to the last build. */
+static unsigned char seen_id[DPREC_REPORT_ID_SIZE];
+
+static int build(void *user, const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap,
+                 size_t *len) {
     builder *b = user;
+    assert_non_null(report_id);
+    memcpy(seen_id, report_id, DPREC_REPORT_ID_SIZE);
     b->calls++;
     if (b->fail) return DPREC_ERR_INTERNAL;
     size_t n = b->len ? b->len : 20;
@@ -95,6 +101,7 @@ static void test_report_is_charged_and_stored_before_it_can_be_sent(void **state
     unsigned char id[DPREC_REPORT_ID_SIZE];
     assert_int_equal(dprec_report_prepare(f->c, &ch, build, &b, id), DPREC_OK);
     assert_int_equal(b.calls, 1);
+    assert_memory_equal(seen_id, id, sizeof id); /* the builder saw the id the report is stored under */
     assert_int_equal(dprec_report_pending_count(f->c), 1);
     dprec_pending_report p;
     assert_int_equal(dprec_report_pending_at(f->c, 0, &p), DPREC_OK);

@@ -22,9 +22,10 @@ DPREC_BEGIN_DECLS
 
 #define DPREC_VERSION_STRING "0.1.0"
 
-/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader), rounded up.
- * A test holds sizeof of the real fixed part under this constant. */
-#define DPREC_CLIENT_FIXED_BYTES 8192u
+/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, and the sync
+ * state: a 4 KiB JSON response buffer and its tokens), rounded up. A test holds sizeof of the real fixed
+ * part under this constant. */
+#define DPREC_CLIENT_FIXED_BYTES 12288u
 
 /* An upper bound on a client's memory, in bytes, for latent dimension d, rating capacity cap, largest
  * top-K k, ledger lines jobs, pending-report slots slots and largest report rbytes (docs/sdk.md derives it):
@@ -34,12 +35,14 @@ DPREC_BEGIN_DECLS
  *   top-K heap                                   8 * k
  *   ledger lines                                 48 * jobs
  *   pending reports (40-byte header, 8-aligned)  slots * (rbytes + 47)
- *   store file image: header, sections, trailer  16 * cap + 48 * jobs + slots * (rbytes + 47) + 160
+ *   store file image: header, sections, trailer  16 * cap + 48 * jobs + slots * (rbytes + 47) + 352
+ *                                                (352: header 48, section headers and prefixes 48, trailer 32,
+ *                                                the sync section 192 and slack)
  *   alignment slack                              16 per block, 10 blocks, and the arena's start */
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
     ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 8u * (size_t)(d) * (size_t)(d) +            \
      20u * (size_t)(d) + 8u * (size_t)(k) + 96u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
-     160u + 176u)
+     352u + 176u)
 
 /* The bound with the default ledger and report settings (8 jobs, 1 pending slot, 4096-byte reports). */
 #define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)

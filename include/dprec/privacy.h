@@ -59,9 +59,11 @@ typedef struct dprec_ledger_entry {
 } dprec_ledger_entry;
 
 /* Builds the report into out[0 .. cap) and sets *len; called only after the charge is known to fit the cap.
- * Randomization happens here (use dprec_client_random or the SDK's samplers). Non-zero aborts the report:
- * nothing is charged or stored. */
-typedef int (*dprec_report_build_fn)(void *user, unsigned char *out, size_t cap, size_t *len);
+ * report_id is the random id dprec_report_prepare chose for this report (the envelope carries it as the
+ * idempotency key). Randomization happens here (use dprec_client_random or the SDK's samplers). Non-zero
+ * aborts the report: nothing is charged or stored. */
+typedef int (*dprec_report_build_fn)(void *user, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
+                                     unsigned char *out, size_t cap, size_t *len);
 
 /* Charges the ledger and stores the report built by `build`, as one durable change written to both store
  * generations (so a later damaged file cannot lose the charge), and returns its random report id.

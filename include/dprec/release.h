@@ -55,9 +55,8 @@ typedef struct dprec_release_info {
 DPREC_API int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *info);
 
 /* Validates a whole release held in memory: header, exact size, every value finite, digest. On success
- * fills *info (digest included). The signature bytes are carried but not yet verified: ECDSA verification
- * against a pinned aggregator key arrives with the aggregator (protocol v1); until then a device must only
- * use releases it obtained over an authenticated channel. */
+ * fills *info (digest included). The signature is carried, not checked here: dprec_client_sync verifies it
+ * (ECDSA P-256 over the digest) against the aggregator key the app pinned before using any fitted vector. */
 DPREC_API int dprec_release_check(const void *buf, size_t len, dprec_release_info *info);
 
 /* Reads row j of a release already validated by dprec_release_check: v_j into row[0..d) and the item

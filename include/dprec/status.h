@@ -63,7 +63,13 @@ typedef enum dprec_status {
     DPREC_ERR_PENDING_FULL = -503,     /* every pending-report slot holds an unacknowledged report */
     DPREC_ERR_LEDGER_FULL = -504,      /* the ledger has no line left for a new job */
     DPREC_ERR_LEDGER_LOST = -505,      /* every store generation was damaged: past spending is unknown */
-    DPREC_ERR_REPORT_TOO_LARGE = -506  /* the report builder needs more than cfg.max_report_bytes */
+    DPREC_ERR_REPORT_TOO_LARGE = -506, /* the report builder needs more than cfg.max_report_bytes */
+
+    /* sync and transport: -600 .. -699 */
+    DPREC_ERR_NETWORK = -600,  /* no response: connection, DNS or timeout */
+    DPREC_ERR_TLS = -601,      /* the server failed certificate verification or pinning */
+    DPREC_ERR_PROTOCOL = -602, /* the aggregator refused a request (a 4xx) or answered something malformed */
+    DPREC_ERR_UNSUPPORTED = -603 /* the job's protocol is not built into this SDK */
 } dprec_status;
 
 /* Returns a static, human-readable description of a status (never NULL; unknown codes get a generic text). */

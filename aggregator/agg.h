@@ -1,0 +1,72 @@
+/* dprec aggregator — the service core, independent of HTTP: state in SQLite, request handling, the round
+ * engine and release signing. The HTTPS front end (server.c) and the in-process transport of tests and the
+ * fleet both call dprec_agg_handle; nothing here knows about sockets. Thread-safe: handle, tick and the
+ * getters may be called from any number of threads at once. */
+#ifndef DPREC_AGG_H
+#define DPREC_AGG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dprec_agg dprec_agg;
+
+typedef struct dprec_agg_config {
+    const char *state_path;       /* SQLite database file (created if missing; WAL mode) */
+    const char *signing_key_path; /* PEM EC P-256 private key; generated (0600) if missing */
+    const char *admin_token;      /* bearer token for the admin listener (required, >= 16 chars) */
+    size_t max_json_body;         /* default 4096 */
+    size_t max_report_body;       /* default 16 MiB */
+    uint64_t seed;                /* 0: the OS's entropy; else deterministic (tests only) */
+    int sync_full;                /* 1: PRAGMA synchronous=FULL (default; durable before acknowledging) */
+    int group_commit_us;          /* reserved (default 2000; not used yet): reports arriving while a commit runs are
+                                   * batched into the next commit, with no timer */
+    /* Optional log sink: one structured line (JSON) per event; NULL logs nothing. */
+    void (*log)(void *user, const char *json_line);
+    void *log_user;
+} dprec_agg_config;
+
+/* Fills *cfg with the defaults above (paths NULL). */
+void dprec_agg_config_default(dprec_agg_config *cfg);
+
+/* Opens (or creates) the state, resumes any open round. On failure returns non-zero and writes a message into
+ * err (errcap bytes). */
+int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size_t errcap);
+void dprec_agg_close(dprec_agg *a);
+
+typedef enum dprec_listener { DPREC_LISTENER_DEVICE = 0, DPREC_LISTENER_ADMIN = 1 } dprec_listener;
+
+typedef struct dprec_agg_request {
+    dprec_listener listener;
+    const char *method;        /* "GET", "POST", ... */
+    const char *path;          /* without query string */
+    const char *authorization; /* the Authorization header value, or NULL */
+    const unsigned char *body;
+    size_t body_len;
+} dprec_agg_request;
+
+typedef struct dprec_agg_response {
+    int status;
+    const char *content_type; /* static string */
+    unsigned char *body;      /* malloc'd; release with dprec_agg_response_free */
+    size_t body_len;
+    uint32_t retry_after;     /* seconds, 0 = none */
+} dprec_agg_response;
+
+/* Handles one request. Always fills *resp (errors as the JSON of docs/protocol.md); returns 0, or -1 only if
+ * even an error response could not be produced (out of memory). A report is acknowledged (200) only after it
+ * is durable. */
+int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp);
+void dprec_agg_response_free(dprec_agg_response *resp);
+
+/* The round engine's clock: closes rounds whose deadline (unix seconds) has passed. The server calls it
+ * every second; the in-process fleet calls it as it simulates time. Returns the number of rounds finalized. */
+int dprec_agg_tick(dprec_agg *a, int64_t now);
+
+/* The release-signing public key as DER SubjectPublicKeyInfo (what devices pin). Returns its length, or 0 if
+ * cap is too small. */
+size_t dprec_agg_public_key(dprec_agg *a, unsigned char *out, size_t cap);
+
+/* Counters for /metrics, appended in Prometheus text format to a malloc'd string (caller frees). */
+char *dprec_agg_metrics(dprec_agg *a);
+
+#endif /* DPREC_AGG_H */

@@ -1,0 +1,278 @@
+/* dprec aggregator core — lifetime (open/close), the CSPRNG, structured logs and metrics.
+ * Host code (a server), so it may use libc, pthreads and the heap. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agg_priv.h"
+#include "dprec/status.h"
+
+void dprec_agg_config_default(dprec_agg_config *cfg) {
+    if (cfg == NULL) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_json_body = 4096;
+    cfg->max_report_body = (size_t)16 << 20;
+    cfg->sync_full = 1;
+    cfg->group_commit_us = 2000;
+}
+
+/* The only entropy the aggregator needs: the kernel's CSPRNG (getrandom blocks until it is seeded). */
+static int os_entropy(void *ctx, unsigned char *buf, size_t len) {
+    (void)ctx;
+    while (len > 0) {
+        ssize_t got = getrandom(buf, len, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return DPREC_ERR_ENTROPY;
+        }
+        buf += got;
+        len -= (size_t)got;
+    }
+    return DPREC_OK;
+}
+
+static const dprec_port os_port = {.entropy = os_entropy};
+
+int agg_random(void *ctx, unsigned char *out, size_t len) {
+    dprec_agg *a = ctx;
+    pthread_mutex_lock(&a->rng_mu);
+    int rc = dprec_rng_bytes(&a->rng, out, len);
+    pthread_mutex_unlock(&a->rng_mu);
+    return rc == DPREC_OK ? 0 : -1;
+}
+
+static void set_err(char *err, size_t errcap, const char *msg) {
+    if (err != NULL && errcap > 0) snprintf(err, errcap, "%s", msg);
+}
+
+int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size_t errcap) {
+    if (out != NULL) *out = NULL;
+    if (cfg == NULL || out == NULL || cfg->state_path == NULL || cfg->signing_key_path == NULL) {
+        set_err(err, errcap, "state_path and signing_key_path are required");
+        return -1;
+    }
+    if (cfg->admin_token == NULL || strlen(cfg->admin_token) < 16) {
+        set_err(err, errcap, "admin_token is required (at least 16 characters)");
+        return -1;
+    }
+    dprec_agg *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        set_err(err, errcap, "out of memory");
+        return -1;
+    }
+    a->cfg = *cfg;
+    if (a->cfg.max_json_body == 0) a->cfg.max_json_body = 4096;
+    if (a->cfg.max_report_body == 0) a->cfg.max_report_body = (size_t)16 << 20;
+    a->admin_token = strdup(cfg->admin_token);
+    a->cfg.admin_token = a->admin_token;
+    pthread_mutex_init(&a->db_mu, NULL);
+    pthread_mutex_init(&a->q_mu, NULL);
+    pthread_cond_init(&a->q_cv, NULL);
+    pthread_mutex_init(&a->rng_mu, NULL);
+    pthread_mutex_init(&a->m_mu, NULL);
+    mbedtls_pk_init(&a->key);
+
+    int rc;
+    if (cfg->seed != 0) {
+        unsigned char seed[8];
+        for (int i = 0; i < 8; i++) seed[i] = (unsigned char)(cfg->seed >> (8 * i));
+        rc = dprec_rng_init(&a->rng, NULL, seed, sizeof seed, "agg");
+    } else {
+        rc = dprec_rng_init(&a->rng, &os_port, NULL, 0, "agg");
+    }
+    if (a->admin_token == NULL || rc != DPREC_OK) {
+        set_err(err, errcap, rc != DPREC_OK ? "could not seed the CSPRNG" : "out of memory");
+        dprec_agg_close(a);
+        return -1;
+    }
+    if (agg_key_load_or_create(a, err, errcap) != 0 || agg_state_open(a, err, errcap) != 0) {
+        dprec_agg_close(a);
+        return -1;
+    }
+    a->cfg.state_path = NULL; /* the paths are only needed while opening; the caller's strings are not kept */
+    a->cfg.signing_key_path = NULL;
+    *out = a;
+    return 0;
+}
+
+void dprec_agg_close(dprec_agg *a) {
+    if (a == NULL) return;
+    agg_state_close(a);
+    mbedtls_pk_free(&a->key);
+    dprec_rng_free(&a->rng);
+    pthread_mutex_destroy(&a->db_mu);
+    pthread_mutex_destroy(&a->q_mu);
+    pthread_cond_destroy(&a->q_cv);
+    pthread_mutex_destroy(&a->rng_mu);
+    pthread_mutex_destroy(&a->m_mu);
+    if (a->admin_token != NULL) {
+        dprec_wipe(a->admin_token, strlen(a->admin_token));
+        free(a->admin_token);
+    }
+    free(a);
+}
+
+size_t dprec_agg_public_key(dprec_agg *a, unsigned char *out, size_t cap) {
+    if (a == NULL || out == NULL || cap < a->pub_der_len) return 0;
+    memcpy(out, a->pub_der, a->pub_der_len);
+    return a->pub_der_len;
+}
+
+/* ---- structured logs ------------------------------------------------------------------------------- */
+
+void agg_log(dprec_agg *a, const char *event, cJSON *fields) {
+    if (a->cfg.log == NULL) {
+        cJSON_Delete(fields);
+        return;
+    }
+    cJSON *o = fields != NULL ? fields : cJSON_CreateObject();
+    if (o == NULL) return;
+    cJSON_AddNumberToObject(o, "ts", (double)time(NULL));
+    cJSON_AddStringToObject(o, "event", event);
+    char *line = cJSON_PrintUnformatted(o);
+    if (line != NULL) a->cfg.log(a->cfg.log_user, line);
+    free(line);
+    cJSON_Delete(o);
+}
+
+/* ---- metrics -------------------------------------------------------------------------------------- */
+
+static const char *const reason_names[] = {"bad_report", "bad_field", "unauthorized", "round_closed",
+                                           "already_reported", "job_done", "too_large", "not_found",
+                                           "internal", "other"};
+enum { N_REASONS = sizeof reason_names / sizeof reason_names[0] };
+
+void agg_count_reject(dprec_agg *a, const char *code) {
+    size_t i;
+    for (i = 0; i + 1 < N_REASONS; i++)
+        if (strcmp(reason_names[i], code) == 0) break;
+    pthread_mutex_lock(&a->m_mu);
+    a->metrics.rejected[i]++;
+    pthread_mutex_unlock(&a->m_mu);
+}
+
+int64_t agg_now(dprec_agg *a) {
+    int64_t now = (int64_t)time(NULL);
+    pthread_mutex_lock(&a->m_mu);
+    if (a->last_tick > now) now = a->last_tick;
+    pthread_mutex_unlock(&a->m_mu);
+    return now;
+}
+
+void agg_count_round(dprec_agg *a) {
+    pthread_mutex_lock(&a->m_mu);
+    a->metrics.rounds_finalized++;
+    pthread_mutex_unlock(&a->m_mu);
+}
+
+typedef struct strbuf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} strbuf;
+
+static void sb_printf(strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void sb_printf(strbuf *s, const char *fmt, ...) {
+    if (s->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(s->p + s->len, s->cap - s->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            s->failed = 1;
+            return;
+        }
+        if ((size_t)n < s->cap - s->len) {
+            s->len += (size_t)n;
+            return;
+        }
+        size_t ncap = s->cap * 2 + (size_t)n;
+        char *np = realloc(s->p, ncap);
+        if (np == NULL) {
+            s->failed = 1;
+            return;
+        }
+        s->p = np;
+        s->cap = ncap;
+    }
+}
+
+/* route and status labels of the request counters (agg_http.c indexes them) */
+const char *const agg_route_names[8] = {"register", "job", "release", "reports", "admin", "healthz", "metrics",
+                                        "other"};
+const int agg_status_classes[6] = {200, 201, 400, 404, 409, 500};
+const double agg_hist_bounds[AGG_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                  0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+
+char *dprec_agg_metrics(dprec_agg *a) {
+    if (a == NULL) return NULL;
+    strbuf s = {malloc(4096), 0, 4096, 0};
+    if (s.p == NULL) return NULL;
+    s.p[0] = '\0';
+    agg_metrics m;
+    pthread_mutex_lock(&a->m_mu);
+    m = a->metrics;
+    pthread_mutex_unlock(&a->m_mu);
+
+    sb_printf(&s, "# HELP dprec_requests_total Requests by route and status (4xx other than 400/404/409 "
+                  "count under 400, 5xx under 500).\n# TYPE dprec_requests_total counter\n");
+    for (int r = 0; r < 8; r++)
+        for (int c = 0; c < 6; c++)
+            if (m.requests[r][c] != 0)
+                sb_printf(&s, "dprec_requests_total{route=\"%s\",status=\"%d\"} %llu\n", agg_route_names[r],
+                          agg_status_classes[c], (unsigned long long)m.requests[r][c]);
+    sb_printf(&s, "# TYPE dprec_reports_accepted_total counter\ndprec_reports_accepted_total %llu\n",
+              (unsigned long long)m.reports_accepted);
+    sb_printf(&s, "# TYPE dprec_reports_duplicate_total counter\ndprec_reports_duplicate_total %llu\n",
+              (unsigned long long)m.reports_duplicate);
+    sb_printf(&s, "# TYPE dprec_reports_rejected_total counter\n");
+    for (size_t i = 0; i < N_REASONS; i++)
+        sb_printf(&s, "dprec_reports_rejected_total{reason=\"%s\"} %llu\n", reason_names[i],
+                  (unsigned long long)m.rejected[i]);
+    sb_printf(&s, "# TYPE dprec_rounds_finalized_total counter\ndprec_rounds_finalized_total %llu\n",
+              (unsigned long long)m.rounds_finalized);
+    sb_printf(&s, "# TYPE dprec_commits_total counter\ndprec_commits_total %llu\n",
+              (unsigned long long)m.commits);
+    sb_printf(&s, "# TYPE dprec_committed_reports_total counter\ndprec_committed_reports_total %llu\n",
+              (unsigned long long)m.committed_reports);
+    sb_printf(&s, "# TYPE dprec_request_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < AGG_HIST_BUCKETS; b++) {
+        cum += m.latency_hist[b];
+        sb_printf(&s, "dprec_request_seconds_bucket{le=\"%g\"} %llu\n", agg_hist_bounds[b],
+                  (unsigned long long)cum);
+    }
+    sb_printf(&s, "dprec_request_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m.latency_count);
+    sb_printf(&s, "dprec_request_seconds_sum %.6f\ndprec_request_seconds_count %llu\n", m.latency_sum,
+              (unsigned long long)m.latency_count);
+
+    /* round progress per job */
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (agg_job_ids(a, &ids, &n) == 0) {
+        sb_printf(&s, "# TYPE dprec_job_round gauge\n# TYPE dprec_job_reports_in_round gauge\n");
+        for (size_t i = 0; i < n; i++) {
+            agg_job j;
+            if (agg_job_load(a, ids[i], &j) != 1) continue;
+            int64_t in_round = agg_reports_in_round(a, j.id, j.round);
+            sb_printf(&s, "dprec_job_round{job=\"%lld\"} %lld\n", (long long)j.id, (long long)j.round);
+            sb_printf(&s, "dprec_job_reports_in_round{job=\"%lld\"} %lld\n", (long long)j.id,
+                      (long long)in_round);
+            agg_job_free(&j);
+        }
+        free(ids);
+    }
+    if (s.failed) {
+        free(s.p);
+        return NULL;
+    }
+    return s.p;
+}

@@ -1,0 +1,184 @@
+/* dprec aggregator core — internals shared by the files of aggregator/core (not API).
+ *
+ * Data flow: agg_http.c (routing, validation) -> agg_state.c (SQLite state, group commit, round engine)
+ * -> a protocol's global step (proto_*.c, behind agg_protocol) -> agg_sign.c (signed release). */
+#ifndef DPREC_AGG_PRIV_H
+#define DPREC_AGG_PRIV_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <mbedtls/pk.h>
+#include <sqlite3.h>
+
+#include "accountant.h"
+#include "agg.h"
+#include "crypto.h"
+#include "dprec/privacy.h"
+#include "report.h"
+
+#define AGG_SCHEMA_VERSION 1
+#define AGG_ERRMSG 160
+
+/* A job as stored (the immutable spec fields and the mutable round state). */
+typedef struct agg_job {
+    int64_t id;
+    uint16_t proto_id;
+    const struct agg_protocol *proto;
+    uint32_t d, m;
+    double rating_min, rating_max;
+    int64_t rounds;        /* the job is done once this many rounds are finalized (close lowers it) */
+    int64_t min_reports;
+    int64_t round_seconds;
+    double participation;
+    char *params;          /* params JSON object text (malloc'd) */
+    int has_budget;
+    double budget_epsilon, budget_delta;
+    int done;
+    int64_t round;         /* the open round; equals the latest release version */
+    int64_t deadline;      /* unix seconds */
+} agg_job;
+
+void agg_job_free(agg_job *j);
+
+/* The model a release carries: V (m*d row-major), item biases (m floats, or NULL) and mu. */
+typedef struct agg_model {
+    uint32_t m, d;
+    float *v;
+    float *bias;
+    float mu;
+} agg_model;
+
+void agg_model_free(agg_model *x);
+
+/* One stored report handed to a global step: the payload only (the envelope was checked at intake). */
+typedef struct agg_report {
+    int64_t device;
+    const unsigned char *payload;
+    size_t payload_len;
+} agg_report;
+
+/* A training protocol: one const table per protocol, listed in proto_table.c. Every function writes a
+ * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
+typedef struct agg_protocol {
+    const char *name;
+    uint16_t id;        /* wire id (report.h) */
+    dprec_unit unit;    /* what the job's guarantee protects */
+    dprec_model model;
+    int needs_budget;   /* private protocols: the job spec must carry a budget */
+    /* Checks the job's shape (d, m) and params (a JSON object, never NULL). 0 or -1. */
+    int (*validate_job)(const agg_job *shape, const cJSON *params, char *err, size_t errcap);
+    /* Checks one report payload against the job (sizes, ids, ranges, finiteness). 0 or -1. */
+    int (*validate_payload)(const agg_job *job, const unsigned char *p, size_t len, char *err, size_t errcap);
+    /* Builds release 1's model into *out (allocating v and bias). 0 or -1. */
+    int (*initial_model)(const agg_job *job, agg_model *out, char *err, size_t errcap);
+    /* The global step of one round: from the model of release r and the round's (validated) reports, the
+     * model of release r+1 (allocated into *next). n may be 0. 0 or -1. */
+    int (*global_step)(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                       agg_model *next, char *err, size_t errcap);
+    /* The privacy mechanism of one round, for the job's accountant; NULL for a protocol without privacy
+     * (plain). Every round of a job runs the same mechanism. 0 or -1. */
+    int (*round_step)(const agg_job *job, dprec_step *step);
+} agg_protocol;
+
+/* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
+ * budget's delta). 1 within, 0 over (or no budget), -1 invalid. *epsilon (may be NULL) gets the job's epsilon
+ * after those rounds (+inf for a protocol without privacy, which always "fits"). */
+int agg_budget_check(const agg_job *job, int64_t rounds, double *epsilon);
+
+const agg_protocol *agg_protocol_by_name(const char *name);
+const agg_protocol *agg_protocol_by_id(uint16_t id);
+
+extern const agg_protocol agg_protocol_plain;
+
+/* A report waiting for the group commit. */
+typedef struct agg_pending {
+    int64_t job, device;
+    uint64_t round, release_version;
+    unsigned char report_id[DPREC_REPORT_ID_SIZE];
+    const unsigned char *bytes;
+    size_t len;
+    int done;
+    int status;           /* HTTP status of the outcome */
+    const char *code;     /* error code, or NULL when accepted */
+    char message[AGG_ERRMSG];
+    int duplicate;
+    uint64_t accepted_round;
+    struct agg_pending *next;
+} agg_pending;
+
+enum { AGG_HIST_BUCKETS = 12 };
+
+typedef struct agg_metrics {
+    uint64_t requests[8][6];   /* [route][status class index] */
+    uint64_t reports_accepted, reports_duplicate;
+    uint64_t rejected[16];     /* by reason, see agg_reason_names */
+    uint64_t rounds_finalized, deadlines_extended;
+    uint64_t commits, committed_reports;
+    uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
+    double latency_sum;
+    uint64_t latency_count;
+} agg_metrics;
+
+struct dprec_agg {
+    dprec_agg_config cfg;
+    char *admin_token;
+    sqlite3 *db;
+    pthread_mutex_t db_mu;     /* guards db (every statement and transaction) */
+    pthread_mutex_t q_mu;      /* guards the group-commit queue */
+    pthread_cond_t q_cv;
+    agg_pending *q_head, *q_tail;
+    int q_leader;              /* a thread is committing a batch */
+    pthread_mutex_t rng_mu;
+    dprec_rng rng;
+    mbedtls_pk_context key;
+    unsigned char pub_der[160];
+    size_t pub_der_len;
+    pthread_mutex_t m_mu;
+    agg_metrics metrics;
+    int64_t last_tick;         /* the largest `now` given to dprec_agg_tick (under m_mu) */
+};
+
+/* agg.c */
+void agg_log(dprec_agg *a, const char *event, cJSON *fields); /* takes ownership of fields (may be NULL) */
+int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
+void agg_count_reject(dprec_agg *a, const char *code);
+void agg_count_round(dprec_agg *a);
+/* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
+ * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
+int64_t agg_now(dprec_agg *a);
+
+/* agg_sign.c */
+int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap);
+/* Builds a signed release of model x as version `version` of job j; *out is malloc'd. 0 or -1. */
+int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
+                      size_t *out_len, char *err, size_t errcap);
+/* Parses a stored release back into a model (allocating). 0 or -1. */
+int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x);
+
+/* agg_state.c (all take db_mu themselves unless named _locked) */
+int agg_state_open(dprec_agg *a, char *err, size_t errcap);
+void agg_state_close(dprec_agg *a);
+int agg_job_load_locked(dprec_agg *a, int64_t id, agg_job *out); /* 1 found, 0 not found, -1 error */
+int agg_job_load(dprec_agg *a, int64_t id, agg_job *out);
+/* Creates a job from a validated spec and stores release 1. Returns the job id, or -1. */
+int64_t agg_job_create(dprec_agg *a, const agg_job *spec, const char *spec_json, char *err, size_t errcap);
+/* Group commit of one report: blocks until the batch holding it committed; fills p's outcome. */
+void agg_report_submit(dprec_agg *a, agg_pending *p);
+/* Finalizes job's round `round` if it is still the open round (force: even with 0 reports; else a round
+ * with 0 reports gets its deadline extended). 1 finalized, 0 nothing done, -1 error. Takes db_mu. */
+int agg_round_finalize(dprec_agg *a, int64_t job, int64_t round, int force, int64_t now);
+int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int force, int64_t now);
+int64_t agg_reports_in_round(dprec_agg *a, int64_t job, int64_t round); /* -1 on error; takes db_mu */
+/* Release bytes (malloc'd) for version (0 = latest). 1 found, 0 not found, -1 error. */
+int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **out, size_t *len);
+int64_t agg_device_by_token(dprec_agg *a, const char *token); /* device id, 0 unknown, -1 error */
+int64_t agg_device_register(dprec_agg *a, const unsigned char hash[32], const char *platform);
+int agg_job_close(dprec_agg *a, int64_t job); /* 1 ok, 0 not found, -1 error */
+/* Job ids in ascending order (malloc'd array). -1 on error. */
+int agg_job_ids(dprec_agg *a, int64_t **ids, size_t *n);
+int agg_health(dprec_agg *a);
+
+#endif /* DPREC_AGG_PRIV_H */

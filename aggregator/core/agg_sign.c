@@ -1,0 +1,217 @@
+/* dprec aggregator core — the release-signing key (ECDSA P-256) and signed releases.
+ *
+ * A signed release is the unsigned release of sdk/release.c with sig_alg = 1 and sig_len set in the header
+ * (bytes 44..47), the SHA-256 digest recomputed over header || body (the header changed), then the DER
+ * ECDSA signature of that digest appended. The DER length (70..72 bytes) is only known after signing and
+ * the digest covers it, so signing repeats with the length found until the two agree (a few passes). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mbedtls/asn1write.h>
+#include <mbedtls/ecdsa.h>
+#include <mbedtls/ecp.h>
+#include <mbedtls/pk.h>
+
+#include "agg_priv.h"
+#include "bytes.h"
+#include "dprec/release.h"
+#include "mbedtls_compat.h"
+
+#ifndef MBEDTLS_PRIVATE /* 3.x hides struct members behind this macro; 2.x has none */
+#define MBEDTLS_PRIVATE(member) member
+#endif
+
+static int write_file_0600(const char *path, const unsigned char *buf, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, buf + off, len - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            close(fd);
+            unlink(path);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    return close(fd);
+}
+
+int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap) {
+    const char *path = a->cfg.signing_key_path;
+    struct stat st;
+    int rc;
+    if (stat(path, &st) == 0) {
+#if MBEDTLS_VERSION_NUMBER >= 0x03000000
+        rc = mbedtls_pk_parse_keyfile(&a->key, path, NULL, agg_random, a);
+#else
+        rc = mbedtls_pk_parse_keyfile(&a->key, path, NULL);
+#endif
+        if (rc != 0) {
+            snprintf(err, errcap, "cannot read the signing key %s (mbedTLS -0x%04x)", path, (unsigned)-rc);
+            return -1;
+        }
+        if (!mbedtls_pk_can_do(&a->key, MBEDTLS_PK_ECDSA) ||
+            mbedtls_pk_ec(a->key)->MBEDTLS_PRIVATE(grp).id != MBEDTLS_ECP_DP_SECP256R1) {
+            snprintf(err, errcap, "the signing key %s is not an EC P-256 key", path);
+            return -1;
+        }
+    } else {
+        rc = mbedtls_pk_setup(&a->key, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY));
+        if (rc == 0) rc = mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(a->key), agg_random, a);
+        unsigned char pem[1024];
+        if (rc == 0) rc = mbedtls_pk_write_key_pem(&a->key, pem, sizeof pem);
+        if (rc != 0) {
+            snprintf(err, errcap, "cannot generate a signing key (mbedTLS -0x%04x)", (unsigned)-rc);
+            return -1;
+        }
+        rc = write_file_0600(path, pem, strlen((char *)pem));
+        dprec_wipe(pem, sizeof pem);
+        if (rc != 0) {
+            snprintf(err, errcap, "cannot write the signing key %s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    unsigned char der[sizeof a->pub_der];
+    rc = mbedtls_pk_write_pubkey_der(&a->key, der, sizeof der);
+    if (rc <= 0) {
+        snprintf(err, errcap, "cannot encode the public key (mbedTLS -0x%04x)", (unsigned)-rc);
+        return -1;
+    }
+    /* mbedtls_pk_write_pubkey_der writes at the end of the buffer */
+    a->pub_der_len = (size_t)rc;
+    memcpy(a->pub_der, der + sizeof der - (size_t)rc, (size_t)rc);
+    return 0;
+}
+
+/* Randomized ECDSA (fresh k from the CSPRNG each call), DER-encoded as SEQUENCE { INTEGER r, INTEGER s }
+ * (RFC 5480). Not the deterministic variant of RFC 6979: the signature covers a digest that covers the
+ * signature's length, and a deterministic signer can cycle between two lengths forever. */
+static int sign_digest(dprec_agg *a, const unsigned char digest[32], unsigned char *out, size_t cap,
+                       size_t *out_len) {
+    mbedtls_ecp_keypair *kp = mbedtls_pk_ec(a->key);
+    mbedtls_mpi r, s;
+    unsigned char tmp[MBEDTLS_ECDSA_MAX_LEN];
+    unsigned char *p = tmp + sizeof tmp;
+    size_t len = 0;
+    int rc;
+    mbedtls_mpi_init(&r);
+    mbedtls_mpi_init(&s);
+    rc = mbedtls_ecdsa_sign(&kp->MBEDTLS_PRIVATE(grp), &r, &s, &kp->MBEDTLS_PRIVATE(d), digest, 32, agg_random, a);
+    if (rc == 0) {
+        int n = mbedtls_asn1_write_mpi(&p, tmp, &s);
+        if (n >= 0) len += (size_t)n, n = mbedtls_asn1_write_mpi(&p, tmp, &r);
+        if (n >= 0) len += (size_t)n, n = mbedtls_asn1_write_len(&p, tmp, len);
+        if (n >= 0) len += (size_t)n, n = mbedtls_asn1_write_tag(&p, tmp, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE);
+        if (n >= 0) len += (size_t)n;
+        rc = n < 0 ? n : 0;
+    }
+    if (rc == 0 && len <= cap) {
+        memcpy(out, p, len);
+        *out_len = len;
+    } else if (rc == 0) {
+        rc = -1;
+    }
+    mbedtls_mpi_free(&r);
+    mbedtls_mpi_free(&s);
+    return rc;
+}
+
+int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
+                      size_t *out_len, char *err, size_t errcap) {
+    uint16_t flags = x->bias != NULL ? DPREC_RELEASE_HAS_BIASES : 0;
+    uint64_t unsigned_size = dprec_release_size(x->m, x->d, flags, 0);
+    if (unsigned_size == 0) {
+        snprintf(err, errcap, "release size out of range");
+        return -1;
+    }
+    size_t cap = (size_t)unsigned_size + DPREC_RELEASE_MAX_SIG;
+    unsigned char *buf = malloc(cap);
+    if (buf == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.flags = flags;
+    info.release_version = version;
+    info.job_id = (uint64_t)j->id;
+    info.num_items = x->m;
+    info.dim = x->d;
+    info.rating_min = (float)j->rating_min;
+    info.rating_max = (float)j->rating_max;
+    info.global_mean = x->bias != NULL ? x->mu : 0.0f;
+    size_t written = 0;
+    int rc = dprec_release_write(buf, cap, &info, x->v, x->bias, &written);
+    if (rc != DPREC_OK || written != (size_t)unsigned_size) {
+        free(buf);
+        snprintf(err, errcap, "release write failed (%d)", rc);
+        return -1;
+    }
+    size_t body_end = written - DPREC_RELEASE_DIGEST_SIZE;
+    unsigned char sig[DPREC_RELEASE_MAX_SIG];
+    size_t sig_len = 0, want = 72;
+    int ok = 0;
+    rc = 0;
+    for (int pass = 0; pass < 64 && !ok; pass++) {
+        dprec_st16(buf + 44, DPREC_SIG_ECDSA_P256_SHA256);
+        dprec_st16(buf + 46, (uint16_t)want);
+        if (dprec_sha256(buf, body_end, buf + body_end) != 0) break;
+        rc = sign_digest(a, buf + body_end, sig, sizeof sig, &sig_len);
+        if (rc != 0) break;
+        if (sig_len == want) ok = 1;
+        else want = sig_len;
+    }
+    if (!ok) {
+        free(buf);
+        snprintf(err, errcap, "release signing failed (mbedTLS -0x%04x)", (unsigned)-rc);
+        return -1;
+    }
+    memcpy(buf + written, sig, sig_len);
+    *out = buf;
+    *out_len = written + sig_len;
+    return 0;
+}
+
+int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x) {
+    dprec_release_info info;
+    memset(x, 0, sizeof *x);
+    if (dprec_release_check(buf, len, &info) != DPREC_OK) return -1;
+    x->m = info.num_items;
+    x->d = info.dim;
+    x->mu = info.global_mean;
+    x->v = malloc(sizeof(float) * (size_t)x->m * x->d);
+    if (info.flags & DPREC_RELEASE_HAS_BIASES) x->bias = malloc(sizeof(float) * x->m);
+    if (x->v == NULL || ((info.flags & DPREC_RELEASE_HAS_BIASES) && x->bias == NULL)) {
+        agg_model_free(x);
+        return -1;
+    }
+    for (uint32_t jj = 0; jj < x->m; jj++) {
+        float b = 0.0f;
+        if (dprec_release_row(buf, &info, jj, x->v + (size_t)jj * x->d, &b) != DPREC_OK) {
+            agg_model_free(x);
+            return -1;
+        }
+        if (x->bias != NULL) x->bias[jj] = b;
+    }
+    return 0;
+}
+
+void agg_model_free(agg_model *x) {
+    if (x == NULL) return;
+    free(x->v);
+    free(x->bias);
+    x->v = NULL;
+    x->bias = NULL;
+}

@@ -1,0 +1,321 @@
+/* dprec aggregator — protocol `plain`: exact, non-private alternating least squares with biases.
+ *
+ * No privacy at all (the utility ceiling and the reference for the private protocols). Each device sends
+ * its user vector u_i (fitted on release r by regularized least squares after subtracting mu and b_j,
+ * sdk/recommend.c) and its ratings; the aggregator runs the item half of ALS with biases:
+ *   mu   = mean of all reported ratings
+ *   b_j  = sum_i (r_ij - mu - u_i . v_j_old) / (n_j + lambda_bias)
+ *   v_j  = (lambda_j I + sum_i u_i u_i^T)^-1  sum_i (r_ij - mu - b_j) u_i
+ * with lambda_j = lambda, or lambda * n_j when params.weighted_lambda is true (Zhou et al. 2008).
+ * params.user_bias: v_j[0] is pinned to 1 in every release, so coordinate 0 of the device's least-squares
+ * u_i acts as a (ridge-regularized) user bias, with no change on the device; the item step then solves the
+ * other d - 1 coordinates with u_i[0] subtracted from the target.
+ * (Koren, Bell, Volinsky 2009; Zhou et al. 2008 for the weighted-lambda ALS item step). Items nobody rated
+ * this round keep v_j and b_j of release r.
+ *
+ * Memory of a global step: O(N + n d + m d + d^2) for N reported ratings of n devices (the ratings are
+ * bucketed by item with a counting sort; one d x d system at a time). Jobs are limited to releases of at
+ * most PLAIN_MAX_CELLS floats (m (d + 1) <= 2^26, a 256 MiB release). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg_priv.h"
+#include "bytes.h"
+#include "dprec/status.h"
+#include "linalg.h"
+
+#define PLAIN_MAX_CELLS ((uint64_t)1 << 26)
+#define PLAIN_DEFAULT_LAMBDA 0.1
+#define PLAIN_DEFAULT_LAMBDA_BIAS 5.0
+#define PLAIN_DEFAULT_SEED 1.0
+
+typedef struct plain_params {
+    double lambda, lambda_bias;
+    int user_bias;      /* 1: v_j[0] is fixed at 1, so the devices' u_i[0] is their user bias */
+    int weighted;       /* 1: item j's ridge is lambda * n_j (Zhou et al. 2008, weighted-lambda regularization) */
+    uint64_t seed;
+} plain_params;
+
+/* Reads params (already validated at job creation, so errors here only mean defaults). */
+static int parse_params(const cJSON *params, plain_params *pp, char *err, size_t errcap) {
+    pp->lambda = PLAIN_DEFAULT_LAMBDA;
+    pp->lambda_bias = PLAIN_DEFAULT_LAMBDA_BIAS;
+    pp->seed = (uint64_t)PLAIN_DEFAULT_SEED;
+    pp->weighted = 0;
+    pp->user_bias = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, params) {
+        if (cJSON_IsBool(it) && it->string != NULL && strcmp(it->string, "weighted_lambda") == 0) {
+            pp->weighted = cJSON_IsTrue(it);
+            continue;
+        }
+        if (cJSON_IsBool(it) && it->string != NULL && strcmp(it->string, "user_bias") == 0) {
+            pp->user_bias = cJSON_IsTrue(it);
+            continue;
+        }
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
+            snprintf(err, errcap, "params.%s must be a finite number", it->string ? it->string : "?");
+            return -1;
+        }
+        double v = it->valuedouble;
+        if (strcmp(it->string, "lambda") == 0) {
+            if (!(v > 0.0 && v <= 1e6)) {
+                snprintf(err, errcap, "params.lambda must be in (0, 1e6]");
+                return -1;
+            }
+            pp->lambda = v;
+        } else if (strcmp(it->string, "lambda_bias") == 0) {
+            if (!(v >= 0.0 && v <= 1e6)) {
+                snprintf(err, errcap, "params.lambda_bias must be in [0, 1e6]");
+                return -1;
+            }
+            pp->lambda_bias = v;
+        } else if (strcmp(it->string, "weighted_lambda") == 0) {
+            if (v != 0.0 && v != 1.0) {
+                snprintf(err, errcap, "params.weighted_lambda must be 0 or 1");
+                return -1;
+            }
+            pp->weighted = v == 1.0;
+        } else if (strcmp(it->string, "user_bias") == 0) {
+            if (v != 0.0 && v != 1.0) {
+                snprintf(err, errcap, "params.user_bias must be 0 or 1");
+                return -1;
+            }
+            pp->user_bias = v == 1.0;
+        } else if (strcmp(it->string, "seed") == 0) {
+            if (!(v >= 0.0 && v <= 9007199254740992.0) || floor(v) != v) {
+                snprintf(err, errcap, "params.seed must be an integer in [0, 2^53]");
+                return -1;
+            }
+            pp->seed = (uint64_t)v;
+        } else {
+            snprintf(err, errcap, "params.%s is not a parameter of plain (lambda, lambda_bias, weighted_lambda, user_bias, seed)", it->string);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int plain_validate_job(const agg_job *shape, const cJSON *params, char *err, size_t errcap) {
+    plain_params pp;
+    if ((uint64_t)shape->m * (shape->d + 1u) > PLAIN_MAX_CELLS) {
+        snprintf(err, errcap, "plain supports m * (d + 1) <= %llu (a 256 MiB release)",
+                 (unsigned long long)PLAIN_MAX_CELLS);
+        return -1;
+    }
+    if (parse_params(params, &pp, err, errcap) != 0) return -1;
+    if (pp.user_bias && shape->d < 2) {
+        snprintf(err, errcap, "params.user_bias needs d >= 2");
+        return -1;
+    }
+    return 0;
+}
+
+/* [d u32][n u32] u (d float32) then n pairs [item u32][rating float32] */
+static int plain_validate_payload(const agg_job *job, const unsigned char *p, size_t len, char *err,
+                                  size_t errcap) {
+    if (len < 8) {
+        snprintf(err, errcap, "plain payload shorter than its 8-byte header");
+        return -1;
+    }
+    uint32_t d = dprec_ld32(p), n = dprec_ld32(p + 4);
+    if (d != job->d) {
+        snprintf(err, errcap, "payload d = %u, the job's d is %u", d, job->d);
+        return -1;
+    }
+    if (n > job->m) {
+        snprintf(err, errcap, "payload has %u ratings, more than the job's m = %u", n, job->m);
+        return -1;
+    }
+    if ((uint64_t)len != 8u + 4u * (uint64_t)d + 8u * (uint64_t)n) {
+        snprintf(err, errcap, "payload length %zu does not match d = %u and n = %u", len, d, n);
+        return -1;
+    }
+    const unsigned char *q = p + 8;
+    for (uint32_t k = 0; k < d; k++, q += 4)
+        if (!isfinite(dprec_ldf32(q))) {
+            snprintf(err, errcap, "u[%u] is not finite", k);
+            return -1;
+        }
+    int64_t prev = -1;
+    for (uint32_t k = 0; k < n; k++, q += 8) {
+        uint32_t item = dprec_ld32(q);
+        float r = dprec_ldf32(q + 4);
+        if (item >= job->m) {
+            snprintf(err, errcap, "item %u out of range (m = %u)", item, job->m);
+            return -1;
+        }
+        if ((int64_t)item <= prev) {
+            snprintf(err, errcap, "items must be strictly increasing (item %u after %lld)", item, (long long)prev);
+            return -1;
+        }
+        prev = item;
+        if (!isfinite(r) || (double)r < job->rating_min || (double)r > job->rating_max) {
+            snprintf(err, errcap, "rating of item %u is not finite or outside [%g, %g]", item, job->rating_min,
+                     job->rating_max);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* splitmix64 (Steele, Lea, Flood 2014): the public, seeded initialization of V, not privacy noise */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int plain_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
+    plain_params pp;
+    cJSON *params = cJSON_Parse(job->params);
+    int rc = parse_params(params, &pp, err, errcap);
+    cJSON_Delete(params);
+    if (rc != 0) return -1;
+    memset(out, 0, sizeof *out);
+    out->m = job->m;
+    out->d = job->d;
+    out->v = malloc(sizeof(float) * (size_t)job->m * job->d);
+    out->bias = calloc(job->m, sizeof(float));
+    if (out->v == NULL || out->bias == NULL) {
+        agg_model_free(out);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    uint64_t s = pp.seed;
+    for (size_t k = 0; k < (size_t)job->m * job->d; k++) {
+        double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0; /* [0, 1) */
+        out->v[k] = (float)(0.1 * (2.0 * u - 1.0));
+    }
+    if (pp.user_bias)
+        for (uint32_t j = 0; j < job->m; j++) out->v[(size_t)j * job->d] = 1.0f;
+    out->mu = (float)((job->rating_min + job->rating_max) / 2.0);
+    return 0;
+}
+
+typedef struct rating_ref {
+    uint32_t user; /* index into the round's reports */
+    float r;
+} rating_ref;
+
+static int plain_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                             agg_model *next, char *err, size_t errcap) {
+    plain_params pp;
+    cJSON *params = cJSON_Parse(job->params);
+    int prc = parse_params(params, &pp, err, errcap);
+    cJSON_Delete(params);
+    if (prc != 0) return -1;
+    const uint32_t d = job->d, m = job->m;
+    if (prev->d != d || prev->m != m) {
+        snprintf(err, errcap, "release shape differs from the job");
+        return -1;
+    }
+    memset(next, 0, sizeof *next);
+    next->m = m;
+    next->d = d;
+    next->v = malloc(sizeof(float) * (size_t)m * d);
+    next->bias = malloc(sizeof(float) * m);
+    float *u = malloc(sizeof(float) * (n > 0 ? n : 1) * d);
+    size_t *start = calloc((size_t)m + 1, sizeof *start);
+    double *a = malloc(sizeof(double) * d * d);
+    double *b = malloc(sizeof(double) * d);
+    rating_ref *refs = NULL;
+    int result = -1;
+    if (next->v == NULL || next->bias == NULL || u == NULL || start == NULL || a == NULL || b == NULL) goto oom;
+    memcpy(next->v, prev->v, sizeof(float) * (size_t)m * d);
+    for (uint32_t j = 0; j < m; j++) next->bias[j] = prev->bias != NULL ? prev->bias[j] : 0.0f;
+
+    /* pass 1: user vectors, rating counts per item, the global mean */
+    size_t total = 0;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *p = reports[i].payload;
+        uint32_t cnt = dprec_ld32(p + 4);
+        for (uint32_t k = 0; k < d; k++) u[i * d + k] = dprec_ldf32(p + 8 + 4 * k);
+        const unsigned char *q = p + 8 + 4 * (size_t)d;
+        for (uint32_t k = 0; k < cnt; k++, q += 8) {
+            start[dprec_ld32(q) + 1]++;
+            sum += (double)dprec_ldf32(q + 4);
+        }
+        total += cnt;
+    }
+    double mu = total > 0 ? sum / (double)total : (double)prev->mu;
+    next->mu = (float)mu;
+    for (uint32_t j = 0; j < m; j++) start[j + 1] += start[j];
+    refs = malloc(sizeof *refs * (total > 0 ? total : 1));
+    size_t *fill = malloc(sizeof *fill * (m > 0 ? m : 1));
+    if (refs == NULL || fill == NULL) {
+        free(fill);
+        goto oom;
+    }
+    memcpy(fill, start, sizeof *fill * m);
+    /* pass 2: bucket the ratings by item (counting sort) */
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *p = reports[i].payload;
+        uint32_t cnt = dprec_ld32(p + 4);
+        const unsigned char *q = p + 8 + 4 * (size_t)d;
+        for (uint32_t k = 0; k < cnt; k++, q += 8) {
+            uint32_t item = dprec_ld32(q);
+            refs[fill[item]++] = (rating_ref){(uint32_t)i, dprec_ldf32(q + 4)};
+        }
+    }
+    free(fill);
+
+    /* per item: bias from the old v_j, then the regularized normal equations for the new v_j */
+    for (uint32_t j = 0; j < m; j++) {
+        size_t lo = start[j], hi = start[j + 1];
+        if (lo == hi) continue;
+        const float *vj = prev->v + (size_t)j * d;
+        double resid = 0.0;
+        for (size_t k = lo; k < hi; k++)
+            resid += (double)refs[k].r - mu - dprec_dot_f32(u + (size_t)refs[k].user * d, vj, d);
+        double bj = resid / ((double)(hi - lo) + pp.lambda_bias);
+        next->bias[j] = (float)bj;
+        /* with user_bias, coordinate 0 is fixed at 1: solve the other d - 1 with u_i[0] moved to the target */
+        uint32_t off = pp.user_bias ? 1u : 0u, dd = d - off;
+        dprec_normal_init(a, b, dd, pp.weighted ? pp.lambda * (double)(hi - lo) : pp.lambda);
+        for (size_t k = lo; k < hi; k++) {
+            const float *ui = u + (size_t)refs[k].user * d;
+            double target = (double)refs[k].r - mu - bj - (off ? (double)ui[0] : 0.0);
+            dprec_normal_add(a, b, dd, ui + off, target);
+        }
+        if (dprec_cholesky_solve(a, b, dd) == DPREC_OK) {
+            int finite = 1;
+            for (uint32_t k = 0; k < dd; k++) finite &= isfinite((float)b[k]);
+            if (finite) {
+                if (off) next->v[(size_t)j * d] = 1.0f;
+                for (uint32_t k = 0; k < dd; k++) next->v[(size_t)j * d + off + k] = (float)b[k];
+            }
+        }
+    }
+    if (!isfinite(next->mu)) next->mu = prev->mu;
+    for (uint32_t j = 0; j < m; j++)
+        if (!isfinite(next->bias[j])) next->bias[j] = 0.0f;
+    result = 0;
+    goto out;
+oom:
+    snprintf(err, errcap, "out of memory in the plain global step");
+    agg_model_free(next);
+out:
+    free(u);
+    free(start);
+    free(a);
+    free(b);
+    free(refs);
+    return result;
+}
+
+const agg_protocol agg_protocol_plain = {
+    .name = "plain",
+    .id = DPREC_PROTO_PLAIN,
+    .unit = DPREC_UNIT_USER,
+    .model = DPREC_MODEL_NONE,
+    .needs_budget = 0,
+    .validate_job = plain_validate_job,
+    .validate_payload = plain_validate_payload,
+    .initial_model = plain_initial_model,
+    .global_step = plain_global_step,
+};

@@ -1,0 +1,22 @@
+/* dprec aggregator — the protocols this aggregator runs. Adding a protocol adds its proto_<name>.c and one
+ * line here; no other protocol changes. */
+#include <string.h>
+
+#include "agg_priv.h"
+
+static const agg_protocol *const protocols[] = {
+    &agg_protocol_plain,
+};
+
+const agg_protocol *agg_protocol_by_name(const char *name) {
+    if (name == NULL) return NULL;
+    for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++)
+        if (strcmp(protocols[i]->name, name) == 0) return protocols[i];
+    return NULL;
+}
+
+const agg_protocol *agg_protocol_by_id(uint16_t id) {
+    for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++)
+        if (protocols[i]->id == id) return protocols[i];
+    return NULL;
+}

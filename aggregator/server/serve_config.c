@@ -1,0 +1,286 @@
+/* dprec-aggregator serve — configuration: defaults, then one JSON file (--config), then command-line flags. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "server.h"
+
+static const char help_text[] =
+    "usage: dprec-aggregator serve [options]\n"
+    "\n"
+    "Runs the aggregator over HTTPS: a device listener (public) and an admin listener (loopback by default).\n"
+    "Flags override the config file; the config file overrides the defaults.\n"
+    "\n"
+    "options:\n"
+    "  --config FILE            JSON config file; keys are the flag names with '_' for '-' (see docs/operations.md)\n"
+    "  --state-dir DIR          state directory (required, here or in the config): state.db (SQLite, WAL),\n"
+    "                           signing-key.pem (release-signing key), release-key.der (its public key, what\n"
+    "                           devices pin),\n"
+    "                           tls-cert.pem / tls-key.pem (when generated), admin-token (when generated),\n"
+    "                           tls-pin.txt (the certificate's key pin, sha256//...), ports.json (the ports\n"
+    "                           actually bound, rewritten at each start)\n"
+    "  --listen HOST:PORT       device listener (default 0.0.0.0:8443; port 0 picks a free port)\n"
+    "  --admin-listen HOST:PORT admin listener (default 127.0.0.1:8444; port 0 picks a free port)\n"
+    "  --admin-token-file FILE  file holding the admin bearer token (>= 16 chars); if neither this nor\n"
+    "                           admin_token is configured, a random token is generated into STATE/admin-token\n"
+    "  --cert FILE --key FILE   TLS certificate chain and private key (PEM); if neither is configured, a\n"
+    "                           self-signed ECDSA P-256 certificate for localhost/127.0.0.1 is generated into\n"
+    "                           STATE/tls-cert.pem and STATE/tls-key.pem (for local use and tests)\n"
+    "  --threads N              device listener worker threads (default 8)\n"
+    "  --admin-threads N        admin listener worker threads (default 1)\n"
+    "  --max-report-bytes N     largest accepted report body (default 16777216); JSON bodies are capped at\n"
+    "                           4096 bytes (config key max_json_bytes)\n"
+    "  --connection-timeout S   seconds before an idle connection is closed (default 30)\n"
+    "  --group-commit-us N      how long a commit waits to batch concurrent reports (default: the core's)\n"
+    "  --log-level LEVEL        info (default) or debug (adds one line per request)\n"
+    "  -h, --help               this text\n"
+    "\n"
+    "On start it prints (as JSON log lines on stderr) the listening ports, where the certificate, its\n"
+    "public-key pin (sha256//...) and the release public key are, and the admin token file. SIGTERM or\n"
+    "SIGINT stops it gracefully; state is durable, so a kill -9 loses no acknowledged report.\n";
+
+void dprec_srv_print_help(void)
+{
+    fputs(help_text, stdout);
+}
+
+static int copy_str(char *dst, size_t cap, const char *src, const char *what, char *err, size_t errcap)
+{
+    size_t n = strlen(src);
+    if (n >= cap) {
+        snprintf(err, errcap, "%s is too long (at most %zu bytes)", what, cap - 1);
+        return 2;
+    }
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+static int parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out)
+{
+    if (s == NULL || *s == '\0' || *s == '-') {
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The keys that take a string and where they go. */
+typedef struct str_key {
+    const char *json;
+    const char *flag;
+    size_t offset;
+    size_t cap;
+} str_key;
+
+#define SK(j, f, field) {j, f, offsetof(dprec_srv_config, field), sizeof(((dprec_srv_config *)0)->field)}
+static const str_key str_keys[] = {
+    SK("state_dir", "--state-dir", state_dir),
+    SK("listen", "--listen", listen),
+    SK("admin_listen", "--admin-listen", admin_listen),
+    SK("admin_token_file", "--admin-token-file", admin_token_file),
+    SK("admin_token", NULL, admin_token),
+    SK("cert", "--cert", cert),
+    SK("key", "--key", key),
+};
+
+typedef struct num_key {
+    const char *json;
+    const char *flag;
+    unsigned long long lo, hi;
+} num_key;
+
+static const num_key num_keys[] = {
+    {"threads", "--threads", 1, 1024},
+    {"admin_threads", "--admin-threads", 1, 64},
+    {"max_report_bytes", "--max-report-bytes", 1024, 1ull << 31},
+    {"max_json_bytes", NULL, 256, 1u << 20},
+    {"connection_timeout", "--connection-timeout", 1, 3600},
+    {"connection_limit", NULL, 1, 1000000},
+    {"group_commit_us", "--group-commit-us", 0, 1000000},
+};
+
+static void set_num(dprec_srv_config *cfg, const char *json, unsigned long long v)
+{
+    if (strcmp(json, "threads") == 0) {
+        cfg->threads = (unsigned)v;
+    } else if (strcmp(json, "admin_threads") == 0) {
+        cfg->admin_threads = (unsigned)v;
+    } else if (strcmp(json, "max_report_bytes") == 0) {
+        cfg->max_report_bytes = (size_t)v;
+    } else if (strcmp(json, "max_json_bytes") == 0) {
+        cfg->max_json_bytes = (size_t)v;
+    } else if (strcmp(json, "connection_timeout") == 0) {
+        cfg->connection_timeout = (unsigned)v;
+    } else if (strcmp(json, "connection_limit") == 0) {
+        cfg->connection_limit = (unsigned)v;
+    } else if (strcmp(json, "group_commit_us") == 0) {
+        cfg->group_commit_us = (int)v;
+    }
+}
+
+static int set_log_level(dprec_srv_config *cfg, const char *v, char *err, size_t errcap)
+{
+    if (strcmp(v, "info") == 0) {
+        cfg->log_debug = 0;
+    } else if (strcmp(v, "debug") == 0) {
+        cfg->log_debug = 1;
+    } else {
+        snprintf(err, errcap, "log level must be info or debug");
+        return 2;
+    }
+    return 0;
+}
+
+static int load_file(dprec_srv_config *cfg, const char *path, char *err, size_t errcap)
+{
+    size_t len = 0;
+    char *text = dprec_srv_read_file(path, 1u << 20, &len);
+    if (text == NULL) {
+        snprintf(err, errcap, "cannot read config file %s: %s", path, strerror(errno));
+        return 2;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        snprintf(err, errcap, "config file %s is not a JSON object", path);
+        return 2;
+    }
+    int rc = 0;
+    for (cJSON *it = root->child; it != NULL && rc == 0; it = it->next) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof str_keys / sizeof str_keys[0]; i++) {
+            if (strcmp(it->string, str_keys[i].json) == 0) {
+                known = 1;
+                if (!cJSON_IsString(it)) {
+                    snprintf(err, errcap, "config key %s must be a string", it->string);
+                    rc = 2;
+                } else {
+                    rc = copy_str((char *)cfg + str_keys[i].offset, str_keys[i].cap, it->valuestring,
+                                  str_keys[i].json, err, errcap);
+                }
+            }
+        }
+        for (size_t i = 0; i < sizeof num_keys / sizeof num_keys[0] && !known; i++) {
+            if (strcmp(it->string, num_keys[i].json) == 0) {
+                known = 1;
+                double v = cJSON_IsNumber(it) ? it->valuedouble : -1.0;
+                if (!(v >= (double)num_keys[i].lo && v <= (double)num_keys[i].hi) ||
+                    v != (double)(unsigned long long)v) {
+                    snprintf(err, errcap, "config key %s must be an integer in %llu..%llu", it->string,
+                             num_keys[i].lo, num_keys[i].hi);
+                    rc = 2;
+                } else {
+                    set_num(cfg, num_keys[i].json, (unsigned long long)v);
+                }
+            }
+        }
+        if (!known && strcmp(it->string, "log_level") == 0) {
+            known = 1;
+            rc = cJSON_IsString(it) ? set_log_level(cfg, it->valuestring, err, errcap) : 2;
+            if (rc != 0 && !cJSON_IsString(it)) {
+                snprintf(err, errcap, "config key log_level must be a string");
+            }
+        }
+        if (!known) {
+            snprintf(err, errcap, "unknown config key '%s' in %s", it->string, path);
+            rc = 2;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *err, size_t errcap)
+{
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->listen, "0.0.0.0:8443");
+    strcpy(cfg->admin_listen, "127.0.0.1:8444");
+    cfg->threads = 8;
+    cfg->admin_threads = 1;
+    cfg->max_report_bytes = 16u << 20;
+    cfg->max_json_bytes = 4096;
+    cfg->connection_timeout = 30;
+    cfg->connection_limit = 10000;
+    cfg->group_commit_us = -1;
+
+    /* First pass: --help and --config. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            dprec_srv_print_help();
+            return 1;
+        }
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) {
+                snprintf(err, errcap, "--config needs a value");
+                return 2;
+            }
+            int rc = load_file(cfg, argv[i + 1], err, errcap);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+    }
+    /* Second pass: every other flag overrides the file. */
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (i + 1 >= argc) {
+            snprintf(err, errcap, "unknown flag or missing value: %s", f);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (strcmp(f, "--config") == 0) {
+            continue;
+        }
+        int known = 0, rc = 0;
+        for (size_t k = 0; k < sizeof str_keys / sizeof str_keys[0] && !known; k++) {
+            if (str_keys[k].flag != NULL && strcmp(f, str_keys[k].flag) == 0) {
+                known = 1;
+                rc = copy_str((char *)cfg + str_keys[k].offset, str_keys[k].cap, v, f, err, errcap);
+            }
+        }
+        for (size_t k = 0; k < sizeof num_keys / sizeof num_keys[0] && !known; k++) {
+            if (num_keys[k].flag != NULL && strcmp(f, num_keys[k].flag) == 0) {
+                known = 1;
+                unsigned long long n = 0;
+                if (parse_uint(v, num_keys[k].lo, num_keys[k].hi, &n) != 0) {
+                    snprintf(err, errcap, "%s must be an integer in %llu..%llu", f, num_keys[k].lo, num_keys[k].hi);
+                    rc = 2;
+                } else {
+                    set_num(cfg, num_keys[k].json, n);
+                }
+            }
+        }
+        if (!known && strcmp(f, "--log-level") == 0) {
+            known = 1;
+            rc = set_log_level(cfg, v, err, errcap);
+        }
+        if (!known) {
+            snprintf(err, errcap, "unknown flag: %s (see dprec-aggregator serve --help)", f);
+            return 2;
+        }
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    if ((cfg->cert[0] == '\0') != (cfg->key[0] == '\0')) {
+        snprintf(err, errcap, "--cert and --key go together (give both, or neither for a generated certificate)");
+        return 2;
+    }
+    if (cfg->state_dir[0] == '\0') {
+        /* No implicit state directory: starting a service by accident in the wrong place is worse. */
+        snprintf(err, errcap, "give --state-dir DIR (or a --config file with state_dir); see --help");
+        return 2;
+    }
+    return 0;
+}

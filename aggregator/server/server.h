@@ -1,0 +1,58 @@
+/* dprec-aggregator serve — the HTTPS front end (libmicrohttpd + GnuTLS) over the HTTP-independent core
+ * (agg.h). Host program code: it may use stdio, stdlib, POSIX and threads. Internal to the executable. */
+#ifndef DPREC_AGG_SERVER_H
+#define DPREC_AGG_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Runs `dprec-aggregator serve` (argv[0] is "serve"). Returns the process exit status: 0 after a graceful
+ * shutdown, 1 on a runtime error, 2 on a usage error. */
+int dprec_serve_main(int argc, char **argv);
+
+/* ---- configuration (serve_config.c) ---------------------------------------------------------------- */
+
+#define DPREC_SRV_PATH_MAX 1024
+
+typedef struct dprec_srv_config {
+    char state_dir[DPREC_SRV_PATH_MAX];
+    char listen[256];          /* device listener HOST:PORT */
+    char admin_listen[256];    /* admin listener HOST:PORT */
+    char admin_token_file[DPREC_SRV_PATH_MAX];
+    char admin_token[256];     /* inline token from the config file (discouraged; a file is better) */
+    char cert[DPREC_SRV_PATH_MAX];
+    char key[DPREC_SRV_PATH_MAX];
+    unsigned threads;          /* device listener thread pool */
+    unsigned admin_threads;    /* admin listener thread pool */
+    size_t max_report_bytes;
+    size_t max_json_bytes;
+    unsigned connection_timeout; /* seconds an idle connection stays open */
+    unsigned connection_limit;   /* per listener */
+    int group_commit_us;         /* -1: the core's default */
+    int log_debug;               /* 1: one log line per request */
+} dprec_srv_config;
+
+/* Defaults, then the config file (if --config is given), then the other flags. On a usage error writes a
+ * message into err and returns 2; on --help prints help and returns 1 (caller exits 0); else 0. */
+int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *err, size_t errcap);
+void dprec_srv_print_help(void);
+
+/* ---- TLS material (serve_tls.c) ------------------------------------------------------------------- */
+
+/* Generates a self-signed ECDSA P-256 certificate (CN=localhost, SAN localhost, 127.0.0.1, ::1; 10 years)
+ * and its key, writing them as PEM to cert_path (0644) and key_path (0600). Returns 0 or a message. */
+int dprec_srv_tls_generate(const char *cert_path, const char *key_path, char *err, size_t errcap);
+
+/* The curl-style pin of a PEM certificate's public key: "sha256//<base64 of SHA-256(SPKI DER)>". */
+int dprec_srv_tls_pin(const char *cert_pem, size_t cert_len, char *out, size_t cap);
+
+/* Fills out with n random bytes from GnuTLS's key-grade generator. Returns 0 on success. */
+int dprec_srv_random(unsigned char *out, size_t n);
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer; *len gets its size. NULL on failure. */
+char *dprec_srv_read_file(const char *path, size_t max, size_t *len);
+
+/* Writes data atomically (temp file, fsync, rename) with the given mode. Returns 0 or -1 (errno set). */
+int dprec_srv_write_file(const char *path, const void *data, size_t len, unsigned mode);
+
+#endif /* DPREC_AGG_SERVER_H */

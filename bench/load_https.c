@@ -1,0 +1,564 @@
+/* dprec-bench-load — HTTPS load on a running (or self-started) dprec-aggregator, loopback only.
+ *
+ * N threads, each with its own keep-alive libcurl transport, each repeatedly registering a fresh device and
+ * posting one plain report for a job whose min_reports is larger than the run, so every report lands in the
+ * same open round. A 200 means the report is durable (docs/protocol.md), so "accepted reports per second" is
+ * the durable acknowledgement rate. The run stops at --reports reports or --seconds seconds, whichever first.
+ *
+ *   dprec-bench-load --spawn build/dprec-aggregator [--threads 16] [--reports 20000] [--seconds 30]
+ *   dprec-bench-load --state-dir DIR [...]   (an aggregator already running with that state directory:
+ *                                             reads ports.json, tls-cert.pem and admin-token from it)
+ *
+ * Host program, not SDK code. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dprec/transport_curl.h"
+#include "report.h"
+
+typedef struct options {
+    const char *spawn;
+    const char *state_dir;
+    unsigned threads;
+    unsigned long reports;
+    unsigned seconds;
+    unsigned server_threads;
+    unsigned d, m;
+    int preregister;
+} options;
+
+typedef struct shared {
+    const options *opt;
+    char device_url[64];
+    char ca[1100];
+    uint64_t job, round, release_version;
+    atomic_ulong issued;   /* reports handed out to threads */
+    atomic_ulong accepted; /* 200 and not duplicate */
+    atomic_ulong failed;
+    atomic_int stop;
+    double deadline;
+    pthread_barrier_t barrier; /* --preregister: registration done, reports start */
+} shared;
+
+typedef struct worker {
+    shared *sh;
+    pthread_t tid;
+    uint32_t *lat_report_us, *lat_register_us;
+    size_t n_report, n_register, cap;
+    char (*tokens)[80]; /* --preregister: the devices this thread registered */
+    size_t n_tokens;
+    char last_error[160];
+} worker;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return -1;
+    }
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return 0;
+}
+
+static long json_int(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (p == NULL) {
+        return -1;
+    }
+    p += strlen(pat);
+    while (*p == ' ' || *p == '"') {
+        p++;
+    }
+    return strtol(p, NULL, 10);
+}
+
+static int json_str(const char *json, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (p == NULL) {
+        return -1;
+    }
+    p += strlen(pat);
+    while (*p == ' ') {
+        p++;
+    }
+    if (*p != '"') {
+        return -1;
+    }
+    p++;
+    size_t n = strcspn(p, "\"");
+    if (n >= cap) {
+        return -1;
+    }
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 0;
+}
+
+typedef struct body {
+    char buf[4096];
+    size_t len;
+} body;
+
+static int body_sink(void *user, const unsigned char *chunk, size_t len)
+{
+    body *b = user;
+    size_t room = sizeof b->buf - 1 - b->len;
+    size_t n = len < room ? len : room;
+    memcpy(b->buf + b->len, chunk, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+    return 0;
+}
+
+static int call(dprec_transport *t, const char *method, const char *path, const char *bearer, const char *ctype,
+                const void *data, size_t len, body *b, int *status)
+{
+    b->len = 0;
+    b->buf[0] = '\0';
+    dprec_http_request req = {method, path, bearer, ctype, data, len};
+    dprec_http_response resp;
+    int rc = t->request(t->ctx, &req, body_sink, b, &resp);
+    *status = resp.status;
+    return rc;
+}
+
+static void fill_random(unsigned char *out, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        /* splitmix64: report ids need only be unique here, not secret */
+        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        out[i] = (unsigned char)(z ^ (z >> 31));
+    }
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static void put_f32(unsigned char *p, float f)
+{
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    put_u32(p, v);
+}
+
+/* A plain report: [d][n] u (d floats) then n (item, rating) pairs, items increasing. */
+static size_t build_report(const shared *sh, unsigned char *out, uint64_t *rng)
+{
+    unsigned d = sh->opt->d, m = sh->opt->m, n = m < 20 ? m : 20;
+    unsigned char *p = out + DPREC_ENVELOPE_HEADER;
+    put_u32(p, d);
+    put_u32(p + 4, n);
+    p += 8;
+    for (unsigned k = 0; k < d; k++, p += 4) {
+        put_f32(p, 0.05f * (float)(k % 7));
+    }
+    unsigned char r;
+    for (unsigned j = 0; j < n; j++, p += 8) {
+        fill_random(&r, 1, rng);
+        put_u32(p, j * (m / n));
+        put_f32(p + 4, 1.0f + (float)(r % 5));
+    }
+    dprec_envelope e;
+    memset(&e, 0, sizeof e);
+    e.protocol = DPREC_PROTO_PLAIN;
+    e.job_id = sh->job;
+    e.round = sh->round;
+    fill_random(e.report_id, sizeof e.report_id, rng);
+    e.release_version = sh->release_version;
+    e.payload_len = (uint32_t)(p - out - DPREC_ENVELOPE_HEADER);
+    dprec_envelope_write_header(out, &e);
+    return (size_t)(p - out);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    shared *sh = w->sh;
+    dprec_transport t;
+    dprec_transport_curl st;
+    dprec_curl_options co = {0};
+    co.ca_file = sh->ca;
+    co.timeout_ms = 30000;
+    if (dprec_transport_curl_init(&t, &st, sh->device_url, &co) != DPREC_OK) {
+        snprintf(w->last_error, sizeof w->last_error, "transport init failed");
+        if (sh->opt->preregister) {
+            pthread_barrier_wait(&sh->barrier);
+        }
+        return NULL;
+    }
+    uint64_t rng = (uint64_t)(uintptr_t)w ^ (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    size_t cap = DPREC_ENVELOPE_HEADER + 8 + 4u * sh->opt->d + 8u * 20;
+    unsigned char *report = malloc(cap);
+    body b;
+    char path[64], token[128];
+    snprintf(path, sizeof path, "/v1/jobs/%" PRIu64 "/reports", sh->job);
+    if (sh->opt->preregister) {
+        /* Phase 1: this thread's share of devices; phase 2 (after the barrier): one report each. */
+        while (w->n_tokens < w->cap && now_s() < sh->deadline &&
+               atomic_fetch_add(&sh->issued, 1) < sh->opt->reports) {
+            int status = 0;
+            double t0 = now_s();
+            int rc = call(&t, "POST", "/v1/register", NULL, "application/json", "{}", 2, &b, &status);
+            double t1 = now_s();
+            if (rc != DPREC_OK || status != 201 || json_str(b.buf, "token", w->tokens[w->n_tokens], 80) != 0) {
+                atomic_fetch_add(&sh->failed, 1);
+                snprintf(w->last_error, sizeof w->last_error, "register: rc %d status %d %.100s", rc, status, b.buf);
+                continue;
+            }
+            w->n_tokens++;
+            w->lat_register_us[w->n_register++] = (uint32_t)((t1 - t0) * 1e6);
+        }
+        pthread_barrier_wait(&sh->barrier);
+        for (size_t i = 0; report != NULL && i < w->n_tokens && now_s() < sh->deadline; i++) {
+            int status = 0;
+            size_t len = build_report(sh, report, &rng);
+            double t0 = now_s();
+            int rc = call(&t, "POST", path, w->tokens[i], "application/octet-stream", report, len, &b, &status);
+            double t1 = now_s();
+            if (rc == DPREC_OK && status == 200 && strstr(b.buf, "\"duplicate\":false") != NULL) {
+                atomic_fetch_add(&sh->accepted, 1);
+                w->lat_report_us[w->n_report++] = (uint32_t)((t1 - t0) * 1e6);
+            } else {
+                atomic_fetch_add(&sh->failed, 1);
+                snprintf(w->last_error, sizeof w->last_error, "report: rc %d status %d %.100s", rc, status, b.buf);
+            }
+        }
+    }
+    while (!sh->opt->preregister && report != NULL && !atomic_load(&sh->stop)) {
+        if (atomic_fetch_add(&sh->issued, 1) >= sh->opt->reports || now_s() > sh->deadline) {
+            break;
+        }
+        int status = 0;
+        double t0 = now_s();
+        int rc = call(&t, "POST", "/v1/register", NULL, "application/json", "{}", 2, &b, &status);
+        double t1 = now_s();
+        if (rc != DPREC_OK || status != 201 || json_str(b.buf, "token", token, sizeof token) != 0) {
+            atomic_fetch_add(&sh->failed, 1);
+            snprintf(w->last_error, sizeof w->last_error, "register: rc %d status %d %.100s", rc, status, b.buf);
+            continue;
+        }
+        if (w->n_register < w->cap) {
+            w->lat_register_us[w->n_register++] = (uint32_t)((t1 - t0) * 1e6);
+        }
+        size_t len = build_report(sh, report, &rng);
+        t0 = now_s();
+        rc = call(&t, "POST", path, token, "application/octet-stream", report, len, &b, &status);
+        t1 = now_s();
+        if (rc == DPREC_OK && status == 200 && strstr(b.buf, "\"duplicate\":false") != NULL) {
+            atomic_fetch_add(&sh->accepted, 1);
+            if (w->n_report < w->cap) {
+                w->lat_report_us[w->n_report++] = (uint32_t)((t1 - t0) * 1e6);
+            }
+        } else {
+            atomic_fetch_add(&sh->failed, 1);
+            snprintf(w->last_error, sizeof w->last_error, "report: rc %d status %d %.100s", rc, status, b.buf);
+        }
+    }
+    free(report);
+    dprec_transport_curl_cleanup(&st);
+    return NULL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(uint32_t *v, size_t n, double q)
+{
+    if (n == 0) {
+        return 0.0;
+    }
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return (double)v[i] / 1000.0;
+}
+
+static pid_t spawn_server(const char *bin, const char *state, unsigned threads)
+{
+    char th[16];
+    snprintf(th, sizeof th, "%u", threads);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char log[1100];
+        snprintf(log, sizeof log, "%s.log", state);
+        if (freopen(log, "w", stderr) == NULL || freopen("/dev/null", "w", stdout) == NULL) {
+            _exit(127);
+        }
+        execl(bin, bin, "serve", "--state-dir", state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+              "--threads", th, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void usage(void)
+{
+    fputs("usage: dprec-bench-load (--spawn PATH/dprec-aggregator | --state-dir DIR) [--threads N] [--reports N]\n"
+          "                        [--seconds S] [--server-threads N] [--d D] [--m M]\n"
+          "  --spawn BIN          start BIN serve on 127.0.0.1 with ephemeral ports in a fresh state directory\n"
+          "  --state-dir DIR      use the aggregator already running on this state directory (ports.json,\n"
+          "                       tls-cert.pem, admin-token); it must listen on loopback\n"
+          "  --threads N          client threads, each with one keep-alive connection (default 16)\n"
+          "  --reports N          stop after N reports (default 20000, at most 1000000)\n"
+          "  --seconds S          stop after S seconds (default 30, at most 600)\n"
+          "  --server-threads N   --threads for a spawned server (default 8)\n"
+          "  --d D --m M          job dimensions (default 16, 1000)\n"
+          "  --preregister 1      register every device first, then time the reports alone (default 0: each\n"
+          "                       report follows its own device's registration, both timed)\n",
+          stderr);
+}
+
+int main(int argc, char **argv)
+{
+    options opt = {NULL, NULL, 16, 20000, 30, 8, 16, 1000, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL) {
+            usage();
+            return 2;
+        }
+        i++;
+        unsigned long n = strtoul(v, NULL, 10);
+        if (strcmp(f, "--spawn") == 0) {
+            opt.spawn = v;
+        } else if (strcmp(f, "--state-dir") == 0) {
+            opt.state_dir = v;
+        } else if (strcmp(f, "--threads") == 0 && n >= 1 && n <= 256) {
+            opt.threads = (unsigned)n;
+        } else if (strcmp(f, "--reports") == 0 && n >= 1 && n <= 1000000) {
+            opt.reports = n;
+        } else if (strcmp(f, "--seconds") == 0 && n >= 1 && n <= 600) {
+            opt.seconds = (unsigned)n;
+        } else if (strcmp(f, "--server-threads") == 0 && n >= 1 && n <= 256) {
+            opt.server_threads = (unsigned)n;
+        } else if (strcmp(f, "--d") == 0 && n >= 1 && n <= 256) {
+            opt.d = (unsigned)n;
+        } else if (strcmp(f, "--m") == 0 && n >= 1 && n <= 16777216) {
+            opt.m = (unsigned)n;
+        } else if (strcmp(f, "--preregister") == 0 && n <= 1) {
+            opt.preregister = (int)n;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if ((opt.spawn == NULL) == (opt.state_dir == NULL)) {
+        usage();
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    char state[1024], tmpdir[64] = "";
+    pid_t server = -1;
+    if (opt.spawn != NULL) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/dprec-bench-load-XXXXXX");
+        if (mkdtemp(tmpdir) == NULL) {
+            perror("mkdtemp");
+            return 1;
+        }
+        snprintf(state, sizeof state, "%s/state", tmpdir);
+        server = spawn_server(opt.spawn, state, opt.server_threads);
+    } else {
+        snprintf(state, sizeof state, "%s", opt.state_dir);
+    }
+
+    static shared sh;
+    sh.opt = &opt;
+    char path[1100], ports[512] = "", admin_token[256] = "", admin_url[64];
+    snprintf(path, sizeof path, "%s/ports.json", state);
+    int ready = 0;
+    for (int i = 0; i < 300 && !ready; i++) {
+        if (read_text(path, ports, sizeof ports) == 0 && json_int(ports, "device") > 0 &&
+            (server < 0 || json_int(ports, "pid") == (long)server)) {
+            ready = 1;
+        } else {
+            struct timespec ts = {0, 100000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    int exit_code = 1;
+    if (!ready) {
+        fprintf(stderr, "no aggregator: %s not found or stale\n", path);
+        goto out;
+    }
+    /* Loopback only, whatever the listener's configured host: connect to 127.0.0.1. */
+    snprintf(sh.device_url, sizeof sh.device_url, "https://127.0.0.1:%ld", json_int(ports, "device"));
+    snprintf(admin_url, sizeof admin_url, "https://127.0.0.1:%ld", json_int(ports, "admin"));
+    snprintf(sh.ca, sizeof sh.ca, "%s/tls-cert.pem", state);
+    snprintf(path, sizeof path, "%s/admin-token", state);
+    if (read_text(path, admin_token, sizeof admin_token) != 0) {
+        fprintf(stderr, "cannot read %s\n", path);
+        goto out;
+    }
+    admin_token[strcspn(admin_token, "\r\n")] = '\0';
+
+    {
+        dprec_transport t;
+        dprec_transport_curl st;
+        dprec_curl_options co = {0};
+        co.ca_file = sh.ca;
+        if (dprec_transport_curl_init(&t, &st, admin_url, &co) != DPREC_OK) {
+            fprintf(stderr, "transport init failed\n");
+            goto out;
+        }
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":1000,"
+                 "\"min_reports\":%lu,\"round_seconds\":604800,\"participation\":1.0,"
+                 "\"params\":{\"lambda\":0.1,\"seed\":1}}",
+                 opt.d, opt.m, opt.reports + 1000);
+        body b;
+        int status = 0;
+        int rc = call(&t, "POST", "/v1/admin/jobs", admin_token, "application/json", spec, strlen(spec), &b, &status);
+        long job = rc == DPREC_OK && status == 201 ? json_int(b.buf, "job") : -1;
+        dprec_transport_curl_cleanup(&st);
+        if (job <= 0) {
+            fprintf(stderr, "create job failed: rc %d (%s) status %d %s\n", rc, dprec_strerror(rc), status, b.buf);
+            goto out;
+        }
+        sh.job = (uint64_t)job;
+        co.ca_file = sh.ca;
+        if (dprec_transport_curl_init(&t, &st, sh.device_url, &co) != DPREC_OK) {
+            goto out;
+        }
+        char p[64], token[128] = "";
+        rc = call(&t, "POST", "/v1/register", NULL, "application/json", "{}", 2, &b, &status);
+        if (rc == DPREC_OK && status == 201) {
+            json_str(b.buf, "token", token, sizeof token);
+        }
+        snprintf(p, sizeof p, "/v1/jobs/%ld", job);
+        rc = call(&t, "GET", p, token, NULL, NULL, 0, &b, &status);
+        dprec_transport_curl_cleanup(&st);
+        if (rc != DPREC_OK || status != 200) {
+            fprintf(stderr, "get job failed: rc %d status %d %s\n", rc, status, b.buf);
+            goto out;
+        }
+        sh.round = (uint64_t)json_int(b.buf, "round");
+        sh.release_version = (uint64_t)json_int(b.buf, "release_version");
+    }
+
+    worker *ws = calloc(opt.threads, sizeof *ws);
+    if (ws == NULL) {
+        goto out;
+    }
+    size_t per = opt.reports / opt.threads + 2;
+    double t0 = now_s();
+    sh.deadline = t0 + opt.seconds;
+    if (opt.preregister && pthread_barrier_init(&sh.barrier, NULL, opt.threads + 1) != 0) {
+        free(ws);
+        goto out;
+    }
+    for (unsigned i = 0; i < opt.threads; i++) {
+        ws[i].sh = &sh;
+        ws[i].cap = per;
+        ws[i].lat_report_us = calloc(per, sizeof(uint32_t));
+        ws[i].lat_register_us = calloc(per, sizeof(uint32_t));
+        ws[i].tokens = opt.preregister ? calloc(per, sizeof *ws[i].tokens) : NULL;
+        if (ws[i].lat_report_us == NULL || ws[i].lat_register_us == NULL ||
+            (opt.preregister && ws[i].tokens == NULL) || pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]) != 0) {
+            fprintf(stderr, "cannot start thread %u\n", i);
+            exit(1); /* a half-started barrier cannot be unwound; the run has not begun */
+        }
+    }
+    double t_reg = 0.0;
+    if (opt.preregister) {
+        pthread_barrier_wait(&sh.barrier);
+        t_reg = now_s() - t0;
+        t0 = now_s();
+    }
+    size_t nrep = 0, nreg = 0;
+    for (unsigned i = 0; i < opt.threads; i++) {
+        pthread_join(ws[i].tid, NULL);
+        nrep += ws[i].n_report;
+        nreg += ws[i].n_register;
+    }
+    double wall = now_s() - t0;
+    uint32_t *rep = malloc((nrep + 1) * sizeof *rep), *reg = malloc((nreg + 1) * sizeof *reg);
+    size_t a = 0, g = 0;
+    const char *err = NULL;
+    for (unsigned i = 0; i < opt.threads; i++) {
+        if (rep != NULL) {
+            memcpy(rep + a, ws[i].lat_report_us, ws[i].n_report * sizeof *rep);
+        }
+        if (reg != NULL) {
+            memcpy(reg + g, ws[i].lat_register_us, ws[i].n_register * sizeof *reg);
+        }
+        a += ws[i].n_report;
+        g += ws[i].n_register;
+        if (ws[i].last_error[0] != '\0') {
+            err = ws[i].last_error;
+        }
+    }
+    if (rep != NULL && reg != NULL) {
+        qsort(rep, nrep, sizeof *rep, cmp_u32);
+        qsort(reg, nreg, sizeof *reg, cmp_u32);
+        unsigned long acc = atomic_load(&sh.accepted);
+        printf("dprec-bench-load: %u client threads, plain d=%u, HTTPS keep-alive on loopback (job %" PRIu64 ")\n",
+               opt.threads, opt.d, sh.job);
+        if (opt.preregister) {
+            printf("registered %zu devices in %.2f s = %.0f registrations/s\n", nreg, t_reg, (double)nreg / t_reg);
+        }
+        printf("accepted reports (durable 200): %lu in %.2f s = %.0f reports/s%s\n", acc, wall, (double)acc / wall,
+               opt.preregister ? "" : " (each after its own registration)");
+        printf("failed requests: %lu%s%s\n", atomic_load(&sh.failed), err != NULL ? "; last: " : "",
+               err != NULL ? err : "");
+        printf("report POST latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", pct(rep, nrep, 0.5),
+               pct(rep, nrep, 0.99), nrep > 0 ? (double)rep[nrep - 1] / 1000.0 : 0.0);
+        printf("register POST latency: p50 %.2f ms, p99 %.2f ms\n", pct(reg, nreg, 0.5), pct(reg, nreg, 0.99));
+        exit_code = acc > 0 ? 0 : 1;
+    }
+    free(rep);
+    free(reg);
+    for (unsigned i = 0; i < opt.threads; i++) {
+        free(ws[i].lat_report_us);
+        free(ws[i].lat_register_us);
+        free(ws[i].tokens);
+    }
+    free(ws);
+
+out:
+    if (server > 0) {
+        kill(server, SIGTERM);
+        waitpid(server, NULL, 0);
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+        }
+    }
+    return exit_code;
+}

@@ -1,0 +1,647 @@
+/* dprec-fleet: the connection to an aggregator — in-process (dprec_agg_handle behind a dprec_transport), a
+ * `dprec-aggregator serve` child the fleet starts on loopback, or a running aggregator given by URL. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+
+#include "agg.h"
+#include "fleet.h"
+
+#if defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT
+#include "dprec/transport_curl.h"
+#endif
+
+enum { CONN_IN_PROCESS = 0, CONN_CHILD = 1, CONN_REMOTE = 2 };
+#define FLEET_MAX_TRANSPORTS 256
+
+struct fleet_conn {
+    int kind;
+    char tmpdir[1024];      /* removed at close (in-process and child) */
+    char admin_token[256];
+    unsigned char release_key[512];
+    size_t release_key_len;
+    char describe[2048];
+    /* in-process */
+    dprec_agg *agg;
+    int64_t sim_now;        /* the simulated clock handed to dprec_agg_tick */
+    /* HTTPS */
+    pid_t child;
+    char url[512];          /* device listener base URL, no trailing slash */
+    char admin_url[512];
+    char cacert[PATH_MAX];  /* PEM to verify the server with ("" = system CAs) */
+    CURL *admin_curl;
+    int sdk_transport;                      /* devices use the SDK's libcurl transport */
+    void *transports[FLEET_MAX_TRANSPORTS]; /* its per-thread states */
+    int ntransports;
+};
+
+static pid_t g_child = 0;
+
+static void kill_child_at_exit(void) {
+    if (g_child > 0) {
+        kill(g_child, SIGTERM);
+        g_child = 0;
+    }
+}
+
+static void on_signal(int sig) {
+    if (g_child > 0) kill(g_child, SIGTERM);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void remove_tree(const char *dir) {
+    if (dir[0] == '\0') return;
+    DIR *dh = opendir(dir);
+    if (dh != NULL) {
+        struct dirent *e;
+        while ((e = readdir(dh)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(p);
+            else unlink(p);
+        }
+        closedir(dh);
+    }
+    rmdir(dir);
+}
+
+static unsigned char *read_file(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    unsigned char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (buf == NULL) return NULL;
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void random_hex(char *out, size_t nbytes) {
+    unsigned char b[64];
+    if (nbytes > sizeof b) nbytes = sizeof b;
+    if (getentropy(b, nbytes) != 0) {
+        uint64_t st = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+        for (size_t i = 0; i < nbytes; i++) b[i] = (unsigned char)fleet_rand_next(&st);
+    }
+    for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
+    out[2 * nbytes] = '\0';
+}
+
+/* ---- in-process transport ----------------------------------------------------------------------------- */
+
+static int inproc_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                          dprec_http_response *resp) {
+    fleet_conn *c = ctx;
+    char auth[300];
+    dprec_agg_request r;
+    memset(&r, 0, sizeof r);
+    r.listener = DPREC_LISTENER_DEVICE;
+    r.method = req->method;
+    r.path = req->path;
+    if (req->bearer != NULL) {
+        snprintf(auth, sizeof auth, "Bearer %s", req->bearer);
+        r.authorization = auth;
+    }
+    r.body = req->body;
+    r.body_len = req->body_len;
+    dprec_agg_response out;
+    memset(&out, 0, sizeof out);
+    if (dprec_agg_handle(c->agg, &r, &out) != 0) {
+        dprec_agg_response_free(&out);
+        return DPREC_ERR_NETWORK;
+    }
+    resp->status = out.status;
+    resp->retry_after = out.retry_after;
+    int rc = DPREC_OK;
+    if (sink != NULL && out.body_len > 0) rc = sink(sink_user, out.body, out.body_len);
+    dprec_agg_response_free(&out);
+    return rc;
+}
+
+/* ---- HTTPS through libcurl (admin calls, the fleet's own release fetch, and the device transport when the
+ * SDK's libcurl transport is not built) -------------------------------------------------------------------- */
+
+typedef struct sink_ctx {
+    dprec_http_sink sink;
+    void *user;
+    int rc;
+} sink_ctx;
+
+static size_t curl_write(char *p, size_t size, size_t nmemb, void *user) {
+    sink_ctx *s = user;
+    size_t n = size * nmemb;
+    if (s->sink != NULL && n > 0) {
+        s->rc = s->sink(s->user, (const unsigned char *)p, n);
+        if (s->rc != 0) return 0;
+    }
+    return n;
+}
+
+static size_t curl_header(char *p, size_t size, size_t nmemb, void *user) {
+    uint32_t *retry = user;
+    size_t n = size * nmemb;
+    if (n > 12 && strncasecmp(p, "Retry-After:", 12) == 0) *retry = (uint32_t)strtoul(p + 12, NULL, 10);
+    return n;
+}
+
+static int curl_do(CURL *h, const char *base, const char *cacert, const dprec_http_request *req,
+                   dprec_http_sink sink, void *sink_user, dprec_http_response *resp) {
+    char url[1024], auth[300], ctype[128];
+    snprintf(url, sizeof url, "%s%s", base, req->path);
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+    if (cacert != NULL && cacert[0] != '\0') curl_easy_setopt(h, CURLOPT_CAINFO, cacert);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 300L);
+    struct curl_slist *hdrs = NULL;
+    if (req->bearer != NULL) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", req->bearer);
+        hdrs = curl_slist_append(hdrs, auth);
+    }
+    if (strcmp(req->method, "POST") == 0) {
+        snprintf(ctype, sizeof ctype, "Content-Type: %s", req->content_type ? req->content_type : "application/json");
+        hdrs = curl_slist_append(hdrs, ctype);
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    } else if (strcmp(req->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+    }
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    sink_ctx s = {sink, sink_user, 0};
+    uint32_t retry = 0;
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, curl_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &retry);
+    CURLcode cc = curl_easy_perform(h);
+    curl_slist_free_all(hdrs);
+    if (s.rc != 0) return s.rc;
+    if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
+        return DPREC_ERR_TLS;
+    if (cc != CURLE_OK) return DPREC_ERR_NETWORK;
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    resp->status = (int)status;
+    resp->retry_after = retry;
+    return DPREC_OK;
+}
+
+typedef struct fallback_transport {
+    fleet_conn *conn;
+    CURL *curl;
+#if defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT
+    dprec_transport_curl sdk; /* the SDK's libcurl transport (used instead of curl when built) */
+    int use_sdk;
+#endif
+} fallback_transport;
+
+#if !(defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT)
+static int fallback_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                            dprec_http_response *resp) {
+    fallback_transport *ft = ctx;
+    return curl_do(ft->curl, ft->conn->url, ft->conn->cacert, req, sink, sink_user, resp);
+}
+#endif
+
+/* ---- opening ------------------------------------------------------------------------------------------- */
+
+static int make_tmpdir(fleet_conn *c, char *err, size_t errcap) {
+    const char *base = getenv("TMPDIR");
+    snprintf(c->tmpdir, sizeof c->tmpdir, "%.900s/dprec-fleet-XXXXXX", base && base[0] ? base : "/tmp");
+    if (mkdtemp(c->tmpdir) == NULL) {
+        snprintf(err, errcap, "cannot create a temp dir: %s", strerror(errno));
+        c->tmpdir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+static void agg_log_stderr(void *user, const char *json_line) {
+    (void)user;
+    fprintf(stderr, "aggregator: %s\n", json_line);
+}
+
+static int open_in_process(fleet_conn *c, int verbose, char *err, size_t errcap) {
+    if (make_tmpdir(c, err, errcap) != 0) return -1;
+    char state[PATH_MAX + 16], key[PATH_MAX + 32];
+    snprintf(state, sizeof state, "%s/state.db", c->tmpdir);
+    snprintf(key, sizeof key, "%s/signing-key.pem", c->tmpdir);
+    random_hex(c->admin_token, 16);
+    dprec_agg_config cfg;
+    dprec_agg_config_default(&cfg);
+    cfg.state_path = state;
+    cfg.signing_key_path = key;
+    cfg.admin_token = c->admin_token;
+    cfg.sync_full = 0;       /* a throw-away state in a temp dir: durability buys nothing here */
+    cfg.group_commit_us = 0; /* requests arrive one at a time per thread; do not wait to batch */
+    if (verbose) cfg.log = agg_log_stderr;
+    if (dprec_agg_open(&cfg, &c->agg, err, errcap) != 0) return -1;
+    c->release_key_len = dprec_agg_public_key(c->agg, c->release_key, sizeof c->release_key);
+    if (c->release_key_len == 0) {
+        snprintf(err, errcap, "the aggregator's public key does not fit");
+        return -1;
+    }
+    c->sim_now = (int64_t)time(NULL);
+    snprintf(c->describe, sizeof c->describe, "in-process (state in %s)", c->tmpdir);
+    return 0;
+}
+
+/* A port from ports.json: a number, or a "HOST:PORT" string. */
+static int port_of(const cJSON *v) {
+    if (cJSON_IsNumber(v)) return (int)v->valuedouble;
+    if (cJSON_IsString(v)) {
+        const char *colon = strrchr(v->valuestring, ':');
+        return atoi(colon ? colon + 1 : v->valuestring);
+    }
+    if (cJSON_IsObject(v)) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(v, "port");
+        if (p == NULL) p = cJSON_GetObjectItemCaseSensitive(v, "listen");
+        if (p != NULL) return port_of(p);
+    }
+    return 0;
+}
+
+static int parse_ports(const char *json, int *dev, int *adm) {
+    cJSON *root = cJSON_Parse(json);
+    if (root == NULL) return -1;
+    *dev = *adm = 0;
+    for (const cJSON *it = root->child; it != NULL; it = it->next) {
+        if (it->string == NULL) continue;
+        int p = port_of(it);
+        if (p <= 0) continue;
+        if (strstr(it->string, "admin") != NULL) { if (*adm == 0) *adm = p; }
+        else if (strstr(it->string, "device") != NULL || strstr(it->string, "listen") != NULL ||
+                 strcmp(it->string, "port") == 0) { if (*dev == 0) *dev = p; }
+    }
+    cJSON_Delete(root);
+    return (*dev > 0 && *adm > 0) ? 0 : -1;
+}
+
+static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, size_t errcap) {
+    /* next to the fleet (an install), else the build tree's own, else $DPREC_AGGREGATOR */
+    char exe[PATH_MAX];
+    const char *slash = strrchr(argv0, '/');
+    if (slash != NULL) snprintf(exe, sizeof exe, "%.*s/dprec-aggregator", (int)(slash - argv0), argv0);
+    else snprintf(exe, sizeof exe, "./dprec-aggregator");
+    const char *env = getenv("DPREC_AGGREGATOR");
+    if (env != NULL && env[0] != '\0') snprintf(exe, sizeof exe, "%s", env);
+#ifdef DPREC_FLEET_AGGREGATOR_BIN
+    else if (access(exe, X_OK) != 0) snprintf(exe, sizeof exe, "%s", DPREC_FLEET_AGGREGATOR_BIN);
+#endif
+    if (access(exe, X_OK) != 0) {
+        snprintf(err, errcap, "cannot find %s (build the dprec-aggregator target or set DPREC_AGGREGATOR, or use "
+                              "--in-process or --aggregator URL)", exe);
+        return -1;
+    }
+    if (make_tmpdir(c, err, errcap) != 0) return -1;
+    char log[PATH_MAX + 16], ports[PATH_MAX + 16];
+    snprintf(log, sizeof log, "%s/server.log", c->tmpdir);
+    snprintf(ports, sizeof ports, "%s/ports.json", c->tmpdir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errcap, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        if (!verbose) {
+            FILE *lf = freopen(log, "w", stderr);
+            (void)lf;
+            FILE *of = freopen("/dev/null", "w", stdout);
+            (void)of;
+        }
+        char *args[] = {exe, "serve", "--state-dir", c->tmpdir, "--listen", "127.0.0.1:0",
+                        "--admin-listen", "127.0.0.1:0", NULL};
+        execv(exe, args);
+        _exit(127);
+    }
+    c->child = pid;
+    g_child = pid;
+    atexit(kill_child_at_exit);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    int dev = 0, adm = 0;
+    for (int i = 0; i < 300; i++) { /* up to 30 s: a first start generates keys */
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            c->child = 0;
+            g_child = 0;
+            snprintf(err, errcap, "dprec-aggregator serve exited at start (see its log: %s)", log);
+            return -1;
+        }
+        size_t len;
+        unsigned char *pj = read_file(ports, 4096, &len);
+        if (pj != NULL) {
+            int ok = parse_ports((const char *)pj, &dev, &adm);
+            free(pj);
+            if (ok == 0) break;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (dev <= 0 || adm <= 0) {
+        snprintf(err, errcap, "dprec-aggregator serve did not write %s in time", ports);
+        return -1;
+    }
+    snprintf(c->url, sizeof c->url, "https://127.0.0.1:%d", dev);
+    snprintf(c->admin_url, sizeof c->admin_url, "https://127.0.0.1:%d", adm);
+    snprintf(c->cacert, sizeof c->cacert, "%s/tls-cert.pem", c->tmpdir);
+    char path[PATH_MAX + 32];
+    size_t len;
+    snprintf(path, sizeof path, "%s/admin-token", c->tmpdir);
+    unsigned char *tok = read_file(path, sizeof c->admin_token - 1, &len);
+    if (tok == NULL) {
+        snprintf(err, errcap, "cannot read %s", path);
+        return -1;
+    }
+    while (len > 0 && (tok[len - 1] == '\n' || tok[len - 1] == '\r' || tok[len - 1] == ' ')) len--;
+    memcpy(c->admin_token, tok, len);
+    c->admin_token[len] = '\0';
+    free(tok);
+    snprintf(path, sizeof path, "%s/release-key.der", c->tmpdir);
+    unsigned char *key = read_file(path, sizeof c->release_key, &len);
+    if (key == NULL || len == 0) {
+        free(key);
+        snprintf(err, errcap, "cannot read %s", path);
+        return -1;
+    }
+    memcpy(c->release_key, key, len);
+    c->release_key_len = len;
+    free(key);
+    snprintf(c->describe, sizeof c->describe, "%s (dprec-aggregator serve started by the fleet, pid %d, state in %s)",
+             c->url, (int)pid, c->tmpdir);
+    return 0;
+}
+
+static int open_remote(fleet_conn *c, const fleet_conn_options *o, char *err, size_t errcap) {
+    if (o->admin_url == NULL || o->admin_token == NULL || o->release_key == NULL) {
+        snprintf(err, errcap, "--aggregator needs --admin-url, --admin-token FILE and --release-key FILE "
+                              "(and --cacert FILE for a self-signed certificate)");
+        return -1;
+    }
+    snprintf(c->url, sizeof c->url, "%s", o->url);
+    snprintf(c->admin_url, sizeof c->admin_url, "%s", o->admin_url);
+    for (char *u = c->url + strlen(c->url); u > c->url && u[-1] == '/'; u--) u[-1] = '\0';
+    for (char *u = c->admin_url + strlen(c->admin_url); u > c->admin_url && u[-1] == '/'; u--) u[-1] = '\0';
+    if (o->cacert != NULL) snprintf(c->cacert, sizeof c->cacert, "%s", o->cacert);
+    size_t len;
+    unsigned char *tok = read_file(o->admin_token, sizeof c->admin_token - 1, &len);
+    if (tok == NULL) {
+        snprintf(err, errcap, "cannot read %s", o->admin_token);
+        return -1;
+    }
+    while (len > 0 && (tok[len - 1] == '\n' || tok[len - 1] == '\r' || tok[len - 1] == ' ')) len--;
+    memcpy(c->admin_token, tok, len);
+    c->admin_token[len] = '\0';
+    free(tok);
+    unsigned char *key = read_file(o->release_key, sizeof c->release_key, &len);
+    if (key == NULL || len == 0) {
+        free(key);
+        snprintf(err, errcap, "cannot read %s", o->release_key);
+        return -1;
+    }
+    memcpy(c->release_key, key, len);
+    c->release_key_len = len;
+    free(key);
+    snprintf(c->describe, sizeof c->describe, "%s", c->url);
+    return 0;
+}
+
+int fleet_conn_open(const fleet_conn_options *o, fleet_conn **out, char *err, size_t errcap) {
+    fleet_conn *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    int rc;
+    if (o->in_process) {
+        c->kind = CONN_IN_PROCESS;
+        rc = open_in_process(c, o->verbose, err, errcap);
+    } else {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        if (o->url != NULL) {
+            c->kind = CONN_REMOTE;
+            rc = open_remote(c, o, err, errcap);
+        } else {
+            c->kind = CONN_CHILD;
+            rc = open_child(c, o->argv0, o->verbose, err, errcap);
+        }
+        if (rc == 0) {
+            c->admin_curl = curl_easy_init();
+            if (c->admin_curl == NULL) {
+                snprintf(err, errcap, "curl_easy_init failed");
+                rc = -1;
+            }
+        }
+    }
+    if (rc != 0) {
+        fleet_conn_close(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void fleet_conn_close(fleet_conn *c) {
+    if (c == NULL) return;
+    if (c->agg != NULL) dprec_agg_close(c->agg);
+    if (c->admin_curl != NULL) curl_easy_cleanup(c->admin_curl);
+    if (c->child > 0) {
+        kill(c->child, SIGTERM);
+        int status;
+        for (int i = 0; i < 100; i++) { /* 10 s for a graceful stop, then SIGKILL */
+            if (waitpid(c->child, &status, WNOHANG) == c->child) { c->child = 0; break; }
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (c->child > 0) {
+            kill(c->child, SIGKILL);
+            waitpid(c->child, &status, 0);
+        }
+        g_child = 0;
+    }
+    if (c->kind != CONN_REMOTE && getenv("DPREC_FLEET_KEEP_STATE") == NULL) remove_tree(c->tmpdir);
+    free(c);
+}
+
+int fleet_conn_transport(fleet_conn *c, dprec_transport *t, char *err, size_t errcap) {
+    memset(t, 0, sizeof *t);
+    if (c->kind == CONN_IN_PROCESS) {
+        t->ctx = c;
+        t->request = inproc_request;
+        return 0;
+    }
+    fallback_transport *ft = calloc(1, sizeof *ft);
+    if (ft == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    ft->conn = c;
+#if defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT
+    dprec_curl_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.ca_file = c->cacert[0] ? c->cacert : NULL;
+    int rc = dprec_transport_curl_init(t, &ft->sdk, c->url, &opt);
+    if (rc != DPREC_OK) {
+        free(ft);
+        snprintf(err, errcap, "dprec_transport_curl_init(%s): %s", c->url, dprec_strerror(rc));
+        return -1;
+    }
+    ft->use_sdk = 1;
+    c->sdk_transport = 1;
+    /* *t now points at ft->sdk; keep ft to free it later */
+    ft->curl = NULL;
+    c->transports[c->ntransports < FLEET_MAX_TRANSPORTS ? c->ntransports++ : 0] = ft;
+    return 0;
+#else
+    if ((ft->curl = curl_easy_init()) == NULL) {
+        free(ft);
+        snprintf(err, errcap, "curl_easy_init failed");
+        return -1;
+    }
+    t->ctx = ft;
+    t->request = fallback_request;
+    return 0;
+#endif
+}
+
+void fleet_conn_transport_free(fleet_conn *c, dprec_transport *t) {
+    if (c->kind != CONN_IN_PROCESS && t->ctx != NULL) {
+#if defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT
+        for (int i = 0; i < c->ntransports; i++) {
+            fallback_transport *ft = c->transports[i];
+            if (ft != NULL && t->ctx == (void *)&ft->sdk) {
+                dprec_transport_curl_cleanup(&ft->sdk);
+                free(ft);
+                c->transports[i] = NULL;
+            }
+        }
+#else
+        fallback_transport *ft = t->ctx;
+        curl_easy_cleanup(ft->curl);
+        free(ft);
+#endif
+    }
+    memset(t, 0, sizeof *t);
+}
+
+const unsigned char *fleet_conn_release_key(const fleet_conn *c, size_t *len) {
+    *len = c->release_key_len;
+    return c->release_key;
+}
+
+const char *fleet_conn_describe(const fleet_conn *c) { return c->describe; }
+
+typedef struct membuf {
+    unsigned char *data;
+    size_t len, cap;
+} membuf;
+
+static int membuf_sink(void *user, const unsigned char *chunk, size_t len) {
+    membuf *m = user;
+    if (m->len + len + 1 > m->cap) {
+        size_t cap = m->cap ? m->cap : 4096;
+        while (cap < m->len + len + 1) cap *= 2;
+        unsigned char *p = realloc(m->data, cap);
+        if (p == NULL) return DPREC_ERR_NO_MEMORY;
+        m->data = p;
+        m->cap = cap;
+    }
+    memcpy(m->data + m->len, chunk, len);
+    m->len += len;
+    return 0;
+}
+
+int fleet_conn_call(fleet_conn *c, int admin, const char *method, const char *path, const char *bearer,
+                    const char *content_type, const void *req_body, size_t req_len, unsigned char **body,
+                    size_t *len) {
+    membuf m = {NULL, 0, 0};
+    int rc, status = 0;
+    if (c->kind == CONN_IN_PROCESS) {
+        char auth[300];
+        dprec_agg_request r;
+        memset(&r, 0, sizeof r);
+        r.listener = admin ? DPREC_LISTENER_ADMIN : DPREC_LISTENER_DEVICE;
+        r.method = method;
+        r.path = path;
+        const char *tok = admin ? c->admin_token : bearer;
+        if (tok != NULL) {
+            snprintf(auth, sizeof auth, "Bearer %s", tok);
+            r.authorization = auth;
+        }
+        r.body = req_body;
+        r.body_len = req_len;
+        dprec_agg_response out;
+        memset(&out, 0, sizeof out);
+        rc = dprec_agg_handle(c->agg, &r, &out) == 0 ? DPREC_OK : DPREC_ERR_NO_MEMORY;
+        if (rc == DPREC_OK) {
+            status = out.status;
+            if (out.body_len > 0) rc = membuf_sink(&m, out.body, out.body_len);
+        }
+        dprec_agg_response_free(&out);
+    } else {
+        dprec_http_request r = {method, path, admin ? c->admin_token : bearer, content_type, req_body, req_len};
+        dprec_http_response resp = {0, 0};
+        rc = curl_do(c->admin_curl, admin ? c->admin_url : c->url, c->cacert, &r, membuf_sink, &m, &resp);
+        status = resp.status;
+    }
+    if (rc == DPREC_OK) rc = membuf_sink(&m, (const unsigned char *)"", 0);
+    if (rc != DPREC_OK) {
+        free(m.data);
+        *body = NULL;
+        *len = 0;
+        return rc < 0 ? rc : DPREC_ERR_NETWORK;
+    }
+    m.data[m.len] = '\0';
+    *body = m.data;
+    *len = m.len;
+    return status;
+}
+
+int fleet_conn_close_round(fleet_conn *c, uint64_t job, char *err, size_t errcap) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%llu/round/close", (unsigned long long)job);
+    unsigned char *body;
+    size_t len;
+    int st = fleet_conn_call(c, 1, "POST", path, NULL, "application/json", "{}", 2, &body, &len);
+    if (st == 200) {
+        free(body);
+        return 0;
+    }
+    if (c->kind == CONN_IN_PROCESS) {
+        /* fall back to the round engine's clock: jump past the deadline */
+        c->sim_now += 7 * 24 * 3600 + 1;
+        if (dprec_agg_tick(c->agg, c->sim_now) > 0) {
+            free(body);
+            return 0;
+        }
+        snprintf(err, errcap, "round close: the aggregator finalized nothing (admin close: %d %.300s)", st,
+                 body ? (const char *)body : "");
+        free(body);
+        return -1;
+    }
+    snprintf(err, errcap, "round close: HTTP %d %s", st, body ? (const char *)body : "");
+    free(body);
+    return -1;
+}

@@ -1,0 +1,116 @@
+/* dprec — syncing with the aggregator (protocol v1, docs/protocol.md): register, fetch the job and its release,
+ * build and store a report, send it, and mark it done. No threads and no sleeping: a sync call does at most
+ * one round's worth of work and tells the app when to call again.
+ *
+ * The transport is a port: the app supplies one function that performs an HTTPS request. dprec ships a libcurl
+ * transport (platform/curl, dprec/transport_curl.h) with certificate or public-key pinning; tests and large
+ * simulated fleets use an in-process transport that calls the aggregator's handler directly. */
+#ifndef DPREC_SYNC_H
+#define DPREC_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dprec/export.h"
+#include "dprec/privacy.h"
+#include "dprec/status.h"
+
+DPREC_BEGIN_DECLS
+
+typedef struct dprec_client dprec_client;
+
+typedef struct dprec_http_request {
+    const char *method;       /* "GET" or "POST" */
+    const char *path;         /* "/v1/jobs/7", relative to the transport's base URL */
+    const char *bearer;       /* the device token, or NULL */
+    const char *content_type; /* for POST: "application/json" or "application/octet-stream" */
+    const unsigned char *body;
+    size_t body_len;
+} dprec_http_request;
+
+/* Receives the response body in chunks of any size; a non-zero return aborts the request (the transport
+ * returns that value). */
+typedef int (*dprec_http_sink)(void *user, const unsigned char *chunk, size_t len);
+
+typedef struct dprec_http_response {
+    int status;            /* HTTP status */
+    uint32_t retry_after;  /* Retry-After in seconds, 0 if absent */
+} dprec_http_response;
+
+typedef struct dprec_transport {
+    void *ctx;
+    /* Performs one request. DPREC_OK once a response arrived (whatever its status), DPREC_ERR_NETWORK if none
+     * did (connection, DNS, timeout), DPREC_ERR_TLS if the peer failed verification or pinning. */
+    int (*request)(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                   dprec_http_response *resp);
+} dprec_transport;
+
+typedef struct dprec_sync_config {
+    uint64_t job_id;
+    /* The aggregator's release-signing public key (DER SubjectPublicKeyInfo, ECDSA P-256), pinned by the app.
+     * Releases whose signature does not verify under it are refused (DPREC_ERR_RELEASE_SIGNATURE). */
+    const unsigned char *release_key;
+    size_t release_key_len;
+} dprec_sync_config;
+
+typedef enum dprec_sync_outcome {
+    DPREC_SYNC_REPORTED = 0,      /* a report for the open round was acknowledged */
+    DPREC_SYNC_NOTHING_TO_DO = 1, /* already reported this round, or skipped it (participation), or job done */
+    DPREC_SYNC_RETRY_LATER = 2    /* a transient failure: call again after retry_after_ms */
+} dprec_sync_outcome;
+
+typedef struct dprec_sync_result {
+    dprec_sync_outcome outcome;
+    uint32_t retry_after_ms; /* when to call again: the round's deadline, Retry-After, or backoff with jitter */
+    uint64_t round;          /* the job's open round as last seen */
+    uint64_t release_version;
+    int job_done;
+    int last_error;          /* the dprec_status behind a RETRY_LATER, or 0 */
+} dprec_sync_result;
+
+/* One step of the sync loop for one job. c must have been loaded (dprec_store_load) and not be inside a
+ * fit or top-K stream (else DPREC_ERR_STATE). t, cfg and result are borrowed for the call; cfg->release_key
+ * is required (DPREC_ERR_INVALID_ARGUMENT without it). In order:
+ *   1. registers if the device has no token yet (POST /v1/register); the token and device id are written to
+ *      the store before they are used, so a restart does not register again. A pending report needs the
+ *      token, so this comes first (in practice a pending report implies a token: both live in the store);
+ *   2. re-sends every pending report (from an earlier call or before a crash), oldest first, byte for byte.
+ *      200 -> acknowledged (dprec_report_ack). A report the aggregator can never accept (409 round_closed,
+ *      already_reported or job_done; 400 bad_report; 404; 413) is dropped locally and logged: re-sending it
+ *      could never succeed and would block the pending slots forever, and a fresh report for that round
+ *      would spend privacy twice. Its charge stays in the ledger (over-counted, never under-counted);
+ *   3. fetches the job (GET /v1/jobs/{job}). A finished job -> NOTHING_TO_DO with job_done = 1. A protocol
+ *      this SDK does not have -> DPREC_ERR_UNSUPPORTED; a job whose d, m or rating scale differ from the
+ *      client's -> DPREC_ERR_RELEASE_MISMATCH. If the ledger already holds this device's report for the open
+ *      round -> NOTHING_TO_DO. Participation: for 0 < p < 1 the device draws an exact Bernoulli(p) from its
+ *      CSPRNG once per (job, round) and stores the decision before acting on it (the last 4 decisions are
+ *      kept), so neither a second call nor a restart can re-roll it; sitting out -> NOTHING_TO_DO;
+ *   4. streams the round's release (GET .../releases/{release_version}) into the fit, never buffering it;
+ *      the fitted user vector is accepted only after the digest matched, the release's job and version are
+ *      the ones the job names (else DPREC_ERR_RELEASE_MISMATCH: a replayed release), and the ECDSA P-256
+ *      signature verified under the pinned key (else DPREC_ERR_RELEASE_SIGNATURE; a pinned key that is not
+ *      an EC P-256 public key is DPREC_ERR_CONFIG). A refused release leaves the previous fit untouched;
+ *   5. builds the protocol's report, charges the privacy ledger and stores the report (dprec_report_prepare):
+ *      a refusal returns its status and nothing is charged or stored (DPREC_ERR_BUDGET_EXCEEDED,
+ *      DPREC_ERR_NON_PRIVATE for `plain` unless cfg.allow_non_private, DPREC_ERR_REPORT_TOO_LARGE when
+ *      cfg.max_report_bytes is too small: `plain` needs 64 + 4 d + 8 n bytes for n ratings);
+ *   6. sends it and, once acknowledged, marks it done -> REPORTED.
+ * Transient failures (no response, 408, 425, 429, 5xx, a release cut short, a release not yet published,
+ * a token the aggregator no longer knows) return DPREC_OK with outcome RETRY_LATER, last_error set, and
+ * retry_after_ms from an exponential backoff with full jitter from the CSPRNG (1 s doubling to 15 min),
+ * never below the server's Retry-After; any other outcome resets the backoff. While a round is open,
+ * retry_after_ms is the time to its deadline, clamped to [1 s, 60 s]. Permanent failures return their status
+ * (a TLS failure: DPREC_ERR_TLS; any other 4xx or a malformed answer: DPREC_ERR_PROTOCOL; store I/O errors).
+ *
+ * Memory: JSON answers are read into a fixed 4 KiB buffer inside the client (a larger one is refused with
+ * DPREC_ERR_PROTOCOL) and releases are streamed. The exception to "no allocation after init": verifying the
+ * signature runs mbedTLS's bignum and public-key code, which calloc()s internally (a few KiB, freed before
+ * the call returns); mbedTLS builds without MBEDTLS_PLATFORM_MEMORY (Debian's) cannot route it through the
+ * app's allocator. An app needing a hard bound builds mbedTLS with MBEDTLS_PLATFORM_MEMORY and
+ * mbedtls_memory_buffer_alloc_init over a static buffer. No threads, no sleeping. */
+DPREC_API int dprec_client_sync(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
+                                dprec_sync_result *result);
+
+DPREC_END_DECLS
+
+#endif /* DPREC_SYNC_H */

@@ -1,0 +1,723 @@
+/* dprec — syncing with the aggregator (include/dprec/sync.h, docs/protocol.md).
+ *
+ * One call does at most one round's worth of work, in the order of sync.h:
+ *   registration (if no token) -> pending reports, re-sent byte for byte -> the job -> participation
+ *   -> the round's release, streamed through the fit and checked (digest, then ECDSA signature) before the
+ *   fitted vector is accepted -> charge + store the report (dprec_report_prepare) -> send it -> ack.
+ * A pending report needs the device token, so a device without one registers before re-sending (in
+ * practice a pending report implies a token: both live in the same store generation).
+ *
+ * Memory: JSON responses go into a fixed 4 KiB buffer in the client and are parsed into a fixed token
+ * array (json.c); releases are never buffered, only streamed into the fit. The one exception to "no
+ * allocation after init" is the signature check: mbedTLS's bignum and public-key code calloc()s
+ * internally (about 2 KiB during one verification, freed before it returns), and the mbedTLS of common
+ * distributions has no MBEDTLS_PLATFORM_MEMORY hook to route that through the app's allocator. An
+ * embedded app that needs a hard bound builds mbedTLS with MBEDTLS_PLATFORM_MEMORY and
+ * mbedtls_memory_buffer_alloc_init over a static buffer.
+ *
+ * Sync store section (type 4, critical), little-endian, 184 bytes of data:
+ *   [flags u32: bit 0 registered][0 u32][device id u64][token: 64 ASCII hex bytes, zeros if unregistered]
+ *   [memo count u32 = 4][0 u32] then 4 memo slots [job u64][round u64][decision u32][0 u32]
+ * The memo remembers the participation decision of the last few (job, round) pairs, so that a device that
+ * crashes or is called again cannot re-roll a decision until it comes out "participate" (that would void
+ * the privacy amplification that sampling is meant to give). */
+#include <string.h>
+
+#include <mbedtls/md.h>
+#include <mbedtls/pk.h>
+
+#include "bytes.h"
+#include "client_priv.h"
+#include "dprec/sync.h"
+#include "noise.h"
+#include "protocol.h"
+#include "report.h"
+
+#define SYNC_SECTION_DATA 184u
+#define SYNC_MEMO_OFF 88u
+#define SYNC_MEMO_SIZE 24u
+#define SECTION_CRITICAL 0x0001u
+
+#define BACKOFF_BASE_MS 1000u
+#define BACKOFF_MAX_MS 900000u  /* 15 minutes */
+#define ROUND_POLL_MAX_MS 60000u /* the longest wait suggested while a round is open */
+#define ROUND_POLL_MIN_MS 1000u
+
+/* The protocols this SDK can take part in. */
+static const dprec_proto *const protocols[] = {&dprec_proto_plain};
+
+/* ---- the store section ------------------------------------------------------------------------------ */
+
+size_t dprec_sync_section_max(void) {
+    return DPREC_STORE_SECTION_HEADER + SYNC_SECTION_DATA;
+}
+
+void dprec_sync_reset(dprec_client *c) {
+    c->registered = 0;
+    c->device_id = 0;
+    memset(c->token, 0, sizeof c->token);
+    memset(c->memo, 0, sizeof c->memo);
+}
+
+unsigned char *dprec_sync_encode(const dprec_client *c, unsigned char *p) {
+    dprec_st16(p, DPREC_SECTION_SYNC);
+    dprec_st16(p + 2, SECTION_CRITICAL);
+    dprec_st32(p + 4, SYNC_SECTION_DATA);
+    unsigned char *d = p + DPREC_STORE_SECTION_HEADER;
+    memset(d, 0, SYNC_SECTION_DATA);
+    dprec_st32(d, c->registered ? 1u : 0u);
+    if (c->registered) {
+        dprec_st64(d + 8, c->device_id);
+        memcpy(d + 16, c->token, DPREC_SYNC_TOKEN_LEN);
+    }
+    dprec_st32(d + 80, DPREC_SYNC_MEMO);
+    for (uint32_t i = 0; i < DPREC_SYNC_MEMO; i++) {
+        unsigned char *m = d + SYNC_MEMO_OFF + (size_t)i * SYNC_MEMO_SIZE;
+        dprec_st64(m, c->memo[i].job_id);
+        dprec_st64(m + 8, c->memo[i].round);
+        dprec_st32(m + 16, c->memo[i].decision);
+    }
+    return d + SYNC_SECTION_DATA;
+}
+
+static int is_hex(unsigned char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit) {
+    if (len != SYNC_SECTION_DATA) return DPREC_ERR_STORE_CORRUPT;
+    uint32_t flags = dprec_ld32(d);
+    if ((flags & ~1u) != 0 || dprec_ld32(d + 4) != 0 || dprec_ld32(d + 80) != DPREC_SYNC_MEMO ||
+        dprec_ld32(d + 84) != 0)
+        return DPREC_ERR_STORE_CORRUPT;
+    int registered = (flags & 1u) != 0;
+    for (uint32_t i = 0; i < DPREC_SYNC_TOKEN_LEN; i++) {
+        unsigned char ch = d[16 + i];
+        if (registered ? !is_hex(ch) : ch != 0) return DPREC_ERR_STORE_CORRUPT;
+    }
+    if (!registered && dprec_ld64(d + 8) != 0) return DPREC_ERR_STORE_CORRUPT;
+    for (uint32_t i = 0; i < DPREC_SYNC_MEMO; i++) {
+        const unsigned char *m = d + SYNC_MEMO_OFF + (size_t)i * SYNC_MEMO_SIZE;
+        uint32_t decision = dprec_ld32(m + 16);
+        if (decision > DPREC_SYNC_MEMO_SIT_OUT || dprec_ld32(m + 20) != 0) return DPREC_ERR_STORE_CORRUPT;
+    }
+    if (commit) {
+        dprec_sync_reset(c);
+        c->registered = registered;
+        if (registered) {
+            c->device_id = dprec_ld64(d + 8);
+            memcpy(c->token, d + 16, DPREC_SYNC_TOKEN_LEN);
+            c->token[DPREC_SYNC_TOKEN_LEN] = '\0';
+        }
+        for (uint32_t i = 0; i < DPREC_SYNC_MEMO; i++) {
+            const unsigned char *m = d + SYNC_MEMO_OFF + (size_t)i * SYNC_MEMO_SIZE;
+            c->memo[i].job_id = dprec_ld64(m);
+            c->memo[i].round = dprec_ld64(m + 8);
+            c->memo[i].decision = dprec_ld32(m + 16);
+        }
+    }
+    return DPREC_OK;
+}
+
+/* ---- small helpers ----------------------------------------------------------------------------------- */
+
+typedef struct path_buf {
+    char s[96];
+    size_t n;
+} path_buf;
+
+static void path_str(path_buf *b, const char *s) {
+    while (*s != '\0' && b->n + 1 < sizeof b->s) b->s[b->n++] = *s++;
+    b->s[b->n] = '\0';
+}
+
+static void path_u64(path_buf *b, uint64_t v) {
+    char digits[21];
+    int k = 0;
+    do {
+        digits[k++] = (char)('0' + (int)(v % 10u));
+        v /= 10u;
+    } while (v != 0);
+    while (k > 0 && b->n + 1 < sizeof b->s) b->s[b->n++] = digits[--k];
+    b->s[b->n] = '\0';
+}
+
+static void path_job(path_buf *b, uint64_t job, const char *tail) {
+    b->n = 0;
+    path_str(b, "/v1/jobs/");
+    path_u64(b, job);
+    path_str(b, tail);
+}
+
+static void log_u64(const dprec_client *c, dprec_log_level level, const char *what, uint64_t v) {
+    path_buf b;
+    b.n = 0;
+    path_u64(&b, v);
+    dprec_client_log(c, level, what, b.s);
+}
+
+static int transient_status(int status) {
+    return status == 408 || status == 425 || status == 429 || (status >= 500 && status <= 599);
+}
+
+/* Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff and Jitter", 2015): a uniform
+ * draw from [0, min(max, base 2^(failures-1))], from the CSPRNG, and never less than the server's
+ * Retry-After. */
+static int retry_later(dprec_client *c, dprec_sync_result *result, int cause, uint32_t retry_after_s) {
+    if (c->sync_failures < UINT32_MAX) c->sync_failures++;
+    uint64_t cap = BACKOFF_MAX_MS;
+    if (c->sync_failures <= 10) {
+        cap = (uint64_t)BACKOFF_BASE_MS << (c->sync_failures - 1);
+        if (cap > BACKOFF_MAX_MS) cap = BACKOFF_MAX_MS;
+    }
+    uint64_t wait = cap;
+    if (dprec_sample_uniform(&c->rng, cap + 1, &wait) != DPREC_OK) wait = cap;
+    uint64_t server = (uint64_t)retry_after_s * 1000u;
+    if (server > wait) wait = server;
+    result->outcome = DPREC_SYNC_RETRY_LATER;
+    result->retry_after_ms = wait > UINT32_MAX ? UINT32_MAX : (uint32_t)wait;
+    result->last_error = cause;
+    dprec_client_log(c, DPREC_LOG_INFO, "sync: retry later: ", dprec_status_name(cause));
+    return DPREC_OK;
+}
+
+/* How long to wait while a round is open: until its deadline, within [1 s, 60 s] (a round may also close
+ * early, once it has enough reports). */
+static uint32_t until_deadline_ms(const dprec_client *c, int64_t deadline) {
+    if (c->port.wall_clock_s == NULL) return ROUND_POLL_MAX_MS;
+    int64_t now = c->port.wall_clock_s(c->port.ctx);
+    if (deadline <= now) return ROUND_POLL_MIN_MS;
+    int64_t left = deadline - now;
+    if (left > (int64_t)(ROUND_POLL_MAX_MS / 1000u)) return ROUND_POLL_MAX_MS;
+    uint32_t ms = (uint32_t)left * 1000u;
+    return ms < ROUND_POLL_MIN_MS ? ROUND_POLL_MIN_MS : ms;
+}
+
+/* ---- HTTP exchanges ---------------------------------------------------------------------------------- */
+
+/* Collects a JSON response into c->resp; refuses (and so aborts the request) past DPREC_SYNC_RESPONSE_MAX. */
+static int json_sink(void *user, const unsigned char *chunk, size_t len) {
+    dprec_client *c = (dprec_client *)user;
+    if (len > DPREC_SYNC_RESPONSE_MAX - c->resp_len) {
+        c->resp_overflow = 1;
+        return DPREC_ERR_PROTOCOL;
+    }
+    memcpy(c->resp + c->resp_len, chunk, len);
+    c->resp_len += len;
+    return 0;
+}
+
+/* One request whose response is JSON. Returns the transport's status (DPREC_OK once a response arrived). */
+static int exchange(dprec_client *c, const dprec_transport *t, const char *method, const char *path, int auth,
+                    const char *content_type, const unsigned char *body, size_t body_len,
+                    dprec_http_response *resp) {
+    dprec_http_request req;
+    req.method = method;
+    req.path = path;
+    req.bearer = auth ? c->token : NULL;
+    req.content_type = content_type;
+    req.body = body;
+    req.body_len = body_len;
+    c->resp_len = 0;
+    c->resp_overflow = 0;
+    memset(resp, 0, sizeof *resp);
+    int rc = t->request(t->ctx, &req, json_sink, c, resp);
+    if (c->resp_overflow) return DPREC_ERR_PROTOCOL;
+    return rc;
+}
+
+/* Parses c->resp as a JSON object. */
+static int parse_json(dprec_client *c, dprec_json_doc *doc) {
+    int rc = dprec_json_parse(doc, (const char *)c->resp, c->resp_len, c->json, DPREC_SYNC_JSON_TOKENS);
+    if (rc != DPREC_OK || doc->tok[0].type != DPREC_JSON_OBJECT) return DPREC_ERR_PROTOCOL;
+    return DPREC_OK;
+}
+
+/* The "error" code of an error response, or "" if there is none. */
+static void error_code(dprec_client *c, char *code, size_t cap) {
+    dprec_json_doc doc;
+    code[0] = '\0';
+    if (parse_json(c, &doc) == DPREC_OK) (void)dprec_json_get_string(&doc, 0, "error", code, cap, NULL);
+}
+
+/* A transport error: no response (transient), a TLS failure (permanent: pinning or verification), or a
+ * malformed / oversized response (permanent). */
+static int transport_failure(dprec_client *c, dprec_sync_result *result, int rc) {
+    if (rc == DPREC_ERR_TLS || rc == DPREC_ERR_PROTOCOL) return rc;
+    return retry_later(c, result, rc == DPREC_ERR_NETWORK ? rc : DPREC_ERR_NETWORK, 0);
+}
+
+/* The aggregator no longer knows this device's token (its state was reset): forget it durably and register
+ * again on the next call; a pending report is then re-sent, same bytes, with the new token. */
+static int token_refused(dprec_client *c, dprec_sync_result *result) {
+    dprec_client_log(c, DPREC_LOG_WARN, "sync: token refused; registering again", "");
+    c->registered = 0;
+    int rc = dprec_store_save(c);
+    if (rc != DPREC_OK) {
+        c->registered = 1;
+        return rc;
+    }
+    c->device_id = 0;
+    dprec_wipe(c->token, sizeof c->token);
+    return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
+}
+
+/* ---- 1. registration ------------------------------------------------------------------------------- */
+
+static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, int *retry) {
+    static const unsigned char body[] = "{}";
+    dprec_http_response resp;
+    *retry = 0;
+    int rc = exchange(c, t, "POST", "/v1/register", 0, "application/json", body, sizeof body - 1, &resp);
+    if (rc != DPREC_OK) {
+        *retry = 1;
+        return transport_failure(c, result, rc);
+    }
+    if (transient_status(resp.status)) {
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+    }
+    if (resp.status != 201 && resp.status != 200) return DPREC_ERR_PROTOCOL;
+    dprec_json_doc doc;
+    uint64_t device_id = 0;
+    char token[DPREC_SYNC_TOKEN_LEN + 1];
+    size_t token_len = 0;
+    rc = parse_json(c, &doc);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "device_id", &device_id);
+    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "token", token, sizeof token, &token_len);
+    if (rc != DPREC_OK || token_len != DPREC_SYNC_TOKEN_LEN) return DPREC_ERR_PROTOCOL;
+    for (size_t i = 0; i < token_len; i++)
+        if (!is_hex((unsigned char)token[i])) return DPREC_ERR_PROTOCOL;
+
+    /* Durable before use: a token kept only in memory would make every restart register a new device. */
+    c->registered = 1;
+    c->device_id = device_id;
+    memcpy(c->token, token, sizeof token);
+    dprec_wipe(token, sizeof token);
+    rc = dprec_store_save(c);
+    if (rc != DPREC_OK) {
+        c->registered = 0;
+        c->device_id = 0;
+        dprec_wipe(c->token, sizeof c->token);
+        return rc;
+    }
+    log_u64(c, DPREC_LOG_INFO, "sync: registered as device ", device_id);
+    return DPREC_OK;
+}
+
+/* ---- pending reports ---------------------------------------------------------------------------------- */
+
+/* Sends every pending report, oldest first, each with its stored bytes. *acked_round gets the round of an
+ * acknowledged report of job `job` (UINT64_MAX if none). Stops at the first failure. */
+static int send_pending(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, uint64_t job,
+                        uint64_t *acked_round, int *retry) {
+    *retry = 0;
+    while (c->pending_count > 0) {
+        int rc;
+        if (c->mirror_needed) { /* an earlier prepare could not write its mirror copy: do it now */
+            rc = dprec_store_flush(c);
+            if (rc != DPREC_OK) return rc;
+        }
+        dprec_pending_report p;
+        rc = dprec_report_pending_at(c, 0, &p);
+        if (rc != DPREC_OK) return rc;
+        path_buf path;
+        path_job(&path, p.job_id, "/reports");
+        dprec_http_response resp;
+        rc = exchange(c, t, "POST", path.s, 1, "application/octet-stream", p.bytes, p.len, &resp);
+        if (rc != DPREC_OK) {
+            *retry = 1;
+            return transport_failure(c, result, rc);
+        }
+        if (transient_status(resp.status)) {
+            *retry = 1;
+            return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+        }
+        int dead = 0;
+        if (resp.status == 401) {
+            *retry = 1;
+            return token_refused(c, result);
+        }
+        if (resp.status == 409 || resp.status == 400 || resp.status == 404 || resp.status == 413) {
+            /* The aggregator will never accept these bytes: a closed round, another report of this device
+             * in the round, a finished or unknown job, or a malformed report. Keeping them would block
+             * every later report of this device (the slots stay full) while re-sending can never succeed;
+             * and a new report for that round would spend privacy twice. So the report is dropped, its
+             * charge stays in the ledger (the user's spending is over-counted, never under-counted). */
+            char code[32];
+            error_code(c, code, sizeof code);
+            dprec_client_log(c, resp.status == 409 ? DPREC_LOG_WARN : DPREC_LOG_ERROR,
+                             "sync: report refused for good, dropped: ", code[0] ? code : "(no code)");
+            dead = 1;
+        } else if (resp.status != 200) {
+            return DPREC_ERR_PROTOCOL;
+        }
+        unsigned char id[DPREC_REPORT_ID_SIZE];
+        uint64_t p_job = p.job_id, p_round = p.round;
+        memcpy(id, p.report_id, sizeof id);
+        rc = dprec_report_ack(c, id);
+        if (rc != DPREC_OK) return rc;
+        if (!dead && p_job == job) *acked_round = p_round;
+    }
+    return DPREC_OK;
+}
+
+/* ---- 3. the job ------------------------------------------------------------------------------------- */
+
+static int fetch_job(dprec_client *c, const dprec_transport *t, uint64_t job_id, dprec_sync_job *job,
+                     dprec_json_doc *doc, dprec_sync_result *result, int *retry) {
+    path_buf path;
+    path_job(&path, job_id, "");
+    dprec_http_response resp;
+    *retry = 0;
+    int rc = exchange(c, t, "GET", path.s, 1, NULL, NULL, 0, &resp);
+    if (rc != DPREC_OK) {
+        *retry = 1;
+        return transport_failure(c, result, rc);
+    }
+    if (transient_status(resp.status)) {
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+    }
+    if (resp.status == 401) {
+        *retry = 1;
+        return token_refused(c, result);
+    }
+    if (resp.status != 200) return DPREC_ERR_PROTOCOL;
+    rc = parse_json(c, doc);
+    if (rc != DPREC_OK) return rc;
+
+    memset(job, 0, sizeof *job);
+    job->doc = doc;
+    char state[16];
+    uint64_t id = 0, d = 0, m = 0, deadline = 0;
+    rc = dprec_json_get_u64(doc, 0, "job", &id);
+    if (rc == DPREC_OK) rc = dprec_json_get_string(doc, 0, "protocol", job->protocol, sizeof job->protocol, NULL);
+    if (rc == DPREC_OK) rc = dprec_json_get_string(doc, 0, "state", state, sizeof state, NULL);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(doc, 0, "d", &d);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(doc, 0, "m", &m);
+    if (rc == DPREC_OK) rc = dprec_json_get_number(doc, 0, "rating_min", &job->rating_min);
+    if (rc == DPREC_OK) rc = dprec_json_get_number(doc, 0, "rating_max", &job->rating_max);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(doc, 0, "round", &job->round);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(doc, 0, "release_version", &job->release_version);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(doc, 0, "deadline", &deadline);
+    if (rc == DPREC_OK) rc = dprec_json_get_number(doc, 0, "participation", &job->participation);
+    if (rc != DPREC_OK) return DPREC_ERR_PROTOCOL;
+    if (id != job_id || d > DPREC_MAX_DIM || m > DPREC_MAX_ITEMS || deadline > (uint64_t)INT64_MAX ||
+        !(job->participation >= 0.0 && job->participation <= 1.0))
+        return DPREC_ERR_PROTOCOL;
+    if (strcmp(state, "done") == 0) job->done = 1;
+    else if (strcmp(state, "running") != 0) return DPREC_ERR_PROTOCOL;
+    job->job_id = id;
+    job->d = (uint32_t)d;
+    job->m = (uint32_t)m;
+    job->deadline = (int64_t)deadline;
+    return DPREC_OK;
+}
+
+/* The participation decision for (job, round): remembered, or drawn now (exact Bernoulli from the CSPRNG)
+ * and made durable before it is acted on. */
+static int participates(dprec_client *c, const dprec_sync_job *job, int *yes) {
+    if (job->participation >= 1.0) {
+        *yes = 1;
+        return DPREC_OK;
+    }
+    if (job->participation <= 0.0) {
+        *yes = 0;
+        return DPREC_OK;
+    }
+    for (uint32_t i = 0; i < DPREC_SYNC_MEMO; i++) {
+        if (c->memo[i].decision != 0 && c->memo[i].job_id == job->job_id && c->memo[i].round == job->round) {
+            *yes = c->memo[i].decision == DPREC_SYNC_MEMO_PARTICIPATE;
+            return DPREC_OK;
+        }
+    }
+    int draw = 0;
+    int rc = dprec_sample_bernoulli(&c->rng, job->participation, &draw);
+    if (rc != DPREC_OK) return rc;
+    sync_memo saved[DPREC_SYNC_MEMO];
+    memcpy(saved, c->memo, sizeof saved);
+    /* newest first; a job already in the memo has its old round replaced, else the oldest slot goes */
+    uint32_t drop = DPREC_SYNC_MEMO - 1;
+    for (uint32_t i = 0; i < DPREC_SYNC_MEMO; i++)
+        if (c->memo[i].decision != 0 && c->memo[i].job_id == job->job_id) drop = i;
+    memmove(&c->memo[1], &c->memo[0], (size_t)drop * sizeof c->memo[0]);
+    c->memo[0].job_id = job->job_id;
+    c->memo[0].round = job->round;
+    c->memo[0].decision = draw ? DPREC_SYNC_MEMO_PARTICIPATE : DPREC_SYNC_MEMO_SIT_OUT;
+    c->memo[0].reserved = 0;
+    rc = dprec_store_save(c);
+    if (rc != DPREC_OK) {
+        memcpy(c->memo, saved, sizeof saved);
+        return rc;
+    }
+    *yes = draw;
+    return DPREC_OK;
+}
+
+/* ---- 4. the release --------------------------------------------------------------------------------- */
+
+typedef struct release_sink_ctx {
+    dprec_client *c;
+    int mode;  /* 0: deciding (fewer than 4 bytes seen), 1: a release, 2: not a release (JSON error body) */
+    int error; /* the fit's error, sticky */
+    int header_ok;
+    uint64_t sig_start, sig_len;
+} release_sink_ctx;
+
+/* Feeds the fit and keeps the header and the signature bytes (the reader skips the signature; we verify
+ * it once the whole stream and its digest are known good). */
+static int release_take(release_sink_ctx *x, const unsigned char *chunk, size_t len) {
+    dprec_client *c = x->c;
+    uint64_t at = c->release_got, end = at + len;
+    if (at < DPREC_RELEASE_HEADER_SIZE) {
+        size_t n = (size_t)(end < DPREC_RELEASE_HEADER_SIZE ? end - at : DPREC_RELEASE_HEADER_SIZE - at);
+        memcpy(c->release_head + at, chunk, n);
+        if (at + n == DPREC_RELEASE_HEADER_SIZE) {
+            dprec_release_info info;
+            if (dprec_release_parse_header(c->release_head, DPREC_RELEASE_HEADER_SIZE, &info) == DPREC_OK) {
+                x->header_ok = 1;
+                x->sig_len = info.sig_len;
+                x->sig_start = info.total_size - info.sig_len;
+            }
+        }
+    }
+    if (x->header_ok && x->sig_len > 0 && end > x->sig_start && at < x->sig_start + x->sig_len) {
+        uint64_t from = at > x->sig_start ? at : x->sig_start;
+        uint64_t to = end < x->sig_start + x->sig_len ? end : x->sig_start + x->sig_len;
+        memcpy(c->release_sig + (from - x->sig_start), chunk + (from - at), (size_t)(to - from));
+    }
+    c->release_got = end;
+    int rc = dprec_fit_feed(c, chunk, len);
+    if (rc != DPREC_OK) x->error = rc;
+    return rc;
+}
+
+static int release_sink(void *user, const unsigned char *chunk, size_t len) {
+    release_sink_ctx *x = (release_sink_ctx *)user;
+    dprec_client *c = x->c;
+    if (x->error != 0) return x->error;
+    if (x->mode == 0) {
+        /* The status is not known to the sink: tell a release from an error body by its magic. */
+        size_t n = 4u - c->resp_len < len ? 4u - c->resp_len : len;
+        memcpy(c->resp + c->resp_len, chunk, n);
+        c->resp_len += n;
+        chunk += n;
+        len -= n;
+        if (c->resp_len < 4u) return 0;
+        if (memcmp(c->resp, DPREC_RELEASE_MAGIC, 4) == 0) {
+            x->mode = 1;
+            c->release_got = 0;
+            int rc = release_take(x, c->resp, 4);
+            if (rc != DPREC_OK) return rc;
+        } else {
+            x->mode = 2;
+        }
+        if (len == 0) return 0;
+    }
+    if (x->mode == 2) return json_sink(c, chunk, len);
+    return release_take(x, chunk, len);
+}
+
+/* ECDSA P-256 over the release's SHA-256 digest, against the pinned key. */
+static int verify_signature(dprec_client *c, const dprec_sync_config *cfg, const dprec_release_info *info) {
+    if (info->sig_alg != DPREC_SIG_ECDSA_P256_SHA256 || info->sig_len == 0) return DPREC_ERR_RELEASE_SIGNATURE;
+    mbedtls_pk_context pk;
+    mbedtls_pk_init(&pk);
+    int status = DPREC_OK;
+    int mrc = mbedtls_pk_parse_public_key(&pk, cfg->release_key, cfg->release_key_len);
+    if (mrc != 0 || !mbedtls_pk_can_do(&pk, MBEDTLS_PK_ECDSA) || mbedtls_pk_get_bitlen(&pk) != 256) {
+        status = DPREC_ERR_CONFIG; /* the pinned key is not an EC P-256 public key */
+    } else {
+        mrc = mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, info->digest, DPREC_RELEASE_DIGEST_SIZE, c->release_sig,
+                                info->sig_len);
+        if (mrc != 0) status = DPREC_ERR_RELEASE_SIGNATURE;
+    }
+    mbedtls_pk_free(&pk);
+    if (status != DPREC_OK) c->last_cause = mrc;
+    return status;
+}
+
+/* Streams the round's release into the fit; the fitted vector is accepted (dprec_fit_end) only once the
+ * digest and the signature verified and the release is the one the job names. */
+static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
+                         const dprec_sync_job *job, dprec_sync_result *result, int *retry) {
+    path_buf path;
+    path_job(&path, job->job_id, "/releases/");
+    path_u64(&path, job->release_version);
+    *retry = 0;
+    int rc = dprec_fit_begin(c);
+    if (rc != DPREC_OK) return rc;
+    release_sink_ctx x;
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    c->resp_len = 0;
+    c->resp_overflow = 0;
+    c->release_got = 0;
+    memset(c->release_sig, 0, sizeof c->release_sig);
+    dprec_http_request req = {"GET", path.s, c->token, NULL, NULL, 0};
+    dprec_http_response resp;
+    memset(&resp, 0, sizeof resp);
+    rc = t->request(t->ctx, &req, release_sink, &x, &resp);
+    if (rc == DPREC_OK && x.error == 0 && resp.status == 200 && x.mode == 1) {
+        rc = dprec_release_reader_finish(&c->reader);
+        if (rc == DPREC_ERR_RELEASE_TRUNCATED) { /* the connection ended early */
+            c->stream = STREAM_NONE;
+            *retry = 1;
+            return retry_later(c, result, rc, 0);
+        }
+        const dprec_release_info *info = &c->reader.info;
+        if (rc == DPREC_OK && (info->job_id != job->job_id || info->release_version != job->release_version))
+            rc = DPREC_ERR_RELEASE_MISMATCH; /* a good signature on another release: a replay */
+        if (rc == DPREC_OK) rc = verify_signature(c, cfg, info);
+        if (rc != DPREC_OK) {
+            c->stream = STREAM_NONE; /* the normal equations are dropped; c->u and c->fitted are untouched */
+            if (rc == DPREC_ERR_RELEASE_SIGNATURE) dprec_client_log(c, DPREC_LOG_ERROR, "sync: release signature does not verify", "");
+            return rc;
+        }
+        return dprec_fit_end(c);
+    }
+    c->stream = STREAM_NONE;
+    if (x.error != 0) return x.error; /* the release itself is bad (digest, values, sizes) */
+    if (rc != DPREC_OK) {
+        *retry = 1;
+        return transport_failure(c, result, rc);
+    }
+    if (transient_status(resp.status)) {
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+    }
+    if (resp.status == 200) return DPREC_ERR_RELEASE_MAGIC;
+    if (resp.status == 401) {
+        *retry = 1;
+        return token_refused(c, result);
+    }
+    if (resp.status == 404) { /* not published yet (the round just turned): come back shortly */
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
+    }
+    return DPREC_ERR_PROTOCOL;
+}
+
+/* ---- 5. the report ---------------------------------------------------------------------------------- */
+
+typedef struct build_ctx {
+    dprec_client *c;
+    const dprec_sync_job *job;
+    const dprec_proto *proto;
+} build_ctx;
+
+static int build_report(void *user, const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out,
+                        size_t cap, size_t *len) {
+    build_ctx *b = (build_ctx *)user;
+    return b->proto->build(b->c, b->job, report_id, out, cap, len);
+}
+
+static int has_pending(const dprec_client *c, uint64_t job, uint64_t round) {
+    for (uint32_t i = 0; i < c->pending_count; i++) {
+        const unsigned char *s = c->pending + (size_t)i * c->pending_stride;
+        if (dprec_ld64(s + 16) == job && dprec_ld64(s + 24) == round) return 1;
+    }
+    return 0;
+}
+
+/* ---- the sync step ---------------------------------------------------------------------------------- */
+
+static const dprec_proto *find_protocol(const char *name) {
+    for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++)
+        if (strcmp(protocols[i]->name, name) == 0) return protocols[i];
+    return NULL;
+}
+
+static int job_matches_client(const dprec_client *c, const dprec_sync_job *job) {
+    return job->d == c->cfg.dim && job->m == c->cfg.num_items && (float)job->rating_min == c->cfg.rating_min &&
+           (float)job->rating_max == c->cfg.rating_max;
+}
+
+static void done_ok(dprec_client *c, dprec_sync_result *result, dprec_sync_outcome outcome, uint32_t wait_ms) {
+    c->sync_failures = 0;
+    result->outcome = outcome;
+    result->retry_after_ms = wait_ms;
+    result->last_error = 0;
+}
+
+int dprec_client_sync(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
+                      dprec_sync_result *result) {
+    if (c == NULL || t == NULL || t->request == NULL || cfg == NULL || result == NULL || cfg->release_key == NULL ||
+        cfg->release_key_len == 0)
+        return DPREC_ERR_INVALID_ARGUMENT;
+    memset(result, 0, sizeof *result);
+    result->outcome = DPREC_SYNC_RETRY_LATER;
+    if (c->stream != STREAM_NONE || !c->loaded) return DPREC_ERR_STATE;
+    int retry = 0, rc;
+
+    /* 1 + 2. registration, then reports stored earlier (same bytes) */
+    if (!c->registered) {
+        rc = do_register(c, t, result, &retry);
+        if (rc != DPREC_OK || retry) return rc;
+    }
+    uint64_t acked_round = UINT64_MAX;
+    rc = send_pending(c, t, result, cfg->job_id, &acked_round, &retry);
+    if (rc != DPREC_OK || retry) return rc;
+
+    /* 3. the job */
+    dprec_sync_job job;
+    dprec_json_doc doc;
+    rc = fetch_job(c, t, cfg->job_id, &job, &doc, result, &retry);
+    if (rc != DPREC_OK || retry) return rc;
+    result->round = job.round;
+    result->release_version = job.release_version;
+    if (job.done) {
+        result->job_done = 1;
+        done_ok(c, result, acked_round != UINT64_MAX ? DPREC_SYNC_REPORTED : DPREC_SYNC_NOTHING_TO_DO, 0);
+        return DPREC_OK;
+    }
+    const dprec_proto *proto = find_protocol(job.protocol);
+    if (proto == NULL) return DPREC_ERR_UNSUPPORTED;
+    if (!job_matches_client(c, &job)) return DPREC_ERR_RELEASE_MISMATCH;
+    uint32_t wait = until_deadline_ms(c, job.deadline);
+    dprec_ledger_entry line;
+    if (dprec_ledger_job(c, job.job_id, &line) == DPREC_OK && line.reports > 0 && line.last_round >= job.round) {
+        done_ok(c, result, acked_round == job.round ? DPREC_SYNC_REPORTED : DPREC_SYNC_NOTHING_TO_DO, wait);
+        return DPREC_OK;
+    }
+    int yes = 0;
+    rc = participates(c, &job, &yes);
+    if (rc != DPREC_OK) return rc;
+    if (!yes) {
+        done_ok(c, result, DPREC_SYNC_NOTHING_TO_DO, wait);
+        return DPREC_OK;
+    }
+
+    /* 4. the release, verified, into the fit */
+    rc = fetch_and_fit(c, t, cfg, &job, result, &retry);
+    if (rc != DPREC_OK || retry) return rc;
+
+    /* 5. charge the ledger and store the report, durably, before it can leave */
+    dprec_charge ch;
+    memset(&ch, 0, sizeof ch);
+    ch.job_id = job.job_id;
+    ch.round = job.round;
+    ch.unit = proto->unit;
+    ch.model = proto->model;
+    rc = proto->charge(&job, &ch);
+    if (rc != DPREC_OK) return rc;
+    build_ctx b = {c, &job, proto};
+    unsigned char id[DPREC_REPORT_ID_SIZE];
+    rc = dprec_report_prepare(c, &ch, build_report, &b, id);
+    if (rc == DPREC_ERR_ALREADY_REPORTED) {
+        done_ok(c, result, DPREC_SYNC_NOTHING_TO_DO, wait);
+        return DPREC_OK;
+    }
+    if (rc != DPREC_OK) {
+        /* Stored and charged, but the mirror copy failed: the next call writes it and sends the report. */
+        if (has_pending(c, job.job_id, job.round)) return retry_later(c, result, rc, 0);
+        return rc;
+    }
+
+    /* 6. send it; acknowledged -> done */
+    rc = send_pending(c, t, result, job.job_id, &acked_round, &retry);
+    if (rc != DPREC_OK || retry) return rc;
+    done_ok(c, result, acked_round == job.round ? DPREC_SYNC_REPORTED : DPREC_SYNC_NOTHING_TO_DO, wait);
+    return DPREC_OK;
+}

@@ -1,0 +1,790 @@
+/* Tests for aggregator/core: the endpoints of docs/protocol.md through dprec_agg_handle, the group commit,
+ * the round engine (exactly once, across close/reopen), signed releases, and the plain protocol's ALS
+ * converging on synthetic low-rank data. Each test works in its own mkdtemp directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <mbedtls/pk.h>
+#include <sqlite3.h>
+
+#include "agg.h"
+#include "bytes.h"
+#include "dprec/release.h"
+#include "linalg.h"
+#include "mbedtls_compat.h"
+#include "report.h"
+
+#define ADMIN "admin-token-0123456789abcdef"
+
+typedef struct env {
+    char dir[64];
+    char db[128];
+    char key[128];
+    dprec_agg *a;
+} env;
+
+static int open_agg(env *e) {
+    dprec_agg_config cfg;
+    dprec_agg_config_default(&cfg);
+    cfg.state_path = e->db;
+    cfg.signing_key_path = e->key;
+    cfg.admin_token = ADMIN;
+    cfg.seed = 42;
+    char err[256] = "";
+    int rc = dprec_agg_open(&cfg, &e->a, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "open: %s\n", err);
+    return rc;
+}
+
+static int setup(void **state) {
+    env *e = calloc(1, sizeof *e);
+    snprintf(e->dir, sizeof e->dir, "/tmp/dprec-agg-XXXXXX");
+    if (mkdtemp(e->dir) == NULL) return -1;
+    snprintf(e->db, sizeof e->db, "%s/state.db", e->dir);
+    snprintf(e->key, sizeof e->key, "%s/key.pem", e->dir);
+    if (open_agg(e) != 0) return -1;
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state) {
+    env *e = *state;
+    dprec_agg_close(e->a);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
+    if (system(cmd) != 0) return -1;
+    free(e);
+    return 0;
+}
+
+/* ---- request helpers ---------------------------------------------------------------------------------- */
+
+static int call(dprec_agg *a, dprec_listener l, const char *method, const char *path, const char *auth,
+                const void *body, size_t len, dprec_agg_response *r) {
+    char hdr[300];
+    dprec_agg_request q = {l, method, path, NULL, body, len};
+    if (auth != NULL) {
+        snprintf(hdr, sizeof hdr, "Bearer %s", auth);
+        q.authorization = hdr;
+    }
+    assert_int_equal(dprec_agg_handle(a, &q, r), 0);
+    return r->status;
+}
+
+/* status of a request whose response body is not needed */
+static int status_of(dprec_agg *a, dprec_listener l, const char *method, const char *path, const char *auth,
+                     const void *body, size_t len) {
+    dprec_agg_response r;
+    int s = call(a, l, method, path, auth, body, len, &r);
+    dprec_agg_response_free(&r);
+    return s;
+}
+
+static cJSON *call_json(dprec_agg *a, dprec_listener l, const char *method, const char *path, const char *auth,
+                        const char *body, int want_status) {
+    dprec_agg_response r;
+    int s = call(a, l, method, path, auth, body, body ? strlen(body) : 0, &r);
+    if (s != want_status) fprintf(stderr, "%s %s -> %d %.*s\n", method, path, s, (int)r.body_len, r.body);
+    assert_int_equal(s, want_status);
+    cJSON *o = cJSON_ParseWithLength((const char *)r.body, r.body_len);
+    dprec_agg_response_free(&r);
+    assert_non_null(o);
+    return o;
+}
+
+static const char *error_code(dprec_agg_response *r) {
+    static char code[64];
+    cJSON *o = cJSON_ParseWithLength((const char *)r->body, r->body_len);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "error");
+    snprintf(code, sizeof code, "%s", cJSON_IsString(c) ? c->valuestring : "(none)");
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(o, "message"));
+    cJSON_Delete(o);
+    return code;
+}
+
+static void expect_error(dprec_agg *a, dprec_listener l, const char *method, const char *path, const char *auth,
+                         const void *body, size_t len, int status, const char *code) {
+    dprec_agg_response r;
+    int s = call(a, l, method, path, auth, body, len, &r);
+    if (s != status) fprintf(stderr, "%s %s -> %d %.*s\n", method, path, s, (int)r.body_len, r.body);
+    assert_int_equal(s, status);
+    assert_string_equal(error_code(&r), code);
+    dprec_agg_response_free(&r);
+}
+
+static int64_t create_job(dprec_agg *a, uint32_t d, uint32_t m, int rounds, int min_reports, const char *params) {
+    char spec[512];
+    snprintf(spec, sizeof spec,
+             "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":%d,"
+             "\"min_reports\":%d,\"round_seconds\":600,\"participation\":1.0,\"params\":%s}",
+             d, m, rounds, min_reports, params ? params : "{\"lambda\":0.1,\"seed\":1}");
+    cJSON *o = call_json(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+    int64_t id = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+    cJSON_Delete(o);
+    return id;
+}
+
+static void register_device(dprec_agg *a, char token[65]) {
+    cJSON *o = call_json(a, DPREC_LISTENER_DEVICE, "POST", "/v1/register", NULL, "{\"platform\":\"test\"}", 201);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "token");
+    assert_true(cJSON_IsString(t));
+    assert_int_equal(strlen(t->valuestring), 64);
+    assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device_id")));
+    memcpy(token, t->valuestring, 65);
+    cJSON_Delete(o);
+}
+
+/* A plain report: envelope + [d][n] u (d floats) + n (item, rating). Returns malloc'd bytes. */
+static unsigned char *make_report(uint64_t job, uint64_t round, uint8_t id_byte, uint32_t d, const float *u,
+                                  uint32_t n, const uint32_t *items, const float *ratings, size_t *len) {
+    size_t plen = 8 + 4 * (size_t)d + 8 * (size_t)n;
+    unsigned char *b = calloc(1, DPREC_ENVELOPE_HEADER + plen);
+    dprec_envelope e;
+    memset(&e, 0, sizeof e);
+    e.protocol = DPREC_PROTO_PLAIN;
+    e.job_id = job;
+    e.round = round;
+    memset(e.report_id, id_byte, sizeof e.report_id);
+    e.report_id[0] = (unsigned char)(round & 0xff);
+    e.release_version = round;
+    e.payload_len = (uint32_t)plen;
+    dprec_envelope_write_header(b, &e);
+    unsigned char *p = b + DPREC_ENVELOPE_HEADER;
+    dprec_st32(p, d);
+    dprec_st32(p + 4, n);
+    for (uint32_t k = 0; k < d; k++) dprec_stf32(p + 8 + 4 * k, u[k]);
+    unsigned char *q = p + 8 + 4 * d;
+    for (uint32_t k = 0; k < n; k++) {
+        dprec_st32(q + 8 * k, items[k]);
+        dprec_stf32(q + 8 * k + 4, ratings[k]);
+    }
+    *len = DPREC_ENVELOPE_HEADER + plen;
+    return b;
+}
+
+static int post_report(dprec_agg *a, int64_t job, const char *token, const unsigned char *b, size_t len,
+                       int *duplicate) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/reports", (long long)job);
+    dprec_agg_response r;
+    int s = call(a, DPREC_LISTENER_DEVICE, "POST", path, token, b, len, &r);
+    if (s == 200 && duplicate != NULL) {
+        cJSON *o = cJSON_ParseWithLength((const char *)r.body, r.body_len);
+        *duplicate = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "duplicate"));
+        cJSON_Delete(o);
+    }
+    dprec_agg_response_free(&r);
+    return s;
+}
+
+static int64_t count_rows(env *e, const char *sql) {
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(e->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+static unsigned char *get_release(dprec_agg *a, int64_t job, const char *version, const char *token, size_t *len) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/releases/%s", (long long)job, version);
+    dprec_agg_response r;
+    if (call(a, DPREC_LISTENER_DEVICE, "GET", path, token, NULL, 0, &r) != 200) {
+        dprec_agg_response_free(&r);
+        return NULL;
+    }
+    assert_string_equal(r.content_type, "application/octet-stream");
+    *len = r.body_len;
+    return r.body; /* caller frees */
+}
+
+/* dprec_release_check, then the ECDSA signature against the aggregator's public key */
+static void check_signed_release(dprec_agg *a, const unsigned char *b, size_t len, uint64_t version) {
+    dprec_release_info info;
+    assert_int_equal(dprec_release_check(b, len, &info), DPREC_OK);
+    assert_int_equal(info.release_version, version);
+    assert_int_equal(info.sig_alg, DPREC_SIG_ECDSA_P256_SHA256);
+    assert_true(info.sig_len > 0);
+    unsigned char der[200];
+    size_t dl = dprec_agg_public_key(a, der, sizeof der);
+    assert_true(dl > 0);
+    mbedtls_pk_context pk;
+    mbedtls_pk_init(&pk);
+    assert_int_equal(mbedtls_pk_parse_public_key(&pk, der, dl), 0);
+    size_t sig_off = len - info.sig_len;
+    assert_int_equal(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, info.digest, 32, b + sig_off, info.sig_len), 0);
+    /* a flipped digest byte must fail verification */
+    unsigned char bad[32];
+    memcpy(bad, info.digest, 32);
+    bad[0] ^= 1;
+    assert_int_not_equal(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, bad, 32, b + sig_off, info.sig_len), 0);
+    mbedtls_pk_free(&pk);
+}
+
+static int64_t job_field(dprec_agg *a, int64_t job, const char *name) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld", (long long)job);
+    cJSON *o = call_json(a, DPREC_LISTENER_ADMIN, "GET", path, ADMIN, NULL, 200);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    assert_true(cJSON_IsNumber(f));
+    int64_t v = (int64_t)f->valuedouble;
+    cJSON_Delete(o);
+    return v;
+}
+
+/* ---- tests ------------------------------------------------------------------------------------------ */
+
+static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
+    env *e = *state;
+    dprec_agg *a = e->a;
+    int64_t job = create_job(a, 4, 20, 3, 3, NULL);
+    assert_true(job > 0);
+    char tok[3][65];
+    for (int i = 0; i < 3; i++) register_device(a, tok[i]);
+
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)job);
+    cJSON *o = call_json(a, DPREC_LISTENER_DEVICE, "GET", path, tok[0], NULL, 200);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "protocol")->valuestring, "plain");
+    assert_int_equal((int)cJSON_GetObjectItemCaseSensitive(o, "round")->valuedouble, 1);
+    assert_int_equal((int)cJSON_GetObjectItemCaseSensitive(o, "release_version")->valuedouble, 1);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "state")->valuestring, "running");
+    const cJSON *priv = cJSON_GetObjectItemCaseSensitive(o, "privacy");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(priv, "epsilon")->valuestring, "inf");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(priv, "model")->valuestring, "none");
+    cJSON_Delete(o);
+
+    size_t rl;
+    unsigned char *rel = get_release(a, job, "1", tok[0], &rl);
+    assert_non_null(rel);
+    check_signed_release(a, rel, rl, 1);
+    free(rel);
+    assert_null(get_release(a, job, "2", tok[0], &rl));
+
+    float u[4] = {0.1f, -0.2f, 0.3f, 0.05f};
+    uint32_t items[3] = {0, 5, 19};
+    float ratings[3] = {4.0f, 1.0f, 5.0f};
+    size_t len, len2;
+    unsigned char *r0 = make_report((uint64_t)job, 1, 0xA0, 4, u, 3, items, ratings, &len);
+    int dup = -1;
+    assert_int_equal(post_report(a, job, tok[0], r0, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    assert_int_equal(post_report(a, job, tok[0], r0, len, &dup), 200); /* retry: same bytes */
+    assert_int_equal(dup, 1);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 1);
+    unsigned char *r0b = make_report((uint64_t)job, 1, 0xA1, 4, u, 3, items, ratings, &len2);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/1/reports", tok[0], r0b, len2, 409, "already_reported");
+    /* someone else's report id is not this device's duplicate */
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/1/reports", tok[1], r0, len, 409, "already_reported");
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 1);
+    assert_int_equal(job_field(a, job, "reports_in_round"), 1);
+
+    unsigned char *r1 = make_report((uint64_t)job, 1, 0xB0, 4, u, 3, items, ratings, &len);
+    assert_int_equal(post_report(a, job, tok[1], r1, len, NULL), 200);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 1);
+    unsigned char *r2 = make_report((uint64_t)job, 1, 0xC0, 4, u, 3, items, ratings, &len);
+    assert_int_equal(post_report(a, job, tok[2], r2, len, NULL), 200);
+    /* min_reports reached: release 2 exists, exactly once */
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    assert_int_equal(job_field(a, job, "round"), 2);
+    assert_int_equal(job_field(a, job, "rounds_done"), 1);
+    rel = get_release(a, job, "latest", tok[0], &rl);
+    assert_non_null(rel);
+    check_signed_release(a, rel, rl, 2);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_check(rel, rl, &info), DPREC_OK);
+    assert_true(fabs(info.global_mean - 10.0f / 3.0f) < 1e-5); /* the mean of the reported ratings */
+    free(rel);
+
+    /* the closed round: a new report is refused, the retry of an accepted one is still a duplicate */
+    unsigned char *late = make_report((uint64_t)job, 1, 0xD0, 4, u, 3, items, ratings, &len2);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/1/reports", tok[0], late, len2, 409, "round_closed");
+    assert_int_equal(post_report(a, job, tok[2], r2, len, &dup), 200);
+    assert_int_equal(dup, 1);
+    /* ticking far in the future finalizes nothing (the open round has no reports; its deadline moves) */
+    assert_int_equal(dprec_agg_tick(a, (int64_t)time(NULL) + 100000), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+
+    char *metrics = dprec_agg_metrics(a);
+    assert_non_null(metrics);
+    assert_non_null(strstr(metrics, "dprec_rounds_finalized_total 1\n"));
+    assert_non_null(strstr(metrics, "dprec_reports_accepted_total 3\n"));
+    assert_non_null(strstr(metrics, "dprec_reports_rejected_total{reason=\"already_reported\"} 2\n"));
+    free(metrics);
+    free(r0);
+    free(r0b);
+    free(r1);
+    free(r2);
+    free(late);
+}
+
+static void test_agg_rejects_bad_input_and_stores_nothing(void **state) {
+    env *e = *state;
+    dprec_agg *a = e->a;
+    int64_t job = create_job(a, 4, 20, 3, 5, NULL);
+    assert_int_equal(job, 1);
+    char tok[65];
+    register_device(a, tok);
+    const char *rp = "/v1/jobs/1/reports";
+
+    /* admin side: JSON and fields */
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, "{\"protocol\":", 12, 400, "bad_json");
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, "[1,2]", 5, 400, "bad_json");
+    const char *bad_specs[] = {
+        "{\"protocol\":\"plain\",\"d\":0,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60}",
+        "{\"protocol\":\"plain\",\"d\":4,\"m\":10,\"rating_min\":5,\"rating_max\":1,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60}",
+        "{\"protocol\":\"plain\",\"d\":4.5,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60}",
+        "{\"protocol\":\"nope\",\"d\":4,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60}",
+        "{\"protocol\":\"plain\",\"d\":4,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60,\"participation\":0}",
+        "{\"protocol\":\"plain\",\"d\":4,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60,\"params\":{\"lambda\":-1}}",
+        "{\"protocol\":\"plain\",\"d\":4,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60,\"params\":{\"typo\":1}}",
+        "{\"protocol\":\"plain\",\"d\":256,\"m\":16777216,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1,\"round_seconds\":60}",
+        "{\"protocol\":\"plain\",\"d\":4,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":1}",
+    };
+    for (size_t i = 0; i < sizeof bad_specs / sizeof bad_specs[0]; i++)
+        expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad_specs[i], strlen(bad_specs[i]), 400,
+                     "bad_field");
+    char *big = malloc(5000);
+    memset(big, ' ', 5000);
+    big[0] = '{';
+    big[4999] = '}';
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, big, 5000, 413, "too_large");
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", "wrong-admin-token-xxxxxxxx", "{}", 2, 401,
+                 "unauthorized");
+    expect_error(a, DPREC_LISTENER_ADMIN, "GET", "/v1/admin/jobs", NULL, NULL, 0, 401, "unauthorized");
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM jobs"), 1);
+
+    /* listener separation, versions, routes, methods */
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v1/admin/jobs", ADMIN, NULL, 0, 403, "admin_only");
+    expect_error(a, DPREC_LISTENER_ADMIN, "GET", "/v1/jobs/1", tok, NULL, 0, 403, "admin_only");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v2/jobs/1", tok, NULL, 0, 400, "unsupported_version");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v1/nothing", tok, NULL, 0, 404, "not_found");
+    expect_error(a, DPREC_LISTENER_DEVICE, "DELETE", "/v1/jobs/1", tok, NULL, 0, 405, "method_not_allowed");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v1/jobs/99", tok, NULL, 0, 404, "not_found");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v1/jobs/1/releases/7", tok, NULL, 0, 404, "not_found");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v1/jobs/1", "0000000000000000000000000000000000000000000000000000000000000000",
+                 NULL, 0, 401, "unauthorized");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", "/v1/jobs/1", NULL, NULL, 0, 401, "unauthorized");
+    expect_error(a, DPREC_LISTENER_ADMIN, "GET", "/v1/admin/jobs/42", ADMIN, NULL, 0, 404, "not_found");
+    assert_int_equal(status_of(a, DPREC_LISTENER_DEVICE, "GET", "/healthz", NULL, NULL, 0), 200);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/register", NULL, "{\"platform\":7}", 14, 400, "bad_field");
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/register", NULL, "nope", 4, 400, "bad_json");
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM devices"), 1);
+
+    /* reports */
+    float u[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+    uint32_t items[3] = {1, 2, 3};
+    float ratings[3] = {3.0f, 4.0f, 5.0f};
+    size_t len;
+    unsigned char *b;
+    /* wrong d: a 3-dimensional payload for a d = 4 job */
+    b = make_report(1, 1, 1, 3, u, 3, items, ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    free(b);
+    float nan_ratings[3] = {3.0f, NAN, 5.0f};
+    b = make_report(1, 1, 2, 4, u, 3, items, nan_ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    free(b);
+    float inf_u[4] = {0.1f, INFINITY, 0.3f, 0.4f};
+    b = make_report(1, 1, 3, 4, inf_u, 3, items, ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    free(b);
+    uint32_t far_items[3] = {1, 2, 20};
+    b = make_report(1, 1, 4, 4, u, 3, far_items, ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    free(b);
+    uint32_t unsorted[3] = {2, 1, 3};
+    b = make_report(1, 1, 5, 4, u, 3, unsorted, ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    free(b);
+    float off_scale[3] = {3.0f, 6.0f, 5.0f};
+    b = make_report(1, 1, 6, 4, u, 3, items, off_scale, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    free(b);
+    b = make_report(1, 1, 7, 4, u, 3, items, ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len - 1, 400, "bad_report"); /* truncated */
+    b[0] = 'X';
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report"); /* magic */
+    free(b);
+    b = make_report(2, 1, 8, 4, u, 3, items, ratings, &len); /* envelope job 2 posted to job 1 */
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 400, "bad_report");
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/2/reports", tok, b, len, 404, "not_found");
+    free(b);
+    b = make_report(1, 2, 9, 4, u, 3, items, ratings, &len); /* a future round */
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 409, "round_closed");
+    free(b);
+    b = make_report(1, 1, 10, 4, u, 3, items, ratings, &len);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, "bad-token", b, len, 401, "unauthorized");
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", rp, tok, b, len, 403, "admin_only");
+    expect_error(a, DPREC_LISTENER_DEVICE, "GET", rp, tok, NULL, 0, 405, "method_not_allowed");
+    /* oversized: a tiny cap on a second instance over the same state */
+    dprec_agg_close(e->a);
+    dprec_agg_config cfg;
+    dprec_agg_config_default(&cfg);
+    cfg.state_path = e->db;
+    cfg.signing_key_path = e->key;
+    cfg.admin_token = ADMIN;
+    cfg.max_report_body = 64;
+    char err[128];
+    assert_int_equal(dprec_agg_open(&cfg, &e->a, err, sizeof err), 0);
+    a = e->a;
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", rp, tok, b, len, 413, "too_large");
+    free(b);
+    free(big);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 1);
+}
+
+static void test_agg_reports_survive_close_and_reopen(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 3, 10, 2, 5, NULL);
+    char tok[2][65];
+    register_device(e->a, tok[0]);
+    register_device(e->a, tok[1]);
+    float u[3] = {0.5f, 0.5f, 0.5f};
+    uint32_t items[2] = {0, 9};
+    float ratings[2] = {2.0f, 4.0f};
+    size_t len;
+    unsigned char *b0 = make_report((uint64_t)job, 1, 1, 3, u, 2, items, ratings, &len);
+    unsigned char *b1 = make_report((uint64_t)job, 1, 2, 3, u, 2, items, ratings, &len);
+    assert_int_equal(post_report(e->a, job, tok[0], b0, len, NULL), 200);
+    assert_int_equal(post_report(e->a, job, tok[1], b1, len, NULL), 200);
+    dprec_agg_close(e->a); /* no finalization */
+    e->a = NULL;
+    assert_int_equal(open_agg(e), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 2);
+    assert_int_equal(job_field(e->a, job, "round"), 1);
+    assert_int_equal(job_field(e->a, job, "reports_in_round"), 2);
+    int dup = 0;
+    assert_int_equal(post_report(e->a, job, tok[0], b0, len, &dup), 200); /* idempotent across restarts */
+    assert_int_equal(dup, 1);
+    /* finalize now, once; a second close meets the next (empty) round and finalizes it with no reports */
+    char path[64];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+    cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200);
+    cJSON_Delete(o);
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    assert_int_equal(dprec_agg_tick(e->a, (int64_t)time(NULL)), 0);
+    o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "state");
+    assert_string_equal(st->valuestring, "done"); /* rounds = 2 */
+    cJSON_Delete(o);
+    expect_error(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 0, 409, "job_done");
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 3);
+    unsigned char *late = make_report((uint64_t)job, 3, 3, 3, u, 2, items, ratings, &len);
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/1/reports", tok[0], late, len, 409, "job_done");
+    free(late);
+    free(b0);
+    free(b1);
+}
+
+/* A finalization that never committed (simulated: min_reports is lowered behind the aggregator's back while
+ * it is closed, as if it had crashed after the last insert) is resumed by open, exactly once. */
+static void test_agg_open_resumes_an_unfinalized_full_round(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 2, 5, 5, 2, NULL);
+    char tok[65];
+    register_device(e->a, tok);
+    float u[2] = {1.0f, 0.0f};
+    uint32_t items[1] = {3};
+    float ratings[1] = {5.0f};
+    size_t len;
+    unsigned char *b = make_report((uint64_t)job, 1, 1, 2, u, 1, items, ratings, &len);
+    assert_int_equal(post_report(e->a, job, tok, b, len, NULL), 200);
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(e->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "UPDATE jobs SET min_reports = 1", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(open_agg(e), 0);
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    assert_int_equal(open_agg(e), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    /* the key file is private and reused */
+    struct stat sb;
+    assert_int_equal(stat(e->key, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    free(b);
+}
+
+static void test_agg_deadline_extends_empty_round_and_closes_reported_one(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 2, 5, 5, 100, NULL);
+    int64_t now = (int64_t)time(NULL);
+    assert_int_equal(dprec_agg_tick(e->a, now + 601), 0);
+    int64_t deadline = job_field(e->a, job, "deadline");
+    assert_true(deadline >= now + 601 + 600);
+    char tok[65];
+    register_device(e->a, tok);
+    float u[2] = {1.0f, 0.0f};
+    uint32_t items[1] = {3};
+    float ratings[1] = {5.0f};
+    size_t len;
+    unsigned char *b = make_report((uint64_t)job, 1, 1, 2, u, 1, items, ratings, &len);
+    assert_int_equal(post_report(e->a, job, tok, b, len, NULL), 200);
+    assert_int_equal(dprec_agg_tick(e->a, deadline - 1), 0);
+    assert_int_equal(dprec_agg_tick(e->a, deadline), 1);
+    assert_int_equal(dprec_agg_tick(e->a, deadline), 0);
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    free(b);
+}
+
+/* ---- concurrency: group commit -------------------------------------------------------------------------- */
+
+#define THREADS 8
+#define PER_THREAD 25
+
+typedef struct worker {
+    dprec_agg *a;
+    int64_t job;
+    char tokens[PER_THREAD][65];
+    int idx;
+    int ok;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    float u[2] = {0.2f, -0.1f};
+    uint32_t items[2] = {1, 4};
+    float ratings[2] = {2.0f, 3.0f};
+    for (int k = 0; k < PER_THREAD; k++) {
+        size_t len;
+        unsigned char *b = make_report((uint64_t)w->job, 1, (uint8_t)(w->idx * PER_THREAD + k), 2, u, 2, items,
+                                       ratings, &len);
+        b[DPREC_ENVELOPE_HEADER - 32 + 1] = (unsigned char)w->idx; /* byte 25 of the report id */
+        char path[64];
+        snprintf(path, sizeof path, "/v1/jobs/%lld/reports", (long long)w->job);
+        char hdr[80];
+        snprintf(hdr, sizeof hdr, "Bearer %s", w->tokens[k]);
+        dprec_agg_request q = {DPREC_LISTENER_DEVICE, "POST", path, hdr, b, len};
+        dprec_agg_response r;
+        if (dprec_agg_handle(w->a, &q, &r) == 0 && r.status == 200) w->ok++;
+        dprec_agg_response_free(&r);
+        free(b);
+    }
+    return NULL;
+}
+
+static void test_agg_concurrent_reports_are_all_committed_and_finalize_once(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 2, 5, 3, THREADS * PER_THREAD, NULL);
+    static worker w[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        w[t].a = e->a;
+        w[t].job = job;
+        w[t].idx = t;
+        w[t].ok = 0;
+        for (int k = 0; k < PER_THREAD; k++) register_device(e->a, w[t].tokens[k]);
+    }
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++) assert_int_equal(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
+    int ok = 0;
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(th[t], NULL);
+        ok += w[t].ok;
+    }
+    assert_int_equal(ok, THREADS * PER_THREAD);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), THREADS * PER_THREAD);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    char *metrics = dprec_agg_metrics(e->a);
+    assert_non_null(strstr(metrics, "dprec_rounds_finalized_total 1\n"));
+    const char *c = strstr(metrics, "\ndprec_commits_total ");
+    assert_non_null(c);
+    fprintf(stderr, "group commit: %d reports in %lld commits\n", THREADS * PER_THREAD,
+            atoll(c + strlen("\ndprec_commits_total ")));
+    free(metrics);
+}
+
+/* ---- plain ALS converges on synthetic low-rank data --------------------------------------------------- */
+
+#define U_N 300
+#define I_M 120
+#define RANK 3
+#define DIM 6
+
+static uint64_t lcg_state;
+static double urand(void) {
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg_state >> 11) / 9007199254740992.0;
+}
+
+static void run_als(env *e, const char *params, int user_bias) {
+    const int rounds = 10;
+    int64_t job = create_job(e->a, DIM, I_M, rounds, U_N, params);
+    static float tu[U_N][RANK], tv[I_M][RANK];
+    static unsigned char rated[U_N][I_M];
+    static float rating[U_N][I_M];
+    lcg_state = 7;
+    for (int i = 0; i < U_N; i++)
+        for (int k = 0; k < RANK; k++) tu[i][k] = (float)(urand() * 2 - 1);
+    for (int j = 0; j < I_M; j++)
+        for (int k = 0; k < RANK; k++) tv[j][k] = (float)(urand() * 2 - 1);
+    for (int i = 0; i < U_N; i++)
+        for (int j = 0; j < I_M; j++) {
+            rated[i][j] = urand() < 0.3;
+            double r = 3.0 + 0.3 * (double)(j % 5) - 0.6;
+            for (int k = 0; k < RANK; k++) r += tu[i][k] * tv[j][k];
+            r += 0.1 * (urand() - 0.5);
+            rating[i][j] = (float)(r < 1 ? 1 : r > 5 ? 5 : r);
+        }
+    static char tokens[U_N][65];
+    for (int i = 0; i < U_N; i++) register_device(e->a, tokens[i]);
+    double first = 0, last = 0;
+    float *v = malloc(sizeof(float) * I_M * DIM);
+    float bias[I_M];
+    for (int round = 1; round <= rounds + 1; round++) {
+        size_t rl;
+        unsigned char *rel = get_release(e->a, job, "latest", tokens[0], &rl);
+        assert_non_null(rel);
+        dprec_release_info info;
+        assert_int_equal(dprec_release_check(rel, rl, &info), DPREC_OK);
+        assert_int_equal(info.release_version, (uint64_t)round);
+        for (uint32_t j = 0; j < I_M; j++) {
+            assert_int_equal(dprec_release_row(rel, &info, j, v + j * DIM, &bias[j]), 0);
+            if (user_bias) assert_true(v[j * DIM] == 1.0f);
+        }
+        double se = 0;
+        size_t cnt = 0;
+        for (int i = 0; i < U_N; i++) {
+            double A[DIM * DIM], b[DIM];
+            dprec_normal_init(A, b, DIM, 0.5);
+            uint32_t items[I_M];
+            float rs[I_M];
+            uint32_t n = 0;
+            for (int j = 0; j < I_M; j++)
+                if (rated[i][j]) {
+                    dprec_normal_add(A, b, DIM, v + j * DIM, (double)rating[i][j] - info.global_mean - bias[j]);
+                    items[n] = (uint32_t)j;
+                    rs[n++] = rating[i][j];
+                }
+            assert_int_equal(dprec_cholesky_solve(A, b, DIM), 0);
+            float u[DIM];
+            for (int k = 0; k < DIM; k++) u[k] = (float)b[k];
+            for (uint32_t k = 0; k < n; k++) {
+                double p = info.global_mean + bias[items[k]] + dprec_dot_f32(u, v + items[k] * DIM, DIM);
+                se += (p - rs[k]) * (p - rs[k]);
+                cnt++;
+            }
+            if (round <= rounds) {
+                size_t len;
+                unsigned char *rep = make_report((uint64_t)job, (uint64_t)round, (uint8_t)i, DIM, u, n, items, rs, &len);
+                rep[25] = (unsigned char)(i >> 8);
+                assert_int_equal(post_report(e->a, job, tokens[i], rep, len, NULL), 200);
+                free(rep);
+            }
+        }
+        double rmse = sqrt(se / (double)cnt);
+        fprintf(stderr, "round %d: train RMSE %.4f\n", round, rmse);
+        if (round == 1) first = rmse;
+        last = rmse;
+        free(rel);
+    }
+    free(v);
+    assert_true(last < 0.5 * first);
+    assert_true(last < 0.25);
+    cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", "/v1/admin/jobs", ADMIN, NULL, 200);
+    const cJSON *j0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "jobs"), 0);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(j0, "state")->valuestring, "done");
+    cJSON_Delete(o);
+}
+
+static void test_agg_plain_als_reduces_rmse_over_rounds(void **state) {
+    run_als(*state, "{\"lambda\":0.5,\"lambda_bias\":2,\"seed\":3}", 0);
+}
+
+/* user_bias pins v_j[0] = 1 in every release; weighted_lambda scales the ridge by n_j */
+static void test_agg_plain_als_with_user_bias_and_weighted_lambda(void **state) {
+    env *e = *state;
+    expect_error(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN,
+                 "{\"protocol\":\"plain\",\"d\":1,\"m\":5,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,"
+                 "\"min_reports\":1,\"round_seconds\":60,\"params\":{\"user_bias\":true}}",
+                 strlen("{\"protocol\":\"plain\",\"d\":1,\"m\":5,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,"
+                        "\"min_reports\":1,\"round_seconds\":60,\"params\":{\"user_bias\":true}}"),
+                 400, "bad_field");
+    run_als(e, "{\"lambda\":0.01,\"weighted_lambda\":true,\"user_bias\":true,\"seed\":3}", 1);
+}
+
+/* Mutated reports and JSON bodies: every answer is a clean 2xx/4xx, nothing crashes, at most what was
+ * accepted is stored (one report per device and round). */
+static void test_agg_survives_mutated_reports_and_json(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 3, 10, 2, 1000, NULL);
+    char tok[65];
+    register_device(e->a, tok);
+    float u[3] = {0.5f, -0.5f, 0.25f};
+    uint32_t items[3] = {1, 4, 7};
+    float ratings[3] = {1.0f, 3.5f, 5.0f};
+    size_t len;
+    unsigned char *good = make_report((uint64_t)job, 1, 9, 3, u, 3, items, ratings, &len);
+    unsigned char *b = malloc(len);
+    lcg_state = 99;
+    int accepted = 0;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(b, good, len);
+        int flips = 1 + (int)(urand() * 4);
+        for (int f = 0; f < flips; f++) b[(size_t)(urand() * (double)len)] ^= (unsigned char)(1u << (int)(urand() * 8));
+        size_t l = urand() < 0.1 ? (size_t)(urand() * (double)len) : len;
+        int st = post_report(e->a, job, tok, b, l, NULL);
+        assert_true(st == 200 || st == 400 || st == 404 || st == 409);
+        accepted += st == 200;
+    }
+    assert_true(count_rows(e, "SELECT count(*) FROM reports") <= 1);
+    const char *spec = "{\"protocol\":\"plain\",\"d\":4,\"m\":10,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,"
+                       "\"min_reports\":1,\"round_seconds\":60,\"params\":{\"lambda\":1}}";
+    size_t sl = strlen(spec);
+    char *m = malloc(sl);
+    int created = 0;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(m, spec, sl);
+        m[(size_t)(urand() * (double)sl)] = (char)(urand() * 256);
+        dprec_agg_response r;
+        int st = call(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, m, sl, &r);
+        assert_true(st == 201 || st == 400);
+        created += st == 201;
+        dprec_agg_response_free(&r);
+    }
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM jobs"), 1 + created);
+    free(m);
+    free(b);
+    free(good);
+    (void)accepted;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_deadline_extends_empty_round_and_closes_reported_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_concurrent_reports_are_all_committed_and_finalize_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_survives_mutated_reports_and_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_plain_als_reduces_rmse_over_rounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_plain_als_with_user_bias_and_weighted_lambda, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,211 @@
+/* End to end, in process: devices running dprec_client_sync against the real aggregator core
+ * (aggregator/agg.h, dprec_agg_handle as the transport, SQLite state in a temporary directory). A `plain`
+ * job of two rounds with two devices: registration, signed releases verified against the key the devices
+ * pinned, reports accepted and rounds finalized, then the job is done. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agg.h"
+#include "dprec/dprec.h"
+#include "dprec/sync.h"
+#include "fake_port.h"
+#include "json.h"
+
+#define M 30u
+#define D 3u
+#define ADMIN_TOKEN "admin-token-for-tests-0123456789"
+
+typedef struct in_process {
+    dprec_agg *agg;
+    size_t chunk;
+    int requests;
+} in_process;
+
+/* The in-process transport: the aggregator's handler, its body delivered in chunks. */
+static int agg_transport(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                         dprec_http_response *out) {
+    in_process *ip = ctx;
+    char auth[128];
+    dprec_agg_request r;
+    memset(&r, 0, sizeof r);
+    r.listener = DPREC_LISTENER_DEVICE;
+    r.method = req->method;
+    r.path = req->path;
+    if (req->bearer != NULL) {
+        snprintf(auth, sizeof auth, "Bearer %s", req->bearer);
+        r.authorization = auth;
+    }
+    r.body = req->body;
+    r.body_len = req->body_len;
+    dprec_agg_response resp;
+    ip->requests++;
+    if (dprec_agg_handle(ip->agg, &r, &resp) != 0) return DPREC_ERR_NETWORK;
+    out->status = resp.status;
+    out->retry_after = resp.retry_after;
+    int rc = 0;
+    size_t step = ip->chunk ? ip->chunk : resp.body_len;
+    for (size_t off = 0; off < resp.body_len && rc == 0; off += step) {
+        size_t n = resp.body_len - off < step ? resp.body_len - off : step;
+        rc = sink(sink_user, resp.body + off, n);
+    }
+    dprec_agg_response_free(&resp);
+    return rc;
+}
+
+static int admin(dprec_agg *a, const char *method, const char *path, const char *body, char *out, size_t cap) {
+    dprec_agg_request r;
+    memset(&r, 0, sizeof r);
+    r.listener = DPREC_LISTENER_ADMIN;
+    r.method = method;
+    r.path = path;
+    r.authorization = "Bearer " ADMIN_TOKEN;
+    r.body = (const unsigned char *)body;
+    r.body_len = body ? strlen(body) : 0;
+    dprec_agg_response resp;
+    assert_int_equal(dprec_agg_handle(a, &r, &resp), 0);
+    size_t n = resp.body_len < cap - 1 ? resp.body_len : cap - 1;
+    memcpy(out, resp.body, n);
+    out[n] = '\0';
+    int status = resp.status;
+    dprec_agg_response_free(&resp);
+    return status;
+}
+
+typedef struct device {
+    fake_port fake;
+    dprec_port port;
+    dprec_config cfg;
+    void *mem;
+    dprec_client *c;
+} device;
+
+static void device_open(device *dv, int seed) {
+    fake_port_init(&dv->fake, &dv->port);
+    dprec_config_default(&dv->cfg);
+    dv->cfg.num_items = M;
+    dv->cfg.dim = D;
+    dv->cfg.rating_capacity = 20;
+    dv->cfg.allow_non_private = 1;
+    dv->cfg.max_report_bytes = 1024;
+    static unsigned char seeds[4][8];
+    snprintf((char *)seeds[seed], sizeof seeds[seed], "dev%d", seed);
+    dv->cfg.test_seed = seeds[seed];
+    dv->cfg.test_seed_len = sizeof seeds[seed];
+    size_t need = dprec_client_required_size(&dv->cfg);
+    dv->mem = malloc(need);
+    assert_int_equal(dprec_client_init(&dv->c, &dv->cfg, &dv->port, dv->mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(dv->c), DPREC_OK);
+    for (uint32_t i = 0; i < 8; i++)
+        assert_int_equal(dprec_store_put(dv->c, (uint32_t)(seed * 3 + i * 2) % M, (float)(1 + (i + (uint32_t)seed) % 5), 0),
+                         DPREC_OK);
+    dv->fake.wall = (int64_t)time(NULL);
+}
+
+static void device_close(device *dv) {
+    dprec_client_free(dv->c);
+    free(dv->mem);
+    fake_port_free(&dv->fake);
+}
+
+static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void **state) {
+    (void)state;
+    char dir[] = "/tmp/dprec-sync-agg-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char db[128], key[128];
+    snprintf(db, sizeof db, "%s/state.db", dir);
+    snprintf(key, sizeof key, "%s/signing.pem", dir);
+    dprec_agg_config acfg;
+    dprec_agg_config_default(&acfg);
+    acfg.state_path = db;
+    acfg.signing_key_path = key;
+    acfg.admin_token = ADMIN_TOKEN;
+    acfg.seed = 1;
+    acfg.group_commit_us = 0;
+    dprec_agg *a = NULL;
+    char err[256] = "";
+    int orc = dprec_agg_open(&acfg, &a, err, sizeof err);
+    if (orc != 0) fprintf(stderr, "dprec_agg_open: %s\n", err);
+    assert_int_equal(orc, 0);
+
+    char out[4096];
+    const char *spec = "{\"protocol\": \"plain\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                       " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+                       " \"params\": {\"lambda\": 0.1, \"seed\": 1}}";
+    int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
+    if (st != 201) fprintf(stderr, "create job: %d %s\n", st, out);
+    assert_int_equal(st, 201);
+    dprec_json_token tok[16];
+    dprec_json_doc doc;
+    assert_int_equal(dprec_json_parse(&doc, out, strlen(out), tok, 16), DPREC_OK);
+    uint64_t job = 0;
+    assert_int_equal(dprec_json_get_u64(&doc, 0, "job", &job), DPREC_OK);
+
+    unsigned char pub[256];
+    size_t pub_len = dprec_agg_public_key(a, pub, sizeof pub);
+    assert_true(pub_len > 0);
+
+    in_process ip = {a, 97, 0};
+    dprec_transport t = {&ip, agg_transport};
+    dprec_sync_config sc = {job, pub, pub_len};
+    device dev[2];
+    memset(dev, 0, sizeof dev);
+    for (int i = 0; i < 2; i++) device_open(&dev[i], i);
+
+    for (uint64_t round = 1; round <= 2; round++) {
+        for (int i = 0; i < 2; i++) {
+            dprec_sync_result r;
+            int rc = dprec_client_sync(dev[i].c, &t, &sc, &r);
+            if (rc != DPREC_OK) fprintf(stderr, "round %llu device %d: %s\n", (unsigned long long)round, i,
+                                        dprec_status_name(rc));
+            assert_int_equal(rc, DPREC_OK);
+            assert_int_equal(r.outcome, DPREC_SYNC_REPORTED);
+            assert_int_equal(r.round, round);
+            /* a second call in the same round sends nothing */
+            if (i == 0) {
+                assert_int_equal(dprec_client_sync(dev[i].c, &t, &sc, &r), DPREC_OK);
+                assert_true(r.outcome == DPREC_SYNC_NOTHING_TO_DO);
+            }
+        }
+        /* min_reports reached: the round is finalized (at once or on the next tick) */
+        (void)dprec_agg_tick(a, (int64_t)time(NULL));
+    }
+    for (int i = 0; i < 2; i++) {
+        dprec_sync_result r;
+        assert_int_equal(dprec_client_sync(dev[i].c, &t, &sc, &r), DPREC_OK);
+        assert_int_equal(r.outcome, DPREC_SYNC_NOTHING_TO_DO);
+        assert_int_equal(r.job_done, 1);
+        dprec_ledger_entry line;
+        assert_int_equal(dprec_ledger_job(dev[i].c, job, &line), DPREC_OK);
+        assert_int_equal(line.reports, 2);
+        assert_int_equal(dprec_report_pending_count(dev[i].c), 0);
+    }
+    st = admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out);
+    assert_int_equal(st, 200);
+
+    for (int i = 0; i < 2; i++) device_close(&dev[i]);
+    dprec_agg_close(a);
+    unlink(db);
+    char side[160];
+    snprintf(side, sizeof side, "%s-wal", db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    unlink(side);
+    unlink(key);
+    rmdir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
