@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dprec/sync.h"
+
 typedef struct dprec_agg dprec_agg;
 
 typedef struct dprec_agg_config {
@@ -68,5 +70,16 @@ size_t dprec_agg_public_key(dprec_agg *a, unsigned char *out, size_t cap);
 
 /* Counters for /metrics, appended in Prometheus text format to a malloc'd string (caller frees). */
 char *dprec_agg_metrics(dprec_agg *a);
+
+/* The in-process transport: a dprec_transport whose requests go straight to dprec_agg_handle on the device
+ * listener, for tests and very large simulated fleets (no sockets, no TLS). Place the state anywhere; it must
+ * outlive the transport, and may be shared by transports used from several threads (it is never written
+ * after init). chunk > 0 delivers response bodies in chunks of that size (to exercise streaming). */
+typedef struct dprec_agg_transport {
+    dprec_agg *agg;
+    size_t chunk;
+} dprec_agg_transport;
+
+void dprec_agg_transport_init(dprec_transport *t, dprec_agg_transport *state, dprec_agg *a, size_t chunk);
 
 #endif /* DPREC_AGG_H */

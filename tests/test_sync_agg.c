@@ -24,43 +24,6 @@
 #define D 3u
 #define ADMIN_TOKEN "admin-token-for-tests-0123456789"
 
-typedef struct in_process {
-    dprec_agg *agg;
-    size_t chunk;
-    int requests;
-} in_process;
-
-/* The in-process transport: the aggregator's handler, its body delivered in chunks. */
-static int agg_transport(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
-                         dprec_http_response *out) {
-    in_process *ip = ctx;
-    char auth[128];
-    dprec_agg_request r;
-    memset(&r, 0, sizeof r);
-    r.listener = DPREC_LISTENER_DEVICE;
-    r.method = req->method;
-    r.path = req->path;
-    if (req->bearer != NULL) {
-        snprintf(auth, sizeof auth, "Bearer %s", req->bearer);
-        r.authorization = auth;
-    }
-    r.body = req->body;
-    r.body_len = req->body_len;
-    dprec_agg_response resp;
-    ip->requests++;
-    if (dprec_agg_handle(ip->agg, &r, &resp) != 0) return DPREC_ERR_NETWORK;
-    out->status = resp.status;
-    out->retry_after = resp.retry_after;
-    int rc = 0;
-    size_t step = ip->chunk ? ip->chunk : resp.body_len;
-    for (size_t off = 0; off < resp.body_len && rc == 0; off += step) {
-        size_t n = resp.body_len - off < step ? resp.body_len - off : step;
-        rc = sink(sink_user, resp.body + off, n);
-    }
-    dprec_agg_response_free(&resp);
-    return rc;
-}
-
 static int admin(dprec_agg *a, const char *method, const char *path, const char *body, char *out, size_t cap) {
     dprec_agg_request r;
     memset(&r, 0, sizeof r);
@@ -153,8 +116,9 @@ static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void 
     size_t pub_len = dprec_agg_public_key(a, pub, sizeof pub);
     assert_true(pub_len > 0);
 
-    in_process ip = {a, 97, 0};
-    dprec_transport t = {&ip, agg_transport};
+    dprec_agg_transport ip;
+    dprec_transport t;
+    dprec_agg_transport_init(&t, &ip, a, 97); /* bodies in 97-byte chunks: the release is streamed */
     dprec_sync_config sc = {job, pub, pub_len};
     device dev[2];
     memset(dev, 0, sizeof dev);

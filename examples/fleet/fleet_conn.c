@@ -36,6 +36,7 @@ struct fleet_conn {
     char describe[2048];
     /* in-process */
     dprec_agg *agg;
+    dprec_agg_transport inproc; /* the in-process device transport's state */
     int64_t sim_now;        /* the simulated clock handed to dprec_agg_tick */
     /* HTTPS */
     pid_t child;
@@ -102,37 +103,6 @@ static void random_hex(char *out, size_t nbytes) {
     }
     for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
     out[2 * nbytes] = '\0';
-}
-
-/* ---- in-process transport ----------------------------------------------------------------------------- */
-
-static int inproc_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
-                          dprec_http_response *resp) {
-    fleet_conn *c = ctx;
-    char auth[300];
-    dprec_agg_request r;
-    memset(&r, 0, sizeof r);
-    r.listener = DPREC_LISTENER_DEVICE;
-    r.method = req->method;
-    r.path = req->path;
-    if (req->bearer != NULL) {
-        snprintf(auth, sizeof auth, "Bearer %s", req->bearer);
-        r.authorization = auth;
-    }
-    r.body = req->body;
-    r.body_len = req->body_len;
-    dprec_agg_response out;
-    memset(&out, 0, sizeof out);
-    if (dprec_agg_handle(c->agg, &r, &out) != 0) {
-        dprec_agg_response_free(&out);
-        return DPREC_ERR_NETWORK;
-    }
-    resp->status = out.status;
-    resp->retry_after = out.retry_after;
-    int rc = DPREC_OK;
-    if (sink != NULL && out.body_len > 0) rc = sink(sink_user, out.body, out.body_len);
-    dprec_agg_response_free(&out);
-    return rc;
 }
 
 /* ---- HTTPS through libcurl (admin calls, the fleet's own release fetch, and the device transport when the
@@ -488,8 +458,7 @@ void fleet_conn_close(fleet_conn *c) {
 int fleet_conn_transport(fleet_conn *c, dprec_transport *t, char *err, size_t errcap) {
     memset(t, 0, sizeof *t);
     if (c->kind == CONN_IN_PROCESS) {
-        t->ctx = c;
-        t->request = inproc_request;
+        dprec_agg_transport_init(t, &c->inproc, c->agg, 0);
         return 0;
     }
     fallback_transport *ft = calloc(1, sizeof *ft);

@@ -1,0 +1,47 @@
+/* dprec aggregator — the in-process transport (agg.h): device requests handed to dprec_agg_handle. */
+#include <stdio.h>
+#include <string.h>
+
+#include "agg.h"
+#include "dprec/status.h"
+
+static int agg_transport_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                                 dprec_http_response *resp) {
+    const dprec_agg_transport *st = ctx;
+    char auth[160];
+    dprec_agg_request r;
+    memset(&r, 0, sizeof r);
+    r.listener = DPREC_LISTENER_DEVICE;
+    r.method = req->method;
+    r.path = req->path;
+    if (req->bearer != NULL) {
+        int n = snprintf(auth, sizeof auth, "Bearer %s", req->bearer);
+        if (n < 0 || (size_t)n >= sizeof auth) return DPREC_ERR_INVALID_ARGUMENT;
+        r.authorization = auth;
+    }
+    r.body = req->body;
+    r.body_len = req->body_len;
+    dprec_agg_response out;
+    memset(&out, 0, sizeof out);
+    if (dprec_agg_handle(st->agg, &r, &out) != 0) {
+        dprec_agg_response_free(&out);
+        return DPREC_ERR_NETWORK; /* no response could be produced: as if the network failed */
+    }
+    resp->status = out.status;
+    resp->retry_after = out.retry_after;
+    int rc = DPREC_OK;
+    size_t step = st->chunk > 0 ? st->chunk : out.body_len;
+    for (size_t off = 0; sink != NULL && off < out.body_len && rc == DPREC_OK; off += step) {
+        size_t n = out.body_len - off < step ? out.body_len - off : step;
+        rc = sink(sink_user, out.body + off, n);
+    }
+    dprec_agg_response_free(&out);
+    return rc;
+}
+
+void dprec_agg_transport_init(dprec_transport *t, dprec_agg_transport *state, dprec_agg *a, size_t chunk) {
+    state->agg = a;
+    state->chunk = chunk;
+    t->ctx = state;
+    t->request = agg_transport_request;
+}
