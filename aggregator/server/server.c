@@ -393,16 +393,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         clock_gettime(CLOCK_MONOTONIC, &r->t0);
         r->limit = is_report_post(method, url) ? s->cfg.max_report_bytes : s->cfg.max_json_bytes;
         *con_cls = r;
-        /* Refuse an announced oversized body before reading any of it. */
+        /* An announced oversized body: within 1 MiB of the cap it is read and dropped and 413 answered at the
+         * end (the same as an oversized chunked body), because a client that sends its whole body before
+         * reading — most do, without Expect: 100-continue — would otherwise hit a closed connection and never
+         * see the 413. A larger or unparsable length is refused at once, and the connection closed. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL) {
             char *end = NULL;
             errno = 0;
             unsigned long long n = strtoull(cl, &end, 10);
-            if (errno != 0 || end == cl || n > r->limit) {
+            int bad = errno != 0 || end == cl;
+            if (bad || n > r->limit) {
                 r->too_large = 1;
                 atomic_fetch_add(&s->metrics.too_large, 1);
-                return respond_error(L, c, r, method, url, 413, "too_large", "body above the cap");
+                if (bad || n > (unsigned long long)r->limit + (1u << 20))
+                    return respond_error(L, c, r, method, url, 413, "too_large", "body above the cap");
             }
         }
         return MHD_YES;
