@@ -58,7 +58,7 @@ static int config_check(const dprec_config *cfg) {
 
 /* The blocks a client takes, in allocation order. required_size and init both walk this list, so the
  * size the app is told and the memory init takes cannot drift apart. */
-enum { BLK_CLIENT, BLK_RATINGS, BLK_IMAGE, BLK_A, BLK_B, BLK_U, BLK_TOPK, BLK_LEDGER, BLK_PENDING, BLK_COUNT };
+enum { BLK_CLIENT, BLK_RATINGS, BLK_IMAGE, BLK_A, BLK_B, BLK_U, BLK_TOPK, BLK_LEDGER, BLK_PENDING, BLK_ROWS, BLK_COUNT };
 
 static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     size_t d = cfg->dim;
@@ -71,6 +71,7 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
+    sizes[BLK_ROWS] = (size_t)cfg->rating_capacity * (d + 1) * sizeof(float);
 }
 
 _Static_assert(sizeof(struct dprec_client) <= DPREC_CLIENT_FIXED_BYTES,
@@ -134,6 +135,7 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->ledger = (ledger_line *)blocks[BLK_LEDGER];
     c->pending = (unsigned char *)blocks[BLK_PENDING];
     c->pending_stride = dprec_pending_stride(cfg);
+    c->rows = (float *)blocks[BLK_ROWS];
     c->pending_skip = UINT32_MAX;
 
     int rc = dprec_rng_init(&c->rng, &c->port, cfg->test_seed, cfg->test_seed_len, "dprec client v1");

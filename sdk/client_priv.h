@@ -92,6 +92,10 @@ struct dprec_client {
     int fitted;
     unsigned char fitted_digest[DPREC_RELEASE_DIGEST_SIZE];
     float fitted_mu;
+    /* The release rows of the rated items, kept by the last fit: for ratings[i], rows[i (d+1) .. + d) is v_j
+     * and rows[i (d+1) + d] is b_j (rating_capacity (d+1) floats). Valid while fitted and the ratings are
+     * unchanged; the private protocols' gradients need them once u is known (sdk/protocol_*.c). */
+    float *rows;
 
     /* streaming over a release */
     stream_mode stream;

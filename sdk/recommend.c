@@ -1,8 +1,8 @@
 /* dprec — the local step on a release: least-squares user vector, top-K, single predictions.
  *
  * Rows of V stream past in item order and the ratings are sorted by item, so one cursor merges the two:
- * a fit costs O(m + n d^2 + d^3) time and O(d^2) memory, a top-K O(m d + m log K) time and O(K) memory,
- * and neither ever holds more than one row of V. */
+ * a fit costs O(m + n d^2 + d^3) time and O(d^2 + n d) memory (it keeps the rows of the n rated items for the
+ * private protocols, sdk/protocol_*.c), a top-K O(m d + m log K) time and O(K) memory. */
 #include <string.h>
 
 #include "client_priv.h"
@@ -37,6 +37,9 @@ static int fit_row(void *user, uint32_t item, float bias, const float *row, uint
     if (at >= 0) {
         double target = (double)c->ratings[at].value - (double)c->reader.info.global_mean - (double)bias;
         dprec_normal_add(c->a, c->b, dim, row, target);
+        float *keep = c->rows + (size_t)at * (dim + 1u);
+        memcpy(keep, row, dim * sizeof(float));
+        keep[dim] = bias;
     }
     return DPREC_OK;
 }

@@ -32,6 +32,7 @@ DPREC_BEGIN_DECLS
  *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
  *   ratings, sorted by item                      16 * cap
  *   normal equations (double), user vector       8 * d * d + 16 * d + 4 * d
+ *   rows of the rated items kept by a fit        4 * cap * (d + 1)
  *   top-K heap                                   8 * k
  *   ledger lines                                 48 * jobs
  *   pending reports (40-byte header, 8-aligned)  slots * (rbytes + 47)
@@ -40,7 +41,8 @@ DPREC_BEGIN_DECLS
  *                                                the sync section 192 and slack)
  *   alignment slack                              16 per block, 10 blocks, and the arena's start */
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
-    ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 8u * (size_t)(d) * (size_t)(d) +            \
+    ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
+     8u * (size_t)(d) * (size_t)(d) +                                                                      \
      20u * (size_t)(d) + 8u * (size_t)(k) + 96u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
      352u + 176u)
 
