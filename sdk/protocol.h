@@ -26,6 +26,10 @@ typedef struct dprec_sync_job {
     uint64_t release_version; /* the release the open round is computed on */
     int64_t deadline;         /* unix seconds */
     double participation;     /* in [0, 1] */
+    /* The job's published guarantee ("privacy": docs/protocol.md): its total epsilon and delta over all its
+     * rounds (NaN when absent or "inf"), and, for protocols whose rounds are pure epsilon-DP (the local ones),
+     * the epsilon of one round (NaN otherwise). The device's ledger cap bounds whatever the aggregator says. */
+    double epsilon, delta, round_epsilon;
     const dprec_json_doc *doc; /* the whole job object (token 0), for protocol parameters ("params.*") */
 } dprec_sync_job;
 

@@ -21,6 +21,7 @@
  * The memo remembers the participation decision of the last few (job, round) pairs, so that a device that
  * crashes or is called again cannot re-roll a decision until it comes out "participate" (that would void
  * the privacy amplification that sampling is meant to give). */
+#include <math.h>
 #include <string.h>
 
 #include <mbedtls/md.h>
@@ -406,6 +407,11 @@ static int fetch_job(dprec_client *c, const dprec_transport *t, uint64_t job_id,
     if (id != job_id || d > DPREC_MAX_DIM || m > DPREC_MAX_ITEMS || deadline > (uint64_t)INT64_MAX ||
         !(job->participation >= 0.0 && job->participation <= 1.0))
         return DPREC_ERR_PROTOCOL;
+    job->epsilon = job->delta = job->round_epsilon = NAN;
+    if (dprec_json_get_number(doc, 0, "privacy.epsilon", &job->epsilon) != DPREC_OK) job->epsilon = NAN;
+    if (dprec_json_get_number(doc, 0, "privacy.delta", &job->delta) != DPREC_OK) job->delta = NAN;
+    if (dprec_json_get_number(doc, 0, "privacy.round_epsilon", &job->round_epsilon) != DPREC_OK)
+        job->round_epsilon = NAN;
     if (strcmp(state, "done") == 0) job->done = 1;
     else if (strcmp(state, "running") != 0) return DPREC_ERR_PROTOCOL;
     job->job_id = id;

@@ -14,10 +14,18 @@ int agg_budget_check(const agg_job *job, int64_t rounds, double *epsilon) {
         return 1;
     }
     if (rounds == 0) return 1;
-    if (!job->has_budget || !(job->budget_delta > 0.0 && job->budget_delta < 1.0)) return 0;
+    if (!job->has_budget || !(job->budget_delta >= 0.0 && job->budget_delta < 1.0)) return 0;
     dprec_step step;
     if (job->proto->round_step(job, &step) != 0 || step.steps == 0) return -1;
     step.steps *= (uint64_t)rounds;
+    if (job->budget_delta == 0.0) {
+        /* A pure budget (delta = 0) takes pure steps only, composed by addition (DR14 Thm. 3.16), the same sum
+         * the accountant forms: steps * epsilon. */
+        if (step.kind != DPREC_STEP_PURE) return 0;
+        double eps = (double)step.steps * step.epsilon;
+        if (epsilon != NULL) *epsilon = eps;
+        return eps <= job->budget_epsilon ? 1 : 0;
+    }
     dprec_accountant acc;
     dprec_accountant_init(&acc);
     double eps = INFINITY;

@@ -208,6 +208,11 @@ static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
             int fits = agg_budget_check(j, j->rounds, &eps);
             cJSON_AddNumberToObject(priv, "epsilon", fits == 1 ? eps : j->budget_epsilon);
             cJSON_AddNumberToObject(priv, "delta", j->budget_delta);
+            /* local protocols: each round is pure epsilon-DP on the device, and the device needs that epsilon */
+            dprec_step st;
+            if (j->proto->round_step != NULL && j->proto->round_step(j, &st) == 0 && st.kind == DPREC_STEP_PURE &&
+                st.steps == 1)
+                cJSON_AddNumberToObject(priv, "round_epsilon", st.epsilon);
         }
     }
     if (admin) {
