@@ -611,16 +611,39 @@ static int64_t grid_round(double x, int k) {
  *   w = fl(c (1 + 2^-49)) >= c (1 + 16u) (1 - u) > c (1 + 2u)^2  =>  w >= R, and t = ceil(w) >= R.
  * Also w <= R (1 + 2u)^2 (1 + 16u)(1 + u) < R + 2^-5 for R <= 2^43, so t is ceil(R) or ceil(R) + 1.
  * t <= 2^43 is required (the discrete Laplace's range; it fails only for epsilon below about 1.3e-13). */
-static int laplace_grid(double sensitivity, double epsilon, int *k, uint64_t *t) {
+static int laplace_grid_n(double sensitivity, double epsilon, double steps, int *k, uint64_t *t) {
     if (!grid_exponent(sensitivity / epsilon, 40, k)) return 0;
     double a = ldexp(sensitivity, -*k);
     if (!isfinite(a) || !(a >= DBL_MIN)) return 0;
-    double v = a + 1.0;
+    double v = a + steps; /* fl(a + steps) >= (a + steps) / (1 + 2u), as for steps = 1 below */
     double c = v / epsilon;
     double w = c * (1.0 + 0x1p-49);
     if (!(w <= 0x1p43)) return 0;
     *t = (uint64_t)ceil(w); /* >= 1, as w >= R > 0 */
     return 1;
+}
+
+/* The scalar case: one extra grid step (R = (a + 1) / epsilon above). */
+static int laplace_grid(double sensitivity, double epsilon, int *k, uint64_t *t) {
+    return laplace_grid_n(sensitivity, epsilon, 1.0, k, t);
+}
+
+/* The vector case (noise.h): n coordinates can each move one extra grid step, so R = (a + n) / epsilon; the
+ * bound on t is the same derivation with a + 1 replaced by a + n (n < 2^53 is exact in double). */
+int dprec_laplace_plan_init(dprec_laplace_plan *p, double l1_sensitivity, uint64_t n, double epsilon) {
+    if (p == NULL || !isfinite(l1_sensitivity) || !isfinite(epsilon) || !(l1_sensitivity > 0.0) ||
+        !(epsilon > 0.0) || n == 0 || n > ((uint64_t)1 << 53))
+        return DPREC_ERR_INVALID_ARGUMENT;
+    int k;
+    uint64_t t;
+    if (!laplace_grid_n(l1_sensitivity, epsilon, (double)n, &k, &t)) return DPREC_ERR_INVALID_ARGUMENT;
+    p->k = k;
+    p->t = t;
+    return DPREC_OK;
+}
+
+double dprec_laplace_plan_scale(const dprec_laplace_plan *p) {
+    return p == NULL ? NAN : ldexp((double)p->t, p->k);
 }
 
 int dprec_noise_laplace(dprec_rng *r, double x, double sensitivity, double epsilon, double *out, double *granularity) {
@@ -641,6 +664,20 @@ int dprec_noise_laplace(dprec_rng *r, double x, double sensitivity, double epsil
     /* Exact unless |Y| >= 2^53 - 2^50: P = 2 a^m / (1 + a) <= exp(-m / t) <= exp(-7 * 2^50 / 2^43) = exp(-896). */
     *out = grid_value(grid_round(x, k), y, k);
     if (granularity != NULL) *granularity = ldexp(1.0, k);
+    return DPREC_OK;
+}
+
+int dprec_laplace_plan_noise(dprec_rng *r, const dprec_laplace_plan *p, double x, double *out) {
+    if (r == NULL || p == NULL || out == NULL || !isfinite(x) || p->t == 0 || p->t > ((uint64_t)1 << 43))
+        return DPREC_ERR_INVALID_ARGUMENT;
+    if (!(fabs(x) < ldexp(1.0, 50 + p->k))) return DPREC_ERR_INVALID_ARGUMENT;
+    bitsrc b;
+    bs_init(&b, r);
+    int64_t y;
+    int rc = dlap(&b, 1, p->t, &y);
+    bs_wipe(&b);
+    if (rc != DPREC_OK) return rc;
+    *out = grid_value(grid_round(x, p->k), y, p->k); /* exact but for exp(-896), as in dprec_noise_laplace */
     return DPREC_OK;
 }
 
@@ -756,4 +793,11 @@ double dprec_phi_entry(const unsigned char seed[32], uint32_t q, uint32_t s, uin
     const double two_pi = 6.283185307179586476925286766559005768;
     double z = sqrt(-2.0 * log(u1)) * cos(two_pi * u2);
     return z / sqrt((double)q);
+}
+
+void dprec_phi_seed(uint64_t seed, unsigned char out[32]) {
+    unsigned char msg[12 + 8];
+    memcpy(msg, "dprec phi v1", 12);
+    dprec_st64(msg + 12, seed);
+    if (dprec_sha256(msg, sizeof msg, out) != 0) memset(out, 0, 32);
 }

@@ -75,6 +75,25 @@ int dprec_sample_discrete_gaussian(dprec_rng *r, uint64_t num, uint64_t den, int
 int dprec_noise_laplace(dprec_rng *r, double x, double sensitivity, double epsilon, double *out, double *granularity);
 int dprec_noise_gaussian(dprec_rng *r, double x, double sensitivity, double sigma, double *out, double *granularity);
 
+/* Laplace noise for a whole vector (n coordinates) whose L1 sensitivity is l1_sensitivity, on one grid
+ * g = 2^(ceil(log2(l1_sensitivity / epsilon)) - 40) shared by every coordinate. Rounding each coordinate to the
+ * grid can move it by one more grid step, so the rounded vector's L1 sensitivity is at most
+ * l1_sensitivity / g + n steps, and every coordinate gets DLap(t), t >= (l1_sensitivity + n g) / (epsilon g):
+ * the whole noised vector is epsilon-DP (the Laplace mechanism, Dwork, Roth 2014 Thm. 3.6, on the integer grid
+ * with CKS Algorithm 2). Plan once, then noise the coordinates one at a time (the same plan for all of them,
+ * in any order; a coordinate may be noised only once per plan use). Plan: INVALID_ARGUMENT if the parameters
+ * are not finite and positive, n = 0, or t > 2^43 (epsilon below about 1.3e-13 n / l1). Noise: requires
+ * |x| < 2^50 g (about 2^10 times the scale l1 / epsilon). */
+typedef struct dprec_laplace_plan {
+    int k;      /* g = 2^k */
+    uint64_t t; /* DLap(t) in grid steps */
+} dprec_laplace_plan;
+int dprec_laplace_plan_init(dprec_laplace_plan *p, double l1_sensitivity, uint64_t n, double epsilon);
+int dprec_laplace_plan_noise(dprec_rng *r, const dprec_laplace_plan *p, double x, double *out);
+
+/* The scale (standard deviation / sqrt 2) of one coordinate's noise under a plan: t g. */
+double dprec_laplace_plan_scale(const dprec_laplace_plan *p);
+
 /* Randomized response at epsilon > 0: keeps the bit with probability e^eps / (1 + e^eps), else flips it, so
  * the likelihood ratio of any output under the two inputs is exactly e^eps (Warner 1965). Exact: sampled as
  * Bernoulli(1 / (1 + e^-eps)) by rejection from Bernoulli(1/2) and Bernoulli(exp(-eps)). bit is 0 or 1;
@@ -93,5 +112,9 @@ int dprec_rr_sign(dprec_rng *r, int sign, double epsilon, int *out);
  * u2 = (LE64(h[8..16]) >> 11) / 2^53 in [0, 1); entry = sqrt(-2 ln u1) cos(2 pi u2) / sqrt(q)
  * (tests/noise_reference.py computes the same). Returns NaN if seed is NULL or q is 0. */
 double dprec_phi_entry(const unsigned char seed[32], uint32_t q, uint32_t s, uint32_t j);
+
+/* The 32-byte Phi seed of a job from its public integer seed: SHA-256("dprec phi v1" || seed as uint64
+ * little-endian). The device and the aggregator both derive it so (sdk/protocol_ldp.c, aggregator proto_ldp.c). */
+void dprec_phi_seed(uint64_t seed, unsigned char out[32]);
 
 #endif /* DPREC_NOISE_H */

@@ -48,9 +48,13 @@ typedef struct dprec_proto {
      * protocol randomizes. */
     int (*build)(dprec_client *c, const dprec_sync_job *job, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
                  unsigned char *out, size_t cap, size_t *len);
+    /* The unit when it depends on the job's params (ldp-rr's rr_unit); NULL: always `unit`. */
+    dprec_unit (*unit_of)(const dprec_sync_job *job);
 } dprec_proto;
 
 /* The `plain` reference protocol (protocol_plain.c): no privacy; the exact per-user statistics. */
 extern const dprec_proto dprec_proto_plain;
+/* The local-DP protocols of seed 000 (protocol_ldp.c). */
+extern const dprec_proto dprec_proto_ldp_gd, dprec_proto_ldp_gddr, dprec_proto_ldp_rr;
 
 #endif /* DPREC_PROTOCOL_H */

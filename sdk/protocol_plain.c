@@ -52,4 +52,4 @@ static int plain_build(dprec_client *c, const dprec_sync_job *job, const unsigne
 }
 
 const dprec_proto dprec_proto_plain = {"plain", DPREC_PROTO_PLAIN, DPREC_UNIT_USER, DPREC_MODEL_NONE, plain_charge,
-                                       plain_build};
+                                       plain_build, NULL};

@@ -26,10 +26,12 @@
 
 #include <mbedtls/md.h>
 #include <mbedtls/pk.h>
+#include <mbedtls/sha256.h>
 
 #include "bytes.h"
 #include "client_priv.h"
 #include "dprec/sync.h"
+#include "mbedtls_compat.h"
 #include "noise.h"
 #include "protocol.h"
 #include "report.h"
@@ -45,7 +47,8 @@
 #define ROUND_POLL_MIN_MS 1000u
 
 /* The protocols this SDK can take part in. */
-static const dprec_proto *const protocols[] = {&dprec_proto_plain};
+static const dprec_proto *const protocols[] = {&dprec_proto_plain, &dprec_proto_ldp_gd, &dprec_proto_ldp_gddr,
+                                               &dprec_proto_ldp_rr};
 
 /* ---- the store section ------------------------------------------------------------------------------ */
 
@@ -528,6 +531,21 @@ static int release_sink(void *user, const unsigned char *chunk, size_t len) {
 /* ECDSA P-256 over the release's SHA-256 digest, against the pinned key. */
 static int verify_signature(dprec_client *c, const dprec_sync_config *cfg, const dprec_release_info *info) {
     if (info->sig_alg != DPREC_SIG_ECDSA_P256_SHA256 || info->sig_len == 0) return DPREC_ERR_RELEASE_SIGNATURE;
+    unsigned char tag[32];
+    int memo = cfg->verified_seen != NULL && cfg->verified_remember != NULL;
+    if (memo) {
+        mbedtls_sha256_context h;
+        mbedtls_sha256_init(&h);
+        int hrc = dprec_sha256_starts(&h);
+        if (hrc == 0) hrc = dprec_sha256_update(&h, (const unsigned char *)"dprec sig v1", 12);
+        if (hrc == 0) hrc = dprec_sha256_update(&h, cfg->release_key, cfg->release_key_len);
+        if (hrc == 0) hrc = dprec_sha256_update(&h, info->digest, DPREC_RELEASE_DIGEST_SIZE);
+        if (hrc == 0) hrc = dprec_sha256_update(&h, c->release_sig, info->sig_len);
+        if (hrc == 0) hrc = dprec_sha256_finish(&h, tag);
+        mbedtls_sha256_free(&h);
+        if (hrc != 0) memo = 0;
+        else if (cfg->verified_seen(cfg->verified_ctx, tag)) return DPREC_OK;
+    }
     mbedtls_pk_context pk;
     mbedtls_pk_init(&pk);
     int status = DPREC_OK;
@@ -541,6 +559,7 @@ static int verify_signature(dprec_client *c, const dprec_sync_config *cfg, const
     }
     mbedtls_pk_free(&pk);
     if (status != DPREC_OK) c->last_cause = mrc;
+    else if (memo) cfg->verified_remember(cfg->verified_ctx, tag);
     return status;
 }
 
@@ -704,7 +723,7 @@ int dprec_client_sync(dprec_client *c, const dprec_transport *t, const dprec_syn
     memset(&ch, 0, sizeof ch);
     ch.job_id = job.job_id;
     ch.round = job.round;
-    ch.unit = proto->unit;
+    ch.unit = proto->unit_of != NULL ? proto->unit_of(&job) : proto->unit;
     ch.model = proto->model;
     rc = proto->charge(&job, &ch);
     if (rc != DPREC_OK) return rc;

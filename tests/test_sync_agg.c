@@ -1,7 +1,8 @@
 /* End to end, in process: devices running dprec_client_sync against the real aggregator core
  * (aggregator/agg.h, dprec_agg_handle as the transport, SQLite state in a temporary directory). A `plain`
  * job of two rounds with two devices: registration, signed releases verified against the key the devices
- * pinned, reports accepted and rounds finalized, then the job is done. */
+ * pinned, reports accepted and rounds finalized, then the job is done. The same for an ldp-gd job (seed 000):
+ * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "agg.h"
 #include "dprec/dprec.h"
@@ -58,6 +60,7 @@ static void device_open(device *dv, int seed) {
     dv->cfg.dim = D;
     dv->cfg.rating_capacity = 20;
     dv->cfg.allow_non_private = 1;
+    dv->cfg.cap_user_epsilon = 10.0; /* the ldp-gd job below spends 2 */
     dv->cfg.max_report_bytes = 1024;
     static unsigned char seeds[4][8];
     snprintf((char *)seeds[seed], sizeof seeds[seed], "dev%d", seed);
@@ -79,8 +82,8 @@ static void device_close(device *dv) {
     fake_port_free(&dv->fake);
 }
 
-static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void **state) {
-    (void)state;
+/* Runs a two-round job with two devices to the end; every report of the job must be payload_len bytes. */
+static void run_job_to_the_end(const char *spec, size_t payload_len) {
     char dir[] = "/tmp/dprec-sync-agg-XXXXXX";
     assert_non_null(mkdtemp(dir));
     char db[128], key[128];
@@ -100,9 +103,6 @@ static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void 
     assert_int_equal(orc, 0);
 
     char out[4096];
-    const char *spec = "{\"protocol\": \"plain\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
-                       " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
-                       " \"params\": {\"lambda\": 0.1, \"seed\": 1}}";
     int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
     if (st != 201) fprintf(stderr, "create job: %d %s\n", st, out);
     assert_int_equal(st, 201);
@@ -119,7 +119,7 @@ static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void 
     dprec_agg_transport ip;
     dprec_transport t;
     dprec_agg_transport_init(&t, &ip, a, 97); /* bodies in 97-byte chunks: the release is streamed */
-    dprec_sync_config sc = {job, pub, pub_len};
+    dprec_sync_config sc = {.job_id = job, .release_key = pub, .release_key_len = pub_len};
     device dev[2];
     memset(dev, 0, sizeof dev);
     for (int i = 0; i < 2; i++) device_open(&dev[i], i);
@@ -133,6 +133,7 @@ static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void 
             assert_int_equal(rc, DPREC_OK);
             assert_int_equal(r.outcome, DPREC_SYNC_REPORTED);
             assert_int_equal(r.round, round);
+            assert_int_equal(dprec_report_pending_count(dev[i].c), 0); /* acknowledged */
             /* a second call in the same round sends nothing */
             if (i == 0) {
                 assert_int_equal(dprec_client_sync(dev[i].c, &t, &sc, &r), DPREC_OK);
@@ -151,6 +152,29 @@ static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void 
         assert_int_equal(dprec_ledger_job(dev[i].c, job, &line), DPREC_OK);
         assert_int_equal(line.reports, 2);
         assert_int_equal(dprec_report_pending_count(dev[i].c), 0);
+        if (payload_len > 0) assert_true(line.epsilon == 2.0); /* the ldp job's published total, charged in full */
+    }
+    /* one report per device and round as stored, each of the protocol's payload size (envelope 56 + payload) */
+    if (payload_len > 0) {
+        sqlite3 *db3 = NULL;
+        assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        sqlite3_stmt *q = NULL;
+        assert_int_equal(sqlite3_prepare_v2(db3, "SELECT round, count(*), count(DISTINCT device), min(length(bytes)),"
+                                                 " max(length(bytes)) FROM reports GROUP BY round ORDER BY round",
+                                            -1, &q, NULL),
+                         SQLITE_OK);
+        int rounds = 0;
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            rounds++;
+            assert_int_equal(sqlite3_column_int64(q, 0), rounds);
+            assert_int_equal(sqlite3_column_int64(q, 1), 2);
+            assert_int_equal(sqlite3_column_int64(q, 2), 2);
+            assert_int_equal(sqlite3_column_int64(q, 3), 56 + (int64_t)payload_len);
+            assert_int_equal(sqlite3_column_int64(q, 4), 56 + (int64_t)payload_len);
+        }
+        assert_int_equal(rounds, 2);
+        sqlite3_finalize(q);
+        sqlite3_close(db3);
     }
     st = admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out);
     assert_int_equal(st, 200);
@@ -167,9 +191,28 @@ static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void 
     rmdir(dir);
 }
 
+static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void **state) {
+    (void)state;
+    run_job_to_the_end("{\"protocol\": \"plain\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                       " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+                       " \"params\": {\"lambda\": 0.1, \"seed\": 1}}",
+                       0);
+}
+
+/* ldp-gd (seed 000 Algorithm 1) through the real sync: each device sends exactly one 12-byte randomized report
+ * per round (a second sync in the round sends nothing), and its ledger holds the job's total epsilon. */
+static void test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round(void **state) {
+    (void)state;
+    run_job_to_the_end("{\"protocol\": \"ldp-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                       " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+                       " \"params\": {\"k\": 2, \"seed\": 1}, \"budget\": {\"epsilon\": 2, \"delta\": 0}}",
+                       12);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
+        cmocka_unit_test(test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,11 @@ typedef struct agg_model {
 
 void agg_model_free(agg_model *x);
 
+/* A release-1 model: V uniform in [-scale, scale) from the public seed (splitmix64; not privacy noise), item
+ * biases 0, global mean mu (proto_plain.c). 0 or -1. */
+int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
+                     size_t errcap);
+
 /* One stored report handed to a global step: the payload only (the envelope was checked at intake). */
 typedef struct agg_report {
     int64_t device;
@@ -81,6 +86,8 @@ typedef struct agg_protocol {
     /* The privacy mechanism of one round, for the job's accountant; NULL for a protocol without privacy
      * (plain). Every round of a job runs the same mechanism. 0 or -1. */
     int (*round_step)(const agg_job *job, dprec_step *step);
+    /* The unit when it depends on the job's params (ldp-rr's rr_unit); NULL: always `unit`. */
+    dprec_unit (*unit_of)(const agg_job *job);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -92,6 +99,14 @@ const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);
 
 extern const agg_protocol agg_protocol_plain;
+extern const agg_protocol agg_protocol_ldp_gd, agg_protocol_ldp_gddr, agg_protocol_ldp_rr; /* proto_ldp.c */
+
+/* ldp-gddr's Phi (proto_ldp.c; kept factored between rounds, one Phi at a time): gv (m x d) = Phi^+ gb (gb is
+ * q x d), Phi^+ = Phi^T (Phi Phi^T)^-1 the exact pseudo-inverse; and one entry of the aggregator's Phi, for
+ * tests. 0 or -1. */
+int agg_ldp_pinv_apply(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t d, const double *gb, double *gv, char *err,
+                       size_t errcap);
+int agg_ldp_phi_entry(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t s, uint32_t j, double *out);
 
 /* A report waiting for the group commit. */
 typedef struct agg_pending {
@@ -139,6 +154,10 @@ struct dprec_agg {
     pthread_mutex_t m_mu;
     agg_metrics metrics;
     int64_t last_tick;         /* the largest `now` given to dprec_agg_tick (under m_mu) */
+    /* Reports per (job, round), counted once and then kept up to date by the inserts (under db_mu): the
+     * min_reports check after every group commit must not count the round's reports again each time. */
+    struct { int64_t job, round, count; int valid; } rcount[8];
+    unsigned rcount_next;
 };
 
 /* agg.c */

@@ -300,6 +300,8 @@ static int process_one(dprec_agg *a, agg_pending *p, int64_t now) {
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) goto fail;
+    for (unsigned k = 0; k < sizeof a->rcount / sizeof a->rcount[0]; k++)
+        if (a->rcount[k].valid && a->rcount[k].job == p->job && a->rcount[k].round == round) a->rcount[k].count++;
     set_outcome(p, 200, NULL, "");
     p->accepted_round = (uint64_t)round;
     return 1;
@@ -323,6 +325,7 @@ static void commit_batch(dprec_agg *a, agg_pending *batch) {
     if (exec(a, "COMMIT") != 0) {
         log_db_error(a, "commit");
         exec(a, "ROLLBACK");
+        memset(a->rcount, 0, sizeof a->rcount); /* the counts included the rolled-back inserts */
         for (agg_pending *p = batch; p != NULL; p = p->next)
             if (p->status == 200 && !p->duplicate) set_outcome(p, 500, "internal", "commit failed");
         inserted = 0;
@@ -394,7 +397,20 @@ void agg_report_submit(dprec_agg *a, agg_pending *p) {
 
 int64_t agg_reports_in_round(dprec_agg *a, int64_t job, int64_t round) {
     pthread_mutex_lock(&a->db_mu);
+    for (unsigned k = 0; k < sizeof a->rcount / sizeof a->rcount[0]; k++)
+        if (a->rcount[k].valid && a->rcount[k].job == job && a->rcount[k].round == round) {
+            int64_t c = a->rcount[k].count;
+            pthread_mutex_unlock(&a->db_mu);
+            return c;
+        }
     int64_t n = query_int(a, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, job, round, 0);
+    if (n >= 0) { /* cache it (replacing the oldest entry); later inserts keep it current */
+        unsigned k = a->rcount_next++ % (sizeof a->rcount / sizeof a->rcount[0]);
+        a->rcount[k].job = job;
+        a->rcount[k].round = round;
+        a->rcount[k].count = n;
+        a->rcount[k].valid = 1;
+    }
     pthread_mutex_unlock(&a->db_mu);
     return n;
 }

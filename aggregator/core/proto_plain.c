@@ -169,12 +169,8 @@ static uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static int plain_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
-    plain_params pp;
-    cJSON *params = cJSON_Parse(job->params);
-    int rc = parse_params(params, &pp, err, errcap);
-    cJSON_Delete(params);
-    if (rc != 0) return -1;
+int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
+                     size_t errcap) {
     memset(out, 0, sizeof *out);
     out->m = job->m;
     out->d = job->d;
@@ -185,14 +181,25 @@ static int plain_initial_model(const agg_job *job, agg_model *out, char *err, si
         snprintf(err, errcap, "out of memory");
         return -1;
     }
-    uint64_t s = pp.seed;
+    uint64_t s = seed;
     for (size_t k = 0; k < (size_t)job->m * job->d; k++) {
         double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0; /* [0, 1) */
-        out->v[k] = (float)(0.1 * (2.0 * u - 1.0));
+        out->v[k] = (float)(scale * (2.0 * u - 1.0));
     }
+    out->mu = (float)mu;
+    return 0;
+}
+
+static int plain_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
+    plain_params pp;
+    cJSON *params = cJSON_Parse(job->params);
+    int rc = parse_params(params, &pp, err, errcap);
+    cJSON_Delete(params);
+    if (rc != 0) return -1;
+    if (agg_model_random(job, pp.seed, 0.1, (job->rating_min + job->rating_max) / 2.0, out, err, errcap) != 0)
+        return -1;
     if (pp.user_bias)
         for (uint32_t j = 0; j < job->m; j++) out->v[(size_t)j * job->d] = 1.0f;
-    out->mu = (float)((job->rating_min + job->rating_max) / 2.0);
     return 0;
 }
 

@@ -6,6 +6,9 @@
 
 static const agg_protocol *const protocols[] = {
     &agg_protocol_plain,
+    &agg_protocol_ldp_gd,
+    &agg_protocol_ldp_gddr,
+    &agg_protocol_ldp_rr,
 };
 
 const agg_protocol *agg_protocol_by_name(const char *name) {

@@ -40,15 +40,25 @@ static const char help_text[] =
     "  --seed S                 seed of the split, the synthetic data and the devices' test CSPRNGs (default 1)\n"
     "\n"
     "training:\n"
-    "  --protocol NAME          plain (default); the private protocols are not implemented yet\n"
-    "  --rounds N               rounds (default 12)\n"
+    "  --protocol NAME          plain (default; no privacy), or the local-DP protocols of seed 000:\n"
+    "                           ldp-gd (Private GD), ldp-gddr (GD-DR, random projection), ldp-rr\n"
+    "                           (randomized response + Laplace)\n"
+    "  --rounds N               rounds (default 12); for the local protocols also k, the number of rounds\n"
+    "                           the budget is split over (epsilon / k per round)\n"
     "  --rank D                 latent dimension d (default 10)\n"
-    "  --lambda L               ridge of the item (aggregator) least squares (default 10)\n"
+    "  --lambda L               plain: ridge of the item least squares (default 10); local protocols:\n"
+    "                           lambda_v of the gradient step (default 1e-8, seed 000)\n"
+    "  --lr G                   local protocols: step size gamma_0 (default 0.001)\n"
+    "  --lr-schedule S          local protocols: inverse (gamma_t = gamma_0 / t, default) or constant\n"
+    "  --q Q                    ldp-gddr: rows of the projection Phi (default min(2700, items))\n"
+    "  --rr-unit U              ldp-rr: user (a user's whole vector, default) or rating (one rating)\n"
+    "  --rr-split F             ldp-rr: share of epsilon for the randomized response (default 0.5)\n"
     "  --lambda-bias L          plain: ridge of the item biases (default: the aggregator's)\n"
     "  --device-lambda L        ridge of the devices' user vectors (cfg.lambda; default: --lambda)\n"
     "  --device-lambda-per-rating W  a device with n ratings uses cfg.lambda = W n instead (ALS-WR;\n"
     "                           default 0.1; 0 turns it off)\n"
-    "  --epsilon E --delta D    the job's privacy budget (private protocols; ignored by plain)\n"
+    "  --epsilon E --delta D    the job's privacy budget (private protocols; ignored by plain; the local\n"
+    "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
     "\n"
     "aggregator (default: start `dprec-aggregator serve` from this build on loopback, real HTTPS):\n"
     "  --in-process             run the aggregator core inside the fleet (fastest; large fleets)\n"
@@ -58,6 +68,10 @@ static const char help_text[] =
     "devices and output:\n"
     "  --threads N              devices simulated in parallel (default: the number of CPUs)\n"
     "  --store-dir DIR          keep each device's store in DIR/user-N (POSIX port; default: in memory)\n"
+    "  --verify-each            every device checks every release signature itself (default: the devices\n"
+    "                           share one check per release through dprec_sync_config's memo, as one\n"
+    "                           process may; each device still checks the digest of the bytes it streams)\n"
+    "  --eval-every N           evaluate every N rounds and after the last (default 1; 0: the last only)\n"
     "  --csv FILE               one line per round: round,reported,test_rmse,epsilon,seconds\n"
     "  --plot FILE.png          RMSE per round, drawn with gnuplot\n"
     "  --quiet                  no progress lines on stderr\n"
@@ -67,13 +81,42 @@ static const char help_text[] =
     "The last line printed is `final: protocol=NAME rounds=N test_rmse=X epsilon=E delta=D`.\n";
 
 typedef struct options {
-    const char *data, *synthetic, *protocol, *csv, *plot, *store_dir;
-    unsigned rounds, rank, threads;
+    const char *data, *synthetic, *protocol, *csv, *plot, *store_dir, *lr_schedule, *rr_unit;
+    unsigned rounds, rank, threads, q, eval_every;
     double lambda, lambda_bias, device_lambda, device_lambda_per_rating, epsilon, delta, test_fraction;
+    double lr, rr_split;
+    int local; /* one of the local-DP protocols */
     uint64_t seed;
-    int quiet, verbose;
+    int quiet, verbose, verify_each;
     fleet_conn_options conn;
 } options;
+
+/* The signature-check memo the simulated devices share (dprec_sync_config.verified_*): the tags of the last
+ * few verified releases. */
+enum { FLEET_SIG_MEMO = 16 };
+static struct {
+    pthread_mutex_t mu;
+    unsigned char tag[FLEET_SIG_MEMO][32];
+    unsigned n, next;
+} sig_memo = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0, 0};
+
+static int sig_memo_seen(void *ctx, const unsigned char tag[32]) {
+    (void)ctx;
+    int hit = 0;
+    pthread_mutex_lock(&sig_memo.mu);
+    for (unsigned i = 0; i < sig_memo.n && !hit; i++) hit = memcmp(sig_memo.tag[i], tag, 32) == 0;
+    pthread_mutex_unlock(&sig_memo.mu);
+    return hit;
+}
+
+static void sig_memo_remember(void *ctx, const unsigned char tag[32]) {
+    (void)ctx;
+    pthread_mutex_lock(&sig_memo.mu);
+    memcpy(sig_memo.tag[sig_memo.next], tag, 32);
+    sig_memo.next = (sig_memo.next + 1) % FLEET_SIG_MEMO;
+    if (sig_memo.n < FLEET_SIG_MEMO) sig_memo.n++;
+    pthread_mutex_unlock(&sig_memo.mu);
+}
 
 typedef struct device {
     dprec_client *client;
@@ -139,9 +182,15 @@ static int device_load(fleet *f, uint32_t u) {
      * ALS-WR, Zhou et al. 2008), which an app may choose since cfg.lambda is its own setting */
     cfg.lambda = (float)(o->device_lambda > 0 ? o->device_lambda : o->lambda);
     if (o->device_lambda_per_rating > 0) cfg.lambda = (float)(o->device_lambda_per_rating * (ntrain > 0 ? ntrain : 1));
-    cfg.allow_non_private = 1;
-    /* the plain report: envelope + [d][n] + u + n (item, rating) pairs, with room to spare */
-    cfg.max_report_bytes = 128u + 4u * o->rank + 8u * cfg.rating_capacity;
+    cfg.allow_non_private = strcmp(o->protocol, "plain") == 0;
+    /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
+    cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->epsilon;
+    cfg.cap_user_delta = cfg.cap_rating_delta = o->local ? 0.0 : o->delta;
+    /* the report: plain = envelope + [d][n] + u + n (item, rating) pairs; ldp-gd/gddr 12 bytes; ldp-rr m bits
+     * and m d floats; with room to spare */
+    if (strcmp(o->protocol, "ldp-rr") == 0) cfg.max_report_bytes = 132u + (d->num_items + 7u) / 8u + 4u * d->num_items * o->rank;
+    else if (o->local) cfg.max_report_bytes = 128u;
+    else cfg.max_report_bytes = 128u + 4u * o->rank + 8u * cfg.rating_capacity;
     uint64_t s = o->seed;
     memcpy(dv->seed, &s, 8);
     memcpy(dv->seed + 8, &u, 4);
@@ -444,7 +493,10 @@ static int parse_args(int argc, char **argv, options *o) {
     o->protocol = "plain";
     o->rounds = 12;
     o->rank = 10;
-    o->lambda = 10.0;
+    o->lambda = -1; /* the protocol's default */
+    o->lr = -1;
+    o->rr_split = -1;
+    o->eval_every = 1;
     o->device_lambda_per_rating = 0.1;
     o->lambda_bias = -1; /* the protocol's default */
     o->epsilon = 1.0;
@@ -476,8 +528,32 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--admin-token") == 0) { NEED_VALUE(); o->conn.admin_token = v; }
         else if (strcmp(a, "--release-key") == 0) { NEED_VALUE(); o->conn.release_key = v; }
         else if (strcmp(a, "--cacert") == 0) { NEED_VALUE(); o->conn.cacert = v; }
+        else if (strcmp(a, "--lr-schedule") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "inverse") != 0 && strcmp(v, "constant") != 0)
+                return usage_error("--lr-schedule must be inverse or constant:", v);
+            o->lr_schedule = v;
+        } else if (strcmp(a, "--rr-unit") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "user") != 0 && strcmp(v, "rating") != 0) return usage_error("--rr-unit must be user or rating:", v);
+            o->rr_unit = v;
+        } else if (strcmp(a, "--lr") == 0) {
+            NEED_VALUE();
+            if (parse_double_arg(v, &o->lr) || o->lr <= 0) return usage_error("--lr must be > 0:", v);
+        } else if (strcmp(a, "--rr-split") == 0) {
+            NEED_VALUE();
+            if (parse_double_arg(v, &o->rr_split) || o->rr_split <= 0 || o->rr_split >= 1)
+                return usage_error("--rr-split must be in (0, 1):", v);
+        } else if (strcmp(a, "--q") == 0) {
+            NEED_VALUE();
+            if (parse_uint_arg(v, 1, DPREC_MAX_ITEMS, &o->q)) return usage_error("--q must be a positive integer:", v);
+        } else if (strcmp(a, "--eval-every") == 0) {
+            NEED_VALUE();
+            if (parse_uint_arg(v, 0, 100000, &o->eval_every)) return usage_error("--eval-every must be in 0..100000:", v);
+        }
         else if (strcmp(a, "--in-process") == 0) o->conn.in_process = 1;
         else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
+        else if (strcmp(a, "--verify-each") == 0) o->verify_each = 1;
         else if (strcmp(a, "--verbose") == 0) o->verbose = o->conn.verbose = 1;
         else if (strcmp(a, "--rounds") == 0) {
             NEED_VALUE();
@@ -490,7 +566,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (parse_uint_arg(v, 1, 256, &o->threads)) return usage_error("--threads must be in 1..256:", v);
         } else if (strcmp(a, "--lambda") == 0) {
             NEED_VALUE();
-            if (parse_double_arg(v, &o->lambda) || o->lambda <= 0) return usage_error("--lambda must be > 0:", v);
+            if (parse_double_arg(v, &o->lambda) || o->lambda < 0) return usage_error("--lambda must be >= 0:", v);
         } else if (strcmp(a, "--device-lambda") == 0) {
             NEED_VALUE();
             if (parse_double_arg(v, &o->device_lambda) || o->device_lambda <= 0)
@@ -529,11 +605,21 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->data != NULL && o->synthetic != NULL) return usage_error("give --data or --synthetic, not both", NULL);
     if (o->conn.in_process && o->conn.url != NULL) return usage_error("give --in-process or --aggregator, not both", NULL);
     if (o->data == NULL && o->synthetic == NULL) o->synthetic = FLEET_DEFAULT_SYNTHETIC;
-    static const char *const later[] = {"ldp-gd", "ldp-gddr", "ldp-rr", "gauss-gd", "private-fw", "sgld", "dpmf", "dpals"};
-    if (strcmp(o->protocol, "plain") != 0) {
+    o->local = strcmp(o->protocol, "ldp-gd") == 0 || strcmp(o->protocol, "ldp-gddr") == 0 ||
+               strcmp(o->protocol, "ldp-rr") == 0;
+    if (o->lambda < 0) o->lambda = o->local ? 1e-8 : 10.0;
+    if (strcmp(o->protocol, "plain") == 0 && o->lambda <= 0) return usage_error("plain needs --lambda > 0", NULL);
+    if (o->q != 0 && strcmp(o->protocol, "ldp-gddr") != 0) return usage_error("--q is a parameter of ldp-gddr", NULL);
+    if ((o->rr_unit != NULL || o->rr_split > 0) && strcmp(o->protocol, "ldp-rr") != 0)
+        return usage_error("--rr-unit and --rr-split are parameters of ldp-rr", NULL);
+    if ((o->lr > 0 || o->lr_schedule != NULL) && !o->local)
+        return usage_error("--lr and --lr-schedule are parameters of the local protocols", NULL);
+    static const char *const later[] = {"gauss-gd", "private-fw", "sgld", "dpmf", "dpals"};
+    if (strcmp(o->protocol, "plain") != 0 && !o->local) {
         for (size_t k = 0; k < sizeof later / sizeof later[0]; k++)
             if (strcmp(o->protocol, later[k]) == 0) {
-                fprintf(stderr, "dprec-fleet: protocol %s is not implemented yet (only plain is)\n", o->protocol);
+                fprintf(stderr, "dprec-fleet: protocol %s is not implemented yet (plain, ldp-gd, ldp-gddr, ldp-rr are)\n",
+                        o->protocol);
                 return 2;
             }
         return usage_error("unknown protocol (plain, ldp-gd, ldp-gddr, ldp-rr, gauss-gd, private-fw, sgld, dpmf, dpals):",
@@ -565,6 +651,26 @@ static int load_data(const options *o, fleet_data *d, char *err, size_t errcap) 
         return -1;
     }
     return fleet_data_synthetic((uint32_t)u, (uint32_t)i, (size_t)r, rank, noise, o->seed, d, err, errcap);
+}
+
+/* The job spec of a local-DP protocol (seed 000): k = --rounds, a pure budget. */
+static void local_spec(const options *o, const fleet_data *d, char *spec, size_t cap) {
+    char extra[256] = "";
+    size_t n = 0;
+    if (o->lr > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"lr\":%.17g", o->lr);
+    if (o->lr_schedule != NULL) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"lr_schedule\":\"%s\"", o->lr_schedule);
+    if (strcmp(o->protocol, "ldp-gddr") == 0)
+        n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"phi_seed\":%llu", (unsigned long long)o->seed);
+    if (o->q > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"q\":%u", o->q < d->num_items ? o->q : d->num_items);
+    if (o->rr_unit != NULL) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"rr_unit\":\"%s\"", o->rr_unit);
+    if (o->rr_split > 0) snprintf(extra + n, sizeof extra - n, ",\"rr_split\":%.17g", o->rr_split);
+    snprintf(spec, cap,
+             "{\"protocol\":\"%s\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
+             "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":1.0,"
+             "\"params\":{\"k\":%u,\"lambda\":%.17g,\"seed\":%llu%s},"
+             "\"budget\":{\"epsilon\":%.17g,\"delta\":0}}",
+             o->protocol, o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users,
+             o->rounds, o->lambda, (unsigned long long)o->seed, extra, o->epsilon);
 }
 
 /* ---- main -------------------------------------------------------------------------------------------------- */
@@ -653,11 +759,13 @@ int main(int argc, char **argv) {
                  "\"params\":{\"lambda\":%g,\"seed\":%llu,\"user_bias\":true%s}}",
                  o.rank, f.data.num_items, (double)f.data.rating_min, (double)f.data.rating_max, o.rounds,
                  f.data.num_users, o.lambda, (unsigned long long)o.seed, lb);
+    else if (o.local)
+        local_spec(&o, &f.data, spec, sizeof spec);
     else
         snprintf(spec, sizeof spec,
                  "{\"protocol\":\"%s\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
                  "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":1.0,"
-                 "\"params\":{\"lambda\":%g,\"seed\":%llu},\"budget\":{\"epsilon\":%g,\"delta\":%g}}",
+                 "\"params\":{\"lambda\":%g,\"seed\":%llu},\"budget\":{\"epsilon\":%.17g,\"delta\":%.17g}}",
                  o.protocol, o.rank, f.data.num_items, (double)f.data.rating_min, (double)f.data.rating_max,
                  o.rounds, f.data.num_users, o.lambda, (unsigned long long)o.seed, o.epsilon, o.delta);
     j = call_json(&f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
@@ -674,6 +782,10 @@ int main(int argc, char **argv) {
     }
     f.scfg.job_id = f.job;
     f.scfg.release_key = fleet_conn_release_key(f.conn, &f.scfg.release_key_len);
+    if (!o.verify_each) {
+        f.scfg.verified_seen = sig_memo_seen;
+        f.scfg.verified_remember = sig_memo_remember;
+    }
 
     /* the fleet's own registration: it fetches one copy of each release for the evaluation */
     j = call_json(&f, 0, "POST", "/v1/register", NULL, "{\"platform\":\"dprec-fleet\"}", 201, err, sizeof err);
@@ -711,10 +823,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
     }
-    double rmse = evaluate(&f, ws, nthreads, ntest);
     printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
-    printf("%5u %9u %10.4f %8s %8.2f\n", 0u, 0u, rmse, "0", now_s() - t0);
-    if (csv) fprintf(csv, "0,0,%.6f,0,%.3f\n", rmse, now_s() - t0);
+    double rmse = NAN;
+    if (o.eval_every > 0) {
+        rmse = evaluate(&f, ws, nthreads, ntest);
+        printf("%5u %9u %10.4f %8s %8.2f\n", 0u, 0u, rmse, "0", now_s() - t0);
+        if (csv) fprintf(csv, "0,0,%.6f,0,%.3f\n", rmse, now_s() - t0);
+    }
 
     for (unsigned r = 1; r <= o.rounds; r++) {
         t0 = now_s();
@@ -759,6 +874,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, "dprec-fleet: %s\n", err);
             goto out;
         }
+        final_eps = eps;
+        rounds_run = r;
+        if (r != o.rounds && (o.eval_every == 0 || r % o.eval_every != 0)) {
+            if (!o.quiet) fprintf(stderr, "  round %u: %llu reports, %.1f s\n", r, reported, now_s() - t0);
+            continue;
+        }
         atomic_store(&f.errors, 0);
         rmse = evaluate(&f, ws, nthreads, ntest);
         char es[32];
@@ -770,8 +891,6 @@ int main(int argc, char **argv) {
             fflush(csv);
         }
         final_rmse = rmse;
-        final_eps = eps;
-        rounds_run = r;
     }
     if (csv) {
         fclose(csv);

@@ -51,6 +51,16 @@ typedef struct dprec_sync_config {
      * Releases whose signature does not verify under it are refused (DPREC_ERR_RELEASE_SIGNATURE). */
     const unsigned char *release_key;
     size_t release_key_len;
+    /* Optional, for a host running many clients in one process (the dprec-fleet simulator, a multi-profile
+     * app): a memo of signature checks already passed in this process. Before verifying a release the SDK
+     * calls seen(ctx, tag), tag = SHA-256("dprec sig v1" || key DER || release digest || signature); a nonzero
+     * answer means this exact key, digest and signature verified before, and the check is skipped. After a
+     * successful check it calls remember(ctx, tag). The digest of the streamed bytes is always recomputed and
+     * compared with the header. Both NULL (the default): every release is verified. The memo lives in the
+     * host's memory, out of the network's reach. Called from the syncing thread (a shared memo must lock). */
+    int (*verified_seen)(void *ctx, const unsigned char tag[32]);
+    void (*verified_remember)(void *ctx, const unsigned char tag[32]);
+    void *verified_ctx;
 } dprec_sync_config;
 
 typedef enum dprec_sync_outcome {

@@ -1,0 +1,335 @@
+/* The local-DP protocols of seed 000 (sdk/ldp.c, sdk/protocol_ldp.c, aggregator/core/proto_ldp.c):
+ * the sign randomizer's output law and likelihood ratio, reports averaging (through the aggregator's own
+ * global step) to a known gradient with the closed-form mean and variance, ldp-rr's debiased estimate, the
+ * vector Laplace plan, and Phi: the device's entries equal the aggregator's, and Phi^+ is a right inverse.
+ *
+ * Statistical tests run at fixed seeds; each comparison allows 5.6 standard deviations, a false-failure
+ * probability below 2.2e-8 per comparison (normal approximation; every sample here has >= 10^5 draws), so
+ * below 1e-5 for the whole file. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "core/agg_priv.h"
+#include "bytes.h"
+#include "crypto.h"
+#include "fake_port.h"
+#include "ldp.h"
+#include "noise.h"
+
+#define Z 5.6
+
+static void rng_open(dprec_rng *r, const char *seed) {
+    fake_port fp;
+    dprec_port port;
+    fake_port_init(&fp, &port);
+    assert_int_equal(dprec_rng_init(r, &port, (const unsigned char *)seed, strlen(seed), "test ldp"), DPREC_OK);
+    fake_port_free(&fp);
+}
+
+/* P[+1] = 1/2 + x (e^eps - 1) / (2 (e^eps + 1)) (Alg. 1 line 10), and the ratio of any output's probability
+ * under two inputs is at most e^eps (Lemma 1): checked on the closed form at the extremes and empirically. */
+static void test_sign_randomizer_law_and_likelihood_ratio(void **state) {
+    (void)state;
+    dprec_rng r;
+    rng_open(&r, "sign law");
+    const double epss[] = {0.05, 1.0, 1.6};
+    const double xs[] = {-1.0, -0.4, 0.0, 0.7, 1.0, 3.0 /* clipped to 1 */};
+    const int n = 100000;
+    for (size_t a = 0; a < sizeof epss / sizeof epss[0]; a++) {
+        double eps = epss[a], ee = exp(eps);
+        double pmax = 0.0, pmin = 1.0;
+        for (size_t b = 0; b < sizeof xs / sizeof xs[0]; b++) {
+            double x = xs[b] > 1.0 ? 1.0 : xs[b];
+            double p = 0.5 + x * (ee - 1.0) / (2.0 * (ee + 1.0));
+            int plus_count = 0;
+            for (int i = 0; i < n; i++) {
+                int plus = 0;
+                assert_int_equal(dprec_ldp_sign(&r, xs[b], eps, &plus), DPREC_OK);
+                plus_count += plus;
+            }
+            double phat = (double)plus_count / n, sd = sqrt(p * (1.0 - p) / n);
+            if (fabs(phat - p) > Z * sd) fail_msg("eps %g x %g: P[+] %.5f, expected %.5f", eps, xs[b], phat, p);
+            if (p > pmax) pmax = p;
+            if (p < pmin) pmin = p;
+        }
+        /* the law's extremes are e^eps/(1+e^eps) and 1/(1+e^eps): ratio exactly e^eps, never more */
+        assert_true(pmax / pmin <= ee * (1.0 + 1e-12));
+        assert_true((1.0 - pmin) / (1.0 - pmax) <= ee * (1.0 + 1e-12));
+        assert_true(fabs(pmax / pmin - ee) < 1e-9 * ee);
+    }
+    assert_int_not_equal(dprec_ldp_sign(&r, NAN, 1.0, &(int){0}), DPREC_OK);
+    assert_int_not_equal(dprec_ldp_sign(&r, 0.5, 0.0, &(int){0}), DPREC_OK);
+    dprec_rng_free(&r);
+}
+
+/* A job in memory for the aggregator's protocol functions. */
+static void job_init(agg_job *j, const agg_protocol *p, uint32_t m, uint32_t d, const char *params, double eps) {
+    memset(j, 0, sizeof *j);
+    j->proto = p;
+    j->proto_id = p->id;
+    j->m = m;
+    j->d = d;
+    j->rating_min = 1;
+    j->rating_max = 5;
+    j->rounds = 1;
+    j->round = 1;
+    j->has_budget = 1;
+    j->budget_epsilon = eps;
+    j->budget_delta = 0.0;
+    j->params = strdup(params);
+    assert_non_null(j->params);
+    cJSON *pj = cJSON_Parse(params);
+    char err[AGG_ERRMSG] = "";
+    int rc = p->validate_job(j, pj, err, sizeof err);
+    if (rc != 0) fail_msg("validate_job: %s", err);
+    cJSON_Delete(pj);
+}
+
+/* Runs the aggregator's global step from V = 0 with lr 1 (constant) and lambda 0, so next V = -average. */
+static void global_average(const agg_job *j, const unsigned char *payloads, size_t plen, size_t n, double *avg) {
+    agg_model prev, next;
+    memset(&prev, 0, sizeof prev);
+    prev.m = j->m;
+    prev.d = j->d;
+    prev.v = calloc((size_t)j->m * j->d, sizeof(float));
+    prev.bias = calloc(j->m, sizeof(float));
+    agg_report *reps = calloc(n, sizeof *reps);
+    assert_non_null(prev.v);
+    assert_non_null(reps);
+    for (size_t i = 0; i < n; i++) {
+        reps[i].payload = payloads + i * plen;
+        reps[i].payload_len = plen;
+        char err[AGG_ERRMSG] = "";
+        if (j->proto->validate_payload(j, reps[i].payload, plen, err, sizeof err) != 0) fail_msg("payload: %s", err);
+    }
+    char err[AGG_ERRMSG] = "";
+    if (j->proto->global_step(j, &prev, reps, n, &next, err, sizeof err) != 0) fail_msg("global step: %s", err);
+    for (size_t k = 0; k < (size_t)j->m * j->d; k++) avg[k] = -(double)next.v[k];
+    agg_model_free(&prev);
+    agg_model_free(&next);
+    free(reps);
+}
+
+/* For a known gradient x in [-1, 1]^{m x d}, N reports of Algorithm 1, averaged by the aggregator, estimate x
+ * without bias: per cell the report is +-B with probability 1/(m d) (else 0), so its mean is x_jl and its
+ * variance B^2 / (m d) - x_jl^2 (seed 000, Theorem 2's proof). Both are checked against the closed forms. */
+static void test_ldp_gd_reports_average_to_a_known_gradient(void **state) {
+    (void)state;
+    const uint32_t m = 5, d = 3;
+    const double eps = 1.0;
+    const size_t n = 300000;
+    agg_job j;
+    job_init(&j, &agg_protocol_ldp_gd, m, d,
+             "{\"k\": 1, \"lr\": 1, \"lr_schedule\": \"constant\", \"lambda\": 0, \"user_bias\": false}", eps);
+    double x[15];
+    for (uint32_t k = 0; k < m * d; k++) x[k] = -1.0 + 2.0 * (double)k / (m * d - 1); /* -1 .. 1 */
+    const double b = dprec_ldp_magnitude((uint64_t)m * d, eps);
+    assert_true(fabs(b - (double)(m * d) * (exp(eps) + 1.0) / (exp(eps) - 1.0)) < 1e-9 * b);
+    dprec_rng r;
+    rng_open(&r, "gd average");
+    unsigned char *pl = calloc(n, DPREC_LDP_SIGN_PAYLOAD);
+    double *sum2 = calloc(m * d, sizeof(double));
+    assert_non_null(pl);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t jj, ll;
+        int plus;
+        assert_int_equal(dprec_sample_uniform(&r, m, &jj), DPREC_OK);
+        assert_int_equal(dprec_sample_uniform(&r, d, &ll), DPREC_OK);
+        assert_int_equal(dprec_ldp_sign(&r, x[jj * d + ll], eps, &plus), DPREC_OK);
+        unsigned char *p = pl + i * DPREC_LDP_SIGN_PAYLOAD;
+        dprec_st32(p, (uint32_t)jj);
+        dprec_st32(p + 4, (uint32_t)ll);
+        p[8] = (unsigned char)plus;
+        sum2[jj * d + ll] += b * b;
+    }
+    double avg[15];
+    global_average(&j, pl, DPREC_LDP_SIGN_PAYLOAD, n, avg);
+    for (uint32_t k = 0; k < m * d; k++) {
+        double var = b * b / (m * d) - x[k] * x[k]; /* per report */
+        if (fabs(avg[k] - x[k]) > Z * sqrt(var / n)) fail_msg("cell %u: mean %.4f, expected %.4f", k, avg[k], x[k]);
+        /* E[Z^2] = B^2 / (m d); Var[Z^2] = B^4 / (m d) - B^4 / (m d)^2 */
+        double m2 = sum2[k] / n, em2 = b * b / (m * d);
+        double sd2 = sqrt((pow(b, 4) / (m * d) - pow(b, 4) / ((double)(m * d) * (m * d))) / n);
+        if (fabs(m2 - em2) > Z * sd2) fail_msg("cell %u: second moment %.2f, expected %.2f", k, m2, em2);
+        double svar = m2 - avg[k] * avg[k];
+        assert_true(fabs(svar - var) <= Z * sd2 + 2.0 * fabs(avg[k] * avg[k] - x[k] * x[k]) + 1e-9);
+    }
+    free(pl);
+    free(sum2);
+    agg_job_free(&j);
+    dprec_rng_free(&r);
+}
+
+/* ldp-rr: y* by randomized response, g* = g + Laplace; the aggregator's (y* - p/2)/(1 - p) g* averages to y g.
+ * Both settings; the spread allowed is 5.6 empirical standard deviations of one report's contribution. */
+static void test_ldp_rr_debiased_estimate_is_unbiased(void **state) {
+    (void)state;
+    const uint32_t m = 6, d = 2;
+    const double eps = 2.0;
+    const size_t n = 100000;
+    const char *params[2] = {"{\"k\": 1, \"lr\": 1, \"lr_schedule\": \"constant\", \"lambda\": 0, \"user_bias\": false,"
+                             " \"rr_unit\": \"rating\"}",
+                             "{\"k\": 1, \"lr\": 1, \"lr_schedule\": \"constant\", \"lambda\": 0, \"user_bias\": false,"
+                             " \"rr_unit\": \"user\", \"rr_split\": 0.7}"};
+    const int y[6] = {1, 0, 1, 1, 0, 0};
+    const double g[12] = {1.5, -0.5, 0, 0, -2.0, 2.0, 0.25, 1.0, 0, 0, 0, 0}; /* within [-Delta/2, Delta/2] */
+    dprec_rng r;
+    rng_open(&r, "rr average");
+    for (int setting = 0; setting < 2; setting++) {
+        agg_job j;
+        job_init(&j, &agg_protocol_ldp_rr, m, d, params[setting], eps);
+        dprec_rr_params rp;
+        assert_int_equal(dprec_rr_params_init(&rp, setting == 0 ? DPREC_RR_RATING : DPREC_RR_USER, eps,
+                                              setting == 0 ? 0.5 : 0.7, m, d, 4.0),
+                         DPREC_OK);
+        /* the two settings' parameters, as seed 000 states them */
+        if (setting == 0) assert_true(fabs(rp.p - 2.0 / (1.0 + exp(0.5 * eps))) < 1e-15);
+        else assert_true(fabs(rp.p - 2.0 / (1.0 + exp(0.7 * eps / m))) < 1e-15);
+        assert_true(rp.l1 == (setting == 0 ? d * 4.0 : m * d * 4.0));
+        dprec_laplace_plan plan;
+        assert_int_equal(dprec_laplace_plan_init(&plan, rp.l1, rp.n, rp.eps2), DPREC_OK);
+        size_t plen = dprec_ldp_rr_payload(m, d);
+        unsigned char *pl = calloc(n, plen);
+        double sum[12] = {0}, sq[12] = {0};
+        const double lo = (0.0 - rp.p / 2) / (1 - rp.p), hi = (1.0 - rp.p / 2) / (1 - rp.p);
+        for (size_t i = 0; i < n; i++) {
+            unsigned char *p = pl + i * plen;
+            dprec_st32(p, m);
+            dprec_st32(p + 4, d);
+            for (uint32_t jj = 0; jj < m; jj++) {
+                int ys;
+                assert_int_equal(dprec_rr_bit(&r, y[jj], rp.eps1_item, &ys), DPREC_OK);
+                if (ys) p[8 + jj / 8] |= (unsigned char)(1u << (jj % 8));
+                for (uint32_t l = 0; l < d; l++) {
+                    double v;
+                    assert_int_equal(dprec_laplace_plan_noise(&r, &plan, g[jj * d + l], &v), DPREC_OK);
+                    dprec_stf32(p + 12 + 4 * (jj * d + l), (float)v);
+                    double c = (ys ? hi : lo) * (double)(float)v;
+                    sum[jj * d + l] += c;
+                    sq[jj * d + l] += c * c;
+                }
+            }
+        }
+        double avg[12];
+        global_average(&j, pl, plen, n, avg);
+        for (uint32_t k = 0; k < m * d; k++) {
+            double want = y[k / d] * g[k];
+            double mean = sum[k] / n, sd = sqrt((sq[k] / n - mean * mean) / n);
+            assert_true(fabs(avg[k] - mean) <= 1e-6 * (1 + fabs(mean)) + 1e-3 * sd); /* the aggregator's sum */
+            if (fabs(avg[k] - want) > Z * sd)
+                fail_msg("setting %d cell %u: %.4f, expected %.4f (sd %.4f)", setting, k, avg[k], want, sd);
+        }
+        free(pl);
+        agg_job_free(&j);
+    }
+    dprec_rng_free(&r);
+}
+
+/* The vector Laplace plan: one scale for all coordinates, at least (l1 + n g) / eps, and samples with the
+ * variance 2 (t g)^2 of the (discrete) Laplace. */
+static void test_laplace_plan_scale_and_variance(void **state) {
+    (void)state;
+    dprec_laplace_plan plan;
+    assert_int_equal(dprec_laplace_plan_init(&plan, 40.0, 10, 0.5), DPREC_OK);
+    double g = ldexp(1.0, plan.k), scale = dprec_laplace_plan_scale(&plan);
+    assert_true(scale >= (40.0 + 10.0 * g) / 0.5);
+    assert_true(scale <= (40.0 + 10.0 * g) / 0.5 + 2.0 * g);
+    dprec_rng r;
+    rng_open(&r, "plan");
+    const int n = 200000;
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+        double v;
+        assert_int_equal(dprec_laplace_plan_noise(&r, &plan, 1.25, &v), DPREC_OK);
+        s += v - 1.25;
+        s2 += (v - 1.25) * (v - 1.25);
+    }
+    double var = 2.0 * scale * scale; /* the discrete Laplace's variance differs from this by O(g^2 / scale^2) */
+    /* Var of X^2 for Laplace(b): E X^4 - (E X^2)^2 = 24 b^4 - 4 b^4 = 20 b^4 */
+    assert_true(fabs(s / n) <= Z * sqrt(var / n));
+    assert_true(fabs(s2 / n - var) <= Z * sqrt(20.0 * pow(scale, 4) / n));
+    assert_int_not_equal(dprec_laplace_plan_init(&plan, 0.0, 1, 1.0), DPREC_OK);
+    assert_int_not_equal(dprec_laplace_plan_init(&plan, 1.0, 0, 1.0), DPREC_OK);
+    dprec_rng_free(&r);
+}
+
+/* Phi: the entries a device regenerates (dprec_phi_entry from the job's phi_seed) are exactly the aggregator's,
+ * and the aggregator's Phi^+ = Phi^T (Phi Phi^T)^-1 is a right inverse: Phi (Phi^+ b) = b. */
+static void test_phi_entries_match_and_pseudo_inverse_is_exact(void **state) {
+    (void)state;
+    const uint32_t q = 12, m = 40, d = 2;
+    const uint64_t phi_seed = 77;
+    unsigned char seed[32];
+    dprec_phi_seed(phi_seed, seed);
+    for (uint32_t s = 0; s < q; s++)
+        for (uint32_t j = 0; j < m; j++) {
+            double agg = 0;
+            assert_int_equal(agg_ldp_phi_entry(phi_seed, q, m, s, j, &agg), 0);
+            assert_true(agg == dprec_phi_entry(seed, q, s, j));
+        }
+    double gb[24], gv[80];
+    for (int k = 0; k < 24; k++) gb[k] = sin(1.0 + k);
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_ldp_pinv_apply(phi_seed, q, m, d, gb, gv, err, sizeof err), 0);
+    for (uint32_t s = 0; s < q; s++)
+        for (uint32_t l = 0; l < d; l++) {
+            double t = 0;
+            for (uint32_t j = 0; j < m; j++) t += dprec_phi_entry(seed, q, s, j) * gv[j * d + l];
+            assert_true(fabs(t - gb[s * d + l]) < 1e-9);
+        }
+    /* entries are N(0, 1/q): the mean square over the matrix is about 1/q */
+    double ms = 0;
+    for (uint32_t s = 0; s < q; s++)
+        for (uint32_t j = 0; j < m; j++) ms += pow(dprec_phi_entry(seed, q, s, j), 2);
+    ms /= (double)q * m;
+    assert_true(fabs(ms - 1.0 / q) < Z * sqrt(2.0 / ((double)q * m)) / q);
+}
+
+/* Jobs: a budget with delta > 0 is refused (these protocols are pure), k must cover the rounds, unknown params
+ * are refused; the round's epsilon is budget / k and k rounds never exceed the budget. */
+static void test_ldp_jobs_are_validated(void **state) {
+    (void)state;
+    agg_job j;
+    job_init(&j, &agg_protocol_ldp_gddr, 30, 4, "{\"k\": 3, \"q\": 10}", 0.1);
+    dprec_step st;
+    assert_int_equal(j.proto->round_step(&j, &st), 0);
+    assert_int_equal(st.kind, DPREC_STEP_PURE);
+    assert_true(st.epsilon <= 0.1 / 3 && 3.0 * st.epsilon <= 0.1 && st.epsilon > 0.1 / 3 * (1 - 1e-15));
+    double total = 0;
+    assert_int_equal(agg_budget_check(&j, 3, &total), 1);
+    assert_int_equal(agg_budget_check(&j, 4, &total), 0);
+    const char *bad[] = {"{}", "{\"k\": 0}", "{\"k\": 3, \"q\": 31}", "{\"k\": 3, \"zeta\": 1}",
+                         "{\"k\": 3, \"rr_unit\": \"user\"}", "{\"k\": 3, \"lr\": -1}"};
+    char err[AGG_ERRMSG];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *p = cJSON_Parse(bad[i]);
+        assert_int_not_equal(j.proto->validate_job(&j, p, err, sizeof err), 0);
+        cJSON_Delete(p);
+    }
+    j.budget_delta = 1e-6;
+    cJSON *p = cJSON_Parse("{\"k\": 3}");
+    assert_int_not_equal(j.proto->validate_job(&j, p, err, sizeof err), 0);
+    cJSON_Delete(p);
+    agg_job_free(&j);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sign_randomizer_law_and_likelihood_ratio),
+        cmocka_unit_test(test_ldp_gd_reports_average_to_a_known_gradient),
+        cmocka_unit_test(test_ldp_rr_debiased_estimate_is_unbiased),
+        cmocka_unit_test(test_laplace_plan_scale_and_variance),
+        cmocka_unit_test(test_phi_entries_match_and_pseudo_inverse_is_exact),
+        cmocka_unit_test(test_ldp_jobs_are_validated),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
