@@ -5,7 +5,7 @@
 # stopped and resumed (rows already in OUT are skipped). `--table` prints the markdown table of OUT.
 #
 #   bash scripts/results_ldp.sh --data ml100k [--protocols "ldp-gd ldp-gddr ldp-rr"] [--ks "1 3 5 10 20 50"]
-#                               [--eps "0.1 1.6"] [--lr G] [--out FILE]
+#                               [--eps "0.1 1.6"] [--lr G] [--plain-rounds N] [--out FILE]
 #   bash scripts/results_ldp.sh --data synthetic ...   (100,000 devices, 300 items, 1,000,000 ratings, rank 5)
 #   bash scripts/results_ldp.sh --table [--out FILE]
 #
@@ -16,6 +16,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="$here/build/examples/fleet/dprec-fleet"
 data=ml100k protocols="ldp-gd ldp-gddr ldp-rr" ks="1 3 5 10 20 50" epss="0.1 1.6" lr=0.001 out="" table=0
+plain_rounds=12
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data=$2; shift 2;;
@@ -24,8 +25,9 @@ while [ $# -gt 0 ]; do
     --eps) epss=$2; shift 2;;
     --lr) lr=$2; shift 2;;
     --out) out=$2; shift 2;;
+    --plain-rounds) plain_rounds=$2; shift 2;;
     --table) table=1; shift;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0;;
     *) echo "results_ldp.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
@@ -80,10 +82,10 @@ run() { # protocol eps k extra...
 }
 if ! grep -q "^$data,plain," "$out"; then
   t0=$SECONDS
-  log=$("$fleet" --in-process "${src[@]}" --protocol plain --rounds 12 --rank 15 --quiet 2>&1)
+  log=$("$fleet" --in-process "${src[@]}" --protocol plain --rounds "$plain_rounds" --rank 15 --quiet 2>&1)
   rmse=$(echo "$log" | sed -n 's/^final: .* test_rmse=\([0-9.]*\) .*/\1/p')
   echo "$data,plain,-,-,$rmse,-,-,$((SECONDS - t0))" >> "$out"
-  echo "  $data plain (12 rounds): test RMSE $rmse"
+  echo "  $data plain ($plain_rounds rounds): test RMSE $rmse"
 fi
 for p in $protocols; do
   for e in $epss; do
