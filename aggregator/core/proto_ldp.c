@@ -236,7 +236,7 @@ static int ldp_validate_payload(const agg_job *job, const unsigned char *p, size
         }
         size_t bits = (((size_t)job->m + 7u) / 8u + 3u) & ~(size_t)3u;
         for (size_t b = job->m; b < 8u * bits; b++)
-            if (p[8 + b / 8u] & (1u << (b % 8u))) {
+            if ((unsigned)p[8 + b / 8u] & (1u << (b % 8u))) {
                 snprintf(err, errcap, "padding bits of y* must be zero");
                 return -1;
             }
@@ -432,7 +432,7 @@ static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_
         for (size_t i = 0; i < n; i++) {
             const unsigned char *yb = reports[i].payload + 8, *g = yb + bits;
             for (uint32_t j = 0; j < m; j++) {
-                double f = (yb[j / 8u] >> (j % 8u)) & 1u ? hi : lo; /* (y* - p/2) / (1 - p) */
+                double f = ((unsigned)yb[j / 8u] >> (j % 8u)) & 1u ? hi : lo; /* (y* - p/2) / (1 - p) */
                 for (uint32_t l = 0; l < d; l++)
                     grad[(size_t)j * d + l] += f * (double)dprec_ldf32(g + 4u * ((size_t)j * d + l));
             }
