@@ -45,7 +45,7 @@
 #define ROUND_POLL_MIN_MS 1000u
 
 /* The protocols this SDK can take part in. */
-static const dprec_proto *const protocols[] = {&dprec_proto_plain};
+static const dprec_proto *const protocols[] = {&dprec_proto_plain, &dprec_proto_gauss_gd};
 
 /* ---- the store section ------------------------------------------------------------------------------ */
 

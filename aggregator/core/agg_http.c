@@ -197,7 +197,7 @@ static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
     cJSON_AddItemToObject(o, "params", params != NULL ? params : cJSON_CreateObject());
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
     if (priv != NULL) {
-        cJSON_AddStringToObject(priv, "unit", unit_name(j->proto->unit));
+        cJSON_AddStringToObject(priv, "unit", unit_name(j->proto->unit_of ? j->proto->unit_of(j) : j->proto->unit));
         cJSON_AddStringToObject(priv, "model", model_name(j->proto->model));
         if (j->proto->model == DPREC_MODEL_NONE) {
             cJSON_AddStringToObject(priv, "epsilon", "inf");
@@ -213,6 +213,7 @@ static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
             if (j->proto->round_step != NULL && j->proto->round_step(j, &st) == 0 && st.kind == DPREC_STEP_PURE &&
                 st.steps == 1)
                 cJSON_AddNumberToObject(priv, "round_epsilon", st.epsilon);
+            if (j->proto->privacy_extra != NULL) j->proto->privacy_extra(j, priv);
         }
     }
     if (admin) {

@@ -75,12 +75,18 @@ typedef struct agg_protocol {
     /* Builds release 1's model into *out (allocating v and bias). 0 or -1. */
     int (*initial_model)(const agg_job *job, agg_model *out, char *err, size_t errcap);
     /* The global step of one round: from the model of release r and the round's (validated) reports, the
-     * model of release r+1 (allocated into *next). n may be 0. 0 or -1. */
+     * model of release r+1 (allocated into *next). n may be 0. rng is the aggregator's CSPRNG, for the
+     * privacy noise of the central protocols (the caller holds rng_mu). 0 or -1. */
     int (*global_step)(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
-                       agg_model *next, char *err, size_t errcap);
+                       dprec_rng *rng, agg_model *next, char *err, size_t errcap);
     /* The privacy mechanism of one round, for the job's accountant; NULL for a protocol without privacy
      * (plain). Every round of a job runs the same mechanism. 0 or -1. */
     int (*round_step)(const agg_job *job, dprec_step *step);
+    /* Optional (NULL: `unit` above): the unit a job's guarantee protects, for a protocol whose unit is a
+     * parameter of the job (gauss-gd's params.unit). The job view publishes it as privacy.unit. */
+    dprec_unit (*unit_of)(const agg_job *job);
+    /* Optional: adds protocol-specific fields to the job view's "privacy" object (e.g. seed 001's eps_opt). */
+    void (*privacy_extra)(const agg_job *job, cJSON *privacy);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -92,6 +98,13 @@ const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);
 
 extern const agg_protocol agg_protocol_plain;
+extern const agg_protocol agg_protocol_gauss_gd;
+
+/* proto_gauss.c, exposed for tests: adds one (validated) report's re-clipped contribution to sum (m (d+1)
+ * doubles, row j = [v_j | b_j]); and the sensitivity and sigma passed to dprec_noise_gaussian for a vector of
+ * `coords` coordinates. 0 or -1. */
+int agg_gauss_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *sum);
+int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivity, double *sigma);
 
 /* A report waiting for the group commit. */
 typedef struct agg_pending {

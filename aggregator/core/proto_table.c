@@ -6,6 +6,7 @@
 
 static const agg_protocol *const protocols[] = {
     &agg_protocol_plain,
+    &agg_protocol_gauss_gd,
 };
 
 const agg_protocol *agg_protocol_by_name(const char *name) {
