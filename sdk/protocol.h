@@ -39,7 +39,8 @@ typedef struct dprec_proto {
     dprec_unit unit;   /* what the report's guarantee protects */
     dprec_model model;
     /* Fills the charge's guarantee fields (job_epsilon, job_delta: the job's cumulative guarantee after this
-     * report) from the job; job_id, round, unit and model are set by the caller. Refuses a job whose
+     * report) from the job; job_id, round, unit and model are set by the caller (from the fields above) before
+     * the call, and a protocol whose unit depends on the job's params (gauss-gd) overwrites unit. Refuses a job whose
      * parameters it does not accept (DPREC_ERR_PROTOCOL). */
     int (*charge)(const dprec_sync_job *job, dprec_charge *out);
     /* Builds the whole report (envelope header included) into out[0 .. cap) from the client's freshly
@@ -56,5 +57,7 @@ typedef struct dprec_proto {
 extern const dprec_proto dprec_proto_plain;
 /* The local-DP protocols of seed 000 (protocol_ldp.c). */
 extern const dprec_proto dprec_proto_ldp_gd, dprec_proto_ldp_gddr, dprec_proto_ldp_rr;
+/* `gauss-gd` (protocol_gauss.c): seed 001's clipped gradient, Gaussian noise added by the aggregator. */
+extern const dprec_proto dprec_proto_gauss_gd;
 
 #endif /* DPREC_PROTOCOL_H */

@@ -112,7 +112,7 @@ static void global_average(const agg_job *j, const unsigned char *payloads, size
         if (j->proto->validate_payload(j, reps[i].payload, plen, err, sizeof err) != 0) fail_msg("payload: %s", err);
     }
     char err[AGG_ERRMSG] = "";
-    if (j->proto->global_step(j, &prev, reps, n, &next, err, sizeof err) != 0) fail_msg("global step: %s", err);
+    if (j->proto->global_step(j, &prev, reps, n, NULL, &next, err, sizeof err) != 0) fail_msg("global step: %s", err);
     for (size_t k = 0; k < (size_t)j->m * j->d; k++) avg[k] = -(double)next.v[k];
     agg_model_free(&prev);
     agg_model_free(&next);

@@ -213,8 +213,10 @@ static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
             if (j->proto->round_step != NULL && j->proto->round_step(j, &st) == 0 && st.kind == DPREC_STEP_PURE &&
                 st.steps == 1)
                 cJSON_AddNumberToObject(priv, "round_epsilon", st.epsilon);
-            cJSON_AddStringToObject(priv, "accountant", j->budget_delta == 0.0 ? "basic composition (pure epsilon-DP)"
-                                                                                : "RDP, CKS conversion");
+            if (j->proto->privacy_extra != NULL) j->proto->privacy_extra(j, priv);
+            else
+                cJSON_AddStringToObject(priv, "accountant", j->budget_delta == 0.0 ? "basic composition (pure epsilon-DP)"
+                                                                                    : "RDP, CKS conversion");
         }
     }
     if (admin) {

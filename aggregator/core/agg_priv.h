@@ -80,14 +80,18 @@ typedef struct agg_protocol {
     /* Builds release 1's model into *out (allocating v and bias). 0 or -1. */
     int (*initial_model)(const agg_job *job, agg_model *out, char *err, size_t errcap);
     /* The global step of one round: from the model of release r and the round's (validated) reports, the
-     * model of release r+1 (allocated into *next). n may be 0. 0 or -1. */
+     * model of release r+1 (allocated into *next). n may be 0. rng is the aggregator's CSPRNG, for the
+     * privacy noise of the central protocols (the caller holds rng_mu). 0 or -1. */
     int (*global_step)(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
-                       agg_model *next, char *err, size_t errcap);
+                       dprec_rng *rng, agg_model *next, char *err, size_t errcap);
     /* The privacy mechanism of one round, for the job's accountant; NULL for a protocol without privacy
      * (plain). Every round of a job runs the same mechanism. 0 or -1. */
     int (*round_step)(const agg_job *job, dprec_step *step);
-    /* The unit when it depends on the job's params (ldp-rr's rr_unit); NULL: always `unit`. */
+    /* Optional (NULL: `unit` above): the unit a job's guarantee protects, for a protocol whose unit is a
+     * parameter of the job (ldp-rr's rr_unit, gauss-gd's unit). The job view publishes it as privacy.unit. */
     dprec_unit (*unit_of)(const agg_job *job);
+    /* Optional: adds protocol-specific fields to the job view's "privacy" object (e.g. seed 001's eps_opt). */
+    void (*privacy_extra)(const agg_job *job, cJSON *privacy);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -107,6 +111,14 @@ extern const agg_protocol agg_protocol_ldp_gd, agg_protocol_ldp_gddr, agg_protoc
 int agg_ldp_pinv_apply(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t d, const double *gb, double *gv, char *err,
                        size_t errcap);
 int agg_ldp_phi_entry(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t s, uint32_t j, double *out);
+
+extern const agg_protocol agg_protocol_gauss_gd;
+
+/* proto_gauss.c, exposed for tests: adds one (validated) report's re-clipped contribution to sum (m (d+1)
+ * doubles, row j = [v_j | b_j]); and the sensitivity and sigma passed to dprec_noise_gaussian for a vector of
+ * `coords` coordinates. 0 or -1. */
+int agg_gauss_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *sum);
+int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivity, double *sigma);
 
 /* A report waiting for the group commit. */
 typedef struct agg_pending {

@@ -519,7 +519,10 @@ int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int forc
         snprintf(err, sizeof err, "loading the round's reports failed");
         goto fail;
     }
-    if (j.proto->global_step(&j, &prev, l.r, l.n, &next, err, sizeof err) != 0) goto fail;
+    pthread_mutex_lock(&a->rng_mu);
+    int grc = j.proto->global_step(&j, &prev, l.r, l.n, &a->rng, &next, err, sizeof err);
+    pthread_mutex_unlock(&a->rng_mu);
+    if (grc != 0) goto fail;
     if (store_release(a, &j, &next, round + 1, now, err, sizeof err) != 0) goto fail;
     /* the job ends after `rounds` rounds, or earlier if one more round would pass its privacy budget */
     int done = round >= j.rounds;

@@ -397,7 +397,8 @@ int agg_ldp_phi_entry(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t s, uin
 /* ---- the global step ----------------------------------------------------------------------------------- */
 
 static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
-                           agg_model *next, char *err, size_t errcap) {
+                           dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+    (void)rng; /* the reports were randomized on the devices: the aggregator adds no noise */
     ldp_params pp;
     if (load_params(job, &pp, err, errcap) != 0) return -1;
     const uint32_t m = job->m, d = job->d;

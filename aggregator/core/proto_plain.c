@@ -209,7 +209,8 @@ typedef struct rating_ref {
 } rating_ref;
 
 static int plain_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
-                             agg_model *next, char *err, size_t errcap) {
+                             dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+    (void)rng; /* no privacy, no noise */
     plain_params pp;
     cJSON *params = cJSON_Parse(job->params);
     int prc = parse_params(params, &pp, err, errcap);

@@ -20,6 +20,7 @@
 #include "dprec/port_posix.h"
 #include "dprec/privacy.h"
 #include "dprec/sync.h"
+#include "accountant.h"
 #include "fleet.h"
 
 #define FLEET_DEFAULT_SYNTHETIC "2000,1000,100000"
@@ -40,9 +41,9 @@ static const char help_text[] =
     "  --seed S                 seed of the split, the synthetic data and the devices' test CSPRNGs (default 1)\n"
     "\n"
     "training:\n"
-    "  --protocol NAME          plain (default; no privacy), or the local-DP protocols of seed 000:\n"
-    "                           ldp-gd (Private GD), ldp-gddr (GD-DR, random projection), ldp-rr\n"
-    "                           (randomized response + Laplace)\n"
+    "  --protocol NAME          plain (default; no privacy); the local-DP protocols of seed 000: ldp-gd\n"
+    "                           (Private GD), ldp-gddr (GD-DR, random projection), ldp-rr (randomized\n"
+    "                           response + Laplace); or gauss-gd (seed 001, central DP)\n"
     "  --rounds N               rounds (default 12); for the local protocols also k, the number of rounds\n"
     "                           the budget is split over (epsilon / k per round)\n"
     "  --rank D                 latent dimension d (default 10)\n"
@@ -59,6 +60,13 @@ static const char help_text[] =
     "                           default 0.1; 0 turns it off)\n"
     "  --epsilon E --delta D    the job's privacy budget (private protocols; ignored by plain; the local\n"
     "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
+    "gauss-gd (seed 001, central DP; docs/privacy.md):\n"
+    "  --unit rating|user       what the guarantee protects (default user)\n"
+    "  --clip C                 clipping norm (default 1)\n"
+    "  --sampling-rate Q        unit user: Poisson sampling rate of the devices per round (default 1)\n"
+    "  --lr LR                  step size of the item-side gradient step (default 5e-4, seed 001's)\n"
+    "  --eps-i E --delta-i D    unit rating: seed 001's per-step epsilon (required) and delta (default 0.01);\n"
+    "                           the budget defaults to seed 001's eps_opt over --rounds at --delta (default 1e-5)\n"
     "\n"
     "aggregator (default: start `dprec-aggregator serve` from this build on loopback, real HTTPS):\n"
     "  --in-process             run the aggregator core inside the fleet (fastest; large fleets)\n"
@@ -86,6 +94,10 @@ typedef struct options {
     double lambda, lambda_bias, device_lambda, device_lambda_per_rating, epsilon, delta, test_fraction;
     double lr, rr_split;
     int local; /* one of the local-DP protocols */
+    /* gauss-gd (gauss_arg, gauss_spec) */
+    const char *unit;
+    double clip, sampling_rate, eps_i, delta_i; /* and lr, shared with the local protocols */
+    int epsilon_set, delta_set;
     uint64_t seed;
     int quiet, verbose, verify_each;
     fleet_conn_options conn;
@@ -190,6 +202,8 @@ static int device_load(fleet *f, uint32_t u) {
      * and m d floats; with room to spare */
     if (strcmp(o->protocol, "ldp-rr") == 0) cfg.max_report_bytes = 132u + (d->num_items + 7u) / 8u + 4u * d->num_items * o->rank;
     else if (o->local) cfg.max_report_bytes = 128u;
+    else if (strcmp(o->protocol, "gauss-gd") == 0) /* envelope + [d][n] + x (d + 1 floats) + n (item, coef) pairs */
+        cfg.max_report_bytes = 132u + 4u * o->rank + 8u * cfg.rating_capacity;
     else cfg.max_report_bytes = 128u + 4u * o->rank + 8u * cfg.rating_capacity;
     uint64_t s = o->seed;
     memcpy(dv->seed, &s, 8);
@@ -488,6 +502,65 @@ static int usage_error(const char *msg, const char *arg) {
     return 2;
 }
 
+/* ---- gauss-gd options and job spec ------------------------------------------------------------------------ */
+
+/* One gauss-gd flag: 1 if a is one (v consumed), 0 if not, -1 on a bad value. */
+static int gauss_arg(const char *a, const char *v, options *o) {
+    double *dst = NULL;
+    if (strcmp(a, "--unit") == 0) {
+        if (v == NULL || (strcmp(v, "rating") != 0 && strcmp(v, "user") != 0)) return -1;
+        o->unit = v;
+        return 1;
+    }
+    if (strcmp(a, "--clip") == 0) dst = &o->clip;
+    else if (strcmp(a, "--sampling-rate") == 0) dst = &o->sampling_rate;
+    else if (strcmp(a, "--lr") == 0) dst = &o->lr;
+    else if (strcmp(a, "--eps-i") == 0) dst = &o->eps_i;
+    else if (strcmp(a, "--delta-i") == 0) dst = &o->delta_i;
+    else return 0;
+    if (v == NULL || parse_double_arg(v, dst) || !(*dst > 0)) return -1;
+    if ((dst == &o->sampling_rate || dst == &o->eps_i || dst == &o->delta_i) && !(*dst <= 1.0)) return -1;
+    return 1;
+}
+
+/* Defaults that depend on the unit; unit rating's budget is seed 001's eps_opt (Thm. 2) over all the rounds
+ * unless --epsilon was given, and its delta (delta_r) defaults to the paper's 1e-5. */
+static int gauss_finish_args(options *o) {
+    if (o->unit == NULL) o->unit = "user";
+    if (o->clip == 0) o->clip = 1.0;
+    if (o->lr <= 0) o->lr = 5e-4;
+    if (o->delta_i == 0) o->delta_i = 0.01;
+    if (strcmp(o->unit, "rating") == 0) {
+        if (!(o->eps_i > 0 && o->eps_i < 1)) {
+            fprintf(stderr, "dprec-fleet: --unit rating needs --eps-i in (0, 1)\n");
+            return 2;
+        }
+        if (!o->delta_set) o->delta = 1e-5;
+        if (!o->epsilon_set) o->epsilon = dprec_eps_opt_seed001(o->rounds, o->eps_i, o->delta_i, o->delta);
+    } else if (o->sampling_rate == 0) {
+        o->sampling_rate = 1.0;
+    }
+    if (!(o->delta > 0)) {
+        fprintf(stderr, "dprec-fleet: gauss-gd needs --delta > 0\n");
+        return 2;
+    }
+    return 0;
+}
+
+static void gauss_spec(char *spec, size_t cap, const options *o, const fleet_data *d) {
+    int rating = strcmp(o->unit, "rating") == 0;
+    char extra[128] = "";
+    if (rating) snprintf(extra, sizeof extra, ",\"eps_i\":%.17g,\"delta_i\":%.17g", o->eps_i, o->delta_i);
+    snprintf(spec, cap,
+             "{\"protocol\":\"gauss-gd\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
+             "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
+             "\"params\":{\"unit\":\"%s\",\"clip\":%.17g,\"lr\":%.17g,\"seed\":%llu%s},"
+             "\"budget\":{\"epsilon\":%.17g,\"delta\":%.17g}}",
+             o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users,
+             rating ? 1.0 : o->sampling_rate, o->unit, o->clip, o->lr, (unsigned long long)o->seed, extra, o->epsilon,
+             o->delta);
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->protocol = "plain";
@@ -579,11 +652,16 @@ static int parse_args(int argc, char **argv, options *o) {
             NEED_VALUE();
             if (parse_double_arg(v, &o->lambda_bias) || o->lambda_bias < 0)
                 return usage_error("--lambda-bias must be >= 0:", v);
+        } else if (gauss_arg(a, v, o) != 0) {
+            if (gauss_arg(a, v, o) < 0) return usage_error("bad value for", a);
+            i++;
         } else if (strcmp(a, "--epsilon") == 0) {
             NEED_VALUE();
+            o->epsilon_set = 1;
             if (parse_double_arg(v, &o->epsilon) || o->epsilon <= 0) return usage_error("--epsilon must be > 0:", v);
         } else if (strcmp(a, "--delta") == 0) {
             NEED_VALUE();
+            o->delta_set = 1;
             if (parse_double_arg(v, &o->delta) || o->delta < 0 || o->delta >= 1)
                 return usage_error("--delta must be in [0, 1):", v);
         } else if (strcmp(a, "--test-fraction") == 0) {
@@ -612,13 +690,15 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->q != 0 && strcmp(o->protocol, "ldp-gddr") != 0) return usage_error("--q is a parameter of ldp-gddr", NULL);
     if ((o->rr_unit != NULL || o->rr_split > 0) && strcmp(o->protocol, "ldp-rr") != 0)
         return usage_error("--rr-unit and --rr-split are parameters of ldp-rr", NULL);
-    if ((o->lr > 0 || o->lr_schedule != NULL) && !o->local)
-        return usage_error("--lr and --lr-schedule are parameters of the local protocols", NULL);
-    static const char *const later[] = {"gauss-gd", "private-fw", "sgld", "dpmf", "dpals"};
+    if (o->lr_schedule != NULL && !o->local) return usage_error("--lr-schedule is a parameter of the local protocols", NULL);
+    if (o->lr > 0 && !o->local && strcmp(o->protocol, "gauss-gd") != 0)
+        return usage_error("--lr is a parameter of the local protocols and gauss-gd", NULL);
+    if (strcmp(o->protocol, "gauss-gd") == 0) return gauss_finish_args(o);
+    static const char *const later[] = {"private-fw", "sgld", "dpmf", "dpals"};
     if (strcmp(o->protocol, "plain") != 0 && !o->local) {
         for (size_t k = 0; k < sizeof later / sizeof later[0]; k++)
             if (strcmp(o->protocol, later[k]) == 0) {
-                fprintf(stderr, "dprec-fleet: protocol %s is not implemented yet (plain, ldp-gd, ldp-gddr, ldp-rr are)\n",
+                fprintf(stderr, "dprec-fleet: protocol %s is not implemented yet (plain, ldp-gd, ldp-gddr, ldp-rr, gauss-gd are)\n",
                         o->protocol);
                 return 2;
             }
@@ -752,7 +832,9 @@ int main(int argc, char **argv) {
     /* the job */
     char spec[1024], lb[64] = "";
     if (o.lambda_bias >= 0) snprintf(lb, sizeof lb, ",\"lambda_bias\":%g", o.lambda_bias);
-    if (strcmp(o.protocol, "plain") == 0)
+    if (strcmp(o.protocol, "gauss-gd") == 0)
+        gauss_spec(spec, sizeof spec, &o, &f.data);
+    else if (strcmp(o.protocol, "plain") == 0)
         snprintf(spec, sizeof spec,
                  "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
                  "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":1.0,"
@@ -936,6 +1018,10 @@ int main(int argc, char **argv) {
     dprec_guarantee_text(&g, gtext, sizeof gtext);
     printf("baselines: global mean %.4f, item mean %.4f; wall time %.1f s\n", gm_rmse, im_rmse, now_s() - t_start);
     printf("guarantee: %s\n", gtext);
+    if (priv != NULL && cJSON_GetObjectItemCaseSensitive(priv, "epsilon_opt_seed001") != NULL)
+        printf("seed 001: eps_i = %g per round, eps_opt = %.6g (rating-level central DP, Thm. 2, delta_r = %g); "
+               "accountant (RDP, CKS): %.6g\n", json_num(priv, "eps_i", NAN), json_num(priv, "epsilon_opt_seed001", NAN),
+               g.delta, g.epsilon);
     cJSON_Delete(j);
     j = NULL;
     char es[32];

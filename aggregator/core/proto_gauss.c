@@ -1,0 +1,429 @@
+/* dprec aggregator — protocol `gauss-gd`: seed 001 (Mugdho, Imtiaz), central DP by Gaussian noise on a clipped
+ * gradient, accounted with Renyi DP (docs/privacy.md "gauss-gd", docs/protocol.md).
+ *
+ * The released, noised factor is the item side W = [V | b] (m x (d+1)); the user side u_i stays on the
+ * devices (seed 001 releases its user side instead: the sensitivity argument is symmetric). Each round:
+ *   S = sum over reports of G_i = coef x^T  (re-clipped here, so the bound holds whatever a device sends)
+ *   S~ = S + N(0, sigma^2) on every one of the m (d+1) coordinates (rated or not: which items a user rated is
+ *        private), sigma = z Delta, on the power-of-two grid of sdk/noise.h, from the aggregator's CSPRNG
+ *   W <- W - lr (S~ / q + lambda W)                                         (seed 001 Alg. 1 lines 8-10)
+ * with mu fixed (params.mu, a public constant: the mean is not learned, so it costs no privacy).
+ *   unit "rating": Delta = tau C (seed 001 eq. (6)), z = sqrt(2 ln(1.25/delta_i)) / eps_i (their Alg. 1 line 7),
+ *                  q = 1 in the accountant (no amplification claimed at rating level);
+ *   unit "user":   Delta = C (add/remove one user's whole contribution), q = the job's participation (devices
+ *                  take part by Poisson sampling, sync.c), z = params.noise_multiplier or, by default, the
+ *                  smallest z whose `rounds` subsampled-Gaussian steps fit the job's budget (the accountant
+ *                  inverted, sdk/gauss.c).
+ * The budget gate (agg_budget.c) never opens a round past the budget. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg_priv.h"
+#include "bytes.h"
+#include "dprec/status.h"
+#include "gauss.h"
+#include "noise.h"
+
+#define GAUSS_MAX_CELLS ((uint64_t)1 << 26)
+
+typedef struct gauss_params {
+    dprec_unit unit;
+    double clip, lr, lambda, mu, eps_i, delta_i, noise_multiplier; /* noise_multiplier 0: from the budget */
+    int has_mu;
+    uint64_t seed;
+} gauss_params;
+
+static int num_in(const cJSON *it, double lo, double hi, int lo_open, double *out) {
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
+    double v = it->valuedouble;
+    if (lo_open ? !(v > lo) : !(v >= lo)) return -1;
+    if (!(v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t errcap) {
+    memset(gp, 0, sizeof *gp);
+    gp->unit = DPREC_UNIT_USER; /* the default protects the user: all their ratings, not one */
+    gp->clip = 1.0;              /* seed 001's C */
+    gp->lr = 5e-4;               /* seed 001's step size mu */
+    gp->delta_i = 0.01;          /* seed 001's per-step delta */
+    gp->seed = 1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, params) {
+        const char *k = it->string != NULL ? it->string : "?";
+        int bad = 0;
+        if (strcmp(k, "unit") == 0) {
+            if (cJSON_IsString(it) && strcmp(it->valuestring, "rating") == 0) gp->unit = DPREC_UNIT_RATING;
+            else if (cJSON_IsString(it) && strcmp(it->valuestring, "user") == 0) gp->unit = DPREC_UNIT_USER;
+            else bad = 1;
+        } else if (strcmp(k, "clip") == 0) bad = num_in(it, 0.0, 1e6, 1, &gp->clip);
+        else if (strcmp(k, "lr") == 0) bad = num_in(it, 0.0, 1e3, 1, &gp->lr);
+        else if (strcmp(k, "lambda") == 0) bad = num_in(it, 0.0, 1e6, 0, &gp->lambda);
+        else if (strcmp(k, "mu") == 0) { bad = num_in(it, -1e6, 1e6, 0, &gp->mu); gp->has_mu = 1; }
+        /* Dwork-Roth Thm. A.1 (seed 001 Thm. 1) holds for eps < 1 only: refuse larger per-step epsilons */
+        else if (strcmp(k, "eps_i") == 0) bad = num_in(it, 0.0, 1.0, 1, &gp->eps_i) || gp->eps_i >= 1.0;
+        else if (strcmp(k, "delta_i") == 0) bad = num_in(it, 0.0, 1.0, 1, &gp->delta_i) || gp->delta_i >= 1.0;
+        else if (strcmp(k, "noise_multiplier") == 0) bad = num_in(it, 0.0, 1e6, 1, &gp->noise_multiplier);
+        else if (strcmp(k, "seed") == 0) {
+            double v = 0;
+            bad = num_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
+            gp->seed = (uint64_t)v;
+        } else {
+            snprintf(err, errcap, "params.%s is not a parameter of gauss-gd (unit, clip, lr, lambda, mu, eps_i, "
+                     "delta_i, noise_multiplier, seed)", k);
+            return -1;
+        }
+        if (bad) {
+            snprintf(err, errcap, "params.%s is out of range (see docs/protocol.md, gauss-gd)", k);
+            return -1;
+        }
+    }
+    if (gp->unit == DPREC_UNIT_RATING && gp->eps_i == 0.0) {
+        snprintf(err, errcap, "unit rating needs params.eps_i in (0, 1), seed 001's per-step epsilon");
+        return -1;
+    }
+    if (gp->unit == DPREC_UNIT_RATING && gp->noise_multiplier != 0.0) {
+        snprintf(err, errcap, "unit rating takes eps_i and delta_i, not noise_multiplier");
+        return -1;
+    }
+    return 0;
+}
+
+static int job_params(const agg_job *job, gauss_params *gp, char *err, size_t errcap) {
+    cJSON *params = cJSON_Parse(job->params != NULL ? job->params : "{}");
+    int rc = params != NULL ? parse_params(params, gp, err, errcap) : -1;
+    if (params == NULL) snprintf(err, errcap, "params are not JSON");
+    cJSON_Delete(params);
+    if (rc == 0 && !gp->has_mu) gp->mu = (job->rating_min + job->rating_max) / 2.0;
+    return rc;
+}
+
+/* The inverted accountant is costly (tens of ms): a few recent answers are kept, keyed by everything they
+ * depend on. */
+typedef struct z_cache_line {
+    double eps, delta, q, z;
+    int64_t rounds;
+} z_cache_line;
+static pthread_mutex_t z_mu = PTHREAD_MUTEX_INITIALIZER;
+static z_cache_line z_cache[8];
+static unsigned z_next;
+
+static int budget_multiplier(const agg_job *job, double *z) {
+    if (!job->has_budget || !(job->budget_delta > 0.0) || job->rounds < 1) return -1;
+    double q = job->participation;
+    pthread_mutex_lock(&z_mu);
+    for (unsigned i = 0; i < 8; i++) {
+        const z_cache_line *l = &z_cache[i];
+        if (l->z > 0 && l->eps == job->budget_epsilon && l->delta == job->budget_delta && l->q == q &&
+            l->rounds == job->rounds) {
+            *z = l->z;
+            pthread_mutex_unlock(&z_mu);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&z_mu);
+    double found;
+    if (dprec_gauss_noise_multiplier(job->budget_epsilon, job->budget_delta, (uint64_t)job->rounds, q, &found) !=
+        DPREC_OK)
+        return -1;
+    pthread_mutex_lock(&z_mu);
+    z_cache[z_next % 8] = (z_cache_line){job->budget_epsilon, job->budget_delta, q, found, job->rounds};
+    z_next++;
+    pthread_mutex_unlock(&z_mu);
+    *z = found;
+    return 0;
+}
+
+/* The round's mechanism: noise multiplier z, sampling rate q, and the L2 sensitivity of S. */
+static int mechanism(const agg_job *job, const gauss_params *gp, double *z, double *q, double *sens) {
+    double tau = job->rating_max - job->rating_min;
+    if (gp->unit == DPREC_UNIT_RATING) {
+        /* sigma / Delta of seed 001: sqrt(2 ln(1.25/delta)) / eps_i (Alg. 1 line 7 over eq. (6)) */
+        *z = sqrt(2.0 * log(1.25 / gp->delta_i)) / gp->eps_i;
+        *q = 1.0;
+        *sens = tau * gp->clip;
+        return 0;
+    }
+    *q = job->participation;
+    *sens = gp->clip;
+    if (gp->noise_multiplier > 0.0) {
+        *z = gp->noise_multiplier;
+        return 0;
+    }
+    return budget_multiplier(job, z);
+}
+
+static int gauss_round_step(const agg_job *job, dprec_step *step) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    double z, q, sens;
+    if (job_params(job, &gp, err, sizeof err) != 0 || mechanism(job, &gp, &z, &q, &sens) != 0) return -1;
+    memset(step, 0, sizeof *step);
+    step->kind = DPREC_STEP_GAUSSIAN;
+    step->noise_multiplier = z;
+    step->q = q;
+    step->steps = 1;
+    return 0;
+}
+
+static dprec_unit gauss_unit_of(const agg_job *job) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    /* an unreadable params (never: validated at creation) reports the stronger claim's unit, rating */
+    if (job_params(job, &gp, err, sizeof err) != 0) return DPREC_UNIT_RATING;
+    return gp.unit;
+}
+
+static void gauss_privacy_extra(const agg_job *job, cJSON *priv) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    double z, q, sens;
+    if (job_params(job, &gp, err, sizeof err) != 0 || mechanism(job, &gp, &z, &q, &sens) != 0) return;
+    cJSON_AddStringToObject(priv, "accountant", "RDP (subsampled) Gaussian, CKS conversion");
+    cJSON_AddNumberToObject(priv, "noise_multiplier", z);
+    cJSON_AddNumberToObject(priv, "sigma", z * sens);
+    cJSON_AddNumberToObject(priv, "sampling_rate", q);
+    if (gp.unit == DPREC_UNIT_RATING && job->has_budget && job->budget_delta > 0.0 && job->rounds > 0) {
+        /* seed 001 Thm. 2: eps_opt over all the job's rounds, with delta_r = the budget's delta */
+        cJSON_AddNumberToObject(priv, "epsilon_opt_seed001",
+                                dprec_eps_opt_seed001((uint64_t)job->rounds, gp.eps_i, gp.delta_i, job->budget_delta));
+        cJSON_AddNumberToObject(priv, "eps_i", gp.eps_i);
+        cJSON_AddNumberToObject(priv, "delta_i", gp.delta_i);
+    }
+}
+
+static int gauss_validate_job(const agg_job *shape, const cJSON *params, char *err, size_t errcap) {
+    gauss_params gp;
+    if ((uint64_t)shape->m * (shape->d + 1u) > GAUSS_MAX_CELLS) {
+        snprintf(err, errcap, "gauss-gd supports m * (d + 1) <= %llu", (unsigned long long)GAUSS_MAX_CELLS);
+        return -1;
+    }
+    if (parse_params(params, &gp, err, errcap) != 0) return -1;
+    if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
+        snprintf(err, errcap, "gauss-gd needs a budget with delta > 0 (seed 001's delta_r)");
+        return -1;
+    }
+    if (gp.has_mu && !(gp.mu >= shape->rating_min && gp.mu <= shape->rating_max)) {
+        snprintf(err, errcap, "params.mu must be within the rating scale");
+        return -1;
+    }
+    if (gp.unit == DPREC_UNIT_USER && gp.noise_multiplier == 0.0) {
+        double z;
+        if (dprec_gauss_noise_multiplier(shape->budget_epsilon, shape->budget_delta, (uint64_t)shape->rounds,
+                                         shape->participation, &z) != DPREC_OK) {
+            snprintf(err, errcap, "no noise multiplier up to 1e6 fits %lld rounds in the budget",
+                     (long long)shape->rounds);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* [d u32][n u32] x (d+1 float32) then n pairs [item u32][coef float32] */
+static int gauss_validate_payload(const agg_job *job, const unsigned char *p, size_t len, char *err, size_t errcap) {
+    if (len < 8) {
+        snprintf(err, errcap, "gauss-gd payload shorter than its 8-byte header");
+        return -1;
+    }
+    uint32_t d = dprec_ld32(p), n = dprec_ld32(p + 4);
+    if (d != job->d) {
+        snprintf(err, errcap, "payload d = %u, the job's d is %u", d, job->d);
+        return -1;
+    }
+    if (n > job->m) {
+        snprintf(err, errcap, "payload has %u items, more than the job's m = %u", n, job->m);
+        return -1;
+    }
+    if ((uint64_t)len != (uint64_t)dprec_gauss_payload_size(d, n)) {
+        snprintf(err, errcap, "payload length %zu does not match d = %u and n = %u", len, d, n);
+        return -1;
+    }
+    const unsigned char *q = p + 8;
+    for (uint32_t k = 0; k <= d; k++, q += 4)
+        if (!isfinite(dprec_ldf32(q))) {
+            snprintf(err, errcap, "x[%u] is not finite", k);
+            return -1;
+        }
+    int64_t prev = -1;
+    for (uint32_t k = 0; k < n; k++, q += 8) {
+        uint32_t item = dprec_ld32(q);
+        if (item >= job->m || (int64_t)item <= prev) {
+            snprintf(err, errcap, "items must be strictly increasing and below m (item %u)", item);
+            return -1;
+        }
+        prev = item;
+        if (!isfinite(dprec_ldf32(q + 4))) {
+            snprintf(err, errcap, "coefficient of item %u is not finite", item);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int agg_gauss_accumulate(const agg_job *job, const unsigned char *p, size_t len, double *sum) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &gp, err, sizeof err) != 0) return -1;
+    if (gauss_validate_payload(job, p, len, err, sizeof err) != 0) return -1;
+    const uint32_t d = job->d, n = dprec_ld32(p + 4);
+    const double tau = job->rating_max - job->rating_min;
+    double x[DPREC_MAX_DIM + 1];
+    double xn2 = 0.0, cn2 = 0.0;
+    for (uint32_t k = 0; k <= d; k++) {
+        x[k] = (double)dprec_ldf32(p + 8 + 4 * k);
+        xn2 += x[k] * x[k];
+    }
+    const unsigned char *pairs = p + 8 + 4 * ((size_t)d + 1u);
+    for (uint32_t i = 0; i < n; i++) {
+        double c = (double)dprec_ldf32(pairs + 8 * (size_t)i + 4);
+        if (gp.unit == DPREC_UNIT_RATING) c = c > tau ? tau : (c < -tau ? -tau : c);
+        cn2 += c * c;
+    }
+    /* The aggregator enforces the bound itself (sdk/gauss.h): rating, ||x|| <= C and |coef| <= tau; user,
+     * ||x|| ||coef|| <= C. A factor (1 - 2^-40) absorbs the rounding of the products, so the bound is strict. */
+    double xs = 1.0, cs = 1.0, xn = sqrt(xn2);
+    if (gp.unit == DPREC_UNIT_RATING) {
+        if (xn > gp.clip * (1.0 - 0x1p-40)) xs = gp.clip * (1.0 - 0x1p-40) / xn;
+    } else {
+        double g = xn * sqrt(cn2);
+        if (g > gp.clip * (1.0 - 0x1p-40)) cs = gp.clip * (1.0 - 0x1p-40) / g;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);
+        double c = (double)dprec_ldf32(pairs + 8 * (size_t)i + 4);
+        if (gp.unit == DPREC_UNIT_RATING) c = c > tau ? tau : (c < -tau ? -tau : c);
+        c *= cs * xs;
+        double *row = sum + (size_t)item * (d + 1u);
+        for (uint32_t k = 0; k <= d; k++) row[k] += c * x[k];
+    }
+    return 0;
+}
+
+int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivity, double *sigma) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    double z, q, sens;
+    if (job_params(job, &gp, err, sizeof err) != 0 || mechanism(job, &gp, &z, &q, &sens) != 0) return -1;
+    /* sdk/noise.h: noising n coordinates one call each, the rounded vector's L2 sensitivity is at most
+     * Delta + sqrt(n) g, with g = 2^(ceil(log2 sigma) - 20) chosen from sigma; sigma = z (Delta + sqrt(n) g)
+     * keeps the multiplier z for the rounded vector. g grows with sigma, so iterate until it is stable. */
+    double s_eff = sens, g = 0.0;
+    for (int it = 0; it < 8; it++) {
+        double sg = z * s_eff;
+        int e;
+        (void)frexp(sg, &e); /* sg = f 2^e, f in [0.5, 1): ceil(log2 sg) = e, or e - 1 when f = 0.5 */
+        if (ldexp(0.5, e) == sg) e -= 1;
+        double gnew = ldexp(1.0, e - 20);
+        double want = sens + sqrt((double)coords) * gnew;
+        if (gnew <= g && want <= s_eff) break;
+        g = gnew;
+        s_eff = want;
+    }
+    *sensitivity = s_eff;
+    *sigma = z * s_eff;
+    return 0;
+}
+
+/* splitmix64 (Steele, Lea, Flood 2014): the public, seeded initialization of V, not privacy noise */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
+    gauss_params gp;
+    if (job_params(job, &gp, err, errcap) != 0) return -1;
+    memset(out, 0, sizeof *out);
+    out->m = job->m;
+    out->d = job->d;
+    out->v = malloc(sizeof(float) * (size_t)job->m * job->d);
+    out->bias = calloc(job->m, sizeof(float));
+    if (out->v == NULL || out->bias == NULL) {
+        agg_model_free(out);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    uint64_t s = gp.seed;
+    for (size_t k = 0; k < (size_t)job->m * job->d; k++) {
+        double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0; /* [0, 1) */
+        out->v[k] = (float)(0.1 * (2.0 * u - 1.0));
+    }
+    out->mu = (float)gp.mu;
+    return 0;
+}
+
+static int gauss_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                             dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+    gauss_params gp;
+    if (job_params(job, &gp, err, errcap) != 0) return -1;
+    const uint32_t d = job->d, m = job->m, w = d + 1u;
+    if (prev->d != d || prev->m != m) {
+        snprintf(err, errcap, "release shape differs from the job");
+        return -1;
+    }
+    double z, q, sens, sens_eff, sigma;
+    if (mechanism(job, &gp, &z, &q, &sens) != 0 ||
+        agg_gauss_noise_scale(job, (uint64_t)m * w, &sens_eff, &sigma) != 0) {
+        snprintf(err, errcap, "gauss-gd: no noise multiplier for this job");
+        return -1;
+    }
+    memset(next, 0, sizeof *next);
+    next->m = m;
+    next->d = d;
+    next->mu = prev->mu;
+    next->v = malloc(sizeof(float) * (size_t)m * d);
+    next->bias = malloc(sizeof(float) * m);
+    double *sum = calloc((size_t)m * w, sizeof(double));
+    if (next->v == NULL || next->bias == NULL || sum == NULL) {
+        free(sum);
+        agg_model_free(next);
+        snprintf(err, errcap, "out of memory in the gauss-gd global step");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (agg_gauss_accumulate(job, reports[i].payload, reports[i].payload_len, sum) != 0) {
+            /* validated at intake: never happens; a bad report is left out, its device's data unused */
+            continue;
+        }
+    for (uint32_t j = 0; j < m; j++) {
+        for (uint32_t k = 0; k <= d; k++) {
+            double old = k < d ? (double)prev->v[(size_t)j * d + k] : (prev->bias ? (double)prev->bias[j] : 0.0);
+            double noisy;
+            int rc = dprec_noise_gaussian(rng, sum[(size_t)j * w + k], sens_eff, sigma, &noisy, NULL);
+            if (rc != DPREC_OK) {
+                free(sum);
+                agg_model_free(next);
+                snprintf(err, errcap, "gauss-gd: noise sampler failed (%d)", rc);
+                return -1;
+            }
+            /* seed 001 Alg. 1 line 10 with the Poisson sample's sum scaled by 1/q (an unbiased full-batch sum) */
+            double nw = old - gp.lr * (noisy / q + gp.lambda * old);
+            if (!isfinite((float)nw)) nw = old;
+            if (k < d) next->v[(size_t)j * d + k] = (float)nw;
+            else next->bias[j] = (float)nw;
+        }
+    }
+    free(sum);
+    return 0;
+}
+
+const agg_protocol agg_protocol_gauss_gd = {
+    .name = "gauss-gd",
+    .id = DPREC_PROTO_GAUSS_GD,
+    .unit = DPREC_UNIT_USER, /* the default; unit_of gives the job's */
+    .model = DPREC_MODEL_CENTRAL,
+    .needs_budget = 1,
+    .validate_job = gauss_validate_job,
+    .validate_payload = gauss_validate_payload,
+    .initial_model = gauss_initial_model,
+    .global_step = gauss_global_step,
+    .round_step = gauss_round_step,
+    .unit_of = gauss_unit_of,
+    .privacy_extra = gauss_privacy_extra,
+};

@@ -1,0 +1,292 @@
+/* Tests for the gauss-gd protocol (seed 001): sdk/gauss.c (the device's clipped contribution, the inverted
+ * accountant) and aggregator/core/proto_gauss.c (re-clipping, the noisy global step, the round's mechanism). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "core/agg_priv.h"
+#include "gauss.h"
+#include "noise.h"
+
+/* splitmix64: deterministic test data (not privacy noise) */
+static uint64_t sm(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double unif(uint64_t *s) { return (double)(sm(s) >> 11) / 9007199254740992.0; }
+
+static agg_job make_job(const char *params, uint32_t m, uint32_t d, double eps, double delta, int64_t rounds,
+                        double q) {
+    agg_job j;
+    memset(&j, 0, sizeof j);
+    j.proto = &agg_protocol_gauss_gd;
+    j.m = m;
+    j.d = d;
+    j.rating_min = 1.0;
+    j.rating_max = 5.0;
+    j.rounds = rounds;
+    j.participation = q;
+    j.params = (char *)params;
+    j.has_budget = 1;
+    j.budget_epsilon = eps;
+    j.budget_delta = delta;
+    return j;
+}
+
+/* One device's payload for items[0..n) with ratings r and release rows (m (d+1)), via the SDK's function. */
+static size_t payload(dprec_unit unit, const float *u, uint32_t d, const float *release, const uint32_t *items,
+                      const float *r, uint32_t n, double clip, unsigned char *out) {
+    float rows[64 * 9], x[9], coef[64];
+    for (uint32_t i = 0; i < n; i++) memcpy(rows + i * (d + 1), release + items[i] * (d + 1), (d + 1) * sizeof(float));
+    assert_int_equal(dprec_gauss_contribution(unit, u, d, rows, r, n, 3.0f, clip, 4.0, x, coef), DPREC_OK);
+    dprec_st32(out, d);
+    dprec_st32(out + 4, n);
+    for (uint32_t k = 0; k <= d; k++) dprec_stf32(out + 8 + 4 * k, x[k]);
+    unsigned char *p = out + 8 + 4 * (d + 1);
+    for (uint32_t i = 0; i < n; i++) {
+        dprec_st32(p + 8 * i, items[i]);
+        dprec_stf32(p + 8 * i + 4, coef[i]);
+    }
+    return dprec_gauss_payload_size(d, n);
+}
+
+static double frob_diff(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (a[i] - b[i]) * (a[i] - b[i]);
+    return sqrt(s);
+}
+
+enum { M = 40, D = 8, W = D + 1 };
+
+static void random_user(uint64_t *s, float *u, float *release, uint32_t *items, float *r, uint32_t *n) {
+    double scale = 0.1 + 5.0 * unif(s); /* from well inside to far outside the clipping ball */
+    for (uint32_t k = 0; k < D; k++) u[k] = (float)(scale * (2 * unif(s) - 1));
+    for (uint32_t i = 0; i < M * W; i++) release[i] = (float)(2 * unif(s) - 1);
+    uint32_t cnt = 0;
+    for (uint32_t j = 0; j < M && cnt < 64; j++)
+        if (unif(s) < 0.5) items[cnt++] = j;
+    for (uint32_t i = 0; i < cnt; i++) r[i] = (float)(1 + 4 * unif(s));
+    *n = cnt;
+}
+
+/* unit rating: with the device's factor held fixed (seed 001's argument, docs/privacy.md), changing one
+ * rating moves the pre-noise sum by at most tau C. Deterministic: 200 random users. */
+static void test_gauss_one_rating_change_moves_the_sum_by_at_most_tau_c(void **state) {
+    (void)state;
+    const char *params = "{\"unit\":\"rating\",\"eps_i\":0.4,\"clip\":0.7}";
+    agg_job j = make_job(params, M, D, 100, 1e-5, 10, 1.0);
+    uint64_t s = 7;
+    float u[D], release[M * W], r[64], r2[64];
+    uint32_t items[64], n;
+    unsigned char p1[1024], p2[1024];
+    double worst = 0;
+    for (int t = 0; t < 200; t++) {
+        random_user(&s, u, release, items, r, &n);
+        if (n == 0) continue;
+        memcpy(r2, r, sizeof r);
+        uint32_t which = (uint32_t)(unif(&s) * n);
+        r2[which] = r[which] > 3 ? 1.0f : 5.0f; /* the largest change the scale allows */
+        double s1[M * W] = {0}, s2[M * W] = {0};
+        size_t l1 = payload(DPREC_UNIT_RATING, u, D, release, items, r, n, 0.7, p1);
+        size_t l2 = payload(DPREC_UNIT_RATING, u, D, release, items, r2, n, 0.7, p2);
+        assert_int_equal(agg_gauss_accumulate(&j, p1, l1, s1), 0);
+        assert_int_equal(agg_gauss_accumulate(&j, p2, l2, s2), 0);
+        double dlt = frob_diff(s1, s2, M * W);
+        if (dlt > worst) worst = dlt;
+        assert_true(dlt <= 4.0 * 0.7);
+    }
+    assert_true(worst > 0.5 * 4.0 * 0.7); /* the bound is approached, so the test has teeth */
+}
+
+/* unit user: adding or removing one user's whole data moves the sum by at most C, and a device that sends
+ * more than its clipped contribution is re-clipped by the aggregator (the bound does not trust devices). */
+static void test_gauss_one_user_moves_the_sum_by_at_most_c(void **state) {
+    (void)state;
+    const char *params = "{\"unit\":\"user\",\"clip\":1.5,\"noise_multiplier\":1}";
+    agg_job j = make_job(params, M, D, 100, 1e-5, 10, 1.0);
+    uint64_t s = 11;
+    float u[D], release[M * W], r[64];
+    uint32_t items[64], n;
+    unsigned char p[1024];
+    double zero[M * W] = {0};
+    for (int t = 0; t < 200; t++) {
+        random_user(&s, u, release, items, r, &n);
+        double sum[M * W] = {0};
+        size_t len = payload(DPREC_UNIT_USER, u, D, release, items, r, n, 1.5, p);
+        assert_int_equal(agg_gauss_accumulate(&j, p, len, sum), 0);
+        assert_true(frob_diff(sum, zero, M * W) <= 1.5);
+    }
+    /* a malicious payload: x and coefs far beyond the clip */
+    dprec_st32(p, D);
+    dprec_st32(p + 4, 3);
+    for (uint32_t k = 0; k <= D; k++) dprec_stf32(p + 8 + 4 * k, 1000.0f);
+    for (uint32_t i = 0; i < 3; i++) {
+        dprec_st32(p + 8 + 4 * W + 8 * i, i);
+        dprec_stf32(p + 8 + 4 * W + 8 * i + 4, -5000.0f);
+    }
+    double sum[M * W] = {0};
+    assert_int_equal(agg_gauss_accumulate(&j, p, dprec_gauss_payload_size(D, 3), sum), 0);
+    double nrm = frob_diff(sum, zero, M * W);
+    assert_true(nrm <= 1.5 && nrm > 1.49);
+    /* ... and for unit rating, each row is at most tau C */
+    agg_job jr = make_job("{\"unit\":\"rating\",\"eps_i\":0.5,\"clip\":1}", M, D, 100, 1e-5, 10, 1.0);
+    double sr[M * W] = {0};
+    assert_int_equal(agg_gauss_accumulate(&jr, p, dprec_gauss_payload_size(D, 3), sr), 0);
+    for (uint32_t i = 0; i < 3; i++) assert_true(frob_diff(sr + i * W, zero, W) <= 4.0 * 1.0);
+}
+
+/* Runs one global step with no reports from V = 0, b = 0 with lr = 1, lambda = 0, q = 1, so that
+ * next = -noise, and checks the sample variance of the m (d + 1) noise values against sigma^2.
+ * For N iid normal values the sample variance has relative standard deviation sqrt(2 / (N - 1)); a 6-sd
+ * band fails with probability below 2e-9 (normal approximation of the chi-square); the mean's 6-sd band
+ * likewise. Fixed seed: the outcome is deterministic. */
+static void check_noise_std(const char *params, double expected_sigma) {
+    const uint32_t m = 5000, d = 3;
+    agg_job j = make_job(params, m, d, 1e6, 1e-5, 1, 1.0);
+    agg_model prev, next;
+    memset(&prev, 0, sizeof prev);
+    prev.m = m;
+    prev.d = d;
+    prev.v = calloc((size_t)m * d, sizeof(float));
+    prev.bias = calloc(m, sizeof(float));
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"gauss-std", 9, "test"), DPREC_OK);
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_protocol_gauss_gd.global_step(&j, &prev, NULL, 0, &rng, &next, err, sizeof err), 0);
+    double n = (double)m * (d + 1), sum = 0, sq = 0;
+    for (size_t k = 0; k < (size_t)m * d; k++) sum += next.v[k], sq += (double)next.v[k] * next.v[k];
+    for (uint32_t k = 0; k < m; k++) sum += next.bias[k], sq += (double)next.bias[k] * next.bias[k];
+    double mean = sum / n, var = (sq - n * mean * mean) / (n - 1);
+    double s2 = expected_sigma * expected_sigma;
+    assert_true(fabs(mean) <= 6.0 * expected_sigma / sqrt(n));
+    assert_true(fabs(var / s2 - 1.0) <= 6.0 * sqrt(2.0 / (n - 1)));
+    /* the sigma handed to the sampler is the formula's, inflated only by the grid allowance of sdk/noise.h:
+     * a factor 1 + sqrt(n) g / Delta with g <= 2^-19 sigma, here below 1 + 2e-3 */
+    double sens, sigma;
+    assert_int_equal(agg_gauss_noise_scale(&j, (uint64_t)m * (d + 1), &sens, &sigma), 0);
+    assert_true(sigma >= expected_sigma && sigma <= expected_sigma * (1 + sqrt(n) * ldexp(1.0, -19) * sigma / (sens - sqrt(n) * ldexp(1.0, -19) * sigma) + 1e-12));
+    agg_model_free(&prev);
+    agg_model_free(&next);
+    dprec_rng_free(&rng);
+}
+
+static void test_gauss_noise_std_equals_seed001_formula_for_unit_rating(void **state) {
+    (void)state;
+    /* sigma = tau C / eps_i sqrt(2 ln(1.25 / delta)) (seed 001 Alg. 1 line 7), tau = 4, C = 1.5 */
+    double sigma = 4.0 * 1.5 / 0.5 * sqrt(2.0 * log(1.25 / 0.01));
+    assert_true(fabs(dprec_gauss_sigma_seed001(4.0, 1.5, 0.5, 0.01) - sigma) <= 1e-12 * sigma);
+    check_noise_std("{\"unit\":\"rating\",\"eps_i\":0.5,\"delta_i\":0.01,\"clip\":1.5,\"lr\":1}", sigma);
+}
+
+static void test_gauss_noise_std_equals_z_times_clip_for_unit_user(void **state) {
+    (void)state;
+    check_noise_std("{\"unit\":\"user\",\"noise_multiplier\":1.3,\"clip\":2,\"lr\":1}", 1.3 * 2.0);
+}
+
+/* The epsilon the aggregator publishes and the fleet prints (epsilon_spent = agg_budget_check after the
+ * rounds done) is the accountant's value for the same mechanism, and unit user's inverted multiplier makes
+ * the job's rounds fit its budget, tightly. */
+static void test_gauss_published_epsilon_equals_the_accountant(void **state) {
+    (void)state;
+    agg_job ju = make_job("{\"unit\":\"user\",\"clip\":1}", 100, 4, 1.0, 1e-6, 10, 0.5);
+    double z = 0, eps = 0, eps_acc = 0;
+    assert_int_equal(dprec_gauss_noise_multiplier(1.0, 1e-6, 10, 0.5, &z), DPREC_OK);
+    assert_int_equal(agg_budget_check(&ju, 10, &eps), 1);
+    dprec_accountant acc;
+    dprec_accountant_init(&acc);
+    assert_int_equal(dprec_accountant_add_gaussian(&acc, z, 0.5, 10), DPREC_OK);
+    assert_int_equal(dprec_accountant_epsilon(&acc, 1e-6, DPREC_CONVERSION_CKS, &eps_acc, NULL), DPREC_OK);
+    assert_true(eps == eps_acc);
+    assert_true(eps <= 1.0 && eps > 0.999);                 /* the inversion is tight */
+    assert_int_equal(agg_budget_check(&ju, 11, NULL), 0);   /* and an 11th round never opens */
+    dprec_accountant a2;
+    dprec_accountant_init(&a2);
+    assert_int_equal(dprec_accountant_add_gaussian(&a2, z * (1 - 1e-4), 0.5, 10), DPREC_OK);
+    double e2;
+    assert_int_equal(dprec_accountant_epsilon(&a2, 1e-6, DPREC_CONVERSION_CKS, &e2, NULL), DPREC_OK);
+    assert_true(e2 > 1.0); /* a slightly smaller multiplier would not fit */
+
+    /* unit rating: z = sqrt(2 ln(1.25/delta_i)) / eps_i, no subsampling */
+    agg_job jr = make_job("{\"unit\":\"rating\",\"eps_i\":0.4}", 100, 4, 100.0, 1e-5, 10, 1.0);
+    assert_int_equal(agg_budget_check(&jr, 10, &eps), 1);
+    dprec_accountant a3;
+    dprec_accountant_init(&a3);
+    assert_int_equal(dprec_accountant_add_gaussian(&a3, sqrt(2.0 * log(1.25 / 0.01)) / 0.4, 1.0, 10), DPREC_OK);
+    assert_int_equal(dprec_accountant_epsilon(&a3, 1e-5, DPREC_CONVERSION_CKS, &eps_acc, NULL), DPREC_OK);
+    assert_true(eps == eps_acc);
+    /* the value the ml-100k fleet run printed for these parameters (eps_i 0.4, 10 rounds, delta_r 1e-5) */
+    assert_true(fabs(eps - 1.7275) < 1e-3);
+}
+
+/* Seed 001 Thm. 2 / eq. (9): eps_opt = J eps_i^2 / (4 ln(1.25/delta)) + 2 sqrt(J eps_i^2 ln(1/delta_r) /
+ * (4 ln(1.25/delta))), and it is the minimum over real alpha > 1 of their eq. (7),
+ * alpha J / (2 z^2) + ln(1/delta_r) / (alpha - 1), checked here by a fine scan over alpha. */
+static void test_gauss_reproduces_seed001_eps_opt(void **state) {
+    (void)state;
+    const double cases[][4] = {{100, 0.1, 0.01, 1e-5}, {100, 0.4, 0.01, 1e-5}, {300, 0.15, 0.01, 1e-5},
+                               {20, 0.5, 1e-3, 1e-6}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double J = cases[c][0], ei = cases[c][1], dl = cases[c][2], dr = cases[c][3];
+        double L = log(1.25 / dl);
+        double closed = J * ei * ei / (4 * L) + 2 * sqrt(J * ei * ei * log(1 / dr) / (4 * L));
+        double got = dprec_eps_opt_seed001((uint64_t)J, ei, dl, dr);
+        assert_true(fabs(got - closed) <= 1e-12 * closed);
+        double z2 = 2 * L / (ei * ei), best = INFINITY;
+        for (double a = 1.0001; a < 2000; a *= 1.0001) {
+            double e = a * J / (2 * z2) + log(1 / dr) / (a - 1);
+            if (e < best) best = e;
+        }
+        assert_true(best >= closed * (1 - 1e-12) && best <= closed * (1 + 1e-6));
+    }
+    /* a value from the paper's setting: J = 100, eps_i = 0.4, delta = 0.01, delta_r = 1e-5 */
+    assert_true(fabs(dprec_eps_opt_seed001(100, 0.4, 0.01, 1e-5) - 7.00513) < 1e-4);
+}
+
+static void test_gauss_job_validation_refuses_bad_params(void **state) {
+    (void)state;
+    char err[AGG_ERRMSG];
+    agg_job j = make_job("{}", 10, 2, 1, 1e-6, 5, 1.0);
+    const struct { const char *json; int ok; } cases[] = {
+        {"{}", 1},
+        {"{\"unit\":\"rating\"}", 0},                       /* eps_i is required */
+        {"{\"unit\":\"rating\",\"eps_i\":1.0}", 0},         /* Dwork-Roth Thm. A.1 needs eps < 1 */
+        {"{\"unit\":\"rating\",\"eps_i\":0.3}", 1},
+        {"{\"unit\":\"team\"}", 0},
+        {"{\"clip\":0}", 0},
+        {"{\"lr\":-1}", 0},
+        {"{\"unknown\":1}", 0},
+        {"{\"unit\":\"rating\",\"eps_i\":0.3,\"noise_multiplier\":2}", 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cJSON *p = cJSON_Parse(cases[c].json);
+        assert_int_equal(agg_protocol_gauss_gd.validate_job(&j, p, err, sizeof err) == 0, cases[c].ok);
+        cJSON_Delete(p);
+    }
+    j.budget_delta = 0; /* a pure budget cannot hold a Gaussian mechanism */
+    cJSON *p = cJSON_Parse("{}");
+    assert_int_equal(agg_protocol_gauss_gd.validate_job(&j, p, err, sizeof err), -1);
+    cJSON_Delete(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gauss_one_rating_change_moves_the_sum_by_at_most_tau_c),
+        cmocka_unit_test(test_gauss_one_user_moves_the_sum_by_at_most_c),
+        cmocka_unit_test(test_gauss_noise_std_equals_seed001_formula_for_unit_rating),
+        cmocka_unit_test(test_gauss_noise_std_equals_z_times_clip_for_unit_user),
+        cmocka_unit_test(test_gauss_published_epsilon_equals_the_accountant),
+        cmocka_unit_test(test_gauss_reproduces_seed001_eps_opt),
+        cmocka_unit_test(test_gauss_job_validation_refuses_bad_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
