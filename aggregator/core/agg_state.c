@@ -757,6 +757,9 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
         wal = mode != NULL && strcmp((const char *)mode, "wal") == 0;
     }
     sqlite3_finalize(st);
+    /* Without durability (a throw-away state: the in-process fleet) nothing else opens the file either, so the
+     * connection keeps its lock instead of taking and releasing it around every transaction. */
+    if (!a->cfg.sync_full && exec(a, "PRAGMA locking_mode=EXCLUSIVE") != 0) wal = 0;
     if (!wal || exec(a, sync_sql) != 0 || exec(a, "PRAGMA foreign_keys=ON") != 0) {
         snprintf(err, errcap, "cannot configure the state database (WAL): %s", sqlite3_errmsg(a->db));
         return -1;
