@@ -51,6 +51,7 @@ static const char help_text[] =
     "                           lambda_v of the gradient step (default 1e-8, seed 000)\n"
     "  --lr G                   local protocols: step size gamma_0 (default 0.001)\n"
     "  --lr-schedule S          local protocols: inverse (gamma_t = gamma_0 / t, default) or constant\n"
+    "  --init-scale S           local protocols: release 1's V is uniform in [-S, S] (default 0.1)\n"
     "  --q Q                    ldp-gddr: rows of the projection Phi (default min(2700, items))\n"
     "  --rr-unit U              ldp-rr: user (a user's whole vector, default) or rating (one rating)\n"
     "  --rr-split F             ldp-rr: share of epsilon for the randomized response (default 0.5)\n"
@@ -92,7 +93,7 @@ typedef struct options {
     const char *data, *synthetic, *protocol, *csv, *plot, *store_dir, *lr_schedule, *rr_unit;
     unsigned rounds, rank, threads, q, eval_every;
     double lambda, lambda_bias, device_lambda, device_lambda_per_rating, epsilon, delta, test_fraction;
-    double lr, rr_split;
+    double lr, rr_split, init_scale;
     int local; /* one of the local-DP protocols */
     /* gauss-gd (gauss_arg, gauss_spec) */
     const char *unit;
@@ -569,6 +570,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->lambda = -1; /* the protocol's default */
     o->lr = -1;
     o->rr_split = -1;
+    o->init_scale = -1;
     o->eval_every = 1;
     o->device_lambda_per_rating = 0.1;
     o->lambda_bias = -1; /* the protocol's default */
@@ -613,6 +615,10 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--lr") == 0) {
             NEED_VALUE();
             if (parse_double_arg(v, &o->lr) || o->lr <= 0) return usage_error("--lr must be > 0:", v);
+        } else if (strcmp(a, "--init-scale") == 0) {
+            NEED_VALUE();
+            if (parse_double_arg(v, &o->init_scale) || o->init_scale < 0 || o->init_scale > 1000)
+                return usage_error("--init-scale must be in [0, 1000]:", v);
         } else if (strcmp(a, "--rr-split") == 0) {
             NEED_VALUE();
             if (parse_double_arg(v, &o->rr_split) || o->rr_split <= 0 || o->rr_split >= 1)
@@ -687,6 +693,7 @@ static int parse_args(int argc, char **argv, options *o) {
                strcmp(o->protocol, "ldp-rr") == 0;
     if (o->lambda < 0) o->lambda = o->local ? 1e-8 : 10.0;
     if (strcmp(o->protocol, "plain") == 0 && o->lambda <= 0) return usage_error("plain needs --lambda > 0", NULL);
+    if (o->init_scale >= 0 && !o->local) return usage_error("--init-scale is a parameter of the local protocols", NULL);
     if (o->q != 0 && strcmp(o->protocol, "ldp-gddr") != 0) return usage_error("--q is a parameter of ldp-gddr", NULL);
     if ((o->rr_unit != NULL || o->rr_split > 0) && strcmp(o->protocol, "ldp-rr") != 0)
         return usage_error("--rr-unit and --rr-split are parameters of ldp-rr", NULL);
@@ -742,6 +749,7 @@ static void local_spec(const options *o, const fleet_data *d, char *spec, size_t
     if (strcmp(o->protocol, "ldp-gddr") == 0)
         n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"phi_seed\":%llu", (unsigned long long)o->seed);
     if (o->q > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"q\":%u", o->q < d->num_items ? o->q : d->num_items);
+    if (o->init_scale >= 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"init_scale\":%.17g", o->init_scale);
     if (o->rr_unit != NULL) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"rr_unit\":\"%s\"", o->rr_unit);
     if (o->rr_split > 0) snprintf(extra + n, sizeof extra - n, ",\"rr_split\":%.17g", o->rr_split);
     snprintf(spec, cap,
