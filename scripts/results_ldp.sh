@@ -11,7 +11,7 @@
 #
 # Defaults: d = 15 (seed 000), lambda = 1e-8, q = min(2700, m), gamma_t = lr / t with lr = 0.001.
 # Cost (2-core x86_64 VM): ml-100k about 2 s a round for ldp-gd / ldp-gddr and 11 s for ldp-rr; the
-# 100,000-device fleet about 40 s a round (docs/results.md).
+# 100,000-device fleet about 30 s a round (docs/results.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="$here/build/examples/fleet/dprec-fleet"
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2;;
     --plain-rounds) plain_rounds=$2; shift 2;;
     --table) table=1; shift;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0;;
     *) echo "results_ldp.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
