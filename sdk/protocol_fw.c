@@ -106,9 +106,9 @@ typedef struct fw_job_params {
 static int job_params(const dprec_client *c, const dprec_sync_job *job, fw_job_params *p) {
     if (dprec_json_get_number(job->doc, 0, "params.k", &p->k) != DPREC_OK ||
         dprec_json_get_number(job->doc, 0, "params.L", &p->L) != DPREC_OK ||
-        dprec_json_get_u64(job->doc, 0, "params.xi", &p->xi) != DPREC_OK ||
-        dprec_json_get_u64(job->doc, 0, "rounds", &p->T) != DPREC_OK)
+        dprec_json_get_u64(job->doc, 0, "params.xi", &p->xi) != DPREC_OK)
         return DPREC_ERR_PROTOCOL;
+    p->T = job->d; /* the job's iterations: the aggregator requires d = rounds (one release column each) */
     if (dprec_json_get_number(job->doc, 0, "params.offset", &p->offset) != DPREC_OK)
         p->offset = (job->rating_min + job->rating_max) / 2.0;
     if (!(isfinite(p->k) && p->k > 0.0 && isfinite(p->L) && p->L > 0.0 && isfinite(p->offset)) || p->T < 1 ||

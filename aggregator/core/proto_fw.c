@@ -211,8 +211,9 @@ static int fw_validate_job(const agg_job *shape, const cJSON *params, char *err,
         snprintf(err, errcap, "private-fw needs a budget with a finite epsilon and delta > 0");
         return -1;
     }
-    if (shape->rounds < 1 || (int64_t)shape->d < shape->rounds) {
-        snprintf(err, errcap, "private-fw needs d >= rounds (release column t - 1 holds iteration t's direction)");
+    if (shape->rounds < 1 || (int64_t)shape->d != shape->rounds) {
+        snprintf(err, errcap, "private-fw needs d = rounds = T (release column t - 1 holds iteration t's direction; "
+                 "the devices read T from d)");
         return -1;
     }
     return 0;
