@@ -1077,6 +1077,10 @@ int main(int argc, char **argv) {
     else snprintf(dl, sizeof dl, "%g", o.device_lambda > 0 ? o.device_lambda : o.lambda);
     printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
            (unsigned long long)f.job, o.protocol, o.rank, o.lambda, dl, o.rounds, f.data.num_users, nthreads);
+    if (strcmp(o.protocol, "private-fw") == 0)
+        printf("private-fw (seed 002): %s, n = %u items, xi = %u, T = %u, L = %g; the epsilon column is user-level "
+               "joint DP (the releases and the other users' rows; each device's own Y_i is not covered)\n",
+               o.fw_variant, o.items_top, o.fw_xi, o.rounds, o.fw_L);
     /* round 0: the initial release, before any report */
     t0 = now_s();
     if (fetch_release(&f, fleet_token, err, sizeof err) != 0) {
@@ -1213,6 +1217,7 @@ out:
     if (csv) fclose(csv);
     free(fleet_token);
     free(f.release);
+    free(o.fw_items);
     if (f.dev != NULL) {
         for (uint32_t u = 0; u < f.data.num_users; u++) {
             device *dv = &f.dev[u];
