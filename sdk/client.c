@@ -52,6 +52,7 @@ static int config_check(const dprec_config *cfg) {
     if (cfg->ledger_jobs == 0 || cfg->ledger_jobs > DPREC_MAX_LEDGER_JOBS) return DPREC_ERR_CONFIG;
     if (cfg->pending_slots == 0 || cfg->pending_slots > DPREC_MAX_PENDING_SLOTS) return DPREC_ERR_CONFIG;
     if (cfg->max_report_bytes < 16 || cfg->max_report_bytes > DPREC_MAX_REPORT_BYTES) return DPREC_ERR_CONFIG;
+    if (cfg->fw_max_ratings > 65535u) return DPREC_ERR_CONFIG;
     if (cfg->allow_non_private != 0 && cfg->allow_non_private != 1) return DPREC_ERR_CONFIG;
     return DPREC_OK;
 }
@@ -71,7 +72,8 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
-    sizes[BLK_ROWS] = (size_t)cfg->rating_capacity * (d + 1) * sizeof(float);
+    /* the private-fw state (4-byte items and floats) shares the rows' block: no new block, no new slack */
+    sizes[BLK_ROWS] = (size_t)cfg->rating_capacity * (d + 1) * sizeof(float) + dprec_fw_state_bytes(cfg);
 }
 
 _Static_assert(sizeof(struct dprec_client) <= DPREC_CLIENT_FIXED_BYTES,
@@ -136,6 +138,12 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->pending = (unsigned char *)blocks[BLK_PENDING];
     c->pending_stride = dprec_pending_stride(cfg);
     c->rows = (float *)blocks[BLK_ROWS];
+    if (cfg->fw_max_ratings > 0) {
+        c->fw_items = (uint32_t *)(void *)(c->rows + (size_t)cfg->rating_capacity * (cfg->dim + 1u));
+        c->fw_g = (float *)(void *)(c->fw_items + cfg->fw_max_ratings);
+        c->fw_scratch = c->fw_g + cfg->dim;
+    }
+    dprec_fw_reset(c);
     c->pending_skip = UINT32_MAX;
 
     int rc = dprec_rng_init(&c->rng, &c->port, cfg->test_seed, cfg->test_seed_len, "dprec client v1");

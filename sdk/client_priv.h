@@ -97,6 +97,16 @@ struct dprec_client {
      * unchanged; the private protocols' gradients need them once u is known (sdk/protocol_*.c). */
     float *rows;
 
+    /* private-fw state of one job (protocol_fw.c; store section 5), when cfg.fw_max_ratings > 0: the job, the
+     * last round whose local step was applied, the sampled items (fw_n <= fw_max_ratings, increasing) and the
+     * coefficients g (cfg.dim floats) of the row Y_i over the release's columns. fw_job 0: no state. */
+    uint64_t fw_job;
+    uint64_t fw_round;
+    uint32_t fw_n;
+    uint32_t *fw_items;
+    float *fw_g;
+    float *fw_scratch; /* 3 fw_max_ratings floats for the local step */
+
     /* streaming over a release */
     stream_mode stream;
     dprec_release_reader reader;
@@ -145,6 +155,15 @@ unsigned char *dprec_ledger_encode(const dprec_client *c, unsigned char *p);
 unsigned char *dprec_pending_encode(const dprec_client *c, unsigned char *p);
 int dprec_ledger_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
 int dprec_pending_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+
+/* The private-fw section of the store file (protocol_fw.c): non-critical (a reader that drops it only loses
+ * accuracy, never privacy: the aggregator bounds every report itself). */
+#define DPREC_SECTION_FW 5u
+size_t dprec_fw_section_max(const dprec_config *cfg);
+size_t dprec_fw_state_bytes(const dprec_config *cfg);
+unsigned char *dprec_fw_encode(const dprec_client *c, unsigned char *p);
+int dprec_fw_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+void dprec_fw_reset(dprec_client *c);
 
 /* The sync section of the store file (sync.c): registration and participation decisions. */
 #define DPREC_SECTION_SYNC 4u

@@ -59,5 +59,7 @@ extern const dprec_proto dprec_proto_plain;
 extern const dprec_proto dprec_proto_ldp_gd, dprec_proto_ldp_gddr, dprec_proto_ldp_rr;
 /* `gauss-gd` (protocol_gauss.c): seed 001's clipped gradient, Gaussian noise added by the aggregator. */
 extern const dprec_proto dprec_proto_gauss_gd;
+/* `private-fw` (protocol_fw.c): seed 002's Private Frank-Wolfe, the device's local step (joint DP). */
+extern const dprec_proto dprec_proto_private_fw;
 
 #endif /* DPREC_PROTOCOL_H */

@@ -37,7 +37,8 @@
 size_t dprec_store_image_size(const dprec_config *cfg) {
     return DPREC_STORE_HEADER_SIZE + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
            (size_t)cfg->rating_capacity * DPREC_STORE_RECORD_SIZE + dprec_ledger_section_max(cfg) +
-           dprec_pending_section_max(cfg) + dprec_sync_section_max() + DPREC_STORE_TRAILER_MAX;
+           dprec_pending_section_max(cfg) + dprec_sync_section_max() + dprec_fw_section_max(cfg) +
+           DPREC_STORE_TRAILER_MAX;
 }
 
 static const unsigned char KCV_BLOCK[16] = "dprec store kcv";
@@ -99,7 +100,7 @@ static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
         dprec_stf32(r + 4, c->ratings[i].value);
         dprec_st64(r + 8, (uint64_t)c->ratings[i].timestamp);
     }
-    unsigned char *end = dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r)));
+    unsigned char *end = dprec_fw_encode(c, dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r))));
     size_t payload = (size_t)(end - s);
     dprec_st32(p + 20, (uint32_t)payload);
     unsigned char *trailer = end;
@@ -140,7 +141,7 @@ static int ratings_decode(dprec_client *c, const unsigned char *d, uint32_t slen
 
 /* Walks the sections of a verified payload; with commit = 0 only validates. */
 static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t payload, int commit) {
-    int seen[5] = {0, 0, 0, 0, 0};
+    int seen[6] = {0, 0, 0, 0, 0, 0};
     size_t off = 0;
     while (off < payload) {
         if (payload - off < DPREC_STORE_SECTION_HEADER) return DPREC_ERR_STORE_CORRUPT;
@@ -150,7 +151,7 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         if (slen > payload - off) return DPREC_ERR_STORE_CORRUPT;
         const unsigned char *d = s + off;
         int rc = DPREC_OK;
-        if (type >= 1 && type <= 4) {
+        if (type >= 1 && type <= 5) {
             if (seen[type]) return DPREC_ERR_STORE_CORRUPT;
             seen[type] = 1;
         }
@@ -158,6 +159,7 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         else if (type == DPREC_SECTION_LEDGER) rc = dprec_ledger_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_PENDING) rc = dprec_pending_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_SYNC) rc = dprec_sync_decode(c, d, slen, commit);
+        else if (type == DPREC_SECTION_FW) rc = dprec_fw_decode(c, d, slen, commit);
         else if (sflags & SECTION_CRITICAL) rc = DPREC_ERR_STORE_VERSION; /* a newer SDK's data we must not drop */
         if (rc != DPREC_OK) return rc;
         off += slen;
@@ -220,6 +222,7 @@ static int store_decode(dprec_client *c, size_t len, int commit, uint64_t *gener
         c->ledger_count = 0;
         c->pending_count = 0;
         dprec_sync_reset(c); /* a file without a sync section (older SDK): not registered */
+        dprec_fw_reset(c);   /* a file without a private-fw section: no state */
         (void)sections_decode(c, s, payload, 1);
     }
     *generation = dprec_ld64(p + 8);

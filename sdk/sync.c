@@ -48,7 +48,7 @@
 
 /* The protocols this SDK can take part in. */
 static const dprec_proto *const protocols[] = {&dprec_proto_plain, &dprec_proto_ldp_gd, &dprec_proto_ldp_gddr,
-                                               &dprec_proto_ldp_rr, &dprec_proto_gauss_gd};
+                                               &dprec_proto_ldp_rr, &dprec_proto_gauss_gd, &dprec_proto_private_fw};
 
 /* ---- the store section ------------------------------------------------------------------------------ */
 

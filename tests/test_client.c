@@ -226,6 +226,27 @@ static void test_client_peak_memory_of_a_rate_recommend_cycle_is_under_the_docum
     }
 }
 
+static void test_client_with_private_fw_state_stays_under_the_bound_plus_fw_bytes(void **state) {
+    (void)state;
+    const uint32_t ds[] = {1, 10, 256};
+    const uint32_t xis[] = {1, 80, 65535};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t xi = 0; xi < 3; xi++) {
+            dprec_config cfg;
+            cfg_for(&cfg, 300, ds[di], 50, 10);
+            size_t base = dprec_client_required_size(&cfg);
+            cfg.fw_max_ratings = xis[xi];
+            size_t need = dprec_client_required_size(&cfg);
+            assert_true(need > base);
+            assert_true(need <= DPREC_CLIENT_MEMORY_BOUND(ds[di], 50, 10) + DPREC_CLIENT_FW_BYTES(ds[di], xis[xi]));
+        }
+    dprec_config cfg;
+    cfg_for(&cfg, 300, 4, 50, 10);
+    cfg.fw_max_ratings = 65536;
+    assert_int_equal(dprec_client_required_size(&cfg), 0);
+    assert_true(DPREC_CLIENT_FW_BYTES(4, 0) == 0);
+}
+
 static void test_client_init_fails_cleanly_when_the_nth_allocation_fails(void **state) {
     (void)state;
     dprec_config cfg;
@@ -497,6 +518,7 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_rejects_inconsistent_configs),
+        cmocka_unit_test(test_client_with_private_fw_state_stays_under_the_bound_plus_fw_bytes),
         cmocka_unit_test(test_client_works_in_an_unaligned_arena_of_exactly_the_required_size),
         cmocka_unit_test(test_client_test_seed_makes_random_bytes_reproducible),
         cmocka_unit_test(test_two_clients_in_one_process_are_independent),

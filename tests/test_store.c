@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "client_priv.h"
 #include "dprec/dprec.h"
 #include "fake_port.h"
 #include "test_util.h"
@@ -86,6 +87,35 @@ static void test_store_round_trips_ratings_across_restart(void **state) {
     dprec_rating r;
     assert_int_equal(dprec_store_get(f->c, 3, &r), DPREC_OK);
     assert_int_equal(r.timestamp, 1001);
+}
+
+/* The private-fw state (section 5) survives a restart; a configuration without room for it drops it. */
+static void test_store_round_trips_private_fw_state_across_restart(void **state) {
+    fixture *f = *state;
+    f->cfg.fw_max_ratings = 3;
+    assert_int_equal(reopen(f), DPREC_OK);
+    float g[4];
+    assert_int_equal(dprec_fw_user_vector(f->c, 7, g, 4), DPREC_ERR_NOT_FOUND);
+    f->c->fw_job = 7;
+    f->c->fw_round = 2;
+    f->c->fw_n = 2;
+    f->c->fw_items[0] = 5;
+    f->c->fw_items[1] = 42;
+    for (uint32_t k = 0; k < 4; k++) f->c->fw_g[k] = 0.25f * (float)k - 0.3f;
+    assert_int_equal(dprec_store_put(f->c, 5, 4.0f, 1000), DPREC_OK); /* saves the store, section 5 included */
+    assert_int_equal(reopen(f), DPREC_OK);
+    assert_true(f->c->fw_job == 7 && f->c->fw_round == 2 && f->c->fw_n == 2);
+    assert_true(f->c->fw_items[0] == 5 && f->c->fw_items[1] == 42);
+    assert_int_equal(dprec_fw_user_vector(f->c, 7, g, 4), DPREC_OK);
+    for (uint32_t k = 0; k < 4; k++) assert_true(g[k] == 0.25f * (float)k - 0.3f);
+    assert_int_equal(dprec_fw_user_vector(f->c, 8, g, 4), DPREC_ERR_NOT_FOUND);
+    f->cfg.fw_max_ratings = 1; /* fewer than the stored sample: the state is dropped, the ratings are kept */
+    assert_int_equal(reopen(f), DPREC_OK);
+    assert_int_equal(dprec_fw_user_vector(f->c, 7, g, 4), DPREC_ERR_NOT_FOUND);
+    assert_int_equal(dprec_store_count(f->c), 1);
+    f->cfg.fw_max_ratings = 0;
+    assert_int_equal(reopen(f), DPREC_OK);
+    assert_int_equal(dprec_store_count(f->c), 1);
 }
 
 static void test_store_updates_and_removes(void **state) {
@@ -414,6 +444,7 @@ static void test_store_encrypted_round_trip_survives_many_saves(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_store_round_trips_ratings_across_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_round_trips_private_fw_state_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_updates_and_removes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_uses_port_clock_for_timestamp_now, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_rejects_every_bad_input_and_changes_nothing, setup, teardown),

@@ -120,6 +120,28 @@ extern const agg_protocol agg_protocol_gauss_gd;
 int agg_gauss_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *sum);
 int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivity, double *sigma);
 
+extern const agg_protocol agg_protocol_private_fw;
+
+/* proto_fw.c (seed 002), exposed for tests. The round's mechanism: sigma of the noise, the L2 sensitivity
+ * passed to dprec_noise_gaussian for the noised vector (sens) and for a scalar (sens1), and the zCDP rho of
+ * one round. The sparse residual rows of a round (row i: entries off[i] .. off[i+1] of idx, val; idx are
+ * subset indices). The symmetric noise (i.i.d. on and above the diagonal, mirrored), the dense top eigenpair
+ * (LAPACKE_dsyevr; w is overwritten), Oja's method (sigma 0: no noise), and the global step with or without
+ * noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
+typedef struct agg_fw_rows {
+    size_t rows;
+    size_t *off;
+    uint32_t *idx;
+    double *val;
+} agg_fw_rows;
+int agg_fw_mechanism(const agg_job *job, double *sigma, double *sens, double *sens1, double *rho);
+int agg_fw_noise_symmetric(dprec_rng *rng, double *w, uint32_t n, double sens, double sigma);
+int agg_fw_top_dense(double *w, uint32_t n, double *v, double *ev);
+int agg_fw_oja(const agg_fw_rows *A, uint32_t n, uint32_t steps, double eta, double sigma, double sens,
+               double sens1, dprec_rng *rng, double *v, double *ev2);
+int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t nrep, dprec_rng *rng,
+                int noisy, agg_model *next, char *err, size_t errcap);
+
 /* A report waiting for the group commit. */
 typedef struct agg_pending {
     int64_t job, device;

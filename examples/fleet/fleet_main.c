@@ -47,6 +47,15 @@ static const char help_text[] =
     "  --rounds N               rounds (default 12); for the local protocols also k, the number of rounds\n"
     "                           the budget is split over (epsilon / k per round)\n"
     "  --rank D                 latent dimension d (default 10)\n"
+    "private-fw (seed 002, joint DP; fw_arg):\n"
+    "  --items-top N            keep only the N most-rated items (any protocol: plain on the same subset).\n"
+    "                           The fleet counts them in its own data; a real deployment must take the\n"
+    "                           subset from public metadata, since choosing it from the ratings is not private\n"
+    "  --iterations T           private-fw: Frank-Wolfe iterations = rounds (sets --rounds and d = T)\n"
+    "  --max-ratings XI         private-fw: ratings each device samples once (default 80)\n"
+    "  --variant V              private-fw: dense (LAPACKE eigen-solver, default) or oja (Alg. 2)\n"
+    "  --fw-k K, --fw-L L       private-fw: nuclear-norm bound (default sqrt(users n)) and row bound\n"
+    "                           (default sqrt(XI)); --fw-beta B (default 0.1), --oja-steps G (default 64)\n"
     "  --lambda L               plain: ridge of the item least squares (default 10); local protocols:\n"
     "                           lambda_v of the gradient step (default 1e-8, seed 000)\n"
     "  --lr G                   local protocols: step size gamma_0 (default 0.001)\n"
@@ -99,6 +108,11 @@ typedef struct options {
     const char *unit;
     double clip, sampling_rate, eps_i, delta_i; /* and lr, shared with the local protocols */
     int epsilon_set, delta_set;
+    /* private-fw (fw_arg, fw_spec) and --items-top */
+    unsigned items_top, fw_xi, fw_iterations, oja_steps;
+    const char *fw_variant;
+    double fw_k, fw_L, fw_beta;
+    char *fw_items; /* the subset as params.items' hex bitmap (malloc'd) */
     uint64_t seed;
     int quiet, verbose, verify_each;
     fleet_conn_options conn;
@@ -203,7 +217,10 @@ static int device_load(fleet *f, uint32_t u) {
      * and m d floats; with room to spare */
     if (strcmp(o->protocol, "ldp-rr") == 0) cfg.max_report_bytes = 132u + (d->num_items + 7u) / 8u + 4u * d->num_items * o->rank;
     else if (o->local) cfg.max_report_bytes = 128u;
-    else if (strcmp(o->protocol, "gauss-gd") == 0) /* envelope + [d][n] + x (d + 1 floats) + n (item, coef) pairs */
+    else if (strcmp(o->protocol, "private-fw") == 0) { /* envelope + [n][0] + XI (item, residual) pairs */
+        cfg.max_report_bytes = 128u + 8u * o->fw_xi;
+        cfg.fw_max_ratings = o->fw_xi;
+    } else if (strcmp(o->protocol, "gauss-gd") == 0) /* envelope + [d][n] + x (d + 1 floats) + n (item, coef) pairs */
         cfg.max_report_bytes = 132u + 4u * o->rank + 8u * cfg.rating_capacity;
     else cfg.max_report_bytes = 128u + 4u * o->rank + 8u * cfg.rating_capacity;
     uint64_t s = o->seed;
@@ -268,10 +285,45 @@ static void device_sync(fleet *f, uint32_t u, const dprec_transport *t) {
     note_error(f, u, "sync kept asking to retry later", DPREC_ERR_NETWORK);
 }
 
+/* private-fw: the device's own row Y_i = offset + g . V_j (dprec_fw_user_vector), on the latest release */
+static void device_eval_fw(fleet *f, uint32_t u) {
+    const fleet_data *d = &f->data;
+    device *dv = &f->dev[u];
+    float g[DPREC_MAX_DIM], row[DPREC_MAX_DIM];
+    uint32_t dim = f->o->rank;
+    double offset = ((double)d->rating_min + (double)d->rating_max) / 2.0; /* the job's params.offset default */
+    int rc = dprec_fw_user_vector(dv->client, f->job, g, dim);
+    if (rc == DPREC_ERR_NOT_FOUND) memset(g, 0, sizeof g); /* before its first report: Y_i = 0 */
+    else if (rc != DPREC_OK) {
+        note_error(f, u, "fw user vector", rc);
+        dv->sse = NAN;
+        return;
+    }
+    for (size_t i = d->off[u] + d->ntrain[u]; i < d->off[u + 1]; i++) {
+        float bias = 0.0f;
+        rc = dprec_release_row(f->release, &f->release_info, d->ratings[i].item, row, &bias);
+        if (rc != DPREC_OK) {
+            note_error(f, u, "release row", rc);
+            dv->sse = NAN;
+            return;
+        }
+        double s = offset;
+        for (uint32_t k = 0; k < dim; k++) s += (double)g[k] * (double)row[k];
+        if (s < (double)d->rating_min) s = (double)d->rating_min;
+        if (s > (double)d->rating_max) s = (double)d->rating_max;
+        double e = s - (double)d->ratings[i].value;
+        dv->sse += e * e;
+    }
+}
+
 static void device_eval(fleet *f, uint32_t u) {
     const fleet_data *d = &f->data;
     device *dv = &f->dev[u];
     dv->sse = 0;
+    if (strcmp(f->o->protocol, "private-fw") == 0) {
+        device_eval_fw(f, u);
+        return;
+    }
     int rc = dprec_fit(dv->client, f->release, f->release_len);
     if (rc != DPREC_OK) {
         note_error(f, u, "fit", rc);
@@ -503,6 +555,121 @@ static int usage_error(const char *msg, const char *arg) {
     return 2;
 }
 
+/* ---- private-fw options, item subset and job spec --------------------------------------------------------- */
+
+/* One private-fw flag: 1 if a is one (v consumed), 0 if not, -1 on a bad value. */
+static int fw_arg(const char *a, const char *v, options *o) {
+    unsigned *u = NULL, lo = 1, hi = 0;
+    double *dst = NULL;
+    if (strcmp(a, "--variant") == 0) {
+        if (v == NULL || (strcmp(v, "dense") != 0 && strcmp(v, "oja") != 0)) return -1;
+        o->fw_variant = v;
+        return 1;
+    }
+    if (strcmp(a, "--items-top") == 0) { u = &o->items_top; lo = 2; hi = DPREC_MAX_ITEMS; }
+    else if (strcmp(a, "--max-ratings") == 0) { u = &o->fw_xi; hi = 65535; }
+    else if (strcmp(a, "--iterations") == 0) { u = &o->fw_iterations; hi = DPREC_MAX_DIM; }
+    else if (strcmp(a, "--oja-steps") == 0) { u = &o->oja_steps; hi = 100000; }
+    else if (strcmp(a, "--fw-k") == 0) dst = &o->fw_k;
+    else if (strcmp(a, "--fw-L") == 0) dst = &o->fw_L;
+    else if (strcmp(a, "--fw-beta") == 0) dst = &o->fw_beta;
+    else return 0;
+    if (u != NULL) return v != NULL && parse_uint_arg(v, lo, hi, u) == 0 ? 1 : -1;
+    if (v == NULL || parse_double_arg(v, dst) || !(*dst > 0)) return -1;
+    if (dst == &o->fw_beta && !(*dst < 1)) return -1;
+    return 1;
+}
+
+static int fw_finish_args(options *o) {
+    if (o->fw_xi == 0) o->fw_xi = 80;           /* seed 002's experiments: xi = 80 */
+    if (o->fw_variant == NULL) o->fw_variant = "dense";
+    if (o->fw_iterations > 0) o->rounds = o->fw_iterations;
+    if (o->rounds > DPREC_MAX_DIM) {
+        fprintf(stderr, "dprec-fleet: private-fw keeps one release column per iteration: --iterations <= %u\n",
+                DPREC_MAX_DIM);
+        return 2;
+    }
+    o->rank = o->rounds; /* d = T: column t - 1 of the release holds iteration t's direction */
+    if (o->fw_L == 0) o->fw_L = sqrt((double)o->fw_xi);
+    if (o->fw_beta == 0) o->fw_beta = 0.1;
+    if (o->oja_steps == 0) o->oja_steps = 64;
+    if (o->items_top == 0) {
+        fprintf(stderr, "dprec-fleet: private-fw needs --items-top N (the item subset)\n");
+        return 2;
+    }
+    if (!(o->delta > 0)) {
+        fprintf(stderr, "dprec-fleet: private-fw needs --delta > 0\n");
+        return 2;
+    }
+    return 0;
+}
+
+typedef struct fw_count { uint32_t item, n; } fw_count;
+static int fw_count_cmp(const void *a, const void *b) {
+    const fw_count *x = a, *y = b;
+    if (x->n != y->n) return x->n > y->n ? -1 : 1;
+    return x->item < y->item ? -1 : (x->item > y->item);
+}
+
+/* --items-top: keeps the ratings of the N most-rated items (counted in the fleet's own data, before the
+ * split: a simulation shortcut; a deployment takes the subset from public metadata) and drops users left
+ * without ratings; writes the subset's hex bitmap (params.items of private-fw) into o->fw_items. */
+static int fw_filter_items(options *o, fleet_data *d) {
+    if (o->items_top == 0) return 0;
+    fw_count *c = calloc(d->num_items, sizeof *c);
+    unsigned char *keep = calloc(d->num_items, 1);
+    uint32_t *newid = malloc(sizeof(uint32_t) * d->num_users);
+    size_t bytes = ((size_t)d->num_items + 7) / 8;
+    o->fw_items = malloc(2 * bytes + 1);
+    if (c == NULL || keep == NULL || newid == NULL || o->fw_items == NULL) {
+        free(c); free(keep); free(newid);
+        return -1;
+    }
+    for (uint32_t j = 0; j < d->num_items; j++) c[j].item = j;
+    for (size_t i = 0; i < d->num_ratings; i++) c[d->ratings[i].item].n++;
+    qsort(c, d->num_items, sizeof *c, fw_count_cmp);
+    uint32_t top = o->items_top < d->num_items ? o->items_top : d->num_items;
+    for (uint32_t t = 0; t < top; t++) keep[c[t].item] = 1;
+    for (size_t b = 0; b < bytes; b++) {
+        unsigned byte = 0;
+        for (uint32_t j = (uint32_t)(8 * b); j < 8 * b + 8 && j < d->num_items; j++)
+            if (keep[j]) byte |= 1u << (j % 8);
+        snprintf(o->fw_items + 2 * b, 3, "%02x", byte);
+    }
+    size_t k = 0;
+    for (uint32_t u = 0; u < d->num_users; u++) newid[u] = UINT32_MAX;
+    uint32_t users = 0;
+    for (size_t i = 0; i < d->num_ratings; i++) {
+        fleet_rating r = d->ratings[i];
+        if (!keep[r.item]) continue;
+        if (newid[r.user] == UINT32_MAX) newid[r.user] = 0; /* seen; numbered below in user order */
+        d->ratings[k++] = r;
+    }
+    for (uint32_t u = 0; u < d->num_users; u++)
+        if (newid[u] != UINT32_MAX) newid[u] = users++;
+    for (size_t i = 0; i < k; i++) d->ratings[i].user = newid[d->ratings[i].user];
+    printf("items: the %u most-rated items kept (%zu of %zu ratings, %u of %u users)\n", top, k, d->num_ratings,
+           users, d->num_users);
+    d->num_ratings = k;
+    d->num_users = users;
+    free(c);
+    free(keep);
+    free(newid);
+    return 0;
+}
+
+static void fw_spec(char *spec, size_t cap, const options *o, const fleet_data *d) {
+    /* k: the nuclear norm of a users x n matrix of unit entries of rank one is sqrt(users n) */
+    double k = o->fw_k > 0 ? o->fw_k : sqrt((double)d->num_users * (double)o->items_top);
+    snprintf(spec, cap,
+             "{\"protocol\":\"private-fw\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
+             "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":1.0,"
+             "\"params\":{\"items\":\"%s\",\"k\":%.17g,\"L\":%.17g,\"xi\":%u,\"beta\":%.17g,\"variant\":\"%s\","
+             "\"oja_steps\":%u},\"budget\":{\"epsilon\":%.17g,\"delta\":%.17g}}",
+             o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users,
+             o->fw_items, k, o->fw_L, o->fw_xi, o->fw_beta, o->fw_variant, o->oja_steps, o->epsilon, o->delta);
+}
+
 /* ---- gauss-gd options and job spec ------------------------------------------------------------------------ */
 
 /* One gauss-gd flag: 1 if a is one (v consumed), 0 if not, -1 on a bad value. */
@@ -658,6 +825,9 @@ static int parse_args(int argc, char **argv, options *o) {
             NEED_VALUE();
             if (parse_double_arg(v, &o->lambda_bias) || o->lambda_bias < 0)
                 return usage_error("--lambda-bias must be >= 0:", v);
+        } else if (fw_arg(a, v, o) != 0) {
+            if (fw_arg(a, v, o) < 0) return usage_error("bad value for", a);
+            i++;
         } else if (gauss_arg(a, v, o) != 0) {
             if (gauss_arg(a, v, o) < 0) return usage_error("bad value for", a);
             i++;
@@ -701,11 +871,15 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->lr > 0 && !o->local && strcmp(o->protocol, "gauss-gd") != 0)
         return usage_error("--lr is a parameter of the local protocols and gauss-gd", NULL);
     if (strcmp(o->protocol, "gauss-gd") == 0) return gauss_finish_args(o);
-    static const char *const later[] = {"private-fw", "sgld", "dpmf", "dpals"};
+    if (strcmp(o->protocol, "private-fw") == 0) return fw_finish_args(o);
+    if (o->fw_xi || o->fw_iterations || o->fw_variant || o->fw_k > 0 || o->fw_L > 0 || o->fw_beta > 0 || o->oja_steps)
+        return usage_error("--max-ratings, --iterations, --variant, --fw-* and --oja-steps are parameters of private-fw",
+                           NULL);
+    static const char *const later[] = {"sgld", "dpmf", "dpals"};
     if (strcmp(o->protocol, "plain") != 0 && !o->local) {
         for (size_t k = 0; k < sizeof later / sizeof later[0]; k++)
             if (strcmp(o->protocol, later[k]) == 0) {
-                fprintf(stderr, "dprec-fleet: protocol %s is not implemented yet (plain, ldp-gd, ldp-gddr, ldp-rr, gauss-gd are)\n",
+                fprintf(stderr, "dprec-fleet: protocol %s is not implemented yet (plain, ldp-gd, ldp-gddr, ldp-rr, gauss-gd, private-fw are)\n",
                         o->protocol);
                 return 2;
             }
@@ -774,7 +948,8 @@ int main(int argc, char **argv) {
     memset(&f, 0, sizeof f);
     f.o = &o;
     pthread_mutex_init(&f.lock, NULL);
-    if (load_data(&o, &f.data, err, sizeof err) != 0 || fleet_data_split(&f.data, o.test_fraction, o.seed) != 0) {
+    if (load_data(&o, &f.data, err, sizeof err) != 0 || fw_filter_items(&o, &f.data) != 0 ||
+        fleet_data_split(&f.data, o.test_fraction, o.seed) != 0) {
         fprintf(stderr, "dprec-fleet: %s\n", err[0] ? err : "out of memory");
         return 1;
     }
@@ -838,10 +1013,13 @@ int main(int argc, char **argv) {
            now_s() - t0);
 
     /* the job */
-    char spec[1024], lb[64] = "";
+    static char spec[16384];
+    char lb[64] = "";
     if (o.lambda_bias >= 0) snprintf(lb, sizeof lb, ",\"lambda_bias\":%g", o.lambda_bias);
     if (strcmp(o.protocol, "gauss-gd") == 0)
         gauss_spec(spec, sizeof spec, &o, &f.data);
+    else if (strcmp(o.protocol, "private-fw") == 0)
+        fw_spec(spec, sizeof spec, &o, &f.data);
     else if (strcmp(o.protocol, "plain") == 0)
         snprintf(spec, sizeof spec,
                  "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
@@ -907,6 +1085,10 @@ int main(int argc, char **argv) {
     else snprintf(dl, sizeof dl, "%g", o.device_lambda > 0 ? o.device_lambda : o.lambda);
     printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
            (unsigned long long)f.job, o.protocol, o.rank, o.lambda, dl, o.rounds, f.data.num_users, nthreads);
+    if (strcmp(o.protocol, "private-fw") == 0)
+        printf("private-fw (seed 002): %s, n = %u items, xi = %u, T = %u, L = %g; the epsilon column is user-level "
+               "joint DP (the releases and the other users' rows; each device's own Y_i is not covered)\n",
+               o.fw_variant, o.items_top, o.fw_xi, o.rounds, o.fw_L);
     /* round 0: the initial release, before any report */
     t0 = now_s();
     if (fetch_release(&f, fleet_token, err, sizeof err) != 0) {
@@ -1043,6 +1225,7 @@ out:
     if (csv) fclose(csv);
     free(fleet_token);
     free(f.release);
+    free(o.fw_items);
     if (f.dev != NULL) {
         for (uint32_t u = 0; u < f.data.num_users; u++) {
             device *dv = &f.dev[u];

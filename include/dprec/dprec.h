@@ -46,6 +46,11 @@ DPREC_BEGIN_DECLS
      20u * (size_t)(d) + 8u * (size_t)(k) + 96u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
      352u + 176u)
 
+/* The extra memory of a client that keeps private-fw state (cfg.fw_max_ratings = xi > 0; 0 costs nothing):
+ * the state in memory (xi item ids and d coefficients, 4 bytes each, and 3 xi floats of scratch for the local
+ * step) and its store section in the file image (8-byte section header, 32-byte prefix, 4 xi + 4 d bytes). */
+#define DPREC_CLIENT_FW_BYTES(d, xi) ((xi) ? 20u * (size_t)(xi) + 8u * (size_t)(d) + 40u : (size_t)0)
+
 /* The bound with the default ledger and report settings (8 jobs, 1 pending slot, 4096-byte reports). */
 #define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)
 
@@ -71,6 +76,10 @@ typedef struct dprec_config {
      * so runs are reproducible. Never set it in an app: every random draw would be predictable. */
     const unsigned char *test_seed;
     size_t test_seed_len;
+    /* private-fw (seed 002, joint DP): the most ratings xi a job may ask the device to sample and keep its
+     * predictions for (0, the default: the device keeps no private-fw state and refuses such jobs; at most
+     * 65535). The client then needs DPREC_CLIENT_FW_BYTES(d, xi) more memory. */
+    uint32_t fw_max_ratings;
 } dprec_config;
 
 /* Fills *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1, 8 ledger
@@ -191,6 +200,13 @@ DPREC_API int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_
 
 /* The predicted rating of one item (fitted user vector; the release must be the fitted one). */
 DPREC_API int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32_t item, float *score);
+
+/* private-fw (seed 002): the device's own row of predictions Y_i = sum_c g_c v_c, as the coefficients g
+ * (dim floats) over the release's columns, and the job's public offset: the predicted rating of item j is
+ * offset + g . V_j with V_j the row of j in the job's latest release (docs/protocol.md, private-fw). The
+ * prediction is for this user only (joint DP: it depends on their own ratings without noise; never send it).
+ * DPREC_ERR_NOT_FOUND if the client keeps no state for job_id; dim must equal cfg.dim. */
+DPREC_API int dprec_fw_user_vector(const dprec_client *c, uint64_t job_id, float *g, uint32_t dim);
 
 DPREC_END_DECLS
 
