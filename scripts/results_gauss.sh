@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Seed 001's gauss-gd in dprec: test RMSE against epsilon for both units, beside plain, item mean and global
+# mean. unit=user: the job's total (epsilon, delta) at each EPS (noise multiplier from the accountant);
+# unit=rating: seed 001's per-step eps_i at each EPS_I, with the resulting eps_opt (Thm. 2) and the accountant's
+# epsilon. Each cell is one `dprec-fleet --in-process` run; rows are appended to OUT (CSV) as they finish (rows
+# already there are skipped). `--table` prints the markdown tables of OUT.
+#
+#   bash scripts/results_gauss.sh [--data ml100k|synthetic] [--eps "0.5 1 2 5 10"] [--eps-i "0.1 0.2 0.4 0.8"]
+#                                 [--rounds T] [--lr G] [--clip C] [--out FILE]
+#   bash scripts/results_gauss.sh --table [--out FILE]
+#
+# Defaults: T = 10 rounds, d = 10, clip C = 1, lr = 0.005, delta = 1e-6 (unit user), delta_i = 0.01 and
+# delta_r = 1e-5 (unit rating, seed 001). synthetic = 100,000 devices, 300 items, 1,000,000 ratings.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+fleet="$here/build/examples/fleet/dprec-fleet"
+data=ml100k epss="0.5 1 2 5 10" epsis="0.1 0.2 0.4 0.8" rounds=10 lr=0.005 clip=1 out="" table=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) data=$2; shift 2;;
+    --eps) epss=$2; shift 2;;
+    --eps-i) epsis=$2; shift 2;;
+    --rounds) rounds=$2; shift 2;;
+    --lr) lr=$2; shift 2;;
+    --clip) clip=$2; shift 2;;
+    --out) out=$2; shift 2;;
+    --table) table=1; shift;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0;;
+    *) echo "results_gauss.sh: unknown option $1 (see --help)" >&2; exit 2;;
+  esac
+done
+out=${out:-"$here/build/results-gauss.csv"}
+
+if [ "$table" = 1 ]; then
+  [ -f "$out" ] || { echo "results_gauss.sh: no results in $out" >&2; exit 1; }
+  python3 - "$out" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for data in sorted({r["data"] for r in rows}):
+    rs = [r for r in rows if r["data"] == data]
+    base = next((r for r in rs if r["unit"] == "plain"), None)
+    print(f"\n**{data}**" + (f" (plain {base['rmse']}, item mean {base['item']}, global mean {base['global']})" if base else "") + "\n")
+    print("| unit | setting | epsilon (accountant) | seed 001 eps_opt | delta | test RMSE |")
+    print("|---|---|---|---|---|---|")
+    for r in rs:
+        if r["unit"] == "plain": continue
+        print(f"| {r['unit']} | {r['setting']} | {r['epsilon']} | {r['eps_opt']} | {r['delta']} | {r['rmse']} |")
+PY
+  exit 0
+fi
+
+[ -x "$fleet" ] || { echo "results_gauss.sh: build first (bash scripts/test.sh)" >&2; exit 1; }
+case "$data" in
+  ml100k) src=(--data "$here/../shared/data/ml-100k/u.data");;
+  synthetic) src=(--synthetic 100000,300,1000000,5);;
+  *) echo "results_gauss.sh: --data ml100k or synthetic" >&2; exit 2;;
+esac
+[ -f "$out" ] || echo "data,unit,setting,epsilon,eps_opt,delta,rmse,item,global,seconds" > "$out"
+field() { echo "$1" | sed -n "s/^final: .* $2=\([^ ]*\).*/\1/p"; }
+run() { # unit setting args...
+  local unit=$1 setting=$2; shift 2
+  if grep -q "^$data,$unit,$setting," "$out"; then echo "  skip $data $unit $setting"; return; fi
+  local t0=$SECONDS log
+  log=$("$fleet" --in-process "${src[@]}" --rounds "$rounds" --eval-every 0 --quiet "$@" 2>&1) ||
+    { echo "$log" >&2; echo "results_gauss.sh: run failed: $unit $setting" >&2; exit 1; }
+  local rmse eps delta opt item global
+  rmse=$(field "$log" test_rmse); eps=$(field "$log" epsilon); delta=$(field "$log" delta)
+  opt=$(echo "$log" | sed -n 's/^seed 001: .* eps_opt = \([0-9.e+-]*\) .*/\1/p'); opt=${opt:-—}
+  item=$(echo "$log" | sed -n 's/^baselines: global mean [0-9.]*, item mean \([0-9.]*\);.*/\1/p')
+  global=$(echo "$log" | sed -n 's/^baselines: global mean \([0-9.]*\), item mean.*/\1/p')
+  echo "$data,$unit,$setting,$eps,$opt,$delta,$rmse,$item,$global,$((SECONDS - t0))" >> "$out"
+  echo "  $data $unit $setting: epsilon $eps (eps_opt $opt), test RMSE $rmse ($((SECONDS - t0)) s)"
+}
+if ! grep -q "^$data,plain," "$out"; then
+  log=$("$fleet" --in-process "${src[@]}" --protocol plain --rounds "$rounds" --quiet 2>&1)
+  rmse=$(field "$log" test_rmse)
+  item=$(echo "$log" | sed -n 's/^baselines: global mean [0-9.]*, item mean \([0-9.]*\);.*/\1/p')
+  global=$(echo "$log" | sed -n 's/^baselines: global mean \([0-9.]*\), item mean.*/\1/p')
+  echo "$data,plain,-,inf,—,0,$rmse,$item,$global,0" >> "$out"
+fi
+for e in $epss; do
+  run user "eps=$e" --protocol gauss-gd --unit user --epsilon "$e" --delta 1e-6 --clip "$clip" --lr "$lr"
+done
+for ei in $epsis; do
+  run rating "eps_i=$ei" --protocol gauss-gd --unit rating --eps-i "$ei" --clip "$clip" --lr "$lr"
+done
