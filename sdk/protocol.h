@@ -53,6 +53,11 @@ typedef struct dprec_proto {
     dprec_unit (*unit_of)(const dprec_sync_job *job);
 } dprec_proto;
 
+/* Writes the envelope header of a report for this job's open round (protocol id, job, round, report id,
+ * release version, payload length) at out[0 .. DPREC_ENVELOPE_HEADER). Every protocol's build starts so. */
+void dprec_proto_write_header(const dprec_sync_job *job, uint16_t protocol, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
+                              uint32_t payload_len, unsigned char *out);
+
 /* The `plain` reference protocol (protocol_plain.c): no privacy; the exact per-user statistics. */
 extern const dprec_proto dprec_proto_plain;
 /* The local-DP protocols of seed 000 (protocol_ldp.c). */

@@ -198,15 +198,7 @@ static int fw_build(dprec_client *c, const dprec_sync_job *job, const unsigned c
     }
     if (dprec_fw_residual(kept, y, ys, p.L, a) < 0.0) return DPREC_ERR_PROTOCOL;
 
-    dprec_envelope e;
-    memset(&e, 0, sizeof e);
-    e.protocol = DPREC_PROTO_PRIVATE_FW;
-    e.job_id = job->job_id;
-    e.round = job->round;
-    memcpy(e.report_id, report_id, DPREC_REPORT_ID_SIZE);
-    e.release_version = job->release_version;
-    e.payload_len = (uint32_t)payload;
-    dprec_envelope_write_header(out, &e);
+    dprec_proto_write_header(job, DPREC_PROTO_PRIVATE_FW, report_id, (uint32_t)payload, out);
     unsigned char *pl = out + DPREC_ENVELOPE_HEADER;
     dprec_st32(pl, kept);
     dprec_st32(pl + 4, 0);

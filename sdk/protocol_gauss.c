@@ -72,15 +72,7 @@ static int gauss_build(dprec_client *c, const dprec_sync_job *job, const unsigne
     }
     dprec_gauss_scales(unit, c->u, d, sq, clip, &xs, &cs);
 
-    dprec_envelope e;
-    memset(&e, 0, sizeof e);
-    e.protocol = DPREC_PROTO_GAUSS_GD;
-    e.job_id = job->job_id;
-    e.round = job->round;
-    memcpy(e.report_id, report_id, DPREC_REPORT_ID_SIZE);
-    e.release_version = job->release_version;
-    e.payload_len = (uint32_t)payload;
-    dprec_envelope_write_header(out, &e);
+    dprec_proto_write_header(job, DPREC_PROTO_GAUSS_GD, report_id, (uint32_t)payload, out);
 
     unsigned char *p = out + DPREC_ENVELOPE_HEADER;
     dprec_st32(p, d);

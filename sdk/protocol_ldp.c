@@ -45,23 +45,10 @@ static double residual(const dprec_client *c, uint32_t i) {
     return e;
 }
 
-static void write_header(const dprec_sync_job *job, uint16_t proto, const unsigned char id[DPREC_REPORT_ID_SIZE],
-                         uint32_t payload, unsigned char *out) {
-    dprec_envelope e;
-    memset(&e, 0, sizeof e);
-    e.protocol = proto;
-    e.job_id = job->job_id;
-    e.round = job->round;
-    memcpy(e.report_id, id, DPREC_REPORT_ID_SIZE);
-    e.release_version = job->release_version;
-    e.payload_len = payload;
-    dprec_envelope_write_header(out, &e);
-}
-
 static int sign_payload(const dprec_sync_job *job, uint16_t proto, const unsigned char id[DPREC_REPORT_ID_SIZE],
                         uint32_t cell, uint32_t l, int plus, unsigned char *out, size_t cap, size_t *len) {
     if (cap < DPREC_ENVELOPE_HEADER + DPREC_LDP_SIGN_PAYLOAD) return DPREC_ERR_REPORT_TOO_LARGE;
-    write_header(job, proto, id, DPREC_LDP_SIGN_PAYLOAD, out);
+    dprec_proto_write_header(job, proto, id, DPREC_LDP_SIGN_PAYLOAD, out);
     unsigned char *p = out + DPREC_ENVELOPE_HEADER;
     dprec_st32(p, cell);
     dprec_st32(p + 4, l);
@@ -176,7 +163,7 @@ static int rr_build(dprec_client *c, const dprec_sync_job *job, const unsigned c
     dprec_laplace_plan plan;
     rc = dprec_laplace_plan_init(&plan, rp.l1, rp.n, rp.eps2);
     if (rc != DPREC_OK) return DPREC_ERR_PROTOCOL;
-    write_header(job, DPREC_PROTO_LDP_RR, id, (uint32_t)payload, out);
+    dprec_proto_write_header(job, DPREC_PROTO_LDP_RR, id, (uint32_t)payload, out);
     unsigned char *p = out + DPREC_ENVELOPE_HEADER;
     size_t bits = (((size_t)m + 7u) / 8u + 3u) & ~(size_t)3u;
     dprec_st32(p, m);

@@ -14,6 +14,19 @@
 #include "protocol.h"
 #include "report.h"
 
+void dprec_proto_write_header(const dprec_sync_job *job, uint16_t protocol, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
+                              uint32_t payload_len, unsigned char *out) {
+    dprec_envelope e;
+    memset(&e, 0, sizeof e);
+    e.protocol = protocol;
+    e.job_id = job->job_id;
+    e.round = job->round;
+    memcpy(e.report_id, report_id, DPREC_REPORT_ID_SIZE);
+    e.release_version = job->release_version;
+    e.payload_len = payload_len;
+    dprec_envelope_write_header(out, &e);
+}
+
 static int plain_charge(const dprec_sync_job *job, dprec_charge *out) {
     (void)job;
     out->job_epsilon = 0.0; /* the ledger records +infinity for model NONE */
@@ -28,15 +41,7 @@ static int plain_build(dprec_client *c, const dprec_sync_job *job, const unsigne
     if (!c->fitted) return DPREC_ERR_STATE;
     if (cap < DPREC_ENVELOPE_HEADER || cap - DPREC_ENVELOPE_HEADER < payload) return DPREC_ERR_REPORT_TOO_LARGE;
 
-    dprec_envelope e;
-    memset(&e, 0, sizeof e);
-    e.protocol = DPREC_PROTO_PLAIN;
-    e.job_id = job->job_id;
-    e.round = job->round;
-    memcpy(e.report_id, report_id, DPREC_REPORT_ID_SIZE);
-    e.release_version = job->release_version;
-    e.payload_len = (uint32_t)payload;
-    dprec_envelope_write_header(out, &e);
+    dprec_proto_write_header(job, DPREC_PROTO_PLAIN, report_id, (uint32_t)payload, out);
 
     unsigned char *p = out + DPREC_ENVELOPE_HEADER;
     dprec_st32(p, d);
