@@ -171,11 +171,18 @@ typedef struct agg_metrics {
     uint64_t latency_count;
 } agg_metrics;
 
+#define AGG_STMT_CACHE 32
+
 struct dprec_agg {
     dprec_agg_config cfg;
     char *admin_token;
     sqlite3 *db;
-    pthread_mutex_t db_mu;     /* guards db (every statement and transaction) */
+    pthread_mutex_t db_mu;     /* guards db (every statement and transaction) and stmts */
+    struct agg_stmt {          /* prepared statements kept for the connection's life (agg_state.c: prep) */
+        const char *sql;       /* the call site's string literal; looked up by address */
+        sqlite3_stmt *st;
+        int busy;              /* handed out and not yet given back with finish() */
+    } stmts[AGG_STMT_CACHE];
     pthread_mutex_t q_mu;      /* guards the group-commit queue */
     pthread_cond_t q_cv;
     agg_pending *q_head, *q_tail;

@@ -49,13 +49,47 @@ static int exec(dprec_agg *a, const char *sql) {
     return sqlite3_exec(a->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
-static sqlite3_stmt *prep(dprec_agg *a, const char *sql) {
+static sqlite3_stmt *prep_uncached(dprec_agg *a, const char *sql) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK) {
         sqlite3_finalize(st);
         return NULL;
     }
     return st;
+}
+
+/* A statement for a fixed SQL string (a literal at the call site), prepared once per connection and reused:
+ * parsing the SQL again for every report was a fifth of a fleet round's time. The caller holds db_mu (or is
+ * agg_state_open, alone) and gives the statement back with finish(). A statement still handed out (a nested
+ * use of the same site) or a full cache falls back to a one-off statement. */
+static sqlite3_stmt *prep(dprec_agg *a, const char *sql) {
+    size_t i = 0;
+    for (; i < AGG_STMT_CACHE && a->stmts[i].sql != NULL; i++) {
+        if (a->stmts[i].sql != sql) continue;
+        if (a->stmts[i].busy) return prep_uncached(a, sql);
+        a->stmts[i].busy = 1;
+        return a->stmts[i].st;
+    }
+    sqlite3_stmt *st = prep_uncached(a, sql);
+    if (st != NULL && i < AGG_STMT_CACHE) {
+        a->stmts[i].sql = sql;
+        a->stmts[i].st = st;
+        a->stmts[i].busy = 1;
+    }
+    return st;
+}
+
+/* gives back a statement from prep(): a cached one is reset with its bindings cleared, a one-off finalized */
+static void finish(dprec_agg *a, sqlite3_stmt *st) {
+    if (st == NULL) return;
+    for (size_t i = 0; i < AGG_STMT_CACHE && a->stmts[i].sql != NULL; i++) {
+        if (a->stmts[i].st != st) continue;
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        a->stmts[i].busy = 0;
+        return;
+    }
+    sqlite3_finalize(st);
 }
 
 static void log_db_error(dprec_agg *a, const char *what) {
@@ -77,7 +111,7 @@ static int64_t query_int(dprec_agg *a, const char *sql, int nparams, int64_t p1,
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
     else if (rc != SQLITE_DONE) v = -1;
-    sqlite3_finalize(st);
+    finish(a, st);
     return v;
 }
 
@@ -96,7 +130,7 @@ int agg_job_load_locked(dprec_agg *a, int64_t id, agg_job *out) {
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        sqlite3_finalize(st);
+        finish(a, st);
         return rc == SQLITE_DONE ? 0 : -1;
     }
     out->id = id;
@@ -119,7 +153,7 @@ int agg_job_load_locked(dprec_agg *a, int64_t id, agg_job *out) {
     out->done = state != NULL && strcmp((const char *)state, "done") == 0;
     out->round = sqlite3_column_int64(st, 13);
     out->deadline = sqlite3_column_int64(st, 14);
-    sqlite3_finalize(st);
+    finish(a, st);
     if (out->params == NULL || out->proto == NULL) {
         agg_job_free(out);
         return -1;
@@ -147,7 +181,7 @@ static int store_release(dprec_agg *a, const agg_job *j, const agg_model *x, int
         sqlite3_bind_blob64(st, 3, rel, rel_len, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, now);
         rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     free(rel);
     if (rc != 0) snprintf(err, errcap, "storing the release failed");
@@ -190,7 +224,7 @@ int64_t agg_job_create(dprec_agg *a, const agg_job *spec, const char *spec_json,
         sqlite3_bind_int64(st, 15, now + spec->round_seconds);
         sqlite3_bind_int64(st, 16, now);
         if (sqlite3_step(st) == SQLITE_DONE) id = sqlite3_last_insert_rowid(a->db);
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     if (id > 0) {
         agg_job j = *spec;
@@ -241,7 +275,7 @@ static int process_one(dprec_agg *a, agg_pending *p, int64_t now) {
     if (rc == SQLITE_ROW) {
         int64_t dev = sqlite3_column_int64(st, 0);
         p->accepted_round = (uint64_t)sqlite3_column_int64(st, 1);
-        sqlite3_finalize(st);
+        finish(a, st);
         if (dev == p->device) {
             set_outcome(p, 200, NULL, "");
             p->duplicate = 1;
@@ -250,7 +284,7 @@ static int process_one(dprec_agg *a, agg_pending *p, int64_t now) {
         }
         return 0;
     }
-    sqlite3_finalize(st);
+    finish(a, st);
     if (rc != SQLITE_DONE) goto fail;
 
     agg_job j;
@@ -283,7 +317,7 @@ static int process_one(dprec_agg *a, agg_pending *p, int64_t now) {
     sqlite3_bind_int64(st, 2, round);
     sqlite3_bind_int64(st, 3, p->device);
     rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    finish(a, st);
     if (rc == SQLITE_ROW) {
         set_outcome(p, 409, "already_reported", "this device already has a different report in this round");
         return 0;
@@ -298,7 +332,7 @@ static int process_one(dprec_agg *a, agg_pending *p, int64_t now) {
     sqlite3_bind_blob64(st, 5, p->bytes, p->len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, now);
     rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    finish(a, st);
     if (rc != SQLITE_DONE) goto fail;
     for (unsigned k = 0; k < sizeof a->rcount / sizeof a->rcount[0]; k++)
         if (a->rcount[k].valid && a->rcount[k].job == p->job && a->rcount[k].round == round) a->rcount[k].count++;
@@ -450,7 +484,7 @@ static int load_reports(dprec_agg *a, int64_t job, int64_t round, size_t count, 
         dprec_envelope e;
         if (dprec_envelope_parse(copy, len, &e) != DPREC_OK) {
             l->n++;
-            sqlite3_finalize(st);
+            finish(a, st);
             return -1; /* stored bytes were checked at intake: this is corruption */
         }
         l->r[l->n].device = sqlite3_column_int64(st, 0);
@@ -458,7 +492,7 @@ static int load_reports(dprec_agg *a, int64_t job, int64_t round, size_t count, 
         l->r[l->n].payload_len = e.payload_len;
         l->n++;
     }
-    sqlite3_finalize(st);
+    finish(a, st);
     return (rc == SQLITE_DONE || rc == SQLITE_ROW) && l->n == count ? 0 : -1;
 }
 
@@ -492,7 +526,7 @@ int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int forc
         sqlite3_bind_int64(st, 1, now + j.round_seconds);
         sqlite3_bind_int64(st, 2, job);
         rc = sqlite3_step(st);
-        sqlite3_finalize(st);
+        finish(a, st);
         if (rc != SQLITE_DONE || exec(a, "COMMIT") != 0) goto fail;
         pthread_mutex_lock(&a->m_mu);
         a->metrics.deadlines_extended++;
@@ -510,11 +544,11 @@ int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int forc
     rc = sqlite3_step(st);
     if (rc != SQLITE_ROW ||
         agg_release_to_model(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), &prev) != 0) {
-        sqlite3_finalize(st);
+        finish(a, st);
         snprintf(err, sizeof err, "release %lld missing or damaged", (long long)round);
         goto fail;
     }
-    sqlite3_finalize(st);
+    finish(a, st);
     if (load_reports(a, job, round, (size_t)count, &l) != 0) {
         snprintf(err, sizeof err, "loading the round's reports failed");
         goto fail;
@@ -536,7 +570,7 @@ int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int forc
         sqlite3_bind_double(st, 2, spent);
         sqlite3_bind_double(st, 3, j.budget_delta);
         rc = sqlite3_step(st);
-        sqlite3_finalize(st);
+        finish(a, st);
         if (rc != SQLITE_DONE) goto fail;
     }
     st = prep(a, "UPDATE jobs SET round = ?, deadline = ?, state = ? WHERE id = ?");
@@ -546,7 +580,7 @@ int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int forc
     sqlite3_bind_text(st, 3, done ? "done" : "running", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, job);
     rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    finish(a, st);
     if (rc != SQLITE_DONE || exec(a, "COMMIT") != 0) goto fail;
     result = 1;
     agg_count_round(a);
@@ -615,7 +649,7 @@ int dprec_agg_tick(dprec_agg *a, int64_t now) {
             rounds[n] = sqlite3_column_int64(st, 1);
             n++;
         }
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     int finalized = 0;
     for (size_t i = 0; i < n; i++)
@@ -649,7 +683,7 @@ int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **
         } else if (rc == SQLITE_DONE) {
             result = 0;
         }
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     pthread_mutex_unlock(&a->db_mu);
     return result;
@@ -665,7 +699,7 @@ int64_t agg_device_by_token(dprec_agg *a, const char *token) {
         sqlite3_bind_blob(st, 1, h, sizeof h, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : -1;
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     pthread_mutex_unlock(&a->db_mu);
     return id;
@@ -680,7 +714,7 @@ int64_t agg_device_register(dprec_agg *a, const unsigned char hash[32], const ch
         if (platform != NULL) sqlite3_bind_text(st, 2, platform, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, (int64_t)time(NULL));
         if (sqlite3_step(st) == SQLITE_DONE) id = sqlite3_last_insert_rowid(a->db);
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     if (id < 0) log_db_error(a, "register");
     pthread_mutex_unlock(&a->db_mu);
@@ -694,7 +728,7 @@ int agg_job_close(dprec_agg *a, int64_t job) {
     if (st != NULL) {
         sqlite3_bind_int64(st, 1, job);
         if (sqlite3_step(st) == SQLITE_DONE) result = sqlite3_changes(a->db) > 0 ? 1 : 0;
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     pthread_mutex_unlock(&a->db_mu);
     return result;
@@ -717,7 +751,7 @@ int agg_job_ids(dprec_agg *a, int64_t **ids, size_t *n) {
             }
             (*ids)[(*n)++] = sqlite3_column_int64(st, 0);
         }
-        sqlite3_finalize(st);
+        finish(a, st);
     }
     pthread_mutex_unlock(&a->db_mu);
     if (rc != SQLITE_DONE) {
@@ -749,7 +783,7 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
     sqlite3_busy_timeout(a->db, 5000);
     char sync_sql[64];
     snprintf(sync_sql, sizeof sync_sql, "PRAGMA synchronous=%s", a->cfg.sync_full ? "FULL" : "NORMAL");
-    sqlite3_stmt *st = prep(a, "PRAGMA journal_mode=WAL");
+    sqlite3_stmt *st = prep_uncached(a, "PRAGMA journal_mode=WAL");
     const unsigned char *mode = NULL;
     int wal = 0;
     if (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
@@ -802,6 +836,11 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
 }
 
 void agg_state_close(dprec_agg *a) {
+    for (size_t i = 0; i < AGG_STMT_CACHE && a->stmts[i].sql != NULL; i++) {
+        sqlite3_finalize(a->stmts[i].st);
+        a->stmts[i].sql = NULL;
+        a->stmts[i].st = NULL;
+    }
     if (a->db != NULL) sqlite3_close(a->db);
     a->db = NULL;
 }
