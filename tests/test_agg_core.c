@@ -272,7 +272,7 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(priv, "model")->valuestring, "none");
     cJSON_Delete(o);
 
-    size_t rl;
+    size_t rl = 0;
     unsigned char *rel = get_release(a, job, "1", tok[0], &rl);
     assert_non_null(rel);
     check_signed_release(a, rel, rl, 1);
@@ -657,7 +657,7 @@ static void run_als(env *e, const char *params, int user_bias) {
     float *v = malloc(sizeof(float) * I_M * DIM);
     float bias[I_M];
     for (int round = 1; round <= rounds + 1; round++) {
-        size_t rl;
+        size_t rl = 0;
         unsigned char *rel = get_release(e->a, job, "latest", tokens[0], &rl);
         assert_non_null(rel);
         dprec_release_info info;
