@@ -13,7 +13,7 @@
 # delta_r = 1e-5 (unit rating, seed 001). synthetic = 100,000 devices, 300 items, 1,000,000 ratings.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-fleet="$here/build/examples/fleet/dprec-fleet"
+fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"  # DPREC_FLEET: another build's fleet
 data=ml100k epss="0.5 1 2 5 10" epsis="0.1 0.2 0.4 0.8" rounds=10 lr=0.005 clip=1 out="" table=0
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -14,7 +14,7 @@
 # 100,000-device fleet about 30 s a round (docs/results.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-fleet="$here/build/examples/fleet/dprec-fleet"
+fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"  # DPREC_FLEET: another build's fleet
 data=ml100k protocols="ldp-gd ldp-gddr ldp-rr" ks="1 3 5 10 20 50" epss="0.1 1.6" lr=0.001 out="" table=0
 plain_rounds=12
 while [ $# -gt 0 ]; do
