@@ -68,7 +68,7 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_IMAGE] = dprec_store_image_size(cfg);
     sizes[BLK_A] = d * d * sizeof(double);
     sizes[BLK_B] = d * sizeof(double);
-    sizes[BLK_U] = d * sizeof(float);
+    sizes[BLK_U] = 2u * d * sizeof(float) + d * sizeof(double); /* u, gauss-gd's gradient-mode u, its scratch */
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
@@ -132,7 +132,11 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->image_cap = sizes[BLK_IMAGE];
     c->a = (double *)blocks[BLK_A];
     c->b = (double *)blocks[BLK_B];
-    c->u = (float *)blocks[BLK_U];
+    c->gu_grad = (double *)blocks[BLK_U];
+    c->u = (float *)(void *)(c->gu_grad + cfg->dim);
+    c->gu = c->u + cfg->dim;
+    c->gu_job = 0;
+    c->gu_round = 0;
     c->topk_slots = (dprec_recommendation *)blocks[BLK_TOPK];
     c->ledger = (ledger_line *)blocks[BLK_LEDGER];
     c->pending = (unsigned char *)blocks[BLK_PENDING];
@@ -212,7 +216,7 @@ void dprec_client_free(dprec_client *c) {
     dprec_wipe(c->image, sizes[BLK_IMAGE]);
     dprec_wipe(c->a, sizes[BLK_A]);
     dprec_wipe(c->b, sizes[BLK_B]);
-    dprec_wipe(c->u, sizes[BLK_U]);
+    dprec_wipe(c->gu_grad, sizes[BLK_U]);
     dprec_wipe(c->topk_slots, sizes[BLK_TOPK]);
     dprec_wipe(c->ledger, sizes[BLK_LEDGER]);
     dprec_wipe(c->pending, sizes[BLK_PENDING]);

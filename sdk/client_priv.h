@@ -89,6 +89,12 @@ struct dprec_client {
     double *a; /* d*d normal equations */
     double *b; /* d */
     float *u;  /* d: the fitted user vector */
+    /* gauss-gd with params.u_update "gradient" (protocol_gauss.c): the user vector kept across the job's rounds
+     * and moved by seed 001's gradient step once per round (memory only: a restart starts it again), the job
+     * and round of its last step (gu_job 0: none), and d doubles of scratch for the gradient. */
+    float *gu;
+    uint64_t gu_job, gu_round;
+    double *gu_grad;
     int fitted;
     unsigned char fitted_digest[DPREC_RELEASE_DIGEST_SIZE];
     float fitted_mu;

@@ -14,6 +14,16 @@ double dprec_gauss_residual(dprec_unit unit, const float *u, uint32_t d, const f
     return e;
 }
 
+void dprec_gauss_u_grad_add(const float *u, uint32_t d, const float *row, float value, float mu, double *g) {
+    double e = (double)mu + (double)row[d] - (double)value;
+    for (uint32_t k = 0; k < d; k++) e += (double)u[k] * row[k];
+    for (uint32_t k = 0; k < d; k++) g[k] += e * (double)row[k];
+}
+
+void dprec_gauss_u_apply(float *u, uint32_t d, const double *g, double lr, double lambda) {
+    for (uint32_t k = 0; k < d; k++) u[k] = (float)((double)u[k] - lr * (g[k] + lambda * (double)u[k]));
+}
+
 void dprec_gauss_scales(dprec_unit unit, const float *u, uint32_t d, double coef_sq_sum, double clip, double *xs,
                         double *cs) {
     double xn2 = 1.0; /* the bias coordinate */

@@ -38,6 +38,14 @@ double dprec_gauss_residual(dprec_unit unit, const float *u, uint32_t d, const f
 void dprec_gauss_scales(dprec_unit unit, const float *u, uint32_t d, double coef_sq_sum, double clip, double *xs,
                         double *cs);
 
+/* Seed 001's gradient step on the user side, for a device that keeps u across rounds (params.u_update
+ * "gradient"): seed 001 eq. (4) for one user's row, u <- u - lr (sum_j e_j v_j + lambda u) with
+ * e_j = mu + b_j + u.v_j - r_j (unclamped: u never leaves the device, so no clipping is needed for privacy).
+ * dprec_gauss_u_grad_add adds e_j v_j for one rated item (row: v_j then b_j) to g (d doubles), with u as it was
+ * before the step; dprec_gauss_u_apply then moves u. */
+void dprec_gauss_u_grad_add(const float *u, uint32_t d, const float *row, float value, float mu, double *g);
+void dprec_gauss_u_apply(float *u, uint32_t d, const double *g, double lr, double lambda);
+
 /* Seed 001's per-step noise standard deviation, sigma = tau C / eps_i * sqrt(2 ln(1.25 / delta)) (Alg. 1 line 7;
  * Dwork-Roth 2014 Thm. A.1 for eps_i < 1). NaN outside tau, clip > 0, 0 < eps_i < 1, 0 < delta < 1. */
 double dprec_gauss_sigma_seed001(double tau, double clip, double eps_i, double delta);

@@ -266,6 +266,11 @@ static void test_gauss_job_validation_refuses_bad_params(void **state) {
         {"{\"lr\":-1}", 0},
         {"{\"unknown\":1}", 0},
         {"{\"unit\":\"rating\",\"eps_i\":0.3,\"noise_multiplier\":2}", 0},
+        {"{\"u_update\":\"gradient\",\"u_lr\":0.01}", 1},
+        {"{\"u_update\":\"lsq\"}", 1},
+        {"{\"u_update\":\"sgd\"}", 0},
+        {"{\"u_update\":1}", 0},
+        {"{\"u_lr\":0}", 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cJSON *p = cJSON_Parse(cases[c].json);

@@ -2,7 +2,8 @@
  * (aggregator/agg.h, dprec_agg_handle as the transport, SQLite state in a temporary directory). A `plain`
  * job of two rounds with two devices: registration, signed releases verified against the key the devices
  * pinned, reports accepted and rounds finalized, then the job is done. The same for an ldp-gd job (seed 000):
- * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger. */
+ * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger. And a gauss-gd job
+ * (seed 001) whose devices keep their own u and move it by one gradient step a round (params.u_update). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,9 +15,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <sqlite3.h>
 
 #include "agg.h"
+#include "client_priv.h"
 #include "dprec/dprec.h"
 #include "dprec/sync.h"
 #include "fake_port.h"
@@ -60,7 +63,8 @@ static void device_open(device *dv, int seed) {
     dv->cfg.dim = D;
     dv->cfg.rating_capacity = 20;
     dv->cfg.allow_non_private = 1;
-    dv->cfg.cap_user_epsilon = 10.0; /* the ldp-gd job below spends 2 */
+    dv->cfg.cap_user_epsilon = 10.0; /* the ldp-gd job below spends 2, the gauss-gd job 8 */
+    dv->cfg.cap_user_delta = 1e-5;
     dv->cfg.max_report_bytes = 1024;
     static unsigned char seeds[4][8];
     snprintf((char *)seeds[seed], sizeof seeds[seed], "dev%d", seed);
@@ -82,8 +86,12 @@ static void device_close(device *dv) {
     fake_port_free(&dv->fake);
 }
 
-/* Runs a two-round job with two devices to the end; every report of the job must be payload_len bytes. */
-static void run_job_to_the_end(const char *spec, size_t payload_len) {
+/* Called after both devices synced in a round (the reports are committed to the state database db). */
+typedef void (*round_check_fn)(device dev[2], uint64_t round, const char *db);
+
+/* Runs a job of `rounds` rounds with two devices to the end; every report of the job must be payload_len bytes
+ * (0: not checked) and each device's ledger must hold job_epsilon (0: not checked). */
+static void run_job(const char *spec, uint64_t rounds, size_t payload_len, double job_epsilon, round_check_fn check) {
     char dir[] = "/tmp/dprec-sync-agg-XXXXXX";
     assert_non_null(mkdtemp(dir));
     char db[128], key[128];
@@ -124,7 +132,7 @@ static void run_job_to_the_end(const char *spec, size_t payload_len) {
     memset(dev, 0, sizeof dev);
     for (int i = 0; i < 2; i++) device_open(&dev[i], i);
 
-    for (uint64_t round = 1; round <= 2; round++) {
+    for (uint64_t round = 1; round <= rounds; round++) {
         for (int i = 0; i < 2; i++) {
             dprec_sync_result r;
             int rc = dprec_client_sync(dev[i].c, &t, &sc, &r);
@@ -140,6 +148,7 @@ static void run_job_to_the_end(const char *spec, size_t payload_len) {
                 assert_true(r.outcome == DPREC_SYNC_NOTHING_TO_DO);
             }
         }
+        if (check != NULL) check(dev, round, db);
         /* min_reports reached: the round is finalized (at once or on the next tick) */
         (void)dprec_agg_tick(a, (int64_t)time(NULL));
     }
@@ -150,9 +159,9 @@ static void run_job_to_the_end(const char *spec, size_t payload_len) {
         assert_int_equal(r.job_done, 1);
         dprec_ledger_entry line;
         assert_int_equal(dprec_ledger_job(dev[i].c, job, &line), DPREC_OK);
-        assert_int_equal(line.reports, 2);
+        assert_int_equal(line.reports, (int64_t)rounds);
         assert_int_equal(dprec_report_pending_count(dev[i].c), 0);
-        if (payload_len > 0) assert_true(line.epsilon == 2.0); /* the ldp job's published total, charged in full */
+        if (job_epsilon > 0) assert_true(line.epsilon == job_epsilon); /* the job's published total, charged in full */
     }
     /* one report per device and round as stored, each of the protocol's payload size (envelope 56 + payload) */
     if (payload_len > 0) {
@@ -163,16 +172,16 @@ static void run_job_to_the_end(const char *spec, size_t payload_len) {
                                                  " max(length(bytes)) FROM reports GROUP BY round ORDER BY round",
                                             -1, &q, NULL),
                          SQLITE_OK);
-        int rounds = 0;
+        int rounds_seen = 0;
         while (sqlite3_step(q) == SQLITE_ROW) {
-            rounds++;
-            assert_int_equal(sqlite3_column_int64(q, 0), rounds);
+            rounds_seen++;
+            assert_int_equal(sqlite3_column_int64(q, 0), rounds_seen);
             assert_int_equal(sqlite3_column_int64(q, 1), 2);
             assert_int_equal(sqlite3_column_int64(q, 2), 2);
             assert_int_equal(sqlite3_column_int64(q, 3), 56 + (int64_t)payload_len);
             assert_int_equal(sqlite3_column_int64(q, 4), 56 + (int64_t)payload_len);
         }
-        assert_int_equal(rounds, 2);
+        assert_int_equal(rounds_seen, (int)rounds);
         sqlite3_finalize(q);
         sqlite3_close(db3);
     }
@@ -193,26 +202,90 @@ static void run_job_to_the_end(const char *spec, size_t payload_len) {
 
 static void test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end(void **state) {
     (void)state;
-    run_job_to_the_end("{\"protocol\": \"plain\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+    run_job("{\"protocol\": \"plain\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                        " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
                        " \"params\": {\"lambda\": 0.1, \"seed\": 1}}",
-                       0);
+                       2, 0, 0, NULL);
 }
 
 /* ldp-gd (seed 000 Algorithm 1) through the real sync: each device sends exactly one 12-byte randomized report
  * per round (a second sync in the round sends nothing), and its ledger holds the job's total epsilon. */
 static void test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round(void **state) {
     (void)state;
-    run_job_to_the_end("{\"protocol\": \"ldp-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+    run_job("{\"protocol\": \"ldp-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                        " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
                        " \"params\": {\"k\": 2, \"seed\": 1}, \"budget\": {\"epsilon\": 2, \"delta\": 0}}",
-                       12);
+                       2, 12, 2.0, NULL);
+}
+
+/* gauss-gd with u_update "gradient": device 0's u, as reported (x = [u; 1], unscaled for unit user), after round
+ * r >= 2 is exactly one step u <- u - u_lr (sum_j e_j v_j + lambda u) from its u of round r - 1, taken on round
+ * r's release (the rows its fit kept); and it is the device's own iterate, not the least-squares fit. */
+#define GAUSS_U_LR 0.05
+#define GAUSS_LAMBDA 0.1
+static float prev_u[D];
+
+static void stored_x(const char *db, uint64_t round, float *x) { /* device 0's report: its first in the round */
+    sqlite3 *db3 = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT bytes FROM reports WHERE round = ? ORDER BY id LIMIT 1", -1, &q,
+                                        NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)round);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    const unsigned char *b = sqlite3_column_blob(q, 0);
+    assert_true(sqlite3_column_bytes(q, 0) >= 56 + 8 + 4 * (int)(D + 1));
+    for (uint32_t k = 0; k < D; k++) memcpy(&x[k], b + 56 + 8 + 4 * k, 4); /* little-endian float32 (docs/protocol.md) */
+    sqlite3_finalize(q);
+    sqlite3_close(db3);
+}
+
+static void check_gradient_u(device dev[2], uint64_t round, const char *db) {
+    dprec_client *c = dev[0].c;
+    float x[D];
+    stored_x(db, round, x);
+    for (uint32_t k = 0; k < D; k++) assert_true(x[k] == c->gu[k]); /* the report carries the device's iterate */
+    double diff = 0;
+    for (uint32_t k = 0; k < D; k++) diff += fabs((double)c->gu[k] - (double)c->u[k]);
+    assert_true(diff > 1e-3); /* not the least-squares fit */
+    if (round >= 2) {
+        double g[D] = {0};
+        for (uint32_t i = 0; i < c->count; i++) {
+            const float *row = c->rows + (size_t)i * (D + 1u);
+            double e = (double)c->fitted_mu + (double)row[D] - (double)c->ratings[i].value;
+            for (uint32_t k = 0; k < D; k++) e += (double)prev_u[k] * row[k];
+            for (uint32_t k = 0; k < D; k++) g[k] += e * row[k];
+        }
+        for (uint32_t k = 0; k < D; k++) {
+            double want = (double)prev_u[k] - GAUSS_U_LR * (g[k] + GAUSS_LAMBDA * (double)prev_u[k]);
+            assert_true(fabs((double)c->gu[k] - want) <= 1e-6 * (1.0 + fabs(want)));
+        }
+    } else {
+        double n2 = 0; /* one step from a unit vector: not far from norm 1 at this step size */
+        for (uint32_t k = 0; k < D; k++) n2 += (double)c->gu[k] * c->gu[k];
+        assert_true(n2 > 0.01 && n2 < 100.0);
+    }
+    memcpy(prev_u, c->gu, sizeof prev_u);
+}
+
+static void test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_round(void **state) {
+    (void)state;
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+             " \"rounds\": 3, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+             " \"params\": {\"unit\": \"user\", \"clip\": 1, \"lr\": 0.01, \"lambda\": %g, \"u_update\": \"gradient\","
+             " \"u_lr\": %g, \"seed\": 1}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-5}}",
+             GAUSS_LAMBDA, GAUSS_U_LR);
+    run_job(spec, 3, 8 + 4 * (D + 1) + 8 * 8, 0, check_gradient_u);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
         cmocka_unit_test(test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round),
+        cmocka_unit_test(test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_round),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

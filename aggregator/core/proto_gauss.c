@@ -68,13 +68,17 @@ static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t
         else if (strcmp(k, "eps_i") == 0) bad = num_in(it, 0.0, 1.0, 1, &gp->eps_i) || gp->eps_i >= 1.0;
         else if (strcmp(k, "delta_i") == 0) bad = num_in(it, 0.0, 1.0, 1, &gp->delta_i) || gp->delta_i >= 1.0;
         else if (strcmp(k, "noise_multiplier") == 0) bad = num_in(it, 0.0, 1e6, 1, &gp->noise_multiplier);
+        /* the devices' side (sdk/protocol_gauss.c): how each device moves its own u; checked, not used here */
+        else if (strcmp(k, "u_update") == 0)
+            bad = !cJSON_IsString(it) || (strcmp(it->valuestring, "lsq") != 0 && strcmp(it->valuestring, "gradient") != 0);
+        else if (strcmp(k, "u_lr") == 0) { double v; bad = num_in(it, 0.0, 1e3, 1, &v); }
         else if (strcmp(k, "seed") == 0) {
             double v = 0;
             bad = num_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             gp->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of gauss-gd (unit, clip, lr, lambda, mu, eps_i, "
-                     "delta_i, noise_multiplier, seed)", k);
+                     "delta_i, noise_multiplier, u_update, u_lr, seed)", k);
             return -1;
         }
         if (bad) {

@@ -75,6 +75,9 @@ static const char help_text[] =
     "  --clip C                 clipping norm (default 1)\n"
     "  --sampling-rate Q        unit user: Poisson sampling rate of the devices per round (default 1)\n"
     "  --lr LR                  step size of the item-side gradient step (default 5e-4, seed 001's)\n"
+    "  --u-update lsq|gradient  the u a device reports with: its exact least-squares fit on the release\n"
+    "                           (default), or seed 001's gradient step on its own u kept across rounds\n"
+    "  --u-lr LR                step size of that gradient step (default: --lr)\n"
     "  --eps-i E --delta-i D    unit rating: seed 001's per-step epsilon (required) and delta (default 0.01);\n"
     "                           the budget defaults to seed 001's eps_opt over --rounds at --delta (default 1e-5)\n"
     "\n"
@@ -105,8 +108,8 @@ typedef struct options {
     double lr, rr_split, init_scale;
     int local; /* one of the local-DP protocols */
     /* gauss-gd (gauss_arg, gauss_spec) */
-    const char *unit;
-    double clip, sampling_rate, eps_i, delta_i; /* and lr, shared with the local protocols */
+    const char *unit, *u_update;
+    double clip, sampling_rate, eps_i, delta_i, u_lr; /* and lr, shared with the local protocols */
     int epsilon_set, delta_set;
     /* private-fw (fw_arg, fw_spec) and --items-top */
     unsigned items_top, fw_xi, fw_iterations, oja_steps;
@@ -680,7 +683,13 @@ static int gauss_arg(const char *a, const char *v, options *o) {
         o->unit = v;
         return 1;
     }
+    if (strcmp(a, "--u-update") == 0) {
+        if (v == NULL || (strcmp(v, "lsq") != 0 && strcmp(v, "gradient") != 0)) return -1;
+        o->u_update = v;
+        return 1;
+    }
     if (strcmp(a, "--clip") == 0) dst = &o->clip;
+    else if (strcmp(a, "--u-lr") == 0) dst = &o->u_lr;
     else if (strcmp(a, "--sampling-rate") == 0) dst = &o->sampling_rate;
     else if (strcmp(a, "--lr") == 0) dst = &o->lr;
     else if (strcmp(a, "--eps-i") == 0) dst = &o->eps_i;
@@ -717,8 +726,11 @@ static int gauss_finish_args(options *o) {
 
 static void gauss_spec(char *spec, size_t cap, const options *o, const fleet_data *d) {
     int rating = strcmp(o->unit, "rating") == 0;
-    char extra[128] = "";
-    if (rating) snprintf(extra, sizeof extra, ",\"eps_i\":%.17g,\"delta_i\":%.17g", o->eps_i, o->delta_i);
+    char extra[256] = "";
+    size_t n = 0;
+    if (rating) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"eps_i\":%.17g,\"delta_i\":%.17g", o->eps_i, o->delta_i);
+    if (o->u_update != NULL) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"u_update\":\"%s\"", o->u_update);
+    if (o->u_lr > 0) snprintf(extra + n, sizeof extra - n, ",\"u_lr\":%.17g", o->u_lr);
     snprintf(spec, cap,
              "{\"protocol\":\"gauss-gd\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"

@@ -32,6 +32,7 @@ DPREC_BEGIN_DECLS
  *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
  *   ratings, sorted by item                      16 * cap
  *   normal equations (double), user vector       8 * d * d + 16 * d + 4 * d
+ *   gauss-gd's gradient-mode user vector, scratch 4 * d + 8 * d
  *   rows of the rated items kept by a fit        4 * cap * (d + 1)
  *   top-K heap                                   8 * k
  *   ledger lines                                 48 * jobs
@@ -43,7 +44,7 @@ DPREC_BEGIN_DECLS
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
     ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
      8u * (size_t)(d) * (size_t)(d) +                                                                      \
-     20u * (size_t)(d) + 8u * (size_t)(k) + 96u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
+     32u * (size_t)(d) + 8u * (size_t)(k) + 96u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
      352u + 176u)
 
 /* The extra memory of a client that keeps private-fw state (cfg.fw_max_ratings = xi > 0; 0 costs nothing):
