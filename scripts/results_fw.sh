@@ -10,10 +10,13 @@
 #
 # Defaults: ml-100k, n = 400, xi = 80, delta = 1e-6 (seed 002's experiments), T = 10; about 7 s a run on a
 # 2-core x86_64 VM. synthetic = 100,000 devices, 300 items, 1,000,000 ratings, rank 5, with n = all 300
-# items; about 6 min a run there. PATH = another file in ml-100k's u.data format.
+# items; 3 to 6 min a run there. PATH = another file in ml-100k's u.data format.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"  # DPREC_FLEET: another build's fleet
+# the in-process aggregator's throw-away state goes to $TMPDIR: in memory (/dev/shm) unless set (a 100,000-device
+# round writes gigabytes of SQLite WAL frames)
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 data=ml100k epss="0.1 0.5 1 2 5" iters=10 top="" xi=80 out="" table=0
 while [ $# -gt 0 ]; do
   case "$1" in
