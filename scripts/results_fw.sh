@@ -14,9 +14,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"  # DPREC_FLEET: another build's fleet
-# the in-process aggregator's throw-away state goes to $TMPDIR: in memory (/dev/shm) unless set (a 100,000-device
-# round writes gigabytes of SQLite WAL frames)
-if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 data=ml100k epss="0.1 0.5 1 2 5" iters=10 top="" xi=80 out="" table=0
 while [ $# -gt 0 ]; do
   case "$1" in

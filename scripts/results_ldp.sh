@@ -15,9 +15,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"  # DPREC_FLEET: another build's fleet
-# the in-process aggregator's throw-away state goes to $TMPDIR: in memory (/dev/shm) unless set, as a 100,000-device
-# ldp-gd round wrote about 3.5 GB of SQLite WAL frames there (measured with /usr/bin/time before the statement cache)
-if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 data=ml100k protocols="ldp-gd ldp-gddr ldp-rr" ks="1 3 5 10 20 50" epss="0.1 1.6" lr=0.001 out="" table=0
 plain_rounds=12
 while [ $# -gt 0 ]; do

@@ -196,9 +196,13 @@ static int fallback_request(void *ctx, const dprec_http_request *req, dprec_http
 
 /* ---- opening ------------------------------------------------------------------------------------------- */
 
+/* The aggregator's throw-away state (either mode) goes to $TMPDIR, else to /dev/shm when there is one (memory:
+ * a 100,000-device round commits about 100,000 transactions, and on disk their WAL frames were gigabytes of
+ * writes), else to /tmp. */
 static int make_tmpdir(fleet_conn *c, char *err, size_t errcap) {
     const char *base = getenv("TMPDIR");
-    snprintf(c->tmpdir, sizeof c->tmpdir, "%.900s/dprec-fleet-XXXXXX", base && base[0] ? base : "/tmp");
+    if (base == NULL || base[0] == '\0') base = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(c->tmpdir, sizeof c->tmpdir, "%.900s/dprec-fleet-XXXXXX", base);
     if (mkdtemp(c->tmpdir) == NULL) {
         snprintf(err, errcap, "cannot create a temp dir: %s", strerror(errno));
         c->tmpdir[0] = '\0';

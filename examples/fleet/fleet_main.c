@@ -85,6 +85,7 @@ static const char help_text[] =
     "  --in-process             run the aggregator core inside the fleet (fastest; large fleets)\n"
     "  --aggregator URL         a running aggregator's device listener, with --admin-url URL,\n"
     "                           --admin-token FILE, --release-key FILE (DER) and --cacert FILE (PEM)\n"
+    "  (the first two keep the aggregator's throw-away state in $TMPDIR, else /dev/shm if writable, else /tmp)\n"
     "\n"
     "devices and output:\n"
     "  --threads N              devices simulated in parallel (default: the number of CPUs)\n"
