@@ -102,20 +102,6 @@ static u128 u128_shl(u128 a, unsigned n) {
     return r;
 }
 
-static u128 u128_shr(u128 a, unsigned n) {
-    u128 r;
-    if (n == 0) return a;
-    if (n >= 128) return u128_of(0);
-    if (n >= 64) {
-        r.lo = a.hi >> (n - 64);
-        r.hi = 0;
-    } else {
-        r.lo = (a.lo >> n) | (a.hi << (64 - n));
-        r.hi = a.hi >> n;
-    }
-    return r;
-}
-
 static unsigned bitlen64(uint64_t x) {
     unsigned n = 0;
     while (x != 0) {
@@ -167,21 +153,17 @@ static uint64_t isqrt64(uint64_t x) {
 
 /* ---- random bits ------------------------------------------------------------------------------------ */
 
-/* A pool of CSPRNG output local to one public call. CTR_DRBG pays a fixed cost per request (its state
- * update) and so is about five times cheaper per byte on 64-byte requests than on 8-byte ones; the first
- * request is 16 bytes, enough for most cheap calls (Bernoulli, randomized response), later ones 64.
- * Every bit is used at most once; the pool is wiped on return. */
+/* A pool of CSPRNG output, local to one public call or to one dprec_noise_stream (noise.h). CTR_DRBG pays a
+ * fixed cost per request (its state update and key schedule), about 120 ns here, so a request of 256 bytes is
+ * about five times cheaper per byte than one of 16: requests grow 16, 64, 256 bytes, so that a cheap call
+ * (one Bernoulli, one randomized response) still asks for little and a stream of draws asks for much.
+ * Bits are handed out as needed, not whole words (an exact sampler pays in random bits: a Bernoulli with a
+ * rational p needs 2 of them on average, a discrete Laplace on a 2^40 grid about 100). Every bit is used at
+ * most once; the pool is wiped when the call or the stream ends. */
 #define NOISE_POOL_FIRST 16u
-#define NOISE_POOL 64u
+#define NOISE_POOL_SECOND 64u
 
-typedef struct bitsrc {
-    dprec_rng *rng;
-    unsigned char pool[NOISE_POOL];
-    unsigned pos;   /* next unused byte of pool */
-    unsigned len;   /* bytes of pool filled by the last request (0: none yet) */
-    uint64_t bits;  /* single bits not yet handed out */
-    unsigned nbits; /* how many */
-} bitsrc;
+typedef dprec_noise_stream bitsrc;
 
 static void bs_init(bitsrc *b, dprec_rng *rng) {
     b->rng = rng;
@@ -191,16 +173,18 @@ static void bs_init(bitsrc *b, dprec_rng *rng) {
     b->nbits = 0;
 }
 
+/* Every request overwrote pool[0 .. its length), each at least as long as the one before. */
 static void bs_wipe(bitsrc *b) {
     dprec_wipe(b->pool, b->len);
+    b->len = b->pos = 0;
     b->bits = 0;
     b->nbits = 0;
 }
 
-/* 64 fresh uniform bits. */
+/* 64 fresh uniform bits from the pool. */
 static int bs_word(bitsrc *b, uint64_t *w) {
     if (b->pos + 8u > b->len) {
-        unsigned n = b->len == 0 ? NOISE_POOL_FIRST : NOISE_POOL;
+        unsigned n = b->len == 0 ? NOISE_POOL_FIRST : b->len == NOISE_POOL_FIRST ? NOISE_POOL_SECOND : DPREC_NOISE_POOL;
         int rc = dprec_rng_bytes(b->rng, b->pool, n);
         if (rc != DPREC_OK) return rc;
         b->len = n;
@@ -211,39 +195,64 @@ static int bs_word(bitsrc *b, uint64_t *w) {
     return DPREC_OK;
 }
 
-/* One fresh uniform bit: Bernoulli(1/2). */
-static int bs_bit(bitsrc *b, int *bit) {
-    if (b->nbits == 0) {
-        int rc = bs_word(b, &b->bits);
-        if (rc != DPREC_OK) return rc;
-        b->nbits = 64;
+/* n fresh uniform bits, 1 <= n <= 64, in the low n bits of *out (the rest 0): first the bits left over from
+ * the last word (b->bits holds b->nbits of them, its higher bits 0), then the low bits of a new word. */
+static int bs_take(bitsrc *b, unsigned n, uint64_t *out) {
+    if (n <= b->nbits) {
+        if (n == 64) {
+            *out = b->bits;
+            b->bits = 0;
+        } else {
+            *out = b->bits & (((uint64_t)1 << n) - 1u);
+            b->bits >>= n;
+        }
+        b->nbits -= n;
+        return DPREC_OK;
     }
-    *bit = (int)(b->bits & 1u);
-    b->bits >>= 1;
-    b->nbits--;
+    uint64_t w, low = b->bits;
+    unsigned have = b->nbits, need = n - have; /* have <= 63, 1 <= need <= 64 */
+    int rc = bs_word(b, &w);
+    if (rc != DPREC_OK) return rc;
+    if (need == 64) {
+        *out = w;
+        b->bits = 0;
+    } else {
+        *out = low | ((w & (((uint64_t)1 << need) - 1u)) << have);
+        b->bits = w >> need;
+    }
+    b->nbits = 64u - need;
     return DPREC_OK;
 }
 
-/* Uniform in [0, n), n >= 1. Rejection: accept w < 2^64 - (2^64 mod n), the largest multiple of n that fits,
- * so w mod n is exactly uniform; each try is accepted with probability above 1/2. */
-static int uniform64(bitsrc *b, uint64_t n, uint64_t *out) {
+/* One fresh uniform bit: Bernoulli(1/2). The lazy comparisons below call this in their inner loops. */
+static inline int bs_bit(bitsrc *b, int *bit) {
+    if (b->nbits != 0) {
+        *bit = (int)(b->bits & 1u);
+        b->bits >>= 1;
+        b->nbits--;
+        return DPREC_OK;
+    }
     uint64_t w;
+    int rc = bs_take(b, 1, &w);
+    if (rc != DPREC_OK) return rc;
+    *bit = (int)w;
+    return DPREC_OK;
+}
+
+/* Uniform in [0, n), n >= 1: draw L = bitlen(n - 1) bits and reject values >= n, so the result is exactly
+ * uniform; each try is accepted with probability n / 2^L > 1/2 (1 for a power of two). */
+static int uniform64(bitsrc *b, uint64_t n, uint64_t *out) {
     if (n == 1) { /* no randomness needed */
         *out = 0;
         return DPREC_OK;
     }
-    if ((n & (n - 1)) == 0) { /* power of two: mask */
-        int rc = bs_word(b, &w);
-        if (rc != DPREC_OK) return rc;
-        *out = w & (n - 1);
-        return DPREC_OK;
-    }
-    uint64_t excess = ((uint64_t)0 - n) % n; /* (2^64 - n) mod n = 2^64 mod n */
+    unsigned len = bitlen64(n - 1u);
     for (;;) {
-        int rc = bs_word(b, &w);
+        uint64_t w;
+        int rc = bs_take(b, len, &w);
         if (rc != DPREC_OK) return rc;
-        if (w <= UINT64_MAX - excess) { /* w < 2^64 - excess */
-            *out = w % n;
+        if (w < n) {
+            *out = w;
             return DPREC_OK;
         }
     }
@@ -258,15 +267,10 @@ static int uniform128(bitsrc *b, u128 n, u128 *out) {
         return DPREC_OK;
     }
     for (;;) {
-        u128 v;
-        int rc = bs_word(b, &v.lo);
+        u128 v = u128_of(0);
+        int rc = bs_take(b, len < 64 ? len : 64, &v.lo);
+        if (rc == DPREC_OK && len > 64) rc = bs_take(b, len - 64u, &v.hi);
         if (rc != DPREC_OK) return rc;
-        v.hi = 0;
-        if (len > 64) {
-            rc = bs_word(b, &v.hi);
-            if (rc != DPREC_OK) return rc;
-        }
-        v = u128_shr(u128_shl(v, 128u - len), 128u - len); /* keep the low len bits */
         if (u128_cmp(v, n) < 0) {
             *out = v;
             return DPREC_OK;
@@ -274,16 +278,49 @@ static int uniform128(bitsrc *b, u128 n, u128 *out) {
     }
 }
 
-/* Bernoulli(num / den), 0 <= num <= den, den >= 1: P[U < num] for U uniform in [0, den). */
+/* Bernoulli(num / den), 0 <= num <= den, den >= 1: [U < num / den] for U uniform in [0, 1), decided lazily.
+ * The binary digits of p = num / den come from long division (r <- 2 r; digit = [r >= den]; r <- r - digit den)
+ * and are compared with U's bits, one fresh bit each, until they differ: U < p iff, at the first difference,
+ * p's digit is 1. If the remainder r reaches 0 with all digits equal so far, p's expansion has ended and
+ * U >= p. P[result = 1] = sum over the digits of p that are 1 of 2^-i = p, exactly; the expected number of
+ * bits is 2 whatever den is. Doubling r < den needs den < 2^127; a larger den (no caller here has one) is
+ * compared with a uniform integer in [0, den) instead, also exact. */
 static int bern128(bitsrc *b, u128 num, u128 den, int *out) {
     if (u128_is_zero(num) || u128_cmp(num, den) >= 0) { /* p = 0 or p = 1: no randomness needed */
         *out = !u128_is_zero(num);
         return DPREC_OK;
     }
-    u128 u;
-    int rc = uniform128(b, den, &u);
-    if (rc != DPREC_OK) return rc;
-    *out = u128_cmp(u, num) < 0;
+    int bit, digit, rc;
+    if (den.hi == 0 && den.lo < ((uint64_t)1 << 63)) { /* the common case, in 64 bits */
+        uint64_t r = num.lo, d = den.lo;
+        for (;;) {
+            r <<= 1;
+            digit = r >= d;
+            if (digit) r -= d;
+            rc = bs_bit(b, &bit);
+            if (rc != DPREC_OK) return rc;
+            if (bit != digit || r == 0) break;
+        }
+    } else if (den.hi < ((uint64_t)1 << 63)) {
+        u128 r = num;
+        for (;;) {
+            r = u128_shl(r, 1);
+            digit = u128_cmp(r, den) >= 0;
+            if (digit) r = u128_sub(r, den);
+            rc = bs_bit(b, &bit);
+            if (rc != DPREC_OK) return rc;
+            if (bit != digit || u128_is_zero(r)) break;
+        }
+    } else {
+        u128 u;
+        rc = uniform128(b, den, &u);
+        if (rc != DPREC_OK) return rc;
+        *out = u128_cmp(u, num) < 0;
+        return DPREC_OK;
+    }
+    /* bit != digit: U < p iff digit = 1 (then bit = 0). Equal with r = 0: U >= p, and digit = bit, so the
+     * answer is 0 unless digit was 1 and bit 0, which cannot be (they are equal). */
+    *out = bit != digit && digit;
     return DPREC_OK;
 }
 
@@ -296,11 +333,9 @@ static int bexp_le1(bitsrc *b, u128 num, u128 den, int *out) {
     for (;;) {
         int a, rc = bern128(b, num, den, &a);
         if (rc != DPREC_OK) return rc;
-        if (a && k > 1) { /* Bernoulli(1/K) = [uniform in [0, K) is 0] */
-            uint64_t u;
-            rc = uniform64(b, k, &u);
+        if (a && k > 1) { /* Bernoulli(1/K) */
+            rc = bern128(b, u128_of(1), u128_of(k), &a);
             if (rc != DPREC_OK) return rc;
-            a = u == 0;
         }
         if (!a) break;
         /* INEXACT (3): reaching K = 2^64 - 1 has probability at most 1/(2^64 - 2)!. */
@@ -433,7 +468,8 @@ static int dlap(bitsrc *b, uint64_t s, uint64_t t, int64_t *out) {
         /* INEXACT (1): X >= s 2^63 means V > s 2^63 / t - 1 >= 2^20 - 1 (as t <= 2^43 s), probability
          * exp(-2^20) at most; redrawn rather than returned, since |Y| would not fit in int64. */
         if (u128_cmp(x, limit) >= 0) continue;
-        uint64_t y = u128_divmod64(x, s, NULL); /* x.hi < s / 2 < s, and y < 2^63 */
+        /* x.hi < s / 2 < s, and y < 2^63; X fits in 64 bits but for V above about 2^24 (t <= 2^40) */
+        uint64_t y = x.hi == 0 ? x.lo / s : u128_divmod64(x, s, NULL);
         int sign;
         rc = bs_bit(b, &sign);
         if (rc != DPREC_OK) return rc;
@@ -478,6 +514,14 @@ static int dgauss(bitsrc *b, uint64_t n, uint64_t d, int64_t *out) {
 }
 
 /* ---- public samplers -------------------------------------------------------------------------------- */
+
+void dprec_noise_stream_init(dprec_noise_stream *s, dprec_rng *r) {
+    if (s != NULL) bs_init(s, r);
+}
+
+void dprec_noise_stream_wipe(dprec_noise_stream *s) {
+    if (s != NULL) bs_wipe(s);
+}
 
 int dprec_sample_uniform(dprec_rng *r, uint64_t n, uint64_t *out) {
     if (r == NULL || out == NULL || n == 0) return DPREC_ERR_INVALID_ARGUMENT;
@@ -667,18 +711,25 @@ int dprec_noise_laplace(dprec_rng *r, double x, double sensitivity, double epsil
     return DPREC_OK;
 }
 
-int dprec_laplace_plan_noise(dprec_rng *r, const dprec_laplace_plan *p, double x, double *out) {
-    if (r == NULL || p == NULL || out == NULL || !isfinite(x) || p->t == 0 || p->t > ((uint64_t)1 << 43))
+int dprec_laplace_plan_draw(dprec_noise_stream *s, const dprec_laplace_plan *p, double x, double *out) {
+    if (s == NULL || s->rng == NULL || p == NULL || out == NULL || !isfinite(x) || p->t == 0 ||
+        p->t > ((uint64_t)1 << 43))
         return DPREC_ERR_INVALID_ARGUMENT;
     if (!(fabs(x) < ldexp(1.0, 50 + p->k))) return DPREC_ERR_INVALID_ARGUMENT;
-    bitsrc b;
-    bs_init(&b, r);
     int64_t y;
-    int rc = dlap(&b, 1, p->t, &y);
-    bs_wipe(&b);
+    int rc = dlap(s, 1, p->t, &y);
     if (rc != DPREC_OK) return rc;
     *out = grid_value(grid_round(x, p->k), y, p->k); /* exact but for exp(-896), as in dprec_noise_laplace */
     return DPREC_OK;
+}
+
+int dprec_laplace_plan_noise(dprec_rng *r, const dprec_laplace_plan *p, double x, double *out) {
+    if (r == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    bitsrc b;
+    bs_init(&b, r);
+    int rc = dprec_laplace_plan_draw(&b, p, x, out);
+    bs_wipe(&b);
+    return rc;
 }
 
 /* Gaussian on the grid g = 2^k, k = ceil(log2 sigma) - 20. In grid steps the rounded statistic has L2
@@ -749,13 +800,19 @@ static int rr_keep(bitsrc *b, u128 num, u128 den, int *keep) {
     }
 }
 
-static int rr(dprec_rng *r, double epsilon, int *keep) {
+static int rr(bitsrc *b, double epsilon, int *keep) {
     u128 num, den;
-    if (r == NULL || !isfinite(epsilon) || !(epsilon > 0.0)) return DPREC_ERR_INVALID_ARGUMENT;
+    if (!isfinite(epsilon) || !(epsilon > 0.0)) return DPREC_ERR_INVALID_ARGUMENT;
     if (!double_to_rational(epsilon, &num, &den)) return DPREC_ERR_INVALID_ARGUMENT;
+    return rr_keep(b, num, den, keep);
+}
+
+/* One call's randomized response, from a pool of its own. */
+static int rr_once(dprec_rng *r, double epsilon, int *keep) {
+    if (r == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     bitsrc b;
     bs_init(&b, r);
-    int rc = rr_keep(&b, num, den, keep);
+    int rc = rr(&b, epsilon, keep);
     bs_wipe(&b);
     return rc;
 }
@@ -763,7 +820,16 @@ static int rr(dprec_rng *r, double epsilon, int *keep) {
 int dprec_rr_bit(dprec_rng *r, int bit, double epsilon, int *out) {
     int keep;
     if (out == NULL || (bit != 0 && bit != 1)) return DPREC_ERR_INVALID_ARGUMENT;
-    int rc = rr(r, epsilon, &keep);
+    int rc = rr_once(r, epsilon, &keep);
+    if (rc != DPREC_OK) return rc;
+    *out = keep ? bit : 1 - bit;
+    return DPREC_OK;
+}
+
+int dprec_rr_bit_stream(dprec_noise_stream *s, int bit, double epsilon, int *out) {
+    int keep;
+    if (s == NULL || s->rng == NULL || out == NULL || (bit != 0 && bit != 1)) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = rr(s, epsilon, &keep);
     if (rc != DPREC_OK) return rc;
     *out = keep ? bit : 1 - bit;
     return DPREC_OK;
@@ -772,7 +838,7 @@ int dprec_rr_bit(dprec_rng *r, int bit, double epsilon, int *out) {
 int dprec_rr_sign(dprec_rng *r, int sign, double epsilon, int *out) {
     int keep;
     if (out == NULL || (sign != 1 && sign != -1)) return DPREC_ERR_INVALID_ARGUMENT;
-    int rc = rr(r, epsilon, &keep);
+    int rc = rr_once(r, epsilon, &keep);
     if (rc != DPREC_OK) return rc;
     *out = keep ? sign : -sign;
     return DPREC_OK;

@@ -12,8 +12,8 @@
  *
  * Every function returns DPREC_OK, DPREC_ERR_INVALID_ARGUMENT for parameters outside the stated range
  * (NaN included) or a NULL pointer, or the CSPRNG's error (DPREC_ERR_ENTROPY, DPREC_ERR_CRYPTO). Outputs are
- * written only on success. Randomness is drawn in chunks of 16 and 64 bytes per call; unused bytes are
- * wiped, never reused.
+ * written only on success. Randomness is drawn in requests of 16, then 64, then 256 bytes, per call or per
+ * dprec_noise_stream; unused bytes are wiped, never reused.
  *
  * Timing: the running time of the samplers depends on the random draws and so on the sample (as with every
  * rejection sampler); a caller that lets an adversary time individual calls should account for that. */
@@ -23,6 +23,23 @@
 #include <stdint.h>
 
 #include "crypto.h"
+
+/* A source of random bits for many draws in a row: the CSPRNG's output is requested in larger pieces and
+ * used bit by bit across the draws (every bit at most once), which makes a long run of samples (ldp-rr's
+ * m d Laplace coordinates) several times cheaper than one call each. The draws are the same, exactly
+ * distributed and independent, as with the one-call functions. Place it on the stack, init it with the rng
+ * (which must outlive it), and wipe it when done: the pool holds unused CSPRNG output until then. */
+#define DPREC_NOISE_POOL 256u
+typedef struct dprec_noise_stream {
+    dprec_rng *rng;
+    unsigned char pool[DPREC_NOISE_POOL];
+    unsigned pos;   /* next unused byte of pool */
+    unsigned len;   /* bytes of pool filled by the last request (0: none yet) */
+    uint64_t bits;  /* bits of the last word not yet handed out, in its low nbits bits */
+    unsigned nbits;
+} dprec_noise_stream;
+void dprec_noise_stream_init(dprec_noise_stream *s, dprec_rng *r);
+void dprec_noise_stream_wipe(dprec_noise_stream *s);
 
 /* A uniform integer in [0, n), n >= 1, without modulo bias (rejection sampling). */
 int dprec_sample_uniform(dprec_rng *r, uint64_t n, uint64_t *out);
@@ -90,6 +107,8 @@ typedef struct dprec_laplace_plan {
 } dprec_laplace_plan;
 int dprec_laplace_plan_init(dprec_laplace_plan *p, double l1_sensitivity, uint64_t n, double epsilon);
 int dprec_laplace_plan_noise(dprec_rng *r, const dprec_laplace_plan *p, double x, double *out);
+/* The same draw from a stream (s initialized, not NULL). */
+int dprec_laplace_plan_draw(dprec_noise_stream *s, const dprec_laplace_plan *p, double x, double *out);
 
 /* The scale (standard deviation / sqrt 2) of one coordinate's noise under a plan: t g. */
 double dprec_laplace_plan_scale(const dprec_laplace_plan *p);
@@ -100,6 +119,8 @@ double dprec_laplace_plan_scale(const dprec_laplace_plan *p);
  * epsilon finite and in the domain of dprec_sample_bernoulli_exp_double (so 2^-74 <= epsilon < 2^128 always
  * works). */
 int dprec_rr_bit(dprec_rng *r, int bit, double epsilon, int *out);
+/* The same from a stream (s initialized, not NULL). */
+int dprec_rr_bit_stream(dprec_noise_stream *s, int bit, double epsilon, int *out);
 /* The same for a value in {-1, +1}. */
 int dprec_rr_sign(dprec_rng *r, int sign, double epsilon, int *out);
 

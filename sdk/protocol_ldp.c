@@ -171,12 +171,14 @@ static int rr_build(dprec_client *c, const dprec_sync_job *job, const unsigned c
     unsigned char *yb = p + 8;
     unsigned char *g = yb + bits;
     memset(yb, 0, bits);
+    dprec_noise_stream ns; /* m + m d draws in a row: one stream of CSPRNG bits for all of them */
+    dprec_noise_stream_init(&ns, &c->rng);
     uint32_t cur = 0; /* ratings are sorted by item: one merge pass */
     for (uint32_t j = 0; j < m; j++) {
         while (cur < c->count && c->ratings[cur].item < j) cur++;
         int rated = cur < c->count && c->ratings[cur].item == j;
         int ystar = 0;
-        rc = dprec_rr_bit(&c->rng, rated, rp.eps1_item, &ystar); /* keeps y w.p. e^eps1/(1+e^eps1) = 1 - p/2 */
+        rc = dprec_rr_bit_stream(&ns, rated, rp.eps1_item, &ystar); /* keeps y w.p. e^eps1/(1+e^eps1) = 1 - p/2 */
         if (rc != DPREC_OK) goto fail;
         if (ystar) yb[j / 8u] |= (unsigned char)(1u << (j % 8u));
         double e = rated ? residual(c, cur) : 0.0;
@@ -187,14 +189,16 @@ static int rr_build(dprec_client *c, const dprec_sync_job *job, const unsigned c
             if (x > rp.clip) x = rp.clip;
             if (x < -rp.clip) x = -rp.clip;
             double noisy = 0.0;
-            rc = dprec_laplace_plan_noise(&c->rng, &plan, x, &noisy);
+            rc = dprec_laplace_plan_draw(&ns, &plan, x, &noisy);
             if (rc != DPREC_OK) goto fail;
             dprec_stf32(g + 4u * ((size_t)j * d + l), (float)noisy);
         }
     }
+    dprec_noise_stream_wipe(&ns);
     *len = DPREC_ENVELOPE_HEADER + payload;
     return DPREC_OK;
 fail:
+    dprec_noise_stream_wipe(&ns);
     dprec_wipe(out, DPREC_ENVELOPE_HEADER + payload);
     return rc;
 }

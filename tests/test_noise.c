@@ -18,7 +18,7 @@
  *     (normal approximation, nominal two-sided 2e-9; n >= 1e5 and light tails keep the true value far
  *     below 1e-6);
  *   - sums of squares of normals: the Laurent-Massart chi-square bounds at DELTA (rigorous).
- * About 110 such checks run, so the whole file fails falsely with probability about 1e-6 at most. Since the
+ * About 125 such checks run, so the whole file fails falsely with probability about 1e-6 at most. Since the
  * seeds are fixed, the outcome is deterministic; the statement above is over the choice of seed. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -247,10 +247,9 @@ static void test_u128_arithmetic_matches_the_compilers_int128(void **state) {
             assert_true(d.hi == (uint64_t)((wa - wb) >> 64) && d.lo == (uint64_t)(wa - wb));
         }
         unsigned n = (unsigned)(splitmix(&s) % 130u);
-        u128 l = u128_shl(a, n), r = u128_shr(a, n);
-        w wl = n >= 128 ? 0 : wa << n, wr = n >= 128 ? 0 : wa >> n;
+        u128 l = u128_shl(a, n);
+        w wl = n >= 128 ? 0 : wa << n;
         assert_true(l.hi == (uint64_t)(wl >> 64) && l.lo == (uint64_t)wl);
-        assert_true(r.hi == (uint64_t)(wr >> 64) && r.lo == (uint64_t)wr);
         unsigned len = 0;
         for (w t = wa; t != 0; t >>= 1) len++;
         assert_int_equal(u128_bitlen(a), len);
@@ -380,11 +379,39 @@ static void test_bernoulli_compares_random_words_with_the_chunks_of_p(void **sta
     assert_int_equal(bern_with_words(p, 1ull << 24, 1ull << 36), 0);
 }
 
-/* The rejection boundary of uniform64. n = 3 * 2^62 + 1: 2^64 mod n = 2^64 - n, so exactly the words
- * w <= n - 1 are accepted and w = n is the first rejected. */
-static void test_uniform_rejects_exactly_the_words_of_the_incomplete_last_block(void **state) {
+/* Bits are handed out low bits first, each once: a take that needs more than the leftover bits of a word
+ * finishes with the low bits of the next word. */
+static void test_bits_are_taken_low_first_and_never_twice(void **state) {
     (void)state;
-    const uint64_t n = 0xC000000000000001ull;
+    bitsrc b;
+    uint64_t v = 0, w[2] = {0xFEDCBA9876543210ull, 0x0123456789ABCDEFull};
+    load_words(&b, w, 2);
+    assert_int_equal(bs_take(&b, 4, &v), DPREC_OK);
+    assert_true(v == 0x0);
+    assert_int_equal(bs_take(&b, 8, &v), DPREC_OK);
+    assert_true(v == 0x21);
+    int bit = -1;
+    assert_int_equal(bs_bit(&b, &bit), DPREC_OK); /* bit 12 of 0x...43210: 0x3 = 0011 */
+    assert_int_equal(bit, 1);
+    assert_int_equal(bs_take(&b, 51, &v), DPREC_OK); /* bits 13..63 of the first word */
+    assert_true(v == 0xFEDCBA9876543210ull >> 13);
+    assert_int_equal(b.nbits, 0);
+    assert_int_equal(bs_take(&b, 64, &v), DPREC_OK); /* a whole word when nothing is left over */
+    assert_true(v == 0x0123456789ABCDEFull);
+    load_words(&b, w, 2);
+    assert_int_equal(bs_take(&b, 60, &v), DPREC_OK);
+    assert_true(v == (0xFEDCBA9876543210ull & ((1ull << 60) - 1)));
+    assert_int_equal(bs_take(&b, 64, &v), DPREC_OK); /* 4 leftover bits, then 60 of the next word */
+    assert_true(v == (0xFull | (0x0123456789ABCDEFull << 4)));
+    assert_int_equal(b.nbits, 4);
+    assert_int_equal(bs_take(&b, 4, &v), DPREC_OK);
+    assert_true(v == 0x0);
+}
+
+/* uniform64 takes bitlen(n - 1) bits per try and rejects exactly the values >= n. */
+static void test_uniform_takes_bitlen_bits_and_rejects_values_from_n_up(void **state) {
+    (void)state;
+    const uint64_t n = 0xC000000000000001ull; /* 64 bits a try */
     bitsrc b;
     uint64_t out = 0, w1[2] = {n - 1, 5}, w2[2] = {n, 5}, w3[2] = {UINT64_MAX, 7};
     load_words(&b, w1, 2);
@@ -396,11 +423,96 @@ static void test_uniform_rejects_exactly_the_words_of_the_incomplete_last_block(
     load_words(&b, w3, 2);
     assert_int_equal(uniform64(&b, n, &out), DPREC_OK);
     assert_true(out == 7);
-    /* n = 7: 2^64 mod 7 = 2, so the two words 2^64 - 2 and 2^64 - 1 are rejected, 2^64 - 3 is not */
-    uint64_t w4[3] = {UINT64_MAX, UINT64_MAX - 1, UINT64_MAX - 2};
-    load_words(&b, w4, 3);
-    assert_int_equal(uniform64(&b, 7, &out), DPREC_OK);
-    assert_true(out == (UINT64_MAX - 2) % 7);
+    /* n = 5: 3 bits a try, low first; the word 0x...F7E = ...1111 0111 1110: tries 110 (6, rejected),
+     * 111 (7, rejected), 101 (5, rejected), 111 (7), then 0 from the zero bits above */
+    uint64_t w4[1] = {0xF7Eull};
+    load_words(&b, w4, 1);
+    assert_int_equal(uniform64(&b, 5, &out), DPREC_OK);
+    assert_true(out == 0);
+    assert_int_equal(b.nbits, 64 - 15);
+    uint64_t w5[1] = {0x1Eull}; /* 110 (rejected), then 011 = 3 */
+    load_words(&b, w5, 1);
+    assert_int_equal(uniform64(&b, 5, &out), DPREC_OK);
+    assert_true(out == 3);
+    uint64_t w6[1] = {0xABull}; /* a power of two, 8: three bits, never rejected */
+    load_words(&b, w6, 1);
+    assert_int_equal(uniform64(&b, 8, &out), DPREC_OK);
+    assert_true(out == 3);
+}
+
+static int rational_with_words(u128 num, u128 den, uint64_t w0, uint64_t w1, unsigned *used) {
+    bitsrc b;
+    uint64_t w[2] = {w0, w1};
+    int out = -1;
+    load_words(&b, w, 2);
+    assert_int_equal(bern128(&b, num, den, &out), DPREC_OK);
+    if (used != NULL) *used = 8u * b.pos - b.nbits;
+    return out;
+}
+
+/* Bernoulli(num / den) compares U's bits (low bits of the words first) with the binary digits of num / den
+ * and stops at the first difference; equal digits up to the end of a finite expansion mean U >= p. */
+static void test_rational_bernoulli_stops_at_the_first_digit_that_differs(void **state) {
+    (void)state;
+    unsigned used = 0;
+    /* 1/3 = 0.010101...: U = 0.00... -> the second digit decides, U < p */
+    assert_int_equal(rational_with_words(u128_of(1), u128_of(3), 0x0, 0, &used), 1);
+    assert_int_equal(used, 2);
+    /* U = 0.011... (bits 0, 1, 1): the third digit of p is 0 < 1, U > p */
+    assert_int_equal(rational_with_words(u128_of(1), u128_of(3), 0x6, 0, &used), 0);
+    assert_int_equal(used, 3);
+    /* U = 0.1...: the first digit, U > p */
+    assert_int_equal(rational_with_words(u128_of(1), u128_of(3), 0x1, 0, &used), 0);
+    assert_int_equal(used, 1);
+    /* 1/2 = 0.1 exactly: U = 0.1... equals it so far and p's expansion ends: U >= p */
+    assert_int_equal(rational_with_words(u128_of(1), u128_of(2), 0x1, 0, &used), 0);
+    assert_int_equal(used, 1);
+    assert_int_equal(rational_with_words(u128_of(1), u128_of(2), 0x0, 0, &used), 1);
+    /* 3/4 = 0.11: U = 0.10 -> 1; U = 0.11 -> 0 after two bits */
+    assert_int_equal(rational_with_words(u128_of(3), u128_of(4), 0x1, 0, &used), 1);
+    assert_int_equal(used, 2);
+    assert_int_equal(rational_with_words(u128_of(3), u128_of(4), 0x3, 0, &used), 0);
+    assert_int_equal(used, 2);
+    /* the 128-bit path: p = 1 / (2^100 + 1) starts with 100 zero digits, then 1 */
+    u128 den = u128_add(u128_shl(u128_of(1), 100), u128_of(1));
+    assert_int_equal(rational_with_words(u128_of(1), den, 0, 0, &used), 1);
+    assert_int_equal(used, 101);
+    assert_int_equal(rational_with_words(u128_of(1), den, 0, 1ull << 35, &used), 0); /* U's bit 100 is 1 */
+    assert_int_equal(used, 100);
+    /* p = 1 and p = 0 take no bits */
+    assert_int_equal(rational_with_words(u128_of(5), u128_of(5), 0, 0, &used), 1);
+    assert_int_equal(used, 0);
+    assert_int_equal(rational_with_words(u128_of(0), u128_of(5), 0, 0, &used), 0);
+    assert_int_equal(used, 0);
+    /* den >= 2^127: a uniform integer below den (128 bits, low word first), compared with num */
+    u128 big = u128_shl(u128_of(1), 127), half = u128_shl(u128_of(1), 126);
+    assert_int_equal(rational_with_words(half, big, UINT64_MAX, (1ull << 62) - 1, NULL), 1);
+    assert_int_equal(rational_with_words(half, big, 0, 1ull << 62, NULL), 0);
+}
+
+/* A stream asks the CSPRNG for 16, then 64, then 256 bytes at a time, and its wipe zeroes what it holds. */
+static void test_a_stream_requests_growing_pieces_and_wipes_them(void **state) {
+    (void)state;
+    dprec_rng r;
+    seed_rng(&r, "stream-pool");
+    dprec_noise_stream ns;
+    dprec_noise_stream_init(&ns, &r);
+    assert_int_equal(ns.len, 0);
+    uint64_t v;
+    const unsigned want[] = {16, 64, 256, 256};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        for (unsigned k = 0; k < want[i] / 8; k++) {
+            assert_int_equal(bs_take(&ns, 64, &v), DPREC_OK);
+            assert_int_equal(ns.len, want[i]);
+        }
+    }
+    dprec_noise_stream_wipe(&ns);
+    assert_int_equal(ns.len, 0);
+    assert_int_equal(ns.nbits, 0);
+    for (unsigned i = 0; i < DPREC_NOISE_POOL; i++) assert_int_equal(ns.pool[i], 0);
+    dprec_noise_stream_init(NULL, &r); /* no-ops */
+    dprec_noise_stream_wipe(NULL);
+    dprec_rng_free(&r);
 }
 
 /* ---- uniform ------------------------------------------------------------------------------------------ */
@@ -847,6 +959,51 @@ static void test_laplace_noise_is_laplace_on_a_fine_grid(void **state) {
     dprec_rng_free(&r);
 }
 
+/* The vector plan's draws from one stream (the path ldp-rr takes: m d coordinates in a row): on the plan's
+ * grid; mean x (Z, plus g/2); second moment 2 (t g)^2, the discrete Laplace's up to a relative 2^-38 (Z); KS
+ * against the continuous Laplace of scale t g (DKW at DELTA, plus 2 g / b as above); and the draws are
+ * independent: the lag-1 products of consecutive noises average 0 (Z, their sd is the variance / sqrt n).
+ * 1e5 draws for each of two plans, on one stream per plan. */
+static void test_laplace_plan_draws_from_a_stream_are_independent_laplace(void **state) {
+    (void)state;
+    const double cases[][4] = {{0.3, 18000.0, 4500.0, 0.016}, {-1.75, 40.0, 10.0, 0.5}}; /* x, l1, n, eps */
+    const long n = 100000;
+    double *xs = malloc((size_t)n * sizeof *xs);
+    assert_non_null(xs);
+    dprec_rng r;
+    seed_rng(&r, "laplace-stream");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double x = cases[c][0];
+        dprec_laplace_plan plan;
+        assert_int_equal(dprec_laplace_plan_init(&plan, cases[c][1], (uint64_t)cases[c][2], cases[c][3]), DPREC_OK);
+        double g = ldexp(1.0, plan.k), b = dprec_laplace_plan_scale(&plan), center = g * round(x / g);
+        dprec_noise_stream ns;
+        dprec_noise_stream_init(&ns, &r);
+        double s1 = 0.0, s2 = 0.0, lag = 0.0;
+        for (long k = 0; k < n; k++) {
+            assert_int_equal(dprec_laplace_plan_draw(&ns, &plan, x, &xs[k]), DPREC_OK);
+            assert_true(on_grid(xs[k], g));
+            double e = xs[k] - center;
+            s1 += e;
+            s2 += e * e;
+            if (k > 0) lag += e * (xs[k - 1] - center);
+        }
+        dprec_noise_stream_wipe(&ns);
+        char what[80];
+        snprintf(what, sizeof what, "Laplace plan stream l1=%g n=%g eps=%g", cases[c][1], cases[c][2], cases[c][3]);
+        double mean = s1 / (double)n, msq = s2 / (double)n, v = 2.0 * b * b;
+        double tol_mean = Z * sqrt(v) / sqrt((double)n) + g / 2.0, tol_m2 = Z * sqrt(20.0) * b * b / sqrt((double)n);
+        if (fabs(center + mean - x) > tol_mean) fail_msg("%s: mean %.6g +- %.3g", what, center + mean, tol_mean);
+        if (fabs(msq - v) > tol_m2) fail_msg("%s: E[(out-x)^2] %.6g vs %.6g +- %.3g", what, msq, v, tol_m2);
+        double tol_lag = Z * v / sqrt((double)n - 1.0);
+        if (fabs(lag / (double)(n - 1)) > tol_lag) fail_msg("%s: lag-1 mean %.6g +- %.3g", what, lag / (double)(n - 1), tol_lag);
+        cont_params cp = {x, b};
+        check_ks(xs, n, laplace_cdf, &cp, 2.0 * g / b, what);
+    }
+    free(xs);
+    dprec_rng_free(&r);
+}
+
 /* Output on the grid, g = 2^(ceil(log2 sigma) - 20); mean x (Z, plus g/2); second moment about the rounded x
  * against s^2, s = sigma (sens + g) / sens, the variance the grid sampler promises up to a relative 2^-38
  * (Z; E[(Y-m)^4] = 3 s^4 to the same precision); KS against N(x, s^2) (DKW at DELTA plus 2 g / s, as for
@@ -1010,11 +1167,13 @@ static void test_grid_scales_are_the_exact_ceilings_or_just_above(void **state) 
  * e^eps/(1+e^eps) and 1/(1+e^eps) (Bernstein, DELTA each), and the likelihood ratio of output 1 within the
  * interval those two bounds imply, [(p1 - u1)/(p0 + u0), (p1 + u1)/(p0 - u0)] around e^eps (no extra
  * false failure: it holds whenever both counts are within their bounds). */
-static void check_rr(int use_sign) {
+static void check_rr(int use_sign, int use_stream) {
     const double epss[] = {0.1, 1.0, 5.0};
     const long n = 100000;
     dprec_rng r;
-    seed_rng(&r, use_sign ? "rr-sign" : "rr-bit");
+    seed_rng(&r, use_sign ? "rr-sign" : use_stream ? "rr-stream" : "rr-bit");
+    dprec_noise_stream ns;
+    dprec_noise_stream_init(&ns, &r);
     for (size_t i = 0; i < sizeof epss / sizeof epss[0]; i++) {
         double eps = epss[i], p1 = 1.0 / (1.0 + exp(-eps)), p0 = 1.0 - p1;
         long ones[2] = {0, 0};
@@ -1026,14 +1185,15 @@ static void check_rr(int use_sign) {
                     assert_true(o == 1 || o == -1);
                     ones[in] += o == 1;
                 } else {
-                    assert_int_equal(dprec_rr_bit(&r, in, eps, &o), DPREC_OK);
+                    if (use_stream) assert_int_equal(dprec_rr_bit_stream(&ns, in, eps, &o), DPREC_OK);
+                    else assert_int_equal(dprec_rr_bit(&r, in, eps, &o), DPREC_OK);
                     assert_true(o == 0 || o == 1);
                     ones[in] += o;
                 }
             }
         }
         char what[64];
-        snprintf(what, sizeof what, "%s eps=%g", use_sign ? "rr_sign" : "rr_bit", eps);
+        snprintf(what, sizeof what, "%s eps=%g", use_sign ? "rr_sign" : use_stream ? "rr_bit_stream" : "rr_bit", eps);
         check_binomial(ones[1], n, p1, what);
         check_binomial(ones[0], n, p0, what);
         double u1 = bernstein_radius((double)n, p1, DELTA) / (double)n;
@@ -1043,17 +1203,23 @@ static void check_rr(int use_sign) {
         assert_true(lo < exp(eps) && exp(eps) < hi);
         if (ratio < lo || ratio > hi) fail_msg("%s: likelihood ratio %.4f not in [%.4f, %.4f]", what, ratio, lo, hi);
     }
+    dprec_noise_stream_wipe(&ns);
     dprec_rng_free(&r);
 }
 
 static void test_rr_bit_keeps_the_bit_with_probability_e_eps_over_1_plus_e_eps(void **state) {
     (void)state;
-    check_rr(0);
+    check_rr(0, 0);
+}
+
+static void test_rr_bit_from_a_stream_keeps_the_bit_with_probability_e_eps_over_1_plus_e_eps(void **state) {
+    (void)state;
+    check_rr(0, 1);
 }
 
 static void test_rr_sign_keeps_the_sign_with_probability_e_eps_over_1_plus_e_eps(void **state) {
     (void)state;
-    check_rr(1);
+    check_rr(1, 0);
 }
 
 static void test_rr_rejects_invalid_inputs(void **state) {
@@ -1074,6 +1240,13 @@ static void test_rr_rejects_invalid_inputs(void **state) {
     assert_int_equal(dprec_rr_bit(&r, 1, 1.0, NULL), DPREC_ERR_INVALID_ARGUMENT);
     assert_int_equal(dprec_rr_sign(NULL, 1, 1.0, &o), DPREC_ERR_INVALID_ARGUMENT);
     assert_int_equal(dprec_rr_sign(&r, 1, 1.0, NULL), DPREC_ERR_INVALID_ARGUMENT);
+    dprec_noise_stream ns;
+    dprec_noise_stream_init(&ns, &r);
+    assert_int_equal(dprec_rr_bit_stream(NULL, 1, 1.0, &o), DPREC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dprec_rr_bit_stream(&ns, 2, 1.0, &o), DPREC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dprec_rr_bit_stream(&ns, 1, 0.0, &o), DPREC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dprec_rr_bit_stream(&ns, 1, 1.0, NULL), DPREC_ERR_INVALID_ARGUMENT);
+    dprec_noise_stream_wipe(&ns);
     /* a huge epsilon never flips (probability exp(-1e30)) */
     for (int k = 0; k < 1000; k++) {
         assert_int_equal(dprec_rr_bit(&r, 1, 1e30, &o), DPREC_OK);
@@ -1227,6 +1400,14 @@ static void test_samplers_pass_on_the_rng_error(void **state) {
     assert_int_equal(dprec_noise_gaussian(&r, 0.0, 1.0, 1.0, &x, NULL), DPREC_ERR_ENTROPY);
     assert_int_equal(dprec_rr_bit(&r, 1, 1.0, &b), DPREC_ERR_ENTROPY);
     assert_int_equal(dprec_rr_sign(&r, 1, 1.0, &b), DPREC_ERR_ENTROPY);
+    dprec_laplace_plan plan;
+    assert_int_equal(dprec_laplace_plan_init(&plan, 4.0, 2, 1.0), DPREC_OK);
+    assert_int_equal(dprec_laplace_plan_noise(&r, &plan, 0.0, &x), DPREC_ERR_ENTROPY);
+    dprec_noise_stream ns;
+    dprec_noise_stream_init(&ns, &r);
+    assert_int_equal(dprec_laplace_plan_draw(&ns, &plan, 0.0, &x), DPREC_ERR_ENTROPY);
+    assert_int_equal(dprec_rr_bit_stream(&ns, 1, 1.0, &b), DPREC_ERR_ENTROPY);
+    dprec_noise_stream_wipe(&ns);
     /* cases that need no randomness still succeed */
     assert_int_equal(dprec_sample_bernoulli(&r, 1.0, &b), DPREC_OK);
     assert_int_equal(b, 1);
@@ -1243,7 +1424,10 @@ int main(void) {
         cmocka_unit_test(test_dyadic_chunks_are_the_binary_expansion_of_p),
         cmocka_unit_test(test_doubles_convert_to_their_exact_rationals),
         cmocka_unit_test(test_bernoulli_compares_random_words_with_the_chunks_of_p),
-        cmocka_unit_test(test_uniform_rejects_exactly_the_words_of_the_incomplete_last_block),
+        cmocka_unit_test(test_bits_are_taken_low_first_and_never_twice),
+        cmocka_unit_test(test_uniform_takes_bitlen_bits_and_rejects_values_from_n_up),
+        cmocka_unit_test(test_rational_bernoulli_stops_at_the_first_digit_that_differs),
+        cmocka_unit_test(test_a_stream_requests_growing_pieces_and_wipes_them),
         cmocka_unit_test(test_uniform_rejects_an_empty_range_and_null_pointers),
         cmocka_unit_test(test_uniform_is_uniform_on_small_ranges),
         cmocka_unit_test(test_uniform_is_uniform_on_huge_ranges),
@@ -1260,11 +1444,13 @@ int main(void) {
         cmocka_unit_test(test_discrete_gaussian_rejects_bad_parameters),
         cmocka_unit_test(test_discrete_gaussian_matches_its_distribution),
         cmocka_unit_test(test_laplace_noise_is_laplace_on_a_fine_grid),
+        cmocka_unit_test(test_laplace_plan_draws_from_a_stream_are_independent_laplace),
         cmocka_unit_test(test_gaussian_noise_is_gaussian_on_a_fine_grid),
         cmocka_unit_test(test_real_noise_rejects_invalid_inputs),
         cmocka_unit_test(test_grid_scales_are_the_exact_ceilings_or_just_above),
         cmocka_unit_test(test_rr_bit_keeps_the_bit_with_probability_e_eps_over_1_plus_e_eps),
         cmocka_unit_test(test_rr_sign_keeps_the_sign_with_probability_e_eps_over_1_plus_e_eps),
+        cmocka_unit_test(test_rr_bit_from_a_stream_keeps_the_bit_with_probability_e_eps_over_1_plus_e_eps),
         cmocka_unit_test(test_rr_rejects_invalid_inputs),
         cmocka_unit_test(test_phi_entry_matches_the_reference_values),
         cmocka_unit_test(test_phi_entry_is_a_deterministic_function_of_seed_and_position),
