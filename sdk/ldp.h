@@ -8,7 +8,8 @@
  *   ldp-gd, ldp-gddr: [cell u32][l u32][sign u8: 1 = +B, 0 = -B][3 zero bytes]  (12 bytes)
  *                     cell is the item j (ldp-gd, < m) or the projected row s (ldp-gddr, < q); l < d.
  *   ldp-rr:           [m u32][d u32] then ceil(m / 8) bytes of y* (bit j % 8 of byte j / 8), zero-padded to a
- *                     multiple of 4, then m d float32 g* (item-major). */
+ *                     multiple of 4, then m d float32 g* (item-major); with params.user_bias the pinned
+ *                     coordinate l = 0 of every item is 0.0, carries no data and gets no noise. */
 #ifndef DPREC_LDP_H
 #define DPREC_LDP_H
 
@@ -37,7 +38,8 @@ double dprec_ldp_magnitude(uint64_t cells, double eps);
  * (Lemma 1). *plus gets 1 for +B, 0 for -B. */
 int dprec_ldp_sign(dprec_rng *r, double x, double eps, int *plus);
 
-/* ldp-rr: the per-round epsilons of the two parts. eps1 goes to randomized response on each indicator
+/* ldp-rr: the per-round epsilons of the two parts (d here: the coordinates reported with noise, d - 1 with
+ * params.user_bias). eps1 goes to randomized response on each indicator
  * y_ij, eps2 to the Laplace noise on the gradients (eps = eps1 + eps2, split = eps1 / eps in (0, 1)). For
  * DPREC_RR_RATING each item's (y, g) pair gets (eps1, eps2): one item or rating of one user is protected at
  * eps. For DPREC_RR_USER the m indicators share eps1 (each gets eps1 / m) and the whole m x d gradient matrix

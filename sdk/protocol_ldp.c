@@ -154,9 +154,9 @@ static dprec_unit rr_unit_of(const dprec_sync_job *job) {
 static int rr_build(dprec_client *c, const dprec_sync_job *job, const unsigned char id[DPREC_REPORT_ID_SIZE],
                     unsigned char *out, size_t cap, size_t *len) {
     if (!c->fitted) return DPREC_ERR_STATE;
-    uint32_t m = c->cfg.num_items, d = c->cfg.dim;
+    uint32_t m = c->cfg.num_items, d = c->cfg.dim, off = first_free(job, d);
     dprec_rr_params rp;
-    int rc = rr_params(job, m, d, &rp);
+    int rc = rr_params(job, m, d - off, &rp); /* the Laplace vector covers the d - off learned coordinates */
     if (rc != DPREC_OK) return rc;
     size_t payload = dprec_ldp_rr_payload(m, d);
     if (cap < DPREC_ENVELOPE_HEADER || cap - DPREC_ENVELOPE_HEADER < payload) return DPREC_ERR_REPORT_TOO_LARGE;
@@ -182,7 +182,8 @@ static int rr_build(dprec_client *c, const dprec_sync_job *job, const unsigned c
         if (rc != DPREC_OK) goto fail;
         if (ystar) yb[j / 8u] |= (unsigned char)(1u << (j % 8u));
         double e = rated ? residual(c, cur) : 0.0;
-        for (uint32_t l = 0; l < d; l++) {
+        for (uint32_t l = 0; l < off; l++) dprec_stf32(g + 4u * ((size_t)j * d + l), 0.0f); /* pinned: no data */
+        for (uint32_t l = off; l < d; l++) {
             /* g_ijl = -2 u_l e_ij, clipped to [-Delta/2, Delta/2] so that one coordinate moves by at most Delta
              * (seed 000's sigma = Delta d / eps2 needs that range); 0 for an unrated item */
             double x = rated ? -2.0 * (double)c->u[l] * e : 0.0;

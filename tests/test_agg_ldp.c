@@ -322,11 +322,52 @@ static void test_ldp_jobs_are_validated(void **state) {
     agg_job_free(&j);
 }
 
+/* An ldp-rr payload is refused unless it has the job's shape, zero padding bits, finite g*, and, with
+ * user_bias, 0 in every item's pinned coordinate (which the device never noises or fills with data). */
+static void test_ldp_rr_payloads_are_validated(void **state) {
+    (void)state;
+    const uint32_t m = 10, d = 3;
+    char err[AGG_ERRMSG];
+    for (int ub = 0; ub <= 1; ub++) {
+        agg_job j;
+        job_init(&j, &agg_protocol_ldp_rr, m, d, ub ? "{\"k\": 1}" : "{\"k\": 1, \"user_bias\": false}", 1.0);
+        size_t plen = dprec_ldp_rr_payload(m, d), bits = 4; /* ceil(10 / 8) = 2, padded to 4 */
+        unsigned char *pl = calloc(1, plen + 4);
+        assert_non_null(pl);
+        dprec_st32(pl, m);
+        dprec_st32(pl + 4, d);
+        unsigned char *g = pl + 8 + bits;
+        for (uint32_t k = 0; k < m * d; k++) dprec_stf32(g + 4 * k, k % d == 0 ? 0.0f : 0.5f * (float)k);
+        pl[8] = 0x5A;
+        assert_int_equal(j.proto->validate_payload(&j, pl, plen, err, sizeof err), 0);
+        assert_int_not_equal(j.proto->validate_payload(&j, pl, plen - 4, err, sizeof err), 0);
+        assert_int_not_equal(j.proto->validate_payload(&j, pl, plen + 4, err, sizeof err), 0);
+        pl[9] = 0x04; /* item 10: a padding bit */
+        assert_int_not_equal(j.proto->validate_payload(&j, pl, plen, err, sizeof err), 0);
+        pl[9] = 0x03;
+        assert_int_equal(j.proto->validate_payload(&j, pl, plen, err, sizeof err), 0);
+        dprec_stf32(g + 4 * 4, NAN);
+        assert_int_not_equal(j.proto->validate_payload(&j, pl, plen, err, sizeof err), 0);
+        dprec_stf32(g + 4 * 4, 1.0f);
+        dprec_stf32(g + 4 * 3, 0.25f); /* item 1, l = 0 */
+        int rc = j.proto->validate_payload(&j, pl, plen, err, sizeof err);
+        if (ub) {
+            assert_int_not_equal(rc, 0);
+            assert_non_null(strstr(err, "pinned"));
+        } else {
+            assert_int_equal(rc, 0);
+        }
+        free(pl);
+        agg_job_free(&j);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sign_randomizer_law_and_likelihood_ratio),
         cmocka_unit_test(test_ldp_gd_reports_average_to_a_known_gradient),
         cmocka_unit_test(test_ldp_rr_debiased_estimate_is_unbiased),
+        cmocka_unit_test(test_ldp_rr_payloads_are_validated),
         cmocka_unit_test(test_laplace_plan_scale_and_variance),
         cmocka_unit_test(test_phi_entries_match_and_pseudo_inverse_is_exact),
         cmocka_unit_test(test_ldp_jobs_are_validated),

@@ -2,7 +2,8 @@
  * (aggregator/agg.h, dprec_agg_handle as the transport, SQLite state in a temporary directory). A `plain`
  * job of two rounds with two devices: registration, signed releases verified against the key the devices
  * pinned, reports accepted and rounds finalized, then the job is done. The same for an ldp-gd job (seed 000):
- * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger. And a gauss-gd job
+ * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger; an ldp-rr job
+ * with its pinned coordinate left out of the report. And a gauss-gd job
  * (seed 001) whose devices keep their own u and move it by one gradient step a round (params.u_update). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 #include "dprec/sync.h"
 #include "fake_port.h"
 #include "json.h"
+#include "ldp.h"
 
 #define M 30u
 #define D 3u
@@ -218,6 +220,42 @@ static void test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round(vo
                        2, 12, 2.0, NULL);
 }
 
+/* ldp-rr (seed 000's randomized response + Laplace, user level) through the real sync: one report per device
+ * and round of the fixed size; with user_bias every item's pinned coordinate is exactly 0 (no data, no noise)
+ * and every learned coordinate carries Laplace noise (exactly 0 has probability about 2^-41 per value). */
+static void check_rr_report(device dev[2], uint64_t round, const char *db) {
+    (void)dev;
+    sqlite3 *db3 = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT bytes FROM reports WHERE round = ?", -1, &q, NULL), SQLITE_OK);
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)round);
+    int rows = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const unsigned char *b = sqlite3_column_blob(q, 0);
+        assert_int_equal(sqlite3_column_bytes(q, 0), 56 + (int)dprec_ldp_rr_payload(M, D));
+        const unsigned char *g = b + 56 + 8 + 4; /* [m][d], ceil(30 / 8) = 4 bytes of y* */
+        for (uint32_t k = 0; k < M * D; k++) {
+            float v;
+            memcpy(&v, g + 4 * k, 4);
+            if (k % D == 0) assert_true(v == 0.0f);
+            else assert_true(v != 0.0f && isfinite(v));
+        }
+        rows++;
+    }
+    assert_int_equal(rows, 2);
+    sqlite3_finalize(q);
+    sqlite3_close(db3);
+}
+
+static void test_sync_runs_an_ldp_rr_job_with_the_pinned_coordinate_left_out(void **state) {
+    (void)state;
+    run_job("{\"protocol\": \"ldp-rr\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                       " \"rounds\": 2, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+                       " \"params\": {\"k\": 2, \"seed\": 1}, \"budget\": {\"epsilon\": 2, \"delta\": 0}}",
+                       2, dprec_ldp_rr_payload(M, D), 2.0, check_rr_report);
+}
+
 /* gauss-gd with u_update "gradient": device 0's u, as reported (x = [u; 1], unscaled for unit user), after round
  * r >= 2 is exactly one step u <- u - u_lr (sum_j e_j v_j + lambda u) from its u of round r - 1, taken on round
  * r's release (the rows its fit kept); and it is the device's own iterate, not the least-squares fit. */
@@ -285,6 +323,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
         cmocka_unit_test(test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round),
+        cmocka_unit_test(test_sync_runs_an_ldp_rr_job_with_the_pinned_coordinate_left_out),
         cmocka_unit_test(test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_round),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

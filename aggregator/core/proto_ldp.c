@@ -20,7 +20,7 @@
  *             pseudo-inverse Phi^+ = Phi^T (Phi Phi^T)^-1 (Phi is q x m with q <= m, full row rank with
  *             probability 1), applied by a Cholesky factorization of Phi Phi^T computed once per Phi.
  *   ldp-rr:   grad_j = (1/n) sum_i ((y*_ij - p/2) / (1 - p)) g*_ij (seed 000's debiased estimate; E[(y* - p/2) /
- *             (1 - p)] = y_ij, independent of the Laplace noise in g*).
+ *             (1 - p)] = y_ij, independent of the Laplace noise in g*). With user_bias the pinned g*_j0 is 0.
  * The round's privacy: pure eps/k-DP per device and round, eps the job's budget, k = params.k >= rounds. */
 #include <math.h>
 #include <pthread.h>
@@ -241,11 +241,19 @@ static int ldp_validate_payload(const agg_job *job, const unsigned char *p, size
                 return -1;
             }
         const unsigned char *g = p + 8 + bits;
-        for (size_t k = 0; k < (size_t)job->m * job->d; k++)
-            if (!isfinite(dprec_ldf32(g + 4 * k))) {
+        ldp_params pp;
+        if (load_params(job, &pp, err, errcap) != 0) return -1;
+        for (size_t k = 0; k < (size_t)job->m * job->d; k++) {
+            float v = dprec_ldf32(g + 4 * k);
+            if (!isfinite(v)) {
                 snprintf(err, errcap, "g*[%zu] is not finite", k);
                 return -1;
             }
+            if (pp.user_bias && k % job->d == 0 && v != 0.0f) { /* the pinned coordinate carries nothing */
+                snprintf(err, errcap, "g*[%zu] is the pinned coordinate of user_bias and must be 0", k);
+                return -1;
+            }
+        }
         return 0;
     }
     if (len != DPREC_LDP_SIGN_PAYLOAD) {
@@ -424,7 +432,8 @@ static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_
     }
     if (job->proto->id == DPREC_PROTO_LDP_RR) {
         dprec_rr_params rp;
-        if (dprec_rr_params_init(&rp, pp.rr_unit, eps, pp.rr_split, m, d, job->rating_max - job->rating_min) != 0) {
+        if (dprec_rr_params_init(&rp, pp.rr_unit, eps, pp.rr_split, m, d - (pp.user_bias ? 1u : 0u),
+                                 job->rating_max - job->rating_min) != 0) {
             snprintf(err, errcap, "ldp-rr parameters out of range");
             goto fail;
         }
