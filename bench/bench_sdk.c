@@ -5,7 +5,9 @@
  *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64, n = 100/1000;
  *   - dprec_fit over a whole release (streaming, digest checked) for m = 1682 and m = 100,000;
  *   - streaming top-K over 100,000 items at d = 32 (K = 10 and 100), with and without the digest pass;
- *   - the client's memory for those configurations. */
+ *   - the client's memory for those configurations;
+ *   - the exact noise samplers on ldp-rr's hot path: CTR_DRBG output per request size, and a Laplace draw of
+ *     ldp-rr's vector plan and a randomized-response bit, one call each or from one dprec_noise_stream. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,9 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
+#include "crypto.h"
 #include "linalg.h"
+#include "noise.h"
 #include "topk.h"
 
 static double now_s(void) {
@@ -207,10 +211,81 @@ static void bench_release_paths(const char *dir) {
     free(v);
 }
 
+/* ns per draw, median of 15 runs of `draws` draws; mode 0: Laplace, one call each; 1: Laplace from a stream;
+ * 2: randomized response, one call each; 3: randomized response from a stream. */
+static double noise_ns(dprec_rng *r, const dprec_laplace_plan *plan, double rr_eps, int mode, int draws) {
+    double t[15];
+    volatile double sink = 0.0;
+    for (int rep = 0; rep < 15; rep++) {
+        dprec_noise_stream ns;
+        dprec_noise_stream_init(&ns, r);
+        double t0 = now_s();
+        for (int i = 0; i < draws; i++) {
+            double v = 0.0;
+            int b = 0, rc;
+            switch (mode) {
+            case 0: rc = dprec_laplace_plan_noise(r, plan, 0.5, &v); break;
+            case 1: rc = dprec_laplace_plan_draw(&ns, plan, 0.5, &v); break;
+            case 2: rc = dprec_rr_bit(r, i & 1, rr_eps, &b); break;
+            default: rc = dprec_rr_bit_stream(&ns, i & 1, rr_eps, &b); break;
+            }
+            if (rc != DPREC_OK) {
+                fprintf(stderr, "bench: sampler failed (%d)\n", rc);
+                exit(1);
+            }
+            sink += v + b;
+        }
+        t[rep] = (now_s() - t0) / draws * 1e9;
+        dprec_noise_stream_wipe(&ns);
+    }
+    (void)sink;
+    return median(t, 15);
+}
+
+static void bench_noise(void) {
+    dprec_rng r;
+    if (dprec_rng_init(&r, NULL, (const unsigned char *)"bench", 5, "bench noise") != DPREC_OK) {
+        fprintf(stderr, "bench: cannot seed the rng\n");
+        exit(1);
+    }
+    printf("\n## CSPRNG (mbedTLS CTR_DRBG, AES-256), median of 15 runs\n\n");
+    printf("| request (bytes) | ns per request | MB/s |\n|---|---|---|\n");
+    const size_t sizes[] = {8, 16, 64, 256, 1024};
+    unsigned char buf[1024];
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        double t[15];
+        int reqs = (int)(4000000 / sizes[s]);
+        for (int rep = 0; rep < 15; rep++) {
+            double t0 = now_s();
+            for (int i = 0; i < reqs; i++) dprec_rng_bytes(&r, buf, sizes[s]);
+            t[rep] = (now_s() - t0) / reqs * 1e9;
+        }
+        double ns = median(t, 15);
+        printf("| %zu | %.0f | %.0f |\n", sizes[s], ns, (double)sizes[s] / ns * 1e3);
+    }
+    /* ldp-rr on the synthetic fleet at epsilon 1.6, k = 1, user level: m = 300 items, d' = 14 learned coordinates,
+     * Delta = 4, eps2 = 0.8; randomized response at eps1 / m = 0.8 / 300 per indicator */
+    const uint32_t m = 300, dd = 14;
+    dprec_laplace_plan plan;
+    if (dprec_laplace_plan_init(&plan, (double)m * dd * 4.0, (uint64_t)m * dd, 0.8) != DPREC_OK) exit(1);
+    const double rr_eps = 0.8 / m;
+    double lap1 = noise_ns(&r, &plan, rr_eps, 0, 200000), lap2 = noise_ns(&r, &plan, rr_eps, 1, 200000);
+    double rr1 = noise_ns(&r, &plan, rr_eps, 2, 200000), rr2 = noise_ns(&r, &plan, rr_eps, 3, 200000);
+    printf("\n## Exact noise on ldp-rr's path (m = %u, d' = %u, user level, eps = 1.6, k = 1), median of 15 runs\n\n", m,
+           dd);
+    printf("| draw | one call each (ns) | from a dprec_noise_stream (ns) |\n|---|---|---|\n");
+    printf("| Laplace, vector plan (t = %llu grid steps) | %.0f | %.0f |\n", (unsigned long long)plan.t, lap1, lap2);
+    printf("| randomized response bit | %.0f | %.0f |\n", rr1, rr2);
+    printf("| one report's noise (m bits + m d' Laplace), ms | %.2f | %.2f |\n", (m * rr1 + m * dd * lap1) * 1e-6,
+           (m * rr2 + m * dd * lap2) * 1e-6);
+    dprec_rng_free(&r);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
         printf("usage: dprec-bench-sdk [SCRATCH_DIR]\n"
-               "Benchmarks the SDK's local least squares and streaming top-K; prints Markdown tables.\n"
+               "Benchmarks the SDK's local least squares, streaming top-K and exact noise samplers;\n"
+               "prints Markdown tables.\n"
                "SCRATCH_DIR (default /tmp/dprec-bench) holds a throwaway rating store.\n");
         return 0;
     }
@@ -218,5 +293,6 @@ int main(int argc, char **argv) {
     printf("# dprec SDK benchmark (dprec %s)\n", DPREC_VERSION_STRING);
     bench_least_squares();
     bench_release_paths(dir);
+    bench_noise();
     return 0;
 }
