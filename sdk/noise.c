@@ -468,7 +468,8 @@ static int dlap(bitsrc *b, uint64_t s, uint64_t t, int64_t *out) {
         /* INEXACT (1): X >= s 2^63 means V > s 2^63 / t - 1 >= 2^20 - 1 (as t <= 2^43 s), probability
          * exp(-2^20) at most; redrawn rather than returned, since |Y| would not fit in int64. */
         if (u128_cmp(x, limit) >= 0) continue;
-        /* x.hi < s / 2 < s, and y < 2^63; X fits in 64 bits but for V above about 2^24 (t <= 2^40) */
+        /* x.hi < s / 2 < s, and y < 2^63. X = U + t V usually fits in 64 bits and divides natively (for the
+         * grid samplers' s = 1, t <= 2^43 it does unless V >= 2^21 - 1, probability below exp(-2^21 + 1)) */
         uint64_t y = x.hi == 0 ? x.lo / s : u128_divmod64(x, s, NULL);
         int sign;
         rc = bs_bit(b, &sign);
