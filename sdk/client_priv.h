@@ -91,7 +91,8 @@ struct dprec_client {
     float *u;  /* d: the fitted user vector */
     /* gauss-gd with params.u_update "gradient" (protocol_gauss.c): the user vector kept across the job's rounds
      * and moved by seed 001's gradient step once per round (memory only: a restart starts it again), the job
-     * and round of its last step (gu_job 0: none), and d doubles of scratch for the gradient. */
+     * and round of its last step (gu_job 0: none), and d doubles of scratch for the gradient (also the scratch
+     * row of the fit's QR fallback, recommend.c: neither use keeps anything in it). */
     float *gu;
     uint64_t gu_job, gu_round;
     double *gu_grad;

@@ -149,6 +149,69 @@ int dprec_cholesky_solve(double *a, double *b, uint32_t d)
     return DPREC_OK;
 }
 
+/* Givens QR (Golub, Van Loan, "Matrix Computations", 4th ed., Sections 5.1.8 and 5.3.6: updating R when a
+ * row is appended). For each i, the rotation [c s; -s c] with c = R_ii / h, s = w_i / h, h = hypot(R_ii, w_i)
+ * zeroes w_i against R_ii; applied to the rest of row i of [R | z] and of [w | target], it keeps
+ * |R u - z|^2 + (w . u - target)^2 unchanged for every u, so after the last row the least-squares solution
+ * solves R u = z. R_ii never decreases (h >= |R_ii|), so it stays >= sqrt(lambda) > 0 when lambda > 0. */
+void dprec_qr_init(double *r, double *z, uint32_t d, double lambda)
+{
+    double s = sqrt(lambda);
+    for (uint32_t i = 0; i < d; i++) {
+        for (uint32_t j = i; j < d; j++) {
+            r[(size_t)i * d + j] = i == j ? s : 0.0;
+        }
+        z[i] = 0.0;
+    }
+}
+
+void dprec_qr_add(double *r, double *z, uint32_t d, const float *v, double target, double *work)
+{
+    for (uint32_t k = 0; k < d; k++) {
+        work[k] = (double)v[k];
+    }
+    double t = target;
+    for (uint32_t i = 0; i < d; i++) {
+        double wi = work[i];
+        if (wi == 0.0) {
+            continue; /* nothing to zero: the identity rotation */
+        }
+        double *ri = r + (size_t)i * d;
+        double h = hypot(ri[i], wi);
+        double c = ri[i] / h;
+        double s = wi / h;
+        ri[i] = h;
+        for (uint32_t j = i + 1; j < d; j++) {
+            double rij = ri[j];
+            double wj = work[j];
+            ri[j] = c * rij + s * wj;
+            work[j] = c * wj - s * rij;
+        }
+        double zi = z[i];
+        z[i] = c * zi + s * t;
+        t = c * t - s * zi;
+    }
+}
+
+int dprec_qr_solve(double *r, double *z, uint32_t d)
+{
+    for (uint32_t i = d; i-- > 0;) {
+        const double *ri = r + (size_t)i * d;
+        if (!(ri[i] > 0.0 && ri[i] <= DBL_MAX)) {
+            return DPREC_ERR_SINGULAR;
+        }
+        double acc = z[i];
+        for (uint32_t j = i + 1; j < d; j++) {
+            acc -= ri[j] * z[j];
+        }
+        z[i] = acc / ri[i];
+        if (!(fabs(z[i]) <= DBL_MAX)) {
+            return DPREC_ERR_SINGULAR; /* NaN or infinite: the data held a NaN or overflowed */
+        }
+    }
+    return DPREC_OK;
+}
+
 double dprec_dot_f32(const float *a, const float *b, uint32_t d)
 {
     const float *x = a;

@@ -1,5 +1,6 @@
 /* dprec internal — the small dense linear algebra of the local step: regularized normal equations
- * accumulated one item vector at a time and solved by Cholesky, in O(d^2) memory. Doubles for the
+ * accumulated one item vector at a time and solved by Cholesky, in O(d^2) memory, and the same least squares
+ * by Givens QR for the systems too ill-conditioned for the normal equations. Doubles for the
  * d x d system (float inputs), so that the solve stays accurate at d = 256 with thousands of ratings. */
 #ifndef DPREC_LINALG_H
 #define DPREC_LINALG_H
@@ -18,6 +19,20 @@ void dprec_normal_add(double *a, double *b, uint32_t d, const float *v, double t
  * is not finite or not above 1e-12 times the largest diagonal entry (a guard, not an exact rank test; the
  * client requires lambda > 0, which makes the system definite). On failure a and b hold garbage. */
 int dprec_cholesky_solve(double *a, double *b, uint32_t d);
+
+/* The same ridge least squares, u = argmin sum_k (t_k - v_k . u)^2 + lambda |u|^2, by Givens rotations: the
+ * QR factorization of the stacked matrix [V; sqrt(lambda) I], one row of V at a time, R upper triangular
+ * (r[i*d + j], j >= i; the strict lower triangle is not touched) and z = Q^T t. It never forms V^T V, so its
+ * accuracy depends on cond([V; sqrt(lambda) I]) and not on its square: it solves systems the Cholesky guard
+ * refuses (entries of V around 1e8 against lambda around 1, say). About three times the flops of the normal
+ * equations; the client uses it only when the Cholesky solve refuses.
+ *   init: R = sqrt(lambda) I, z = 0 (lambda >= 0).
+ *   add:  rotates the row (v, target) into R and z; work holds d doubles of scratch (not aliasing r or z).
+ *   solve: back substitution R x = z, x into z. DPREC_ERR_SINGULAR if a diagonal entry of R is not positive
+ *          and finite or x is not finite; z then holds garbage. */
+void dprec_qr_init(double *r, double *z, uint32_t d, double lambda);
+void dprec_qr_add(double *r, double *z, uint32_t d, const float *v, double target, double *work);
+int dprec_qr_solve(double *r, double *z, uint32_t d);
 
 /* sum_i a[i] * b[i], accumulated in double. */
 double dprec_dot_f32(const float *a, const float *b, uint32_t d);

@@ -59,6 +59,22 @@ int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len) {
     return dprec_release_reader_feed(&c->reader, chunk, len);
 }
 
+/* The fallback when the Cholesky guard refuses the normal equations: with lambda > 0 the system is definite,
+ * but a release whose rated rows are huge against lambda (a private protocol's noise can make them so) leaves
+ * lambda below the guard's 1e-12 of the largest diagonal. The same least squares by Givens QR, from the rows
+ * the fit kept (all n rated items), in the memory of A and b; the scratch row is gauss-gd's d doubles,
+ * which hold nothing between its own uses. */
+static int fit_by_qr(dprec_client *c) {
+    uint32_t d = c->cfg.dim;
+    dprec_qr_init(c->a, c->b, d, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i++) {
+        const float *row = c->rows + (size_t)i * (d + 1u);
+        double target = (double)c->ratings[i].value - (double)c->reader.info.global_mean - (double)row[d];
+        dprec_qr_add(c->a, c->b, d, row, target, c->gu_grad);
+    }
+    return dprec_qr_solve(c->a, c->b, d);
+}
+
 int dprec_fit_end(dprec_client *c) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_FIT) return DPREC_ERR_STATE;
@@ -68,6 +84,7 @@ int dprec_fit_end(dprec_client *c) {
     if (!release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
     uint32_t d = c->cfg.dim;
     rc = dprec_cholesky_solve(c->a, c->b, d);
+    if (rc == DPREC_ERR_SINGULAR) rc = fit_by_qr(c);
     if (rc != DPREC_OK) return rc;
     for (uint32_t i = 0; i < d; i++) c->u[i] = (float)c->b[i];
     memcpy(c->fitted_digest, c->reader.info.digest, sizeof c->fitted_digest);

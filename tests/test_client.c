@@ -458,6 +458,86 @@ static void test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking(
     fake_port_free(&fake);
 }
 
+/* A release whose rows are huge against the ridge (entries up to 1e8, as a local-DP protocol's noise can make
+ * them) with fewer ratings than d: the normal equations are refused by the Cholesky guard, and the fit falls
+ * back to Givens QR on the rows it kept. The result is the ridge solution, checked through the n x n dual
+ * system: u = V^T alpha, (V V^T + lambda I) alpha = t, which is well conditioned here. */
+static void test_fit_solves_a_release_of_huge_rows_by_qr(void **state) {
+    (void)state;
+    const uint32_t m = 40, d = 16, n = 6;
+    dprec_config cfg;
+    cfg_for(&cfg, m, d, 10, 5);
+    cfg.lambda = 0.5f;
+    fake_port fake;
+    dprec_port port;
+    fake_port_init(&fake, &port);
+    size_t need = dprec_client_required_size(&cfg), len = 0;
+    void *mem = malloc(need);
+    dprec_client *c = NULL;
+    assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(c), DPREC_OK);
+    test_rng r = {99};
+    float *v = malloc(sizeof(float) * m * d);
+    for (size_t i = 0; i < (size_t)m * d; i++) v[i] = (float)((2.0 * test_uniform(&r) - 1.0) * 1e8);
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.release_version = 1;
+    info.job_id = 1;
+    info.num_items = m;
+    info.dim = d;
+    info.rating_min = 1.0f;
+    info.rating_max = 5.0f;
+    info.global_mean = 3.0f; /* a global mean needs the biases section (all 0 here) */
+    info.flags = DPREC_RELEASE_HAS_BIASES;
+    float *zero = calloc(m, sizeof(float));
+    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
+    unsigned char *rel = malloc(cap);
+    assert_int_equal(dprec_release_write(rel, cap, &info, v, zero, &len), DPREC_OK);
+    free(zero);
+    const uint32_t items[6] = {2, 7, 11, 20, 33, 39};
+    const float values[6] = {5.0f, 1.0f, 3.5f, 4.0f, 2.0f, 4.5f};
+    for (uint32_t i = 0; i < n; i++) assert_int_equal(dprec_store_put(c, items[i], values[i], 1), DPREC_OK);
+    assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
+    float u[16];
+    assert_int_equal(dprec_user_vector(c, u, d), DPREC_OK);
+    /* the dual system in double, by Gaussian elimination without pivoting (V V^T + lambda I is positive definite) */
+    double g[6][7], alpha[6], want[16] = {0};
+    for (uint32_t a = 0; a < n; a++) {
+        for (uint32_t b = 0; b < n; b++) {
+            double s = a == b ? 0.5 : 0.0;
+            for (uint32_t k = 0; k < d; k++) s += (double)v[items[a] * d + k] * (double)v[items[b] * d + k];
+            g[a][b] = s;
+        }
+        g[a][n] = (double)values[a] - 3.0;
+    }
+    for (uint32_t col = 0; col < n; col++)
+        for (uint32_t row = col + 1; row < n; row++) {
+            double f = g[row][col] / g[col][col];
+            for (uint32_t k = col; k <= n; k++) g[row][k] -= f * g[col][k];
+        }
+    for (uint32_t a = n; a-- > 0;) {
+        double s = g[a][n];
+        for (uint32_t b = a + 1; b < n; b++) s -= g[a][b] * alpha[b];
+        alpha[a] = s / g[a][a];
+    }
+    double top = 0.0;
+    for (uint32_t k = 0; k < d; k++) {
+        for (uint32_t a = 0; a < n; a++) want[k] += (double)v[items[a] * d + k] * alpha[a];
+        top = fmax(top, fabs(want[k]));
+    }
+    for (uint32_t k = 0; k < d; k++)
+        if (fabs((double)u[k] - want[k]) > 1e-5 * top) fail_msg("u[%u] = %g, want %g", k, (double)u[k], want[k]);
+    /* the fitted vector reproduces the ratings to the ridge's pull (lambda |alpha| is about 1e-16 here) */
+    float p = 0.0f;
+    assert_int_equal(dprec_predict(c, rel, len, items[2], &p), DPREC_OK);
+    assert_true(fabs(p - 3.5f) < 1e-3);
+    free(rel);
+    free(v);
+    dprec_client_free(c);
+    free(mem);
+    fake_port_free(&fake);
+}
+
 static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_vector(void **state) {
     (void)state;
     uint32_t m = 40, d = 4, k = 3;
@@ -526,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_client_init_fails_cleanly_when_the_nth_allocation_fails),
         cmocka_unit_test(test_recommend_equals_brute_force_sort_on_random_problems),
         cmocka_unit_test(test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking),
+        cmocka_unit_test(test_fit_solves_a_release_of_huge_rows_by_qr),
         cmocka_unit_test(test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_vector),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,5 @@
-/* Tests of sdk/linalg.c: the regularized normal equations, their Cholesky solve and the float dot product.
+/* Tests of sdk/linalg.c: the regularized normal equations, their Cholesky solve, the same least squares by
+ * Givens QR, and the float dot product.
  *
  * The reference is an independent dense solve written here: the full symmetric A built entry by entry in
  * double, then Gaussian elimination with partial pivoting. Random problems come from a fixed-seed LCG, so
@@ -672,6 +673,119 @@ static void test_dot_of_a_vector_with_itself_is_its_squared_norm(void **state)
     assert_true(dprec_dot_f32(v, v, 0) == 0.0);
 }
 
+/* ---- Givens QR ------------------------------------------------------------------------------------------ */
+
+static int qr_solve_problem(const problem *p, double *x)
+{
+    uint32_t d = p->d;
+    double *r = malloc(((size_t)d * d + 1) * sizeof *r);
+    double *work = malloc(((size_t)d + 1) * sizeof *work);
+    assert_non_null(r);
+    assert_non_null(work);
+    dprec_qr_init(r, x, d, p->lambda);
+    for (uint32_t j = 0; j < p->n; j++) {
+        dprec_qr_add(r, x, d, p->v + (size_t)j * d, p->r[j], work);
+    }
+    int rc = dprec_qr_solve(r, x, d);
+    free(r);
+    free(work);
+    return rc;
+}
+
+/* On the same random problems as the Cholesky test (10 per shape), QR agrees with the naive dense solve. */
+static void test_qr_solve_matches_naive_dense_solve_on_random_problems(void **state)
+{
+    (void)state;
+    uint64_t seed = 5000001;
+    double worst = 0.0;
+    for (size_t di = 0; di < N_DIMS; di++) {
+        uint32_t d = k_dims[di];
+        const uint32_t ns[5] = {1, d / 2, d, 3 * d, 1000};
+        for (size_t ni = 0; ni < 5; ni++) {
+            for (size_t li = 0; li < N_LAMBDAS; li++) {
+                for (unsigned t = 0; t < 10; t++) {
+                    problem p;
+                    double x[64], want[64];
+                    problem_make(&p, d, ns[ni], k_lambdas[li], seed++);
+                    assert_int_equal(qr_solve_problem(&p, x), DPREC_OK);
+                    reference_solve(&p, want);
+                    double err = max_abs_diff(x, want, d) / (1.0 + max_abs(want, d));
+                    if (err > 1e-8) {
+                        fail_msg("d=%u n=%u lambda=%g: max |x - naive| = %g (1 + max|x|)", d, ns[ni], k_lambdas[li], err);
+                    }
+                    worst = fmax(worst, err);
+                    problem_free(&p);
+                }
+            }
+        }
+    }
+    print_message("QR: worst max |x - naive| / (1 + max|x|) = %.3g\n", worst);
+}
+
+/* Rows that are huge against lambda: n rows of a 16 x 16 Hadamard matrix times 2.5e7 (exact in float), so
+ * V V^T = 1e16 I and the ridge solution is exactly u = V^T t / (1e16 + lambda). The normal equations' pivots
+ * on the 16 - n directions no row spans are lambda against a diagonal of about n 6e14, so the Cholesky guard
+ * refuses; QR finds u to a relative 1e-12. */
+static void test_qr_solves_huge_rows_that_the_cholesky_guard_refuses(void **state)
+{
+    (void)state;
+    const uint32_t d = 16;
+    for (uint32_t n = 1; n < d; n += 4) {
+        problem p;
+        p.d = d;
+        p.n = n;
+        p.lambda = 0.5;
+        p.v = malloc((size_t)n * d * sizeof *p.v);
+        p.r = malloc((size_t)n * sizeof *p.r);
+        assert_non_null(p.v);
+        assert_non_null(p.r);
+        uint64_t s = 77 + n;
+        for (uint32_t k = 0; k < n; k++) {
+            for (uint32_t j = 0; j < d; j++) {
+                unsigned parity = 0; /* Sylvester's Hadamard entry: (-1)^popcount(k & j) */
+                for (uint32_t b = k & j; b != 0; b >>= 1) {
+                    parity ^= b & 1u;
+                }
+                p.v[(size_t)k * d + j] = parity ? -2.5e7f : 2.5e7f;
+            }
+            p.r[k] = lcg_range(&s, -2.0, 2.0);
+        }
+        double x[16], want[16] = {0};
+        for (uint32_t k = 0; k < n; k++) {
+            for (uint32_t j = 0; j < d; j++) {
+                want[j] += (double)p.v[(size_t)k * d + j] * p.r[k] / (1e16 + p.lambda);
+            }
+        }
+        assert_int_equal(sdk_solve(&p, x, NULL), DPREC_ERR_SINGULAR);
+        assert_int_equal(qr_solve_problem(&p, x), DPREC_OK);
+        double err = max_abs_diff(x, want, d) / max_abs(want, d);
+        if (err > 1e-12) {
+            fail_msg("n=%u: max |x - exact| / max|x| = %g", n, err);
+        }
+        problem_free(&p);
+    }
+}
+
+/* lambda = 0 with fewer rows than d leaves a zero on R's diagonal, and a NaN in a row reaches the solution:
+ * both are refused. */
+static void test_qr_solve_refuses_a_zero_diagonal_and_nan(void **state)
+{
+    (void)state;
+    problem p;
+    double x[16];
+    problem_make(&p, 8, 3, 0.0, 31);
+    assert_int_equal(qr_solve_problem(&p, x), DPREC_ERR_SINGULAR);
+    problem_free(&p);
+    problem_make(&p, 8, 20, 0.1, 32);
+    p.v[5 * 8 + 3] = NAN;
+    assert_int_equal(qr_solve_problem(&p, x), DPREC_ERR_SINGULAR);
+    problem_free(&p);
+    problem_make(&p, 8, 20, 0.1, 33);
+    p.r[7] = NAN;
+    assert_int_equal(qr_solve_problem(&p, x), DPREC_ERR_SINGULAR);
+    problem_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -694,6 +808,9 @@ int main(void)
         cmocka_unit_test(test_dot_of_small_integers_is_exact),
         cmocka_unit_test(test_dot_accumulates_in_double),
         cmocka_unit_test(test_dot_of_a_vector_with_itself_is_its_squared_norm),
+        cmocka_unit_test(test_qr_solve_matches_naive_dense_solve_on_random_problems),
+        cmocka_unit_test(test_qr_solves_huge_rows_that_the_cholesky_guard_refuses),
+        cmocka_unit_test(test_qr_solve_refuses_a_zero_diagonal_and_nan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
