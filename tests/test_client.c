@@ -479,20 +479,9 @@ static void test_fit_solves_a_release_of_huge_rows_by_qr(void **state) {
     test_rng r = {99};
     float *v = malloc(sizeof(float) * m * d);
     for (size_t i = 0; i < (size_t)m * d; i++) v[i] = (float)((2.0 * test_uniform(&r) - 1.0) * 1e8);
-    dprec_release_info info;
-    memset(&info, 0, sizeof info);
-    info.release_version = 1;
-    info.job_id = 1;
-    info.num_items = m;
-    info.dim = d;
-    info.rating_min = 1.0f;
-    info.rating_max = 5.0f;
-    info.global_mean = 3.0f; /* a global mean needs the biases section (all 0 here) */
-    info.flags = DPREC_RELEASE_HAS_BIASES;
-    float *zero = calloc(m, sizeof(float));
-    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
-    unsigned char *rel = malloc(cap);
-    assert_int_equal(dprec_release_write(rel, cap, &info, v, zero, &len), DPREC_OK);
+    float *zero = calloc(m, sizeof(float)); /* a global mean needs the biases section (all 0 here) */
+    unsigned char *rel = test_write_release(m, d, v, zero, 3.0f, &len);
+    assert_non_null(rel);
     free(zero);
     const uint32_t items[6] = {2, 7, 11, 20, 33, 39};
     const float values[6] = {5.0f, 1.0f, 3.5f, 4.0f, 2.0f, 4.5f};

@@ -251,10 +251,16 @@ static void test_one_dimensional_solve_is_ratio_of_sums(void **state)
 /* 50 problems for each (d, n, lambda): d in {1, 2, 5, 16, 32, 64}, n in {1, d/2, d, 3d, 1000}, lambda in
  * {1e-3, 0.1, 10}. Both solvers are backward stable on these well-posed systems (condition numbers up to
  * about 1e6 here), so they agree to far better than the 1e-8 (1 + max|x|) asked. */
-static void test_cholesky_solve_matches_naive_dense_solve_on_random_problems(void **state)
+typedef int (*solver_fn)(const problem *p, double *x);
+
+static int cholesky_solve_problem(const problem *p, double *x)
 {
-    (void)state;
-    uint64_t seed = 1;
+    return sdk_solve(p, x, NULL);
+}
+
+/* `per_shape` random problems of every shape (d, n, lambda): the solver agrees with the naive dense solve. */
+static void check_against_naive_solve(solver_fn solve, const char *name, unsigned per_shape, uint64_t seed)
+{
     double worst = 0.0;
     unsigned problems = 0;
     for (size_t di = 0; di < N_DIMS; di++) {
@@ -262,17 +268,17 @@ static void test_cholesky_solve_matches_naive_dense_solve_on_random_problems(voi
         const uint32_t ns[5] = {1, d / 2, d, 3 * d, 1000};
         for (size_t ni = 0; ni < 5; ni++) {
             for (size_t li = 0; li < N_LAMBDAS; li++) {
-                for (unsigned t = 0; t < PROBLEMS_PER_SHAPE; t++) {
+                for (unsigned t = 0; t < per_shape; t++) {
                     problem p;
                     double x[64];
                     double want[64];
                     problem_make(&p, d, ns[ni], k_lambdas[li], seed++);
-                    assert_int_equal(sdk_solve(&p, x, NULL), DPREC_OK);
+                    assert_int_equal(solve(&p, x), DPREC_OK);
                     reference_solve(&p, want);
                     double scale = 1.0 + max_abs(want, d);
                     double err = max_abs_diff(x, want, d) / scale;
                     if (err > 1e-8) {
-                        fail_msg("d=%u n=%u lambda=%g seed=%llu: max |x - naive| = %g (1 + max|x|)", d,
+                        fail_msg("%s: d=%u n=%u lambda=%g seed=%llu: max |x - naive| = %g (1 + max|x|)", name, d,
                                  ns[ni], k_lambdas[li], (unsigned long long)(seed - 1), err);
                     }
                     worst = fmax(worst, err);
@@ -282,7 +288,13 @@ static void test_cholesky_solve_matches_naive_dense_solve_on_random_problems(voi
             }
         }
     }
-    print_message("%u problems; worst max |x - naive| / (1 + max|x|) = %.3g\n", problems, worst);
+    print_message("%s: %u problems; worst max |x - naive| / (1 + max|x|) = %.3g\n", name, problems, worst);
+}
+
+static void test_cholesky_solve_matches_naive_dense_solve_on_random_problems(void **state)
+{
+    (void)state;
+    check_against_naive_solve(cholesky_solve_problem, "Cholesky", PROBLEMS_PER_SHAPE, 1);
 }
 
 /* With n < d ratings, A = lambda I + V^T V is singular but for lambda. The ridge solution must still equal
@@ -692,34 +704,11 @@ static int qr_solve_problem(const problem *p, double *x)
     return rc;
 }
 
-/* On the same random problems as the Cholesky test (10 per shape), QR agrees with the naive dense solve. */
+/* On random problems of the same shapes as the Cholesky test (10 per shape), QR agrees with the naive solve. */
 static void test_qr_solve_matches_naive_dense_solve_on_random_problems(void **state)
 {
     (void)state;
-    uint64_t seed = 5000001;
-    double worst = 0.0;
-    for (size_t di = 0; di < N_DIMS; di++) {
-        uint32_t d = k_dims[di];
-        const uint32_t ns[5] = {1, d / 2, d, 3 * d, 1000};
-        for (size_t ni = 0; ni < 5; ni++) {
-            for (size_t li = 0; li < N_LAMBDAS; li++) {
-                for (unsigned t = 0; t < 10; t++) {
-                    problem p;
-                    double x[64], want[64];
-                    problem_make(&p, d, ns[ni], k_lambdas[li], seed++);
-                    assert_int_equal(qr_solve_problem(&p, x), DPREC_OK);
-                    reference_solve(&p, want);
-                    double err = max_abs_diff(x, want, d) / (1.0 + max_abs(want, d));
-                    if (err > 1e-8) {
-                        fail_msg("d=%u n=%u lambda=%g: max |x - naive| = %g (1 + max|x|)", d, ns[ni], k_lambdas[li], err);
-                    }
-                    worst = fmax(worst, err);
-                    problem_free(&p);
-                }
-            }
-        }
-    }
-    print_message("QR: worst max |x - naive| / (1 + max|x|) = %.3g\n", worst);
+    check_against_naive_solve(qr_solve_problem, "QR", 10, 5000001);
 }
 
 /* Rows that are huge against lambda: n rows of a 16 x 16 Hadamard matrix times 2.5e7 (exact in float), so

@@ -916,11 +916,29 @@ static int on_grid(double v, double g) {
     return q == floor(q);
 }
 
-/* Output on the grid, g = 2^(ceil(log2(sens/eps)) - 40); mean x (Z, plus g/2 for the rounding of x); second
- * moment about the rounded x against 2 b^2 with b = (sens + g) / eps, the continuous Laplace's, which the
- * discrete one of scale t g matches to a relative 2^-38 (Z; Laplace's E[(Y-m)^4] = 24 b^4); KS against the
- * continuous Laplace CDF (DKW at DELTA, plus 2 g / b: the largest atom is (1-a)/(1+a) < g/(2b) and the
- * centre and scale are off by at most g/2 and 2g, moving the CDF by less than g / b). 1e5 draws each. */
+/* n draws of x + Laplace noise on the grid g with scale b: mean x (Z, plus g/2 for the rounding of x), second
+ * moment about the rounded x, center, against 2 b^2 (Z; Laplace's E[(Y-m)^4] = 24 b^4), and KS against the
+ * continuous Laplace CDF (DKW at DELTA, plus 2 g / b: the largest atom is (1-a)/(1+a) < g/(2b) and the centre
+ * and scale are off by at most g/2 and 2g, moving the CDF by less than g / b). */
+static void check_laplace_draws(double *xs, long n, double x, double center, double b, double g, const char *what) {
+    double s1 = 0.0, s2 = 0.0;
+    for (long k = 0; k < n; k++) {
+        assert_true(on_grid(xs[k], g));
+        s1 += xs[k] - center;
+        s2 += (xs[k] - center) * (xs[k] - center);
+    }
+    double mean = s1 / (double)n, msq = s2 / (double)n;
+    double tol_mean = Z * sqrt(2.0) * b / sqrt((double)n) + g / 2.0;
+    double tol_m2 = Z * sqrt(20.0) * b * b / sqrt((double)n);
+    if (fabs(center + mean - x) > tol_mean) fail_msg("%s: mean %.6g +- %.3g", what, center + mean, tol_mean);
+    if (fabs(msq - 2.0 * b * b) > tol_m2) fail_msg("%s: E[(out-x)^2] %.6g vs %.6g +- %.3g", what, msq, 2 * b * b, tol_m2);
+    cont_params cp = {x, b};
+    check_ks(xs, n, laplace_cdf, &cp, 2.0 * g / b, what);
+}
+
+/* Output on the grid, g = 2^(ceil(log2(sens/eps)) - 40), distributed as check_laplace_draws says with
+ * b = (sens + g) / eps, the continuous Laplace's scale, which the discrete one of scale t g matches to a
+ * relative 2^-38. 1e5 draws each. */
 static void test_laplace_noise_is_laplace_on_a_fine_grid(void **state) {
     (void)state;
     const double cases[][3] = {{3.7, 1.0, 0.5}, {-250.0, 3.0, 0.01}, {0.0, 0.001, 2.0}};
@@ -931,38 +949,25 @@ static void test_laplace_noise_is_laplace_on_a_fine_grid(void **state) {
     seed_rng(&r, "laplace-noise");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double x = cases[c][0], sens = cases[c][1], eps = cases[c][2], g = 0.0;
-        double s1 = 0.0, s2 = 0.0;
         int e;
         double expect_g = ldexp(1.0, (frexp(sens / eps, &e) == 0.5 ? e - 1 : e) - 40);
-        double center = expect_g * round(x / expect_g);
         for (long k = 0; k < n; k++) {
             assert_int_equal(dprec_noise_laplace(&r, x, sens, eps, &xs[k], &g), DPREC_OK);
             assert_true(g == expect_g);
-            assert_true(on_grid(xs[k], g));
-            s1 += xs[k] - center;
-            s2 += (xs[k] - center) * (xs[k] - center);
         }
-        double b = (sens + g) / eps;
+        double b = (sens + g) / eps; /* the continuous scale, which t g matches to a relative 2^-38 */
         assert_true(g / b <= 0x1p-38); /* the grid is far below the noise */
         char what[80];
         snprintf(what, sizeof what, "Laplace noise x=%g sens=%g eps=%g", x, sens, eps);
-        double mean = s1 / (double)n, msq = s2 / (double)n;
-        double tol_mean = Z * sqrt(2.0) * b / sqrt((double)n) + g / 2.0;
-        double tol_m2 = Z * sqrt(20.0) * b * b / sqrt((double)n);
-        if (fabs(center + mean - x) > tol_mean) fail_msg("%s: mean %.6g +- %.3g", what, center + mean, tol_mean);
-        if (fabs(msq - 2.0 * b * b) > tol_m2)
-            fail_msg("%s: E[(out-x)^2] %.6g vs %.6g +- %.3g", what, msq, 2 * b * b, tol_m2);
-        cont_params cp = {x, b};
-        check_ks(xs, n, laplace_cdf, &cp, 2.0 * g / b, what);
+        check_laplace_draws(xs, n, x, g * round(x / g), b, g, what);
     }
     free(xs);
     dprec_rng_free(&r);
 }
 
-/* The vector plan's draws from one stream (the path ldp-rr takes: m d coordinates in a row): on the plan's
- * grid; mean x (Z, plus g/2); second moment 2 (t g)^2, the discrete Laplace's up to a relative 2^-38 (Z); KS
- * against the continuous Laplace of scale t g (DKW at DELTA, plus 2 g / b as above); and the draws are
- * independent: the lag-1 products of consecutive noises average 0 (Z, their sd is the variance / sqrt n).
+/* The vector plan's draws from one stream (the path ldp-rr takes: m d coordinates in a row): distributed as
+ * check_laplace_draws says with b = t g, the plan's scale; and the draws are independent: the lag-1 products
+ * of consecutive noises average 0 (Z, their sd is the variance / sqrt n).
  * 1e5 draws for each of two plans, on one stream per plan. */
 static void test_laplace_plan_draws_from_a_stream_are_independent_laplace(void **state) {
     (void)state;
@@ -979,26 +984,17 @@ static void test_laplace_plan_draws_from_a_stream_are_independent_laplace(void *
         double g = ldexp(1.0, plan.k), b = dprec_laplace_plan_scale(&plan), center = g * round(x / g);
         dprec_noise_stream ns;
         dprec_noise_stream_init(&ns, &r);
-        double s1 = 0.0, s2 = 0.0, lag = 0.0;
+        double lag = 0.0;
         for (long k = 0; k < n; k++) {
             assert_int_equal(dprec_laplace_plan_draw(&ns, &plan, x, &xs[k]), DPREC_OK);
-            assert_true(on_grid(xs[k], g));
-            double e = xs[k] - center;
-            s1 += e;
-            s2 += e * e;
-            if (k > 0) lag += e * (xs[k - 1] - center);
+            if (k > 0) lag += (xs[k] - center) * (xs[k - 1] - center);
         }
         dprec_noise_stream_wipe(&ns);
         char what[80];
         snprintf(what, sizeof what, "Laplace plan stream l1=%g n=%g eps=%g", cases[c][1], cases[c][2], cases[c][3]);
-        double mean = s1 / (double)n, msq = s2 / (double)n, v = 2.0 * b * b;
-        double tol_mean = Z * sqrt(v) / sqrt((double)n) + g / 2.0, tol_m2 = Z * sqrt(20.0) * b * b / sqrt((double)n);
-        if (fabs(center + mean - x) > tol_mean) fail_msg("%s: mean %.6g +- %.3g", what, center + mean, tol_mean);
-        if (fabs(msq - v) > tol_m2) fail_msg("%s: E[(out-x)^2] %.6g vs %.6g +- %.3g", what, msq, v, tol_m2);
-        double tol_lag = Z * v / sqrt((double)n - 1.0);
+        check_laplace_draws(xs, n, x, center, b, g, what);
+        double tol_lag = Z * 2.0 * b * b / sqrt((double)n - 1.0);
         if (fabs(lag / (double)(n - 1)) > tol_lag) fail_msg("%s: lag-1 mean %.6g +- %.3g", what, lag / (double)(n - 1), tol_lag);
-        cont_params cp = {x, b};
-        check_ks(xs, n, laplace_cdf, &cp, 2.0 * g / b, what);
     }
     free(xs);
     dprec_rng_free(&r);

@@ -21,6 +21,31 @@ static inline double test_uniform(test_rng *r) { /* [0, 1) */
     return (double)test_next(r) / 4294967296.0;
 }
 
+/* A release of the given m x d matrix v and item biases b (NULL: none, and mu must be 0), global mean mu.
+ * Returns a malloc'd buffer (NULL if the writer refused) and its size in *len. */
+static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const float *v, const float *b, float mu,
+                                                size_t *len) {
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.release_version = 7;
+    info.job_id = 42;
+    info.num_items = m;
+    info.dim = d;
+    info.rating_min = 1.0f;
+    info.rating_max = 5.0f;
+    info.global_mean = mu;
+    info.flags = b ? DPREC_RELEASE_HAS_BIASES : 0;
+    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
+    unsigned char *buf = malloc(cap);
+    size_t written = 0;
+    if (dprec_release_write(buf, cap, &info, v, b, &written) != DPREC_OK || written != cap) {
+        free(buf);
+        buf = NULL;
+    }
+    *len = written;
+    return buf;
+}
+
 /* A random release (m x d, entries in [-1, 1), item biases in [-0.5, 0.5) and mu = 3.5 when biases).
  * Returns a malloc'd buffer; *len gets its size; v/bias (if non-NULL) get malloc'd copies of the matrix. */
 static inline unsigned char *test_make_release(uint32_t m, uint32_t d, int biases, uint64_t seed, size_t *len,
@@ -31,24 +56,7 @@ static inline unsigned char *test_make_release(uint32_t m, uint32_t d, int biase
     for (size_t i = 0; i < (size_t)m * d; i++) v[i] = (float)(2.0 * test_uniform(&r) - 1.0);
     if (b)
         for (uint32_t j = 0; j < m; j++) b[j] = (float)(test_uniform(&r) - 0.5);
-    dprec_release_info info;
-    memset(&info, 0, sizeof info);
-    info.release_version = 7;
-    info.job_id = 42;
-    info.num_items = m;
-    info.dim = d;
-    info.rating_min = 1.0f;
-    info.rating_max = 5.0f;
-    info.global_mean = biases ? 3.5f : 0.0f;
-    info.flags = biases ? DPREC_RELEASE_HAS_BIASES : 0;
-    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
-    unsigned char *buf = malloc(cap);
-    size_t written = 0;
-    if (dprec_release_write(buf, cap, &info, v, b, &written) != DPREC_OK || written != cap) {
-        free(buf);
-        buf = NULL;
-    }
-    *len = written;
+    unsigned char *buf = test_write_release(m, d, v, b, biases ? 3.5f : 0.0f, len);
     if (v_out) *v_out = v;
     else free(v);
     if (bias_out) *bias_out = b;
