@@ -171,7 +171,7 @@ static int rr_build(dprec_client *c, const dprec_sync_job *job, const unsigned c
     unsigned char *yb = p + 8;
     unsigned char *g = yb + bits;
     memset(yb, 0, bits);
-    dprec_noise_stream ns; /* m + m d draws in a row: one stream of CSPRNG bits for all of them */
+    dprec_noise_stream ns; /* m + m (d - off) draws in a row: one stream of CSPRNG bits for all of them */
     dprec_noise_stream_init(&ns, &c->rng);
     uint32_t cur = 0; /* ratings are sorted by item: one merge pass */
     for (uint32_t j = 0; j < m; j++) {
