@@ -22,6 +22,10 @@ typedef struct dprec_agg_config {
     int sync_full;                /* 1: PRAGMA synchronous=FULL (default; durable before acknowledging) */
     int group_commit_us;          /* reserved (default 2000; not used yet): reports arriving while a commit runs are
                                    * batched into the next commit, with no timer */
+    int keep_report_payloads;     /* 0 (default): a round's report payloads are dropped in the transaction that
+                                   * finalizes it (their ids, devices and rounds stay, so a retry is still
+                                   * recognized); 1: kept for inspection. The state then holds about one round of
+                                   * payloads, not every round's (ldp-rr: m d floats a report). */
     /* Optional log sink: one structured line (JSON) per event; NULL logs nothing. */
     void (*log)(void *user, const char *json_line);
     void *log_user;

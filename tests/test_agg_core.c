@@ -304,6 +304,9 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     assert_int_equal(post_report(a, job, tok[2], r2, len, NULL), 200);
     /* min_reports reached: release 2 exists, exactly once */
     assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    /* the finalization dropped the round's payloads and kept its rows (for idempotency) */
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE round = 1"), 3);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 0);
     assert_int_equal(job_field(a, job, "round"), 2);
     assert_int_equal(job_field(a, job, "rounds_done"), 1);
     rel = get_release(a, job, "latest", tok[0], &rl);
@@ -334,6 +337,40 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     free(r1);
     free(r2);
     free(late);
+}
+
+/* keep_report_payloads = 1: the payloads of a finalized round stay, byte for byte. */
+static void test_agg_keeps_report_payloads_when_configured(void **state) {
+    env *e = *state;
+    dprec_agg_close(e->a);
+    dprec_agg_config cfg;
+    dprec_agg_config_default(&cfg);
+    assert_int_equal(cfg.keep_report_payloads, 0); /* the default drops them */
+    cfg.state_path = e->db;
+    cfg.signing_key_path = e->key;
+    cfg.admin_token = ADMIN;
+    cfg.seed = 42;
+    cfg.keep_report_payloads = 1;
+    char err[256] = "";
+    assert_int_equal(dprec_agg_open(&cfg, &e->a, err, sizeof err), 0);
+    dprec_agg *a = e->a;
+    int64_t job = create_job(a, 4, 20, 3, 2, NULL);
+    assert_true(job > 0);
+    char tok[2][65];
+    float u[4] = {0.1f, -0.2f, 0.3f, 0.05f};
+    uint32_t items[3] = {0, 5, 19};
+    float ratings[3] = {4.0f, 1.0f, 5.0f};
+    size_t len = 0;
+    for (int i = 0; i < 2; i++) {
+        register_device(a, tok[i]);
+        unsigned char *r = make_report((uint64_t)job, 1, (unsigned char)(0xA0 + i), 4, u, 3, items, ratings, &len);
+        assert_int_equal(post_report(a, job, tok[i], r, len, NULL), 200);
+        free(r);
+    }
+    assert_int_equal(job_field(a, job, "rounds_done"), 1);
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM reports WHERE length(bytes) = %zu", len);
+    assert_int_equal(count_rows(e, sql), 2);
 }
 
 static void test_agg_rejects_bad_input_and_stores_nothing(void **state) {
@@ -777,6 +814,7 @@ static void test_agg_survives_mutated_reports_and_json(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),

@@ -106,6 +106,7 @@ static void run_job(const char *spec, uint64_t rounds, size_t payload_len, doubl
     acfg.admin_token = ADMIN_TOKEN;
     acfg.seed = 1;
     acfg.group_commit_us = 0;
+    acfg.keep_report_payloads = 1; /* the round checks below read the stored reports after finalization */
     dprec_agg *a = NULL;
     char err[256] = "";
     int orc = dprec_agg_open(&acfg, &a, err, sizeof err);

@@ -558,6 +558,17 @@ int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int forc
     pthread_mutex_unlock(&a->rng_mu);
     if (grc != 0) goto fail;
     if (store_release(a, &j, &next, round + 1, now, err, sizeof err) != 0) goto fail;
+    /* the payloads did their work: drop them with the finalization, atomically (a crash keeps both or neither).
+     * The rows stay for idempotency; SQLite reuses the freed pages for the next round's reports. */
+    if (!a->cfg.keep_report_payloads) {
+        st = prep(a, "UPDATE reports SET bytes = x'' WHERE job = ? AND round = ?");
+        if (st == NULL) goto fail;
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_int64(st, 2, round);
+        rc = sqlite3_step(st);
+        finish(a, st);
+        if (rc != SQLITE_DONE) goto fail;
+    }
     /* the job ends after `rounds` rounds, or earlier if one more round would pass its privacy budget */
     int done = round >= j.rounds;
     if (!done && j.proto->round_step != NULL) done = agg_budget_check(&j, round + 1, NULL) != 1;

@@ -36,6 +36,8 @@ static const char help_text[] =
     "                           4096 bytes (config key max_json_bytes)\n"
     "  --connection-timeout S   seconds before an idle connection is closed (default 30)\n"
     "  --group-commit-us N      how long a commit waits to batch concurrent reports (default: the core's)\n"
+    "  --keep-reports 0|1       1: keep the report payloads of finalized rounds (default 0: dropped when\n"
+    "                           the round's release is stored; report ids stay, so retries are recognized)\n"
     "  --log-level LEVEL        info (default) or debug (adds one line per request)\n"
     "  -h, --help               this text\n"
     "\n"
@@ -107,6 +109,7 @@ static const num_key num_keys[] = {
     {"connection_timeout", "--connection-timeout", 1, 3600},
     {"connection_limit", NULL, 1, 1000000},
     {"group_commit_us", "--group-commit-us", 0, 1000000},
+    {"keep_reports", "--keep-reports", 0, 1},
 };
 
 static void set_num(dprec_srv_config *cfg, const char *json, unsigned long long v)
@@ -125,6 +128,8 @@ static void set_num(dprec_srv_config *cfg, const char *json, unsigned long long 
         cfg->connection_limit = (unsigned)v;
     } else if (strcmp(json, "group_commit_us") == 0) {
         cfg->group_commit_us = (int)v;
+    } else if (strcmp(json, "keep_reports") == 0) {
+        cfg->keep_reports = (int)v;
     }
 }
 

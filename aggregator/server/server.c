@@ -813,6 +813,7 @@ int dprec_serve_main(int argc, char **argv)
         if (cfg->group_commit_us >= 0) {
             ac.group_commit_us = cfg->group_commit_us;
         }
+        ac.keep_report_payloads = cfg->keep_reports;
         ac.log = core_log;
         ac.log_user = NULL;
         if (dprec_agg_open(&ac, &s->agg, err, sizeof err) != 0) {

@@ -29,6 +29,7 @@ typedef struct dprec_srv_config {
     unsigned connection_timeout; /* seconds an idle connection stays open */
     unsigned connection_limit;   /* per listener */
     int group_commit_us;         /* -1: the core's default */
+    int keep_reports;            /* 1: keep the report payloads of finalized rounds (default 0: dropped) */
     int log_debug;               /* 1: one log line per request */
 } dprec_srv_config;
 
