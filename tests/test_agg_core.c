@@ -306,6 +306,7 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
     /* the finalization dropped the round's payloads and kept its rows (for idempotency) */
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE round = 1"), 3);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 0);
     assert_int_equal(job_field(a, job, "round"), 2);
     assert_int_equal(job_field(a, job, "rounds_done"), 1);
@@ -369,7 +370,7 @@ static void test_agg_keeps_report_payloads_when_configured(void **state) {
     }
     assert_int_equal(job_field(a, job, "rounds_done"), 1);
     char sql[96];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM reports WHERE length(bytes) = %zu", len);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM report_payloads WHERE length(bytes) = %zu", len);
     assert_int_equal(count_rows(e, sql), 2);
 }
 
@@ -530,6 +531,49 @@ static void test_agg_reports_survive_close_and_reopen(void **state) {
     unsigned char *late = make_report((uint64_t)job, 3, 3, 3, u, 2, items, ratings, &len);
     expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/1/reports", tok[0], late, len, 409, "job_done");
     free(late);
+    free(b0);
+    free(b1);
+}
+
+/* A state written before report_payloads existed holds a payload in reports.bytes: the round still loads it
+ * (the global step sees both kinds), and the finalization empties it. Simulated by moving one report's payload
+ * into its row while the aggregator is closed. */
+static void test_agg_finalizes_a_round_with_payloads_in_the_old_place(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 3, 10, 2, 2, NULL);
+    char tok[2][65];
+    register_device(e->a, tok[0]);
+    register_device(e->a, tok[1]);
+    float u[3] = {0.5f, 0.5f, 0.5f};
+    uint32_t items[2] = {0, 9};
+    float r0[2] = {2.0f, 4.0f}, r1[2] = {5.0f, 5.0f};
+    size_t len;
+    unsigned char *b0 = make_report((uint64_t)job, 1, 1, 3, u, 2, items, r0, &len);
+    assert_int_equal(post_report(e->a, job, tok[0], b0, len, NULL), 200);
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(e->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "UPDATE reports SET bytes = (SELECT bytes FROM report_payloads p WHERE p.id = reports.id);"
+                                  "DELETE FROM report_payloads;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 1);
+    assert_int_equal(open_agg(e), 0);
+    unsigned char *b1 = make_report((uint64_t)job, 1, 2, 3, u, 2, items, r1, &len);
+    assert_int_equal(post_report(e->a, job, tok[1], b1, len, NULL), 200);
+    assert_int_equal(job_field(e->a, job, "rounds_done"), 1);
+    size_t rl = 0;
+    unsigned char *rel = get_release(e->a, job, "latest", tok[0], &rl);
+    assert_non_null(rel);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_check(rel, rl, &info), DPREC_OK);
+    assert_true(fabs(info.global_mean - 4.0f) < 1e-5); /* both reports' ratings: (2 + 4 + 5 + 5) / 4 */
+    free(rel);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0);
     free(b0);
     free(b1);
 }
@@ -815,6 +859,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),

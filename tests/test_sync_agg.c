@@ -171,8 +171,9 @@ static void run_job(const char *spec, uint64_t rounds, size_t payload_len, doubl
         sqlite3 *db3 = NULL;
         assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
         sqlite3_stmt *q = NULL;
-        assert_int_equal(sqlite3_prepare_v2(db3, "SELECT round, count(*), count(DISTINCT device), min(length(bytes)),"
-                                                 " max(length(bytes)) FROM reports GROUP BY round ORDER BY round",
+        assert_int_equal(sqlite3_prepare_v2(db3, "SELECT r.round, count(*), count(DISTINCT r.device), min(length(p.bytes)),"
+                                                 " max(length(p.bytes)) FROM reports r JOIN report_payloads p"
+                                                 " ON p.id = r.id GROUP BY r.round ORDER BY r.round",
                                             -1, &q, NULL),
                          SQLITE_OK);
         int rounds_seen = 0;
@@ -229,7 +230,7 @@ static void check_rr_report(device dev[2], uint64_t round, const char *db) {
     sqlite3 *db3 = NULL;
     assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT bytes FROM reports WHERE round = ?", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id WHERE r.round = ?", -1, &q, NULL), SQLITE_OK);
     sqlite3_bind_int64(q, 1, (sqlite3_int64)round);
     int rows = 0;
     while (sqlite3_step(q) == SQLITE_ROW) {
@@ -268,7 +269,8 @@ static void stored_x(const char *db, uint64_t round, float *x) { /* device 0's r
     sqlite3 *db3 = NULL;
     assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT bytes FROM reports WHERE round = ? ORDER BY id LIMIT 1", -1, &q,
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
+                                        " WHERE r.round = ? ORDER BY r.id LIMIT 1", -1, &q,
                                         NULL),
                      SQLITE_OK);
     sqlite3_bind_int64(q, 1, (sqlite3_int64)round);
