@@ -2,10 +2,12 @@
  * the sign randomizer's output law and likelihood ratio, reports averaging (through the aggregator's own
  * global step) to a known gradient with the closed-form mean and variance, ldp-rr's debiased estimate, the
  * vector Laplace plan, and Phi: the device's entries equal the aggregator's, and Phi^+ is a right inverse.
+ * The test_device_* tests do the same with the reports a real client's protocol code builds from its own
+ * ratings (all three protocols), and check ldp-rr's per-report likelihood ratio from its noise plan.
  *
  * Statistical tests run at fixed seeds; each comparison allows 5.6 standard deviations, a false-failure
- * probability below 2.2e-8 per comparison (normal approximation; every sample here has >= 10^5 draws), so
- * below 1e-5 for the whole file. */
+ * probability below 2.2e-8 per comparison (normal approximation; every sample here has >= 10^5 draws); the
+ * file makes fewer than 300 of them, so below 1e-5 for the whole file. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,9 +23,14 @@
 #include "core/agg_priv.h"
 #include "bytes.h"
 #include "crypto.h"
+#include "dprec/dprec.h"
 #include "fake_port.h"
+#include "json.h"
 #include "ldp.h"
 #include "noise.h"
+#include "protocol.h"
+#include "report.h"
+#include "test_util.h"
 
 #define Z 5.6
 
@@ -167,6 +174,316 @@ static void test_ldp_gd_reports_average_to_a_known_gradient(void **state) {
     free(sum2);
     agg_job_free(&j);
     dprec_rng_free(&r);
+}
+
+/* ---- the device's own reports (sdk/protocol_ldp.c), end to end ------------------------------------------
+ * One real client with known ratings fits a known release; the test computes the user's gradient itself from
+ * the fitted u (x_jl = -2 u_l e_j for a rated item j, 0 otherwise; seed 000 Alg. 1 line 8), then asks the
+ * protocol's own build function for many reports of the same round and averages them with the aggregator's
+ * global step. Mean and spread are checked against closed forms, so a device that mis-computes the gradient,
+ * clips elsewhere, samples cells unevenly or noises with a smaller scale than its epsilon promises fails. */
+
+#define DEV_M 8u
+#define DEV_D 3u
+#define DEV_PARAMS_MAX 256
+
+typedef struct dev_fixture {
+    fake_port fp;
+    dprec_port port;
+    void *mem;
+    dprec_client *c;
+    float v[DEV_M * DEV_D];
+    float u[DEV_D];
+    double e[DEV_M];  /* residual r - mu - b_j - u . v_j of each rated item */
+    int rated[DEV_M];
+    char text[DEV_PARAMS_MAX + 16];
+    dprec_json_token tok[64];
+    dprec_json_doc doc;
+    dprec_sync_job job;
+} dev_fixture;
+
+/* A client with 5 ratings of the 8 items on a release whose v_j[0] = 1 (user_bias's pinned coordinate) and
+ * whose other entries are scaled so that some gradients fall outside [-1, 1] (clipped by ldp-gd) and some
+ * inside; mu = 3, item biases 0.1 j - 0.3. job: the protocol's params and its per-round epsilon. */
+static void dev_open(dev_fixture *f, const char *proto, const char *params, double eps) {
+    memset(f, 0, sizeof *f);
+    fake_port_init(&f->fp, &f->port);
+    static const unsigned char seed[] = "ldp device reports";
+    dprec_config cfg;
+    dprec_config_default(&cfg);
+    cfg.num_items = DEV_M;
+    cfg.dim = DEV_D;
+    cfg.rating_capacity = 16;
+    cfg.max_k = 4;
+    cfg.lambda = 0.1f;
+    cfg.test_seed = seed;
+    cfg.test_seed_len = sizeof seed;
+    size_t need = dprec_client_required_size(&cfg);
+    f->mem = malloc(need);
+    assert_non_null(f->mem);
+    assert_int_equal(dprec_client_init(&f->c, &cfg, &f->port, f->mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(f->c), DPREC_OK);
+    test_rng r = {2024};
+    float bias[DEV_M];
+    for (uint32_t j = 0; j < DEV_M; j++) {
+        f->v[j * DEV_D] = 1.0f;
+        for (uint32_t l = 1; l < DEV_D; l++) f->v[j * DEV_D + l] = (float)(1.6 * test_uniform(&r) - 0.8);
+        bias[j] = 0.1f * (float)j - 0.3f;
+    }
+    size_t len = 0;
+    unsigned char *rel = test_write_release(DEV_M, DEV_D, f->v, bias, 3.0f, &len);
+    assert_non_null(rel);
+    const uint32_t items[5] = {0, 2, 3, 5, 6};
+    const float values[5] = {5.0f, 1.0f, 4.5f, 2.0f, 4.0f};
+    for (uint32_t i = 0; i < 5; i++) {
+        assert_int_equal(dprec_store_put(f->c, items[i], values[i], 1), DPREC_OK);
+        f->rated[items[i]] = 1;
+    }
+    assert_int_equal(dprec_fit(f->c, rel, len), DPREC_OK);
+    free(rel);
+    assert_int_equal(dprec_user_vector(f->c, f->u, DEV_D), DPREC_OK);
+    for (uint32_t i = 0; i < 5; i++) {
+        uint32_t j = items[i];
+        double e = (double)values[i] - 3.0 - (double)bias[j];
+        for (uint32_t l = 0; l < DEV_D; l++) e -= (double)f->u[l] * (double)f->v[j * DEV_D + l];
+        f->e[j] = e;
+    }
+    snprintf(f->text, sizeof f->text, "{\"params\": %s}", params);
+    assert_int_equal(dprec_json_parse(&f->doc, f->text, strlen(f->text), f->tok, 64), DPREC_OK);
+    f->job.job_id = 42;
+    snprintf(f->job.protocol, sizeof f->job.protocol, "%s", proto);
+    f->job.d = DEV_D;
+    f->job.m = DEV_M;
+    f->job.rating_min = 1.0;
+    f->job.rating_max = 5.0;
+    f->job.round = 1;
+    f->job.release_version = 7;
+    f->job.epsilon = eps;
+    f->job.delta = 0.0;
+    f->job.round_epsilon = eps;
+    f->job.doc = &f->doc;
+}
+
+static void dev_close(dev_fixture *f) {
+    dprec_client_free(f->c);
+    free(f->mem);
+    fake_port_free(&f->fp);
+}
+
+/* n reports from the protocol's own build function; returns their payloads (each plen bytes). */
+static unsigned char *dev_reports(dev_fixture *f, const dprec_proto *p, size_t n, size_t plen) {
+    unsigned char *pl = malloc(n * plen), *out = malloc(DPREC_ENVELOPE_HEADER + plen);
+    assert_non_null(pl);
+    assert_non_null(out);
+    unsigned char id[DPREC_REPORT_ID_SIZE];
+    memset(id, 7, sizeof id);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        assert_int_equal(p->build(f->c, &f->job, id, out, DPREC_ENVELOPE_HEADER + plen, &len), DPREC_OK);
+        assert_int_equal(len, DPREC_ENVELOPE_HEADER + plen);
+        memcpy(pl + i * plen, out + DPREC_ENVELOPE_HEADER, plen);
+    }
+    /* one byte short of the report: refused, nothing half-built is claimed */
+    size_t len = 0;
+    assert_int_equal(p->build(f->c, &f->job, id, out, DPREC_ENVELOPE_HEADER + plen - 1, &len),
+                     DPREC_ERR_REPORT_TOO_LARGE);
+    free(out);
+    return pl;
+}
+
+static double clip1(double x, double c) { return x > c ? c : x < -c ? -c : x; }
+
+/* ldp-gd: the device's reports average to its clipped gradient clip(-2 u_l e_j, [-1, 1]) (0 for unrated j and
+ * for the pinned l = 0), with per-report variance B^2 / (m (d - 1)) - x^2 at every learned cell. */
+static void test_device_ldp_gd_reports_average_to_its_gradient(void **state) {
+    (void)state;
+    const double eps = 4.0; /* B = 16.6: a cell's mean is resolved to +-0.023 (5.6 sd) */
+    const size_t n = 1000000;
+    const char *params = "{\"k\": 1, \"lr\": 1, \"lr_schedule\": \"constant\", \"lambda\": 0}";
+    dev_fixture f;
+    dev_open(&f, "ldp-gd", params, eps);
+    double x[DEV_M * DEV_D] = {0};
+    int clipped = 0, inside = 0;
+    for (uint32_t j = 0; j < DEV_M; j++)
+        for (uint32_t l = 1; l < DEV_D; l++) {
+            if (!f.rated[j]) continue;
+            double raw = -2.0 * (double)f.u[l] * f.e[j];
+            x[j * DEV_D + l] = clip1(raw, 1.0);
+            if (fabs(raw) > 1.0) clipped++;
+            else if (fabs(raw) > 0.05) inside++;
+        }
+    assert_true(clipped >= 1 && inside >= 1); /* the data exercise the clip and the unclipped law */
+    unsigned char *pl = dev_reports(&f, &dprec_proto_ldp_gd, n, DPREC_LDP_SIGN_PAYLOAD);
+    agg_job j;
+    job_init(&j, &agg_protocol_ldp_gd, DEV_M, DEV_D, params, eps);
+    double avg[DEV_M * DEV_D];
+    global_average(&j, pl, DPREC_LDP_SIGN_PAYLOAD, n, avg);
+    const double b = dprec_ldp_magnitude((uint64_t)DEV_M * (DEV_D - 1), eps);
+    for (uint32_t k = 0; k < DEV_M * DEV_D; k++) {
+        if (k % DEV_D == 0) { /* pinned: never reported */
+            assert_true(avg[k] == 0.0);
+            continue;
+        }
+        double var = b * b / (DEV_M * (DEV_D - 1)) - x[k] * x[k];
+        if (fabs(avg[k] - x[k]) > Z * sqrt(var / n))
+            fail_msg("cell %u: mean %.4f, expected %.4f (sd %.4f)", k, avg[k], x[k], sqrt(var / n));
+    }
+    free(pl);
+    agg_job_free(&j);
+    dev_close(&f);
+}
+
+/* ldp-gddr: the device reports one cell of Phi grad_V (regenerating only the Phi entries of its rated items);
+ * the aggregator's Phi^+ (average) has mean Phi^+ x~, x~ = clip(Phi grad_V, [-1, 1]), and variance
+ * (B^2 / (q (d - 1)) sum_s P_js^2 - (sum_s P_js x~_sl)^2) / n per (j, l), P = Phi^+ (the cells' averages are
+ * multinomial: Cov = -x~_a x~_b / n off the diagonal). */
+static void test_device_ldp_gddr_reports_average_to_its_projected_gradient(void **state) {
+    (void)state;
+    const double eps = 4.0;
+    const size_t n = 1000000;
+    const uint32_t q = 4;
+    const uint64_t phi_seed = 5;
+    const char *params = "{\"k\": 1, \"lr\": 1, \"lr_schedule\": \"constant\", \"lambda\": 0, \"q\": 4, \"phi_seed\": 5}";
+    dev_fixture f;
+    dev_open(&f, "ldp-gddr", params, eps);
+    unsigned char seed[32];
+    dprec_phi_seed(phi_seed, seed);
+    double xb[4 * DEV_D] = {0}; /* x~ in B space, q x d */
+    for (uint32_t s = 0; s < q; s++)
+        for (uint32_t l = 1; l < DEV_D; l++) {
+            double t = 0.0;
+            for (uint32_t jj = 0; jj < DEV_M; jj++)
+                if (f.rated[jj]) t += dprec_phi_entry(seed, q, s, jj) * (-2.0 * (double)f.u[l] * f.e[jj]);
+            xb[s * DEV_D + l] = clip1(t, 1.0);
+        }
+    double pinv[DEV_M * 4]; /* P = Phi^+, m x q: column s is Phi^+ e_s */
+    char err[AGG_ERRMSG];
+    for (uint32_t s = 0; s < q; s++) {
+        double es[4] = {0}, col[DEV_M];
+        es[s] = 1.0;
+        assert_int_equal(agg_ldp_pinv_apply(phi_seed, q, DEV_M, 1, es, col, err, sizeof err), 0);
+        for (uint32_t jj = 0; jj < DEV_M; jj++) pinv[jj * q + s] = col[jj];
+    }
+    unsigned char *pl = dev_reports(&f, &dprec_proto_ldp_gddr, n, DPREC_LDP_SIGN_PAYLOAD);
+    for (size_t i = 0; i < n; i++) assert_true(dprec_ld32(pl + i * DPREC_LDP_SIGN_PAYLOAD) < q);
+    agg_job j;
+    job_init(&j, &agg_protocol_ldp_gddr, DEV_M, DEV_D, params, eps);
+    double avg[DEV_M * DEV_D];
+    global_average(&j, pl, DPREC_LDP_SIGN_PAYLOAD, n, avg);
+    const double b = dprec_ldp_magnitude((uint64_t)q * (DEV_D - 1), eps);
+    for (uint32_t jj = 0; jj < DEV_M; jj++)
+        for (uint32_t l = 0; l < DEV_D; l++) {
+            double mean = 0.0, p2 = 0.0;
+            for (uint32_t s = 0; s < q; s++) {
+                mean += pinv[jj * q + s] * xb[s * DEV_D + l];
+                p2 += pinv[jj * q + s] * pinv[jj * q + s];
+            }
+            double got = avg[jj * DEV_D + l];
+            if (l == 0) {
+                assert_true(got == 0.0);
+                continue;
+            }
+            double var = (b * b / (q * (DEV_D - 1)) * p2 - mean * mean) / n;
+            if (fabs(got - mean) > Z * sqrt(var))
+                fail_msg("(%u, %u): mean %.4f, expected %.4f (sd %.4f)", jj, l, got, mean, sqrt(var));
+        }
+    free(pl);
+    agg_job_free(&j);
+    dev_close(&f);
+}
+
+/* ldp-rr, both units: the device's y* flips each indicator with probability 1 / (1 + e^{eps1_item}) (= p/2),
+ * its g* is its clipped gradient clip(-2 u_l e_j, [-Delta/2, Delta/2]) (0 unrated) plus discrete Laplace
+ * noise of exactly the scale the unit's epsilon_2 requires (planned here independently from seed 000's
+ * sensitivities), and the aggregator's debiased average has mean y x and the closed-form spread
+ *   E[c] = y x~,  E[c^2] = E[w^2] (x~^2 + V),  E[c^4] = E[w^4] (x~^4 + 6 x~^2 V + M4),
+ * c = w g* one report's contribution, w = (y* - p/2)/(1 - p), V and M4 the noise's second and fourth moments
+ * (for P[Y = y] ~ a^|y|, a = e^{-1/t}, on the grid g: V = 2 a g^2/(1 - a)^2, M4 = 2 a (1 + 10 a + a^2) g^4/(1 - a)^4).
+ * Then the per-report likelihood ratio: with that plan, any two inputs' outputs differ in probability by at
+ * most e^{eps1 + eps2} <= e^{eps/k} (randomized response on m bits at eps1/m each, or one item's at eps1;
+ * Laplace: the rounded inputs differ by at most l1 / g + n grid steps in L1, so by e^{(l1/g + n)/t}). */
+static void test_device_ldp_rr_reports_follow_the_closed_forms(void **state) {
+    (void)state;
+    const double eps = 8.0, split = 0.5, delta = 4.0;
+    const size_t n = 100000;
+    const dprec_rr_unit units[2] = {DPREC_RR_RATING, DPREC_RR_USER};
+    for (int u = 0; u < 2; u++) {
+        char params[DEV_PARAMS_MAX];
+        snprintf(params, sizeof params,
+                 "{\"k\": 1, \"lr\": 1, \"lr_schedule\": \"constant\", \"lambda\": 0, \"rr_unit\": \"%s\"}",
+                 units[u] == DPREC_RR_USER ? "user" : "rating");
+        dev_fixture f;
+        dev_open(&f, "ldp-rr", params, eps);
+        dprec_rr_params rp;
+        assert_int_equal(dprec_rr_params_init(&rp, units[u], eps, split, DEV_M, DEV_D - 1, delta), DPREC_OK);
+        dprec_laplace_plan plan;
+        assert_int_equal(dprec_laplace_plan_init(&plan, rp.l1, rp.n, rp.eps2), DPREC_OK);
+        /* seed 000's settings: p = 2/(1 + e^{eps1}) per item and sigma = Delta d' / eps2 (rating), or
+         * p = 2/(1 + e^{eps1/m}) and sigma = m Delta d' / eps2 (user); our scale is sigma plus the grid's margin */
+        const double eps1 = split * eps, eps2 = eps - eps1, d1 = DEV_D - 1;
+        const double sigma = (units[u] == DPREC_RR_USER ? DEV_M : 1) * delta * d1 / eps2;
+        assert_true(fabs(rp.p - 2.0 / (1.0 + exp(units[u] == DPREC_RR_USER ? eps1 / DEV_M : eps1))) < 1e-15);
+        const double g = ldexp(1.0, plan.k), t = (double)plan.t;
+        assert_true(t * g >= sigma && t * g <= sigma * (1.0 + 1e-9));
+        /* the likelihood ratio of one report under any two inputs, from the plan the test just checked */
+        const double rr_ratio = (units[u] == DPREC_RR_USER ? DEV_M : 1) * rp.eps1_item;
+        const double lap_ratio = (rp.l1 / g + (double)rp.n) / t;
+        assert_true(rr_ratio + lap_ratio <= eps * (1.0 + 1e-12));
+        assert_true(fabs(exp(rp.eps1_item) - (1.0 - rp.p / 2.0) / (rp.p / 2.0)) < 1e-9 * exp(rp.eps1_item));
+
+        double x[DEV_M * DEV_D] = {0};
+        for (uint32_t jj = 0; jj < DEV_M; jj++)
+            for (uint32_t l = 1; l < DEV_D; l++)
+                if (f.rated[jj]) x[jj * DEV_D + l] = clip1(-2.0 * (double)f.u[l] * f.e[jj], delta / 2.0);
+        size_t plen = dprec_ldp_rr_payload(DEV_M, DEV_D);
+        unsigned char *pl = dev_reports(&f, &dprec_proto_ldp_rr, n, plen);
+        size_t bits = ((DEV_M + 7u) / 8u + 3u) & ~(size_t)3u;
+        const double hi = (1.0 - rp.p / 2.0) / (1.0 - rp.p), lo = (-rp.p / 2.0) / (1.0 - rp.p);
+        double flips[DEV_M] = {0}, c2[DEV_M * DEV_D] = {0};
+        for (size_t i = 0; i < n; i++) {
+            const unsigned char *p = pl + i * plen;
+            assert_int_equal(dprec_ld32(p), DEV_M);
+            assert_int_equal(dprec_ld32(p + 4), DEV_D);
+            for (uint32_t jj = 0; jj < DEV_M; jj++) {
+                int ys = (p[8 + jj / 8] >> (jj % 8)) & 1;
+                flips[jj] += ys != f.rated[jj];
+                for (uint32_t l = 0; l < DEV_D; l++) {
+                    double c = (ys ? hi : lo) * (double)dprec_ldf32(p + 8 + bits + 4 * (jj * DEV_D + l));
+                    c2[jj * DEV_D + l] += c * c;
+                }
+            }
+        }
+        const double pf = 1.0 / (1.0 + exp(rp.eps1_item));
+        for (uint32_t jj = 0; jj < DEV_M; jj++)
+            if (fabs(flips[jj] / n - pf) > Z * sqrt(pf * (1.0 - pf) / n))
+                fail_msg("unit %d item %u: y* flipped at %.4f, expected %.4f", u, jj, flips[jj] / n, pf);
+        agg_job j;
+        job_init(&j, &agg_protocol_ldp_rr, DEV_M, DEV_D, params, eps);
+        double avg[DEV_M * DEV_D];
+        global_average(&j, pl, plen, n, avg);
+        const double a = exp(-1.0 / t), oma = -expm1(-1.0 / t);
+        const double vn = 2.0 * a / (oma * oma) * g * g;
+        const double m4 = 2.0 * a * (1.0 + 10.0 * a + a * a) / pow(oma, 4) * pow(g, 4);
+        for (uint32_t k = 0; k < DEV_M * DEV_D; k++) {
+            if (k % DEV_D == 0) { /* pinned: 0, no noise */
+                assert_true(avg[k] == 0.0 && c2[k] == 0.0);
+                continue;
+            }
+            int y = f.rated[k / DEV_D];
+            double py1 = y ? 1.0 - rp.p / 2.0 : rp.p / 2.0; /* P[y* = 1] */
+            double w2 = py1 * hi * hi + (1.0 - py1) * lo * lo, w4 = py1 * pow(hi, 4) + (1.0 - py1) * pow(lo, 4);
+            double xx = x[k], ec2 = w2 * (xx * xx + vn), ec4 = w4 * (pow(xx, 4) + 6.0 * xx * xx * vn + m4);
+            double var = ec2 - y * xx * y * xx;
+            if (fabs(avg[k] - y * xx) > Z * sqrt(var / n))
+                fail_msg("unit %d cell %u: mean %.4f, expected %.4f (sd %.4f)", u, k, avg[k], y * xx, sqrt(var / n));
+            double sd2 = sqrt((ec4 - ec2 * ec2) / n);
+            if (fabs(c2[k] / n - ec2) > Z * sd2)
+                fail_msg("unit %d cell %u: E[c^2] %.4f, expected %.4f (sd %.4f)", u, k, c2[k] / n, ec2, sd2);
+        }
+        free(pl);
+        agg_job_free(&j);
+        dev_close(&f);
+    }
 }
 
 /* ldp-rr: y* by randomized response, g* = g + Laplace; the aggregator's (y* - p/2)/(1 - p) g* averages to y g.
@@ -367,6 +684,9 @@ int main(void) {
         cmocka_unit_test(test_sign_randomizer_law_and_likelihood_ratio),
         cmocka_unit_test(test_ldp_gd_reports_average_to_a_known_gradient),
         cmocka_unit_test(test_ldp_rr_debiased_estimate_is_unbiased),
+        cmocka_unit_test(test_device_ldp_gd_reports_average_to_its_gradient),
+        cmocka_unit_test(test_device_ldp_gddr_reports_average_to_its_projected_gradient),
+        cmocka_unit_test(test_device_ldp_rr_reports_follow_the_closed_forms),
         cmocka_unit_test(test_ldp_rr_payloads_are_validated),
         cmocka_unit_test(test_laplace_plan_scale_and_variance),
         cmocka_unit_test(test_phi_entries_match_and_pseudo_inverse_is_exact),
