@@ -2,8 +2,8 @@
 # Seed 001's gauss-gd in dprec: test RMSE against epsilon for both units, beside plain, item mean and global
 # mean. unit=user: the job's total (epsilon, delta) at each EPS (noise multiplier from the accountant);
 # unit=rating: seed 001's per-step eps_i at each EPS_I, with the resulting eps_opt (Thm. 2) and the accountant's
-# epsilon. Each cell is one `dprec-fleet --in-process` run; rows are appended to OUT (CSV) as they finish (rows
-# already there are skipped). `--table` prints the markdown tables of OUT.
+# epsilon. Each cell is one `dprec-fleet --in-process` run (its rounds shown on stderr as they finish); rows are
+# appended to OUT (CSV) as they finish (rows already there are skipped). `--table` prints the markdown tables of OUT.
 #
 #   bash scripts/results_gauss.sh [--data ml100k|synthetic] [--eps "0.5 1 2 5 10"] [--eps-i "0.1 0.2 0.4 0.8"]
 #                                 [--rounds T] [--lr G] [--clip C] [--out FILE]
@@ -51,6 +51,7 @@ PY
 fi
 
 [ -x "$fleet" ] || { echo "results_gauss.sh: build first (bash scripts/test.sh)" >&2; exit 1; }
+. "$here/scripts/fleet_job.sh"
 case "$data" in
   ml100k) src=(--data "$here/../shared/data/ml-100k/u.data");;
   synthetic) src=(--synthetic 100000,300,1000000,5);;
@@ -62,8 +63,9 @@ run() { # unit setting args...
   local unit=$1 setting=$2; shift 2
   if grep -q "^$data,$unit,$setting," "$out"; then echo "  skip $data $unit $setting"; return; fi
   local t0=$SECONDS log
-  log=$("$fleet" --in-process "${src[@]}" --rounds "$rounds" --eval-every 0 --quiet "$@" 2>&1) ||
-    { echo "$log" >&2; echo "results_gauss.sh: run failed: $unit $setting" >&2; exit 1; }
+  fleet_job "$unit $setting" --in-process "${src[@]}" --rounds "$rounds" --eval-every 0 "$@" ||
+    { echo "results_gauss.sh: run failed: $unit $setting" >&2; exit 1; }
+  log=$job_log
   local rmse eps delta opt item global
   rmse=$(field "$log" test_rmse); eps=$(field "$log" epsilon); delta=$(field "$log" delta)
   opt=$(echo "$log" | sed -n 's/^seed 001: .* eps_opt = \([0-9.e+-]*\) .*/\1/p'); opt=${opt:-—}
@@ -73,7 +75,9 @@ run() { # unit setting args...
   echo "  $data $unit $setting: epsilon $eps (eps_opt $opt), test RMSE $rmse ($((SECONDS - t0)) s)"
 }
 if ! grep -q "^$data,plain," "$out"; then
-  log=$("$fleet" --in-process "${src[@]}" --protocol plain --rounds "$rounds" --quiet 2>&1)
+  fleet_job "plain" --in-process "${src[@]}" --protocol plain --rounds "$rounds" ||
+    { echo "results_gauss.sh: run failed: plain" >&2; exit 1; }
+  log=$job_log
   rmse=$(field "$log" test_rmse)
   item=$(echo "$log" | sed -n 's/^baselines: global mean [0-9.]*, item mean \([0-9.]*\);.*/\1/p')
   global=$(echo "$log" | sed -n 's/^baselines: global mean \([0-9.]*\), item mean.*/\1/p')

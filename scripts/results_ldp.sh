@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Seed 000's table for dprec's local-DP protocols: test RMSE after k rounds (each k its own job, epsilon / k per
 # round) at the given total epsilons, beside plain, item mean and global mean. Each configuration is one
-# `dprec-fleet --in-process` run; rows are appended to OUT (CSV) as they finish, so a long sweep can be
-# stopped and resumed (rows already in OUT are skipped). `--table` prints the markdown table of OUT.
+# `dprec-fleet --in-process` run; its rounds are shown on stderr as they finish, and rows are appended to OUT
+# (CSV) as they finish, so a long sweep can be stopped and resumed (rows already in OUT are skipped). `--table` prints the markdown table of OUT.
 #
 #   bash scripts/results_ldp.sh --data ml100k [--protocols "ldp-gd ldp-gddr ldp-rr"] [--ks "1 3 5 10 20 50"]
 #                               [--eps "0.1 1.6"] [--lr G] [--plain-rounds N] [--out FILE]
@@ -61,6 +61,7 @@ PY
 fi
 
 [ -x "$fleet" ] || { echo "results_ldp.sh: build first (bash scripts/test.sh)" >&2; exit 1; }
+. "$here/scripts/fleet_job.sh"
 case "$data" in
   ml100k) src=(--data "$here/../shared/data/ml-100k/u.data");;
   synthetic) src=(--synthetic 100000,300,1000000,5);;
@@ -71,8 +72,9 @@ run() { # protocol eps k extra...
   local p=$1 e=$2 k=$3; shift 3
   if grep -q "^$data,$p,$e,$k," "$out"; then echo "  skip $data $p eps=$e k=$k (in $out)"; return; fi
   local t0=$SECONDS log
-  log=$("$fleet" --in-process "${src[@]}" --protocol "$p" --epsilon "$e" --rounds "$k" --rank 15 --eval-every 0 \
-        --quiet "$@" 2>&1) || { echo "$log" >&2; echo "results_ldp.sh: run failed: $p eps=$e k=$k" >&2; exit 1; }
+  fleet_job "$p eps=$e k=$k" --in-process "${src[@]}" --protocol "$p" --epsilon "$e" --rounds "$k" --rank 15 \
+    --eval-every 0 "$@" || { echo "results_ldp.sh: run failed: $p eps=$e k=$k" >&2; exit 1; }
+  log=$job_log
   local rmse item global
   rmse=$(echo "$log" | sed -n 's/^final: .* test_rmse=\([0-9.]*\) .*/\1/p')
   item=$(echo "$log" | sed -n 's/^baselines: global mean [0-9.]*, item mean \([0-9.]*\);.*/\1/p')
@@ -82,7 +84,9 @@ run() { # protocol eps k extra...
 }
 if ! grep -q "^$data,plain," "$out"; then
   t0=$SECONDS
-  log=$("$fleet" --in-process "${src[@]}" --protocol plain --rounds "$plain_rounds" --rank 15 --quiet 2>&1)
+  fleet_job "plain" --in-process "${src[@]}" --protocol plain --rounds "$plain_rounds" --rank 15 ||
+    { echo "results_ldp.sh: run failed: plain" >&2; exit 1; }
+  log=$job_log
   rmse=$(echo "$log" | sed -n 's/^final: .* test_rmse=\([0-9.]*\) .*/\1/p')
   echo "$data,plain,-,-,$rmse,-,-,$((SECONDS - t0))" >> "$out"
   echo "  $data plain ($plain_rounds rounds): test RMSE $rmse"
