@@ -7,8 +7,8 @@ fleet_job() {
   local label=$1 tmp rc=0
   shift
   tmp=$(mktemp "${TMPDIR:-/tmp}/dprec-results.XXXXXX")
-  "$fleet" "$@" >>"$tmp" 2> >(tee -a "$tmp" | grep --line-buffered '^  round ' | sed -u "s|^  |    $label: |" >&2) ||
-    rc=$?
+  "$fleet" "$@" >>"$tmp" \
+    2> >(tee -a "$tmp" | grep --line-buffered '^  round ' | sed -u "s|^  |    $label: |" >&2) || rc=$?
   wait || true # and for the progress filter (bash waits for a process substitution too) to see the last line
   job_log=$(cat "$tmp")
   rm -f "$tmp"

@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     --max-ratings) xi=$2; shift 2;;
     --out) out=$2; shift 2;;
     --table) table=1; shift;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0;; # the comment block above
     *) echo "results_fw.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done

@@ -3,7 +3,8 @@
 # mean. unit=user: the job's total (epsilon, delta) at each EPS (noise multiplier from the accountant);
 # unit=rating: seed 001's per-step eps_i at each EPS_I, with the resulting eps_opt (Thm. 2) and the accountant's
 # epsilon. Each cell is one `dprec-fleet --in-process` run (its rounds shown on stderr as they finish); rows are
-# appended to OUT (CSV) as they finish (rows already there are skipped). `--table` prints the markdown tables of OUT.
+# appended to OUT (CSV) as they finish (rows already there are skipped). `--table` prints the markdown tables
+# of OUT.
 #
 #   bash scripts/results_gauss.sh [--data ml100k|synthetic] [--eps "0.5 1 2 5 10"] [--eps-i "0.1 0.2 0.4 0.8"]
 #                                 [--rounds T] [--lr G] [--clip C] [--out FILE]
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --clip) clip=$2; shift 2;;
     --out) out=$2; shift 2;;
     --table) table=1; shift;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0;; # the comment block above
     *) echo "results_gauss.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done

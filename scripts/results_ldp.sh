@@ -2,7 +2,8 @@
 # Seed 000's table for dprec's local-DP protocols: test RMSE after k rounds (each k its own job, epsilon / k per
 # round) at the given total epsilons, beside plain, item mean and global mean. Each configuration is one
 # `dprec-fleet --in-process` run; its rounds are shown on stderr as they finish, and rows are appended to OUT
-# (CSV) as they finish, so a long sweep can be stopped and resumed (rows already in OUT are skipped). `--table` prints the markdown table of OUT.
+# (CSV) as they finish, so a long sweep can be stopped and resumed (rows already in OUT are skipped).
+# `--table` prints the markdown table of OUT.
 #
 #   bash scripts/results_ldp.sh --data ml100k [--protocols "ldp-gd ldp-gddr ldp-rr"] [--ks "1 3 5 10 20 50"]
 #                               [--eps "0.1 1.6"] [--lr G] [--plain-rounds N] [--out FILE]
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2;;
     --plain-rounds) plain_rounds=$2; shift 2;;
     --table) table=1; shift;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0;; # the comment block above
     *) echo "results_ldp.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
