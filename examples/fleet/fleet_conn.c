@@ -200,9 +200,6 @@ static int fallback_request(void *ctx, const dprec_http_request *req, dprec_http
 
 /* ---- opening ------------------------------------------------------------------------------------------- */
 
-/* The aggregator's throw-away state (either mode) goes to $TMPDIR, else to /dev/shm when there is one (memory:
- * a 100,000-device round commits about 100,000 transactions, and on disk their WAL frames were gigabytes of
- * writes), else to /tmp. */
 /* The state's watchdog: a child that waits until the fleet process is gone, however it ends (a normal exit, a
  * signal, or the OOM killer's SIGKILL: the kernel closes the pipe's write end in every case), then runs
  * `rm -rf` on the temp dir. Without it a killed 100,000-device run left about 3.5 GB in /dev/shm, which is
@@ -256,6 +253,9 @@ static void start_state_watchdog(const char *dir) {
     close(fds[0]);
 }
 
+/* The aggregator's throw-away state (either mode) goes to $TMPDIR, else to /dev/shm when there is one (memory:
+ * a 100,000-device round commits about 100,000 transactions, and on disk their WAL frames were gigabytes of
+ * writes), else to /tmp. */
 static int make_tmpdir(fleet_conn *c, char *err, size_t errcap) {
     const char *base = getenv("TMPDIR");
     if (base == NULL || base[0] == '\0') base = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
