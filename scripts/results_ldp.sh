@@ -12,7 +12,8 @@
 #
 # Defaults: d = 15 (seed 000), lambda = 1e-8, q = min(2700, m), gamma_t = lr / t with lr = 0.001.
 # Cost (2-core x86_64 VM): ml-100k about 2 s a round for ldp-gd / ldp-gddr and 3 s for ldp-rr; the
-# 100,000-device fleet about 16 s (ldp-gddr), 30 s (ldp-gd) and 60 s (ldp-rr) a round (docs/results.md).
+# 100,000-device fleet about 16 s (ldp-gddr), 30 s (ldp-gd) and 60 to 90 s (ldp-rr) a round (docs/results.md);
+# an ldp-rr fleet of that size needs about 13 GB of memory (/dev/shm included): run one at a time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"  # DPREC_FLEET: another build's fleet
