@@ -52,8 +52,10 @@ for data in sorted({g[0] for g in groups}):
     print(f"\n**{data}** (test RMSE after k rounds; each k is its own job at the total epsilon)\n")
     print("| protocol | epsilon | " + " | ".join(f"k = {k}" for k in ks) + " |")
     print("|---|---|" + "---|" * len(ks))
-    for (d, p, e), v in groups.items():
+    order = {p: i for i, p in enumerate(dict.fromkeys(g[1] for g in groups))}  # first-seen protocol order
+    for (d, p, e) in sorted(groups, key=lambda g: (order[g[1]], float(g[2]))):  # then epsilon, ascending
         if d != data: continue
+        v = groups[(d, p, e)]
         print(f"| {p} | {e} | " + " | ".join(v.get(k, "—") for k in ks) + " |")
     for b in ("plain", "item mean", "global mean"):
         if (data, b) in base:
