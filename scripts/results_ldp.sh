@@ -48,11 +48,11 @@ for r in rows:
         base[(r["data"], "plain")] = r["rmse"]; continue
     base[(r["data"], "item mean")] = r["item"]; base[(r["data"], "global mean")] = r["global"]
     groups.setdefault((r["data"], r["protocol"], r["eps"]), {})[int(r["k"])] = r["rmse"]
+order = {p: i for i, p in enumerate(dict.fromkeys(g[1] for g in groups))}  # first-seen protocol order
 for data in sorted({g[0] for g in groups}):
     print(f"\n**{data}** (test RMSE after k rounds; each k is its own job at the total epsilon)\n")
     print("| protocol | epsilon | " + " | ".join(f"k = {k}" for k in ks) + " |")
     print("|---|---|" + "---|" * len(ks))
-    order = {p: i for i, p in enumerate(dict.fromkeys(g[1] for g in groups))}  # first-seen protocol order
     for (d, p, e) in sorted(groups, key=lambda g: (order[g[1]], float(g[2]))):  # then epsilon, ascending
         if d != data: continue
         v = groups[(d, p, e)]
