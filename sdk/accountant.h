@@ -118,6 +118,10 @@ typedef struct dprec_step {
     double q;                /* GAUSSIAN: sampling rate in (0, 1] */
     double rho;              /* ZCDP */
     uint64_t steps;
+    /* GAUSSIAN: 1 when the noise is the discrete Gaussian (sdk/noise.c samples every Gaussian so). The
+     * Poisson-subsampled bound is then taken at integer orders only, by a bound that holds for any mechanism
+     * with the discrete Gaussian's RDP (accountant.c); 0 is the continuous Gaussian of Mironov-Talwar-Zhang. */
+    int discrete;
 } dprec_step;
 
 /* Adds a step of any kind (the matching dprec_accountant_add_* call). */

@@ -60,10 +60,18 @@ static int finite_bits(uint32_t u) {
     return (u & 0x7f800000u) != 0x7f800000u;
 }
 
-static int finite_f32(float f) {
+/* |x| <= DPREC_RELEASE_VALUE_MAX (2^20), on the raw word: the magnitude bits of a float order like the value,
+ * and NaN and the infinities lie above every finite bound, so this also refuses them. */
+#define VALUE_MAX_BITS 0x49800000u /* 2^20 as a float */
+_Static_assert(DPREC_RELEASE_VALUE_MAX == 1048576.0f, "VALUE_MAX_BITS must be the bits of DPREC_RELEASE_VALUE_MAX");
+static int bounded_bits(uint32_t u) {
+    return (u & 0x7fffffffu) <= VALUE_MAX_BITS;
+}
+
+static int bounded_f32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    return finite_bits(u);
+    return bounded_bits(u);
 }
 
 /* Bytes per body row: the optional bias, then d values. Callers pass a validated d. */
@@ -122,7 +130,7 @@ int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *
     if (h.num_items < 1u || h.num_items > DPREC_MAX_ITEMS || h.dim < 1u || h.dim > DPREC_MAX_DIM) {
         return DPREC_ERR_RELEASE_HEADER;
     }
-    if (!finite_bits(rmin_bits) || !finite_bits(rmax_bits) || !finite_bits(mean_bits) ||
+    if (!finite_bits(rmin_bits) || !finite_bits(rmax_bits) || !bounded_bits(mean_bits) ||
         !(h.rating_min < h.rating_max)) {
         return DPREC_ERR_RELEASE_HEADER;
     }
@@ -173,7 +181,7 @@ int dprec_release_check(const void *buf, size_t len, dprec_release_info *info) {
     }
     nvals = rows_present * (rb / 4u);
     for (i = 0; i < nvals; i++) {
-        if (!finite_bits(dprec_ld32(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * 4u))) {
+        if (!bounded_bits(dprec_ld32(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * 4u))) {
             return DPREC_ERR_RELEASE_VALUE;
         }
     }
@@ -278,7 +286,7 @@ static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
     float bias = 0.0f;
 
     for (k = 0; k < nvals; k++) {
-        if (!finite_bits(dprec_ld32(p + 4u * k))) {
+        if (!bounded_bits(dprec_ld32(p + 4u * k))) {
             return DPREC_ERR_RELEASE_VALUE;
         }
     }
@@ -455,7 +463,7 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
     q = o + DPREC_RELEASE_HEADER_SIZE;
     for (j = 0; j < h.num_items; j++) {
         if (item_bias != NULL) {
-            if (!finite_f32(item_bias[j])) {
+            if (!bounded_f32(item_bias[j])) {
                 return DPREC_ERR_RELEASE_VALUE;
             }
             dprec_stf32(q, item_bias[j]);
@@ -463,7 +471,7 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
         }
         for (k = 0; k < h.dim; k++) {
             float x = v[(size_t)j * h.dim + k];
-            if (!finite_f32(x)) {
+            if (!bounded_f32(x)) {
                 return DPREC_ERR_RELEASE_VALUE;
             }
             dprec_stf32(q, x);

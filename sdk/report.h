@@ -24,6 +24,12 @@ enum {
     DPREC_PROTO_DPALS = 9
 };
 
+/* Reports whose natural length would reveal how many ratings a user has (gauss-gd, private-fw) are padded to
+ * the job's fixed number of entries: after the real [item][value] pairs (items strictly increasing) come
+ * padding pairs with item DPREC_PAD_ITEM and value +0.0f (all bits zero). The aggregator refuses any other
+ * length, a real pair after a padding pair, and a padding pair with other bits. */
+#define DPREC_PAD_ITEM 0xFFFFFFFFu
+
 typedef struct dprec_envelope {
     uint16_t protocol;
     uint64_t job_id;

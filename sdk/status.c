@@ -41,7 +41,7 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_RELEASE_TRUNCATED, "release is truncated"),
     E(DPREC_ERR_RELEASE_TRAILING, "release has trailing bytes"),
     E(DPREC_ERR_RELEASE_DIGEST, "release digest does not match its content"),
-    E(DPREC_ERR_RELEASE_VALUE, "release holds a NaN or infinite value"),
+    E(DPREC_ERR_RELEASE_VALUE, "release holds a NaN, infinite or out-of-bound value"),
     E(DPREC_ERR_RELEASE_SIGNATURE, "release signature missing or invalid"),
     E(DPREC_ERR_RELEASE_MISMATCH, "release does not match the client (m, d, scale or fitted release)"),
     E(DPREC_ERR_SINGULAR, "least-squares system is singular (increase lambda)"),

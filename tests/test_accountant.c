@@ -691,7 +691,7 @@ static void test_budget_gate_admits_rounds_until_the_budget_and_then_refuses(voi
     (void)state;
     dprec_accountant a;
     dprec_accountant_init(&a);
-    dprec_step step = {DPREC_STEP_GAUSSIAN, 0, 0, 1.0, 1.0, 0, 1};
+    dprec_step step = {DPREC_STEP_GAUSSIAN, 0, 0, 1.0, 1.0, 0, 1, 0};
     double after = 0;
     assert_int_equal(dprec_accountant_try_add(&a, &step, 6.0, 1e-5, DPREC_CONVERSION_CKS, &after), DPREC_OK);
     assert_true(fabs(after - 4.7285070672) < 1e-8);
@@ -710,11 +710,11 @@ static void test_budget_gate_admits_rounds_until_the_budget_and_then_refuses(voi
     /* Pure steps: ten rounds of 0.1 fit a budget of 1 exactly, the eleventh does not. */
     dprec_accountant p;
     dprec_accountant_init(&p);
-    dprec_step rr = {DPREC_STEP_PURE, 0.1, 0, 0, 0, 0, 1};
+    dprec_step rr = {DPREC_STEP_PURE, 0.1, 0, 0, 0, 0, 1, 0};
     int admitted = 0;
     while (dprec_accountant_try_add(&p, &rr, 1.0 + 1e-12, 1e-5, DPREC_CONVERSION_CKS, &after) == DPREC_OK) admitted++;
     assert_int_equal(admitted, 10);
-    dprec_step bad = {(dprec_step_kind)9, 0, 0, 0, 0, 0, 1};
+    dprec_step bad = {(dprec_step_kind)9, 0, 0, 0, 0, 0, 1, 0};
     assert_int_equal(dprec_accountant_try_add(&p, &bad, 1.0, 1e-5, DPREC_CONVERSION_CKS, &after), DPREC_ERR_INVALID_ARGUMENT);
 }
 

@@ -424,6 +424,7 @@ static void test_release_rejects_inconsistent_headers(void **state) {
         {"rating_max Inf", 36, -4, 0, INFINITY, DPREC_ERR_RELEASE_HEADER},
         {"global mean without biases", 40, -4, 0, 3.0f, DPREC_ERR_RELEASE_HEADER},
         {"global mean NaN", 40, -4, 0, NAN, DPREC_ERR_RELEASE_HEADER},
+        {"global mean past the value bound", 40, -4, 0, 1048577.0f, DPREC_ERR_RELEASE_HEADER},
         {"unknown sig_alg", 44, 2, 2, 0, DPREC_ERR_RELEASE_HEADER},
         {"sig_len without sig_alg", 46, 2, 8, 0, DPREC_ERR_RELEASE_HEADER},
         {"sig_alg without sig_len", 44, 2, DPREC_SIG_ECDSA_P256_SHA256, 0, DPREC_ERR_RELEASE_HEADER},
@@ -491,13 +492,23 @@ static void test_release_parse_header_refuses_short_or_null_input(void **state) 
 
 /* ---- values ------------------------------------------------------------------------------------------- */
 
-static void test_release_rejects_nan_and_inf_in_the_body(void **state) {
-    static const float bad[] = {NAN, -NAN, INFINITY, -INFINITY};
+/* NaN, the infinities, and finite values past the public bound 2^20 (a signed but crafted release could use
+ * one to make the local step overflow for the users who rated that item only); the bound itself is fine. */
+static void test_release_rejects_nan_inf_and_values_past_the_bound_in_the_body(void **state) {
+    static const float bad[] = {NAN, -NAN, INFINITY, -INFINITY, 1048577.0f, -1048577.0f, 1e30f};
     fixture f;
     size_t i;
     (void)state;
     fixture_make(&f, 5, 3, 1, 18u);
-    for (i = 0; i < 4; i++) {
+    {
+        unsigned char *p = dup_buf(f.buf, f.len, 0);
+        dprec_stf32(p + 64 + 2 * 16 + 4 * 2, DPREC_RELEASE_VALUE_MAX);
+        dprec_stf32(p + 64 + 3 * 16, -DPREC_RELEASE_VALUE_MAX);
+        rehash(p, f.len);
+        expect_everywhere(p, f.len, DPREC_OK);
+        free(p);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t where[2];
         size_t w;
         where[0] = 64 + 2 * 16 + 4 * 2; /* row 2, value v_2[1] */
@@ -628,6 +639,8 @@ static void test_release_write_refuses_invalid_content(void **state) {
     assert_int_equal(dprec_release_write(out, f.len, &info, f.v, f.bias, &written), DPREC_ERR_RELEASE_VALUE);
     f.v[13] = INFINITY;
     assert_int_equal(dprec_release_write(out, f.len, &info, f.v, f.bias, &written), DPREC_ERR_RELEASE_VALUE);
+    f.v[13] = -2.0f * DPREC_RELEASE_VALUE_MAX;
+    assert_int_equal(dprec_release_write(out, f.len, &info, f.v, f.bias, &written), DPREC_ERR_RELEASE_VALUE);
     f.v[13] = saved;
     saved = f.bias[4];
     f.bias[4] = -INFINITY;
@@ -738,7 +751,7 @@ int main(void) {
         cmocka_unit_test(test_release_rejects_inconsistent_headers),
         cmocka_unit_test(test_release_rejects_signature_longer_than_the_maximum),
         cmocka_unit_test(test_release_parse_header_refuses_short_or_null_input),
-        cmocka_unit_test(test_release_rejects_nan_and_inf_in_the_body),
+        cmocka_unit_test(test_release_rejects_nan_inf_and_values_past_the_bound_in_the_body),
         cmocka_unit_test(test_release_on_row_abort_propagates_and_is_sticky),
         cmocka_unit_test(test_release_with_signature_bytes_is_consumed_exactly),
         cmocka_unit_test(test_release_write_refuses_too_small_buffer),

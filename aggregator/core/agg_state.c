@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "agg_priv.h"
+#include "dprec/release.h"
 #include "dprec/status.h"
 
 static const char schema_sql[] =
@@ -173,8 +174,25 @@ int agg_job_load(dprec_agg *a, int64_t id, agg_job *out) {
     return rc;
 }
 
-static int store_release(dprec_agg *a, const agg_job *j, const agg_model *x, int64_t version, int64_t now,
-                         char *err, size_t errcap) {
+static float clamp_value(float v) {
+    if (!(v == v)) return 0.0f; /* NaN: never produced by a global step, but never signed either */
+    if (v > DPREC_RELEASE_VALUE_MAX) return DPREC_RELEASE_VALUE_MAX;
+    if (v < -DPREC_RELEASE_VALUE_MAX) return -DPREC_RELEASE_VALUE_MAX;
+    return v;
+}
+
+/* Devices refuse a release with a value past the public bound DPREC_RELEASE_VALUE_MAX (dprec/release.h), so
+ * the model is clamped to it before it is signed: post-processing of the private model, no privacy cost. */
+static void clamp_model(agg_model *x) {
+    for (size_t k = 0; k < (size_t)x->m * x->d; k++) x->v[k] = clamp_value(x->v[k]);
+    if (x->bias != NULL)
+        for (uint32_t j = 0; j < x->m; j++) x->bias[j] = clamp_value(x->bias[j]);
+    x->mu = clamp_value(x->mu);
+}
+
+static int store_release(dprec_agg *a, const agg_job *j, agg_model *x, int64_t version, int64_t now, char *err,
+                         size_t errcap) {
+    clamp_model(x);
     unsigned char *rel = NULL;
     size_t rel_len = 0;
     if (agg_release_build(a, j, x, (uint64_t)version, &rel, &rel_len, err, errcap) != 0) return -1;

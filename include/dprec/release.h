@@ -27,6 +27,11 @@ DPREC_BEGIN_DECLS
 #define DPREC_RELEASE_MAX_SIG 128u   /* the largest signature a v1 release may carry */
 #define DPREC_MAX_DIM 256u           /* the largest latent dimension d */
 #define DPREC_MAX_ITEMS 16777216u    /* the largest catalogue (2^24 items) */
+/* The public bound on every value of a release (V, the item biases and the global mean): |x| <= 2^20. A
+ * device refuses a release past it (DPREC_ERR_RELEASE_VALUE) before using any of it, so that no signed but
+ * crafted release can make the local step overflow for some users and not others; the aggregator clamps its
+ * models to it before signing (post-processing). */
+#define DPREC_RELEASE_VALUE_MAX 1048576.0f
 
 /* header flags */
 #define DPREC_RELEASE_HAS_BIASES 0x0001u /* each row starts with the item bias b_j */

@@ -48,7 +48,7 @@ typedef enum dprec_status {
     DPREC_ERR_RELEASE_TRUNCATED = -303, /* fewer bytes than the header announces */
     DPREC_ERR_RELEASE_TRAILING = -304,  /* more bytes than the header announces */
     DPREC_ERR_RELEASE_DIGEST = -305,    /* the SHA-256 digest does not match the content */
-    DPREC_ERR_RELEASE_VALUE = -306,     /* a NaN or infinite value in the body */
+    DPREC_ERR_RELEASE_VALUE = -306,     /* a NaN, infinite or out-of-bound (|x| > 2^20) value in the body */
     DPREC_ERR_RELEASE_SIGNATURE = -307, /* the signature is missing or does not verify */
     DPREC_ERR_RELEASE_MISMATCH = -308,  /* the release's m, d or scale differ from the client's */
 
