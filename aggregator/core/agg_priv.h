@@ -99,6 +99,15 @@ typedef struct agg_protocol {
  * after those rounds (+inf for a protocol without privacy, which always "fits"). */
 int agg_budget_check(const agg_job *job, int64_t rounds, double *epsilon);
 
+/* agg_budget.c, for the central and joint protocols: the smallest noise multiplier z whose job->rounds rounds of
+ * the Poisson-subsampled discrete Gaussian at rate job->participation fit the job's budget (the accountant
+ * inverted, dprec_gauss_noise_multiplier; recent answers cached). 0 or -1 (no budget, or no z up to 1e6 fits). */
+int agg_budget_multiplier(const agg_job *job, double *z);
+/* The noise grid's allowance: noising `coords` coordinates with sdk/noise.h's discrete Gaussian at multiplier z
+ * over an L2 sensitivity sens, the sensitivity to pass (and to scale sigma = z *sens_eff by) so that the rounded
+ * vector keeps multiplier z: sens / (1 - sqrt(coords) z 2^-19). -1 when none exists (the job must be refused). */
+int agg_grid_allowance(double sens, double z, uint64_t coords, double *sens_eff);
+
 const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);
 
@@ -141,6 +150,22 @@ int agg_fw_oja(const agg_fw_rows *A, uint32_t n, uint32_t steps, double eta, dou
                double sens1, dprec_rng *rng, double *v, double *ev2);
 int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t nrep, dprec_rng *rng,
                 int noisy, agg_model *next, char *err, size_t errcap);
+
+extern const agg_protocol agg_protocol_dpals;
+
+/* proto_dpals.c, exposed for tests: the round's noise (multiplier z over the normalized statistics'
+ * sensitivity sqrt(2k), the sensitivity with the grid's allowance, and sigma = z sens); one report's normalized,
+ * re-clipped statistics added to stats (m rows of dprec_dpals_item_coords(d) doubles: Gn_j's upper triangle row
+ * by row, then hn_j; sdk/dpals.h); the projected ridge solve of one item (g: d x d row-major, overwritten; -1 only
+ * for d outside 1..64 or lambda <= 0); the global step with or without noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
+int agg_dpals_noise_scale(const agg_job *job, double *z, double *sens, double *sigma);
+int agg_dpals_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *stats);
+int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double *s);
+/* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
+ * h times hscale. */
+void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);
+int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
+                   int noisy, agg_model *next, char *err, size_t errcap);
 
 /* A report waiting for the group commit. */
 typedef struct agg_pending {

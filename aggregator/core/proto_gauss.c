@@ -18,7 +18,6 @@
  *                  inverted, sdk/gauss.c).
  * The budget gate (agg_budget.c) never opens a round past the budget. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,42 +116,6 @@ static int job_params(const agg_job *job, gauss_params *gp, char *err, size_t er
     return rc;
 }
 
-/* The inverted accountant is costly (tens of ms): a few recent answers are kept, keyed by everything they
- * depend on. */
-typedef struct z_cache_line {
-    double eps, delta, q, z;
-    int64_t rounds;
-} z_cache_line;
-static pthread_mutex_t z_mu = PTHREAD_MUTEX_INITIALIZER;
-static z_cache_line z_cache[8];
-static unsigned z_next;
-
-static int budget_multiplier(const agg_job *job, double *z) {
-    if (!job->has_budget || !(job->budget_delta > 0.0) || job->rounds < 1) return -1;
-    double q = job->participation;
-    pthread_mutex_lock(&z_mu);
-    for (unsigned i = 0; i < 8; i++) {
-        const z_cache_line *l = &z_cache[i];
-        if (l->z > 0 && l->eps == job->budget_epsilon && l->delta == job->budget_delta && l->q == q &&
-            l->rounds == job->rounds) {
-            *z = l->z;
-            pthread_mutex_unlock(&z_mu);
-            return 0;
-        }
-    }
-    pthread_mutex_unlock(&z_mu);
-    double found;
-    if (dprec_gauss_noise_multiplier(job->budget_epsilon, job->budget_delta, (uint64_t)job->rounds, q, &found) !=
-        DPREC_OK)
-        return -1;
-    pthread_mutex_lock(&z_mu);
-    z_cache[z_next % 8] = (z_cache_line){job->budget_epsilon, job->budget_delta, q, found, job->rounds};
-    z_next++;
-    pthread_mutex_unlock(&z_mu);
-    *z = found;
-    return 0;
-}
-
 /* The round's mechanism: noise multiplier z, sampling rate q, and the L2 sensitivity of S. */
 static int mechanism(const agg_job *job, const gauss_params *gp, double *z, double *q, double *sens) {
     double tau = job->rating_max - job->rating_min;
@@ -169,7 +132,7 @@ static int mechanism(const agg_job *job, const gauss_params *gp, double *z, doub
         *z = gp->noise_multiplier;
         return 0;
     }
-    return budget_multiplier(job, z);
+    return agg_budget_multiplier(job, z);
 }
 
 /* The noise multipliers the accountant uses for one round, against the unit's true sensitivity (docs/privacy.md
@@ -404,17 +367,8 @@ static int noise_scale(const agg_job *job, const gauss_params *gp, uint64_t coor
                        double *sigma) {
     double z, q, sens;
     if (mechanism(job, gp, &z, &q, &sens) != 0) return -1;
-    /* sdk/noise.h: noising N = coords coordinates one call each, the rounded vector's L2 sensitivity is at most
-     * Delta + sqrt(N) g, with the grid g = 2^(ceil(log2 sigma) - 20) chosen from sigma. Since
-     * 2^ceil(log2 sigma) < 2 sigma, g <= sigma 2^-19. With sigma = z S and
-     *   S = Delta / (1 - sqrt(N) z 2^-19),
-     * Delta + sqrt(N) g <= Delta + sqrt(N) z S 2^-19 = S: S bounds the rounded vector's sensitivity, so the
-     * noise keeps the multiplier z for it. When sqrt(N) z 2^-19 >= 1 no S works (the grid's rounding alone
-     * would need more noise than it adds): the job is refused (gauss_validate_job), never run with less. */
-    double a = sqrt((double)coords) * z * 0x1p-19;
-    if (!(a < 1.0)) return -1;
-    double s_eff = sens / (1.0 - a);
-    if (!isfinite(s_eff) || !isfinite(z * s_eff)) return -1;
+    double s_eff;
+    if (agg_grid_allowance(sens, z, coords, &s_eff) != 0) return -1; /* agg_budget.c: S = Delta / (1 - sqrt(N) z 2^-19) */
     *sensitivity = s_eff;
     *sigma = z * s_eff;
     return 0;
