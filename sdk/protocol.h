@@ -143,4 +143,6 @@ int dprec_fw_state_set(dprec_client *c, uint64_t job, uint64_t round, const uint
 int dprec_fw_state_get(const dprec_client *c, uint64_t *job, uint64_t *round, uint32_t *items, uint32_t cap,
                        uint32_t *n);
 
+extern const dprec_proto dprec_proto_dpals;                                              /* protocol_dpals.c */
+
 #endif /* DPREC_PROTOCOL_H */

@@ -749,7 +749,7 @@ static void test_agg_release_values_are_clamped_to_the_public_bound(void **state
     assert_int_equal(post_report(e->a, job, tok, b, len, NULL), 200);
     free(b);
     assert_int_equal(job_field(e->a, job, "round"), 2);
-    size_t rl;
+    size_t rl = 0;
     unsigned char *rel = get_release(e->a, job, "2", tok, &rl);
     assert_non_null(rel);
     dprec_release_info info;

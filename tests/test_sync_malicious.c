@@ -432,6 +432,70 @@ static void test_private_fw_report_sizes_do_not_count_a_users_ratings(void **sta
     play(attack_count_by_size_fw, &cfg);
 }
 
+/* dpals: a report carries w and the targets of up to max_items sampled ratings, padded to max_items pairs, whatever
+ * the user's count (device A: 12 ratings, device B: 2); the ledger charges the published Gaussian at user level,
+ * joint model. */
+static char dpals_privacy[320];
+static void use_dpals(world *w, const char *params, double z, double published_z, uint64_t rounds) {
+    dprec_accountant acc;
+    dprec_accountant_init(&acc);
+    dprec_step st;
+    memset(&st, 0, sizeof st);
+    st.kind = DPREC_STEP_GAUSSIAN;
+    st.noise_multiplier = z;
+    st.q = 1.0;
+    st.steps = rounds;
+    st.discrete = 1;
+    double eps = 0;
+    assert_int_equal(dprec_accountant_add_step(&acc, &st), DPREC_OK);
+    assert_int_equal(dprec_accountant_epsilon(&acc, 1e-6, DPREC_CONVERSION_CKS, &eps, NULL), DPREC_OK);
+    w->agg.protocol = "dpals";
+    w->agg.params = params;
+    w->agg.rounds = rounds;
+    snprintf(dpals_privacy, sizeof dpals_privacy,
+             "{\"unit\": \"user\", \"model\": \"joint\", \"epsilon\": %.17g, \"delta\": 1e-6, \"user_epsilon\": %.17g,"
+             " \"noise_multiplier\": %.17g}", eps, eps, published_z);
+    w->agg.privacy = dpals_privacy;
+}
+
+static void attack_count_by_size_dpals(world *w) {
+    use_dpals(w, "{\"max_items\": 10}", 2.0, 2.0, 2);
+    open_round(w, 1);
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(reports_posted(w), 1);
+    assert_int_equal(w->agg.last_post_len, 56u + 8u + 4u * (D - 1u) + 8u * 10u);
+    dprec_ledger_entry e;
+    ledger_line(w, JOB, &e);
+    assert_true(e.model == DPREC_MODEL_JOINT && e.unit == DPREC_UNIT_USER && e.rounds == 1 && e.epsilon > 0.0);
+}
+
+static void test_dpals_report_sizes_do_not_count_a_users_ratings(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    play(attack_count_by_size_dpals, &cfg);
+}
+
+/* dpals: the aggregator publishes a guarantee for less noise than it declares in the job (its figure computed at
+ * z = 2 while the job view claims z = 0.5), or a params.noise_multiplier other than the published one: the
+ * device computes the cost from the published multiplier, finds the total understated, and sends nothing. */
+static void attack_dpals_understated(world *w) {
+    use_dpals(w, "{\"max_items\": 10}", 2.0, 0.5, 3);
+    open_round(w, 1);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    use_dpals(w, "{\"max_items\": 10, \"noise_multiplier\": 3}", 2.0, 2.0, 3);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    assert_int_equal(reports_posted(w), 0);
+    assert_int_equal(dprec_ledger_count(w->dev.c), 0);
+}
+
+static void test_dpals_understated_noise_is_refused(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    play(attack_dpals_understated, &cfg);
+}
+
 /* ---- units ---------------------------------------------------------------------------------------------------------- */
 
 /* Point 5: the job starts at unit user and switches to unit rating (a weaker claim) in its second round under
@@ -648,6 +712,8 @@ int main(void) {
         cmocka_unit_test(test_a_report_that_fails_on_the_users_data_is_replaced_by_the_no_data_report),
         cmocka_unit_test(test_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_private_fw_report_sizes_do_not_count_a_users_ratings),
+        cmocka_unit_test(test_dpals_report_sizes_do_not_count_a_users_ratings),
+        cmocka_unit_test(test_dpals_understated_noise_is_refused),
         cmocka_unit_test(test_a_unit_switch_mid_job_is_refused),
         cmocka_unit_test(test_a_rating_level_job_counts_against_the_user_cap),
         cmocka_unit_test(test_a_rating_level_job_is_charged_its_group_bound),

@@ -48,7 +48,7 @@ typedef struct fleet_proto {
 
 extern const fleet_proto *const fleet_protos[];
 extern const size_t fleet_proto_count;
-extern const char *const fleet_protos_planned; /* "sgld, dpmf, dpals": named, not built yet */
+extern const char *const fleet_protos_planned; /* "sgld, dpmf": named, not built yet */
 /* The protocol named `name`, or NULL. */
 const fleet_proto *fleet_proto_find(const char *name);
 

@@ -1,0 +1,448 @@
+/* dprec aggregator — protocol `dpals`: private alternating least squares (Chien, Jain, Krichene, Rendle, Song,
+ * Thakurta, Zhang, ICML 2021, "DPALS"), user-level joint DP; sdk/dpals.h has the model and the sensitivity,
+ * docs/privacy.md "dpals" the guarantee, docs/protocol.md the payload.
+ *
+ * Trust (joint DP, as private-fw): the aggregator is trusted to add the noise it publishes and to keep the
+ * reports to itself; what it releases (V, b) is DP at user level, and each user's own u_i never leaves the device.
+ *
+ * Each round, from the reports of release r (each: a device's clipped w_i and up to k clamped targets t_ij):
+ *   Gn_j = sum_i x_i x_i^T / X2,  hn_j = sum_i t_ij x_i / (Gamma_r sqrt(X2))       (re-clipped here: agg_dpals_accumulate)
+ *   every coordinate of (Gn_j upper triangle, hn_j), for every item j, rated or not (which items a user rated is
+ *   private), gets discrete Gaussian noise of multiplier z over Delta = sqrt(2 k) (sdk/dpals.h), on the grid of
+ *   sdk/noise.h with its allowance (agg_grid_allowance); the lower triangle mirrors the upper (DPALS Alg. 1: a
+ *   symmetric noise matrix);
+ *   G_j = Gn_j X2 / q, h_j = hn_j Gamma_r sqrt(X2) / q    (q: the Poisson participation rate; 1/q unbiases the sums)
+ *   [f_j; b_j] = (P(G_j) + lambda I)^-1 h_j, P the projection onto the positive semidefinite cone (eigenvalues
+ *   below 0 set to 0, LAPACKE_dsyevr): a noisy Gram matrix then never makes the system indefinite, and the solve
+ *   cannot fail (all eigenvalues >= lambda > 0). Post-processing: it costs no privacy.
+ *   lambda is params.lambda or, by default, 1 + 2 sqrt(d) sigma_G, sigma_G = sigma X2 / q the noise on each Gram
+ *   entry: about the spectral norm of the d x d noise matrix (a symmetric Gaussian matrix's is about
+ *   2 sqrt(d) sigma_G), so that the noise cannot make a direction nobody rated look informative (DPALS
+ *   regularizes in the same way; with a fixed small lambda the pure-noise directions of a rarely rated item get
+ *   factors of size sigma_h / lambda and ruin every prediction).
+ * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
+ * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
+#include <lapacke.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg_priv.h"
+#include "bytes.h"
+#include "dpals.h"
+#include "dprec/status.h"
+#include "noise.h"
+
+#define DPALS_MAX_CELLS ((uint64_t)1 << 26)
+#define DPALS_DEFAULT_INIT_SCALE 0.1
+#define DPALS_MAX_D 64u /* the item systems are solved on the stack (d x d doubles) */
+
+typedef struct dpals_params {
+    uint32_t max_items;
+    double u_clip, rating_clip, lambda, mu, noise_multiplier, init_scale; /* noise_multiplier 0: from the budget */
+    int has_mu, has_rating_clip;
+    uint64_t seed;
+} dpals_params;
+
+static int num_in(const cJSON *it, double lo, double hi, int lo_open, double *out) {
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
+    double v = it->valuedouble;
+    if (lo_open ? !(v > lo) : !(v >= lo)) return -1;
+    if (!(v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t errcap) {
+    memset(p, 0, sizeof *p);
+    p->max_items = DPREC_DPALS_DEFAULT_MAX_ITEMS;
+    p->u_clip = DPREC_DPALS_DEFAULT_U_CLIP;
+    p->lambda = 0.0; /* 0: from the noise (item_ridge) */
+    p->init_scale = DPALS_DEFAULT_INIT_SCALE;
+    p->seed = 1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, params) {
+        const char *k = it->string != NULL ? it->string : "?";
+        int bad = 0;
+        double v = 0;
+        if (strcmp(k, "max_items") == 0) {
+            bad = num_in(it, 1.0, (double)DPREC_DPALS_MAX_MAX_ITEMS, 0, &v) || floor(v) != v;
+            p->max_items = (uint32_t)v;
+        } else if (strcmp(k, "u_clip") == 0) bad = num_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->u_clip);
+        else if (strcmp(k, "rating_clip") == 0) { bad = num_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->rating_clip); p->has_rating_clip = 1; }
+        else if (strcmp(k, "lambda") == 0) bad = num_in(it, 0.0, 1e12, 1, &p->lambda);
+        else if (strcmp(k, "mu") == 0) { bad = num_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
+        else if (strcmp(k, "noise_multiplier") == 0) bad = num_in(it, 0.0, 1e6, 1, &p->noise_multiplier);
+        else if (strcmp(k, "init_scale") == 0) bad = num_in(it, 0.0, 1e3, 0, &p->init_scale);
+        else if (strcmp(k, "seed") == 0) {
+            bad = num_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
+            p->seed = (uint64_t)v;
+        } else {
+            snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, mu, "
+                     "noise_multiplier, init_scale, seed)", k);
+            return -1;
+        }
+        if (bad) {
+            snprintf(err, errcap, "params.%s is out of range (see docs/protocol.md, dpals)", k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int job_params(const agg_job *job, dpals_params *p, char *err, size_t errcap) {
+    cJSON *params = cJSON_Parse(job->params != NULL ? job->params : "{}");
+    int rc = params != NULL ? parse_params(params, p, err, errcap) : -1;
+    if (params == NULL) snprintf(err, errcap, "params are not JSON");
+    cJSON_Delete(params);
+    if (rc != 0) return rc;
+    if (!p->has_mu) p->mu = (job->rating_min + job->rating_max) / 2.0;
+    if (!p->has_rating_clip) p->rating_clip = (job->rating_max - job->rating_min) / 2.0;
+    return 0;
+}
+
+/* The round's mechanism: the noise multiplier z (over Delta = sqrt(2k)) and the sampling rate q. */
+static int mechanism(const agg_job *job, const dpals_params *p, double *z, double *q) {
+    *q = job->participation;
+    if (p->noise_multiplier > 0.0) {
+        *z = p->noise_multiplier;
+        return 0;
+    }
+    return agg_budget_multiplier(job, z);
+}
+
+static uint64_t noised_coords(const agg_job *job) {
+    return (uint64_t)job->m * dprec_dpals_item_coords(job->d);
+}
+
+static int noise_scale(const agg_job *job, const dpals_params *p, double *z, double *sens, double *sigma) {
+    double q, s_eff;
+    if (mechanism(job, p, z, &q) != 0) return -1;
+    if (agg_grid_allowance(dprec_dpals_sensitivity(p->max_items), *z, noised_coords(job), &s_eff) != 0) return -1;
+    *sens = s_eff;
+    *sigma = *z * s_eff;
+    return 0;
+}
+
+/* The item systems' ridge: params.lambda, or 1 + 2 sqrt(d) sigma X2 / q (sigma of the normalized statistics; 1
+ * without noise). */
+static double item_ridge(const agg_job *job, const dpals_params *p, double sigma) {
+    if (p->lambda > 0.0) return p->lambda;
+    return 1.0 + 2.0 * sqrt((double)job->d) * sigma * dprec_dpals_x2(job->d, p->u_clip) / job->participation;
+}
+
+int agg_dpals_noise_scale(const agg_job *job, double *z, double *sens, double *sigma) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &p, err, sizeof err) != 0) return -1;
+    return noise_scale(job, &p, z, sens, sigma);
+}
+
+static void gaussian_step(dprec_step *step, double z, double q) {
+    memset(step, 0, sizeof *step);
+    step->kind = DPREC_STEP_GAUSSIAN;
+    step->noise_multiplier = z;
+    step->q = q;
+    step->steps = 1;
+    step->discrete = 1; /* sdk/noise.c's discrete Gaussian: the devices account it so too */
+}
+
+static int dpals_round_step(const agg_job *job, dprec_step *step) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    double z, q;
+    if (job_params(job, &p, err, sizeof err) != 0 || mechanism(job, &p, &z, &q) != 0) return -1;
+    gaussian_step(step, z, q);
+    return 0;
+}
+
+static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
+    double z, sens, sigma;
+    if (agg_dpals_noise_scale(job, &z, &sens, &sigma) != 0) return;
+    cJSON_AddStringToObject(priv, "accountant",
+                            job->participation < 1.0
+                                ? "RDP of the Poisson-subsampled discrete Gaussian (Zhu-Wang bound, integer orders), "
+                                  "CKS conversion"
+                                : "RDP of the discrete Gaussian, CKS conversion");
+    cJSON_AddNumberToObject(priv, "noise_multiplier", z);
+    cJSON_AddNumberToObject(priv, "sigma", sigma); /* on the normalized statistics, whose sensitivity is sens */
+    cJSON_AddNumberToObject(priv, "sensitivity", sens);
+    cJSON_AddNumberToObject(priv, "sampling_rate", job->participation);
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &p, err, sizeof err) == 0) cJSON_AddNumberToObject(priv, "item_lambda", item_ridge(job, &p, sigma));
+    /* the unit is the user: the job's own figure is the user-level one every device counts against its cap */
+    double eps = INFINITY;
+    if (agg_budget_check(job, job->rounds, &eps) < 0 || !isfinite(eps)) cJSON_AddStringToObject(priv, "user_epsilon", "inf");
+    else cJSON_AddNumberToObject(priv, "user_epsilon", eps);
+    cJSON_AddNumberToObject(priv, "user_delta", job->budget_delta);
+}
+
+static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *err, size_t errcap) {
+    dpals_params p;
+    if (shape->d < 1 || shape->d > DPALS_MAX_D) {
+        snprintf(err, errcap, "dpals needs 1 <= d <= %u (column 0 of V is the users' own bias)", DPALS_MAX_D);
+        return -1;
+    }
+    if (noised_coords(shape) > DPALS_MAX_CELLS) {
+        snprintf(err, errcap, "dpals supports m (d (d + 1) / 2 + d) <= %llu", (unsigned long long)DPALS_MAX_CELLS);
+        return -1;
+    }
+    if (parse_params(params, &p, err, errcap) != 0) return -1;
+    if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
+        snprintf(err, errcap, "dpals needs a budget with delta > 0");
+        return -1;
+    }
+    if (p.has_mu && !(p.mu >= shape->rating_min && p.mu <= shape->rating_max)) {
+        snprintf(err, errcap, "params.mu must be within the rating scale");
+        return -1;
+    }
+    double z, q, sens, sigma;
+    if (mechanism(shape, &p, &z, &q) != 0) {
+        snprintf(err, errcap, "no noise multiplier up to 1e6 fits %lld rounds in the budget", (long long)shape->rounds);
+        return -1;
+    }
+    /* the noise grid's allowance (agg_grid_allowance) must exist: refused here rather than failing every round */
+    if (noise_scale(shape, &p, &z, &sens, &sigma) != 0) {
+        snprintf(err, errcap, "dpals: the noise grid's rounding over %llu coordinates needs sqrt(N) z 2^-19 < 1, and "
+                 "z = %g gives %g: lower m, d or the noise multiplier", (unsigned long long)noised_coords(shape), z,
+                 sqrt((double)noised_coords(shape)) * z * 0x1p-19);
+        return -1;
+    }
+    return 0;
+}
+
+/* [d u32][k u32] w (d - 1 float32) then k pairs [item u32][target float32], k = params.max_items: the real
+ * pairs first (items strictly increasing, below m), then padding pairs (DPREC_PAD_ITEM, +0.0). *real gets the
+ * number of real pairs. */
+static int payload_check(const agg_job *job, const dpals_params *p, const unsigned char *b, size_t len, uint32_t *real,
+                         char *err, size_t errcap) {
+    if (len < 8) {
+        snprintf(err, errcap, "dpals payload shorter than its 8-byte header");
+        return -1;
+    }
+    uint32_t d = dprec_ld32(b), k = dprec_ld32(b + 4);
+    if (d != job->d) {
+        snprintf(err, errcap, "payload d = %u, the job's d is %u", d, job->d);
+        return -1;
+    }
+    if (k != p->max_items) {
+        snprintf(err, errcap, "payload has %u pairs, the job's max_items is %u (every report is padded to it)", k,
+                 p->max_items);
+        return -1;
+    }
+    if ((uint64_t)len != (uint64_t)dprec_dpals_payload_size(d, k)) {
+        snprintf(err, errcap, "payload length %zu does not match d = %u and k = %u", len, d, k);
+        return -1;
+    }
+    const unsigned char *q = b + 8;
+    for (uint32_t a = 0; a + 1u < d; a++, q += 4)
+        if (!isfinite(dprec_ldf32(q))) {
+            snprintf(err, errcap, "w[%u] is not finite", a);
+            return -1;
+        }
+    int64_t prev = -1;
+    uint32_t i = 0;
+    for (; i < k && dprec_ld32(q) != DPREC_PAD_ITEM; i++, q += 8) {
+        uint32_t item = dprec_ld32(q);
+        if (item >= job->m || (int64_t)item <= prev) {
+            snprintf(err, errcap, "items must be strictly increasing and below m (item %u)", item);
+            return -1;
+        }
+        prev = item;
+        if (!isfinite(dprec_ldf32(q + 4))) {
+            snprintf(err, errcap, "target of item %u is not finite", item);
+            return -1;
+        }
+    }
+    *real = i;
+    for (; i < k; i++, q += 8)
+        if (dprec_ld32(q) != DPREC_PAD_ITEM || dprec_ld32(q + 4) != 0u) {
+            snprintf(err, errcap, "pair %u after the padding began is not a padding pair", i);
+            return -1;
+        }
+    return 0;
+}
+
+static int dpals_validate_payload(const agg_job *job, const unsigned char *b, size_t len, char *err, size_t errcap) {
+    dpals_params p;
+    uint32_t real;
+    if (job_params(job, &p, err, errcap) != 0) return -1;
+    return payload_check(job, &p, b, len, &real, err, errcap);
+}
+
+/* Adds one report's normalized, re-clipped statistics to stats (m rows of dprec_dpals_item_coords(d) doubles:
+ * the upper triangle of Gn_j row by row, then hn_j). Whatever the device sent, ||w|| <= Gamma_u and
+ * |t| <= Gamma_r here, so the report moves stats by at most sqrt(2 k) (sdk/dpals.h). */
+int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len, double *stats) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    uint32_t n;
+    if (job_params(job, &p, err, sizeof err) != 0) return -1;
+    if (payload_check(job, &p, b, len, &n, err, sizeof err) != 0) return -1; /* padding adds nothing */
+    const uint32_t d = job->d, cw = dprec_dpals_item_coords(d);
+    if (d < 1 || d > DPALS_MAX_D) return -1;
+    float w[DPALS_MAX_D];
+    double x[DPALS_MAX_D];
+    for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a);
+    dprec_dpals_features(w, d, p.u_clip, x);
+    const double x2 = dprec_dpals_x2(d, p.u_clip), gs = 1.0 / x2, hs = 1.0 / (p.rating_clip * sqrt(x2));
+    const unsigned char *pairs = b + 8 + 4 * ((size_t)d - 1u);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);
+        double t = dprec_dpals_clamp((double)dprec_ldf32(pairs + 8 * (size_t)i + 4), p.rating_clip);
+        double *row = stats + (size_t)item * cw;
+        size_t at = 0;
+        for (uint32_t a = 0; a < d; a++)
+            for (uint32_t c = a; c < d; c++) row[at++] += x[a] * x[c] * gs;
+        for (uint32_t a = 0; a < d; a++) row[at++] += t * x[a] * hs;
+    }
+    return 0;
+}
+
+void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h) {
+    size_t at = 0;
+    for (uint32_t a = 0; a < d; a++) /* the noised upper triangle, mirrored: G is symmetric by construction */
+        for (uint32_t c = a; c < d; c++, at++) g[(size_t)a * d + c] = g[(size_t)c * d + a] = row[at] * gscale;
+    for (uint32_t a = 0; a < d; a++) h[a] = row[at++] * hscale;
+}
+
+/* Solves (P(G) + lambda I) s = h for a symmetric d x d G (row-major, overwritten), P the projection onto the
+ * positive semidefinite cone. Never fails for finite inputs and lambda > 0: when the eigen-solver does not
+ * converge (never seen), G is replaced by a multiple of I bounding it (Gershgorin), which is still definite. */
+int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double *s) {
+    if (d < 1 || d > DPALS_MAX_D || !(lambda > 0.0)) return -1;
+    double ev[DPALS_MAX_D], q[DPALS_MAX_D * DPALS_MAX_D];
+    lapack_int found = 0, isuppz[2 * DPALS_MAX_D];
+    for (uint32_t a = 0; a < d * d; a++)
+        if (!isfinite(g[a])) g[a] = 0.0;
+    lapack_int info = LAPACKE_dsyevr(LAPACK_ROW_MAJOR, 'V', 'A', 'U', (lapack_int)d, g, (lapack_int)d, 0.0, 0.0, 0, 0,
+                                     0.0, &found, ev, q, (lapack_int)d, isuppz);
+    if (info != 0 || found != (lapack_int)d) {
+        for (uint32_t a = 0; a < d; a++) s[a] = isfinite(h[a]) ? h[a] / lambda : 0.0; /* P(G) := 0 */
+        return 0;
+    }
+    /* s = Q diag(1 / (max(ev, 0) + lambda)) Q^T h */
+    double c[DPALS_MAX_D];
+    for (uint32_t e = 0; e < d; e++) {
+        double dot = 0.0;
+        for (uint32_t a = 0; a < d; a++) dot += q[(size_t)a * d + e] * (isfinite(h[a]) ? h[a] : 0.0);
+        c[e] = dot / ((ev[e] > 0.0 ? ev[e] : 0.0) + lambda);
+    }
+    for (uint32_t a = 0; a < d; a++) {
+        double v = 0.0;
+        for (uint32_t e = 0; e < d; e++) v += q[(size_t)a * d + e] * c[e];
+        s[a] = v;
+    }
+    return 0;
+}
+
+/* splitmix64 (Steele, Lea, Flood 2014): the public, seeded initialization of V, not privacy noise */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
+    dpals_params p;
+    if (job_params(job, &p, err, errcap) != 0) return -1;
+    memset(out, 0, sizeof *out);
+    out->m = job->m;
+    out->d = job->d;
+    out->v = malloc(sizeof(float) * (size_t)job->m * job->d);
+    out->bias = calloc(job->m, sizeof(float));
+    if (out->v == NULL || out->bias == NULL) {
+        agg_model_free(out);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    uint64_t s = p.seed;
+    for (size_t j = 0; j < job->m; j++) {
+        float *v = out->v + j * job->d;
+        v[0] = 1.0f; /* pinned: the users' own bias (sdk/dpals.h) */
+        for (uint32_t a = 1; a < job->d; a++) {
+            double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0; /* [0, 1) */
+            v[a] = (float)(p.init_scale * (2.0 * u - 1.0));
+        }
+    }
+    out->mu = (float)p.mu;
+    return 0;
+}
+
+int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
+                   int noisy, agg_model *next, char *err, size_t errcap) {
+    dpals_params p;
+    if (job_params(job, &p, err, errcap) != 0) return -1;
+    const uint32_t d = job->d, m = job->m, cw = dprec_dpals_item_coords(d);
+    if (d < 1 || d > DPALS_MAX_D || prev->d != d || prev->m != m) {
+        snprintf(err, errcap, "release shape differs from the job");
+        return -1;
+    }
+    double z = 0.0, sens = 0.0, sigma = 0.0, q = job->participation;
+    if (noisy && noise_scale(job, &p, &z, &sens, &sigma) != 0) {
+        snprintf(err, errcap, "dpals: no noise multiplier for this job");
+        return -1;
+    }
+    memset(next, 0, sizeof *next);
+    next->m = m;
+    next->d = d;
+    next->mu = prev->mu;
+    next->v = malloc(sizeof(float) * (size_t)m * d);
+    next->bias = malloc(sizeof(float) * m);
+    double *stats = calloc((size_t)m * cw, sizeof(double));
+    if (next->v == NULL || next->bias == NULL || stats == NULL) {
+        free(stats);
+        agg_model_free(next);
+        snprintf(err, errcap, "out of memory in the dpals global step");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        (void)agg_dpals_accumulate(job, reports[i].payload, reports[i].payload_len, stats); /* validated at intake */
+    const double x2 = dprec_dpals_x2(d, p.u_clip), gsc = x2 / q, hsc = p.rating_clip * sqrt(x2) / q;
+    const double lambda = item_ridge(job, &p, sigma);
+    double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D];
+    for (uint32_t j = 0; j < m; j++) {
+        double *row = stats + (size_t)j * cw;
+        if (noisy)
+            for (uint32_t c = 0; c < cw; c++) {
+                int rc = dprec_noise_gaussian(rng, row[c], sens, sigma, &row[c], NULL);
+                if (rc != DPREC_OK) {
+                    free(stats);
+                    agg_model_free(next);
+                    snprintf(err, errcap, "dpals: noise sampler failed (%d)", rc);
+                    return -1;
+                }
+            }
+        agg_dpals_unpack(row, d, gsc, hsc, g, h);
+        agg_dpals_solve(g, h, d, lambda, s);
+        float *v = next->v + (size_t)j * d;
+        v[0] = 1.0f;
+        for (uint32_t a = 1; a < d; a++) v[a] = isfinite((float)s[a - 1u]) ? (float)s[a - 1u] : 0.0f;
+        next->bias[j] = isfinite((float)s[d - 1u]) ? (float)s[d - 1u] : 0.0f;
+    }
+    free(stats);
+    return 0;
+}
+
+static int dpals_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                             dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+    return agg_dpals_step(job, prev, reports, n, rng, 1, next, err, errcap);
+}
+
+const agg_protocol agg_protocol_dpals = {
+    .name = "dpals",
+    .id = DPREC_PROTO_DPALS,
+    .unit = DPREC_UNIT_USER,
+    .model = DPREC_MODEL_JOINT,
+    .needs_budget = 1,
+    .validate_job = dpals_validate_job,
+    .validate_payload = dpals_validate_payload,
+    .initial_model = dpals_initial_model,
+    .global_step = dpals_global_step,
+    .round_step = dpals_round_step,
+    .unit_of = NULL,
+    .privacy_extra = dpals_privacy_extra,
+};

@@ -1,0 +1,66 @@
+/* dprec internal (shared by the device and the aggregator) — the math of the `dpals` protocol: private
+ * alternating least squares (Chien, Jain, Krichene, Rendle, Song, Thakurta, Zhang, "Private Alternating Least
+ * Squares: Practical Private Matrix Completion with Tighter Rates", ICML 2021; "DPALS" below), user-level
+ * joint DP; docs/privacy.md "dpals".
+ *
+ * The model: r_ij ~ mu + b_j + c_i + w_i . f_j. The release's V (m x d) has its column 0 pinned to 1, so that
+ * coordinate 0 of the device's least-squares u_i (sdk/recommend.c) is the user's own bias c_i, fitted on the
+ * device and never sent; w_i = u_i[1 .. d-1]; f_j = v_j[1 .. d-1]; b_j is the release's item bias and mu a
+ * public constant. The item half of ALS solves, for every item j, the ridge regression of the targets
+ * t_ij = r_ij - mu - c_i on the features x_i = [w_i; 1] (so that f_j and b_j are learned together: with d = 1
+ * it is the private bias model mu + b_j + c_i alone):
+ *   [f_j; b_j] = (G_j + lambda I)^-1 h_j,   G_j = sum_i x_i x_i^T,   h_j = sum_i t_ij x_i,
+ * the sums over the users who report item j (DPALS Alg. 1, with the bias trick of Koren, Bell, Volinsky 2009).
+ *
+ * What bounds one user's contribution (DPALS Sec. 4, "clipping" and "sampling"):
+ *   - w_i is clipped to norm Gamma_u (params.u_clip), so ||x_i||^2 <= X2 = Gamma_u^2 + 1 (X2 = 1 for d = 1,
+ *     where x_i = [1]: dprec_dpals_x2);
+ *   - every target is clamped to [-Gamma_r, Gamma_r] (params.rating_clip);
+ *   - at most k of the user's ratings are reported (params.max_items; a uniform sample, drawn afresh each round).
+ * The aggregator noises the *normalized* statistics G_j / X2 (on and above the diagonal) and h_j / (Gamma_r
+ * sqrt(X2)). For one user and one item, the normalized upper triangle of x x^T has norm at most
+ * ||x||^2 / X2 <= 1 (the sum over a <= b of (x_a x_b)^2 is at most ||x||^4), and the normalized t x at most 1;
+ * over the user's at most k items, adding or removing the user moves the normalized statistics by at most
+ *   Delta = sqrt(2 k)                                                                  (dprec_dpals_sensitivity)
+ * in L2. The aggregator re-clips every report itself (agg_dpals_accumulate), so the bound holds whatever a
+ * device sends. */
+#ifndef DPREC_DPALS_H
+#define DPREC_DPALS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Defaults shared by both sides (docs/protocol.md, dpals). The rating clip defaults to half the scale's width. */
+#define DPREC_DPALS_DEFAULT_MAX_ITEMS 100u
+#define DPREC_DPALS_MAX_MAX_ITEMS 65535u
+#define DPREC_DPALS_DEFAULT_U_CLIP 1.0
+#define DPREC_DPALS_MAX_CLIP 1e6
+
+/* The clipped feature vector of a device: x = [s w; 1] (d doubles) from w = u[1 .. d-1], with
+ * s = min(1, Gamma_u (1 - 2^-40) / ||w||) (the factor absorbs the rounding of the norm, so ||s w|| <= Gamma_u
+ * strictly). For d = 1, x = [1]. Non-finite w gives x = [0; 1]. */
+void dprec_dpals_features(const float *w, uint32_t d, double u_clip, double *x);
+
+/* A target clamped to [-rating_clip, rating_clip]; NaN becomes 0. */
+double dprec_dpals_clamp(double t, double rating_clip);
+
+/* The bound X2 on ||x||^2: u_clip^2 + 1, or 1 when d = 1 (no factor, only the bias). */
+static inline double dprec_dpals_x2(uint32_t d, double u_clip) {
+    return (d > 1u ? u_clip * u_clip : 0.0) + 1.0;
+}
+
+/* The L2 sensitivity of the normalized statistics when one user is added or removed: sqrt(2 k). */
+double dprec_dpals_sensitivity(uint32_t max_items);
+
+/* Coordinates of one item's normalized statistics: the upper triangle of G (d (d + 1) / 2) then h (d). */
+static inline uint32_t dprec_dpals_item_coords(uint32_t d) {
+    return d * (d + 1u) / 2u + d;
+}
+
+/* Payload size of a dpals report (docs/protocol.md): [d u32][k u32] w (d - 1 float32) then k pairs
+ * [item u32][target float32], the real pairs first (items increasing), then padding (report.h). */
+static inline size_t dprec_dpals_payload_size(uint32_t d, uint32_t k) {
+    return 8u + 4u * ((size_t)d - 1u) + 8u * (size_t)k;
+}
+
+#endif /* DPREC_DPALS_H */

@@ -1,0 +1,133 @@
+/* dprec — the `dpals` protocol, device side: private alternating least squares (Chien et al., ICML 2021),
+ * user-level joint DP (sdk/dpals.h; docs/privacy.md "dpals"; the aggregator: aggregator/core/proto_dpals.c).
+ *
+ * The device fits u by exact least squares on the round's release (sync.c; column 0 of V is pinned to 1, so
+ * u[0] is the user's own bias c_i) and never sends u[0]. It reports w = u[1 .. d-1] clipped to norm Gamma_u
+ * (params.u_clip) and, for at most k = params.max_items of its ratings (a uniform sample drawn afresh each round
+ * from the CSPRNG: selection sampling, Knuth TAOCP vol. 2, 3.4.2, Algorithm S), the target
+ * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default half the scale's width). The
+ * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), re-clips, and adds the noise. The report
+ * carries the same information as the per-item statistics DPALS describes (x x^T and t_j x, from which t_j and
+ * x are read back) in d - 1 + 2k numbers instead of k (d (d + 3) / 2).
+ *
+ * Fixed size: exactly k (item, target) pairs, the real ones first (items increasing), then padding pairs
+ * (DPREC_PAD_ITEM, +0.0: report.h), so that its length never tells how many ratings the user has.
+ *
+ * The policy: each round is the Poisson-subsampled discrete Gaussian with the published noise multiplier z
+ * (privacy.noise_multiplier, over the sensitivity sqrt(2k) of the normalized statistics) at the job's
+ * participation rate q; every round the device draws for is charged, sat out or not (when q < 1).
+ *
+ * Payload: [d u32][k u32] then w (d - 1 float32) then k pairs [item u32][target float32]. */
+#include <math.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "client_priv.h"
+#include "dpals.h"
+#include "noise.h"
+#include "protocol.h"
+#include "report.h"
+
+#define DPALS_MAX_NOISE_MULTIPLIER 1e6
+#define DPALS_MAX_D 64u /* as the aggregator (aggregator/core/proto_dpals.c) */
+
+typedef struct dpals_job {
+    uint32_t max_items;
+    double u_clip, rating_clip;
+} dpals_job;
+
+static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_job *p) {
+    const dprec_json_doc *doc = job->doc;
+    uint64_t k = DPREC_DPALS_DEFAULT_MAX_ITEMS;
+    int rc = dprec_json_get_u64(doc, 0, "params.max_items", &k);
+    if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || k < 1 || k > DPREC_DPALS_MAX_MAX_ITEMS) return DPREC_ERR_JOB_PARAMS;
+    p->max_items = (uint32_t)k;
+    p->u_clip = DPREC_DPALS_DEFAULT_U_CLIP;
+    rc = dprec_json_get_number(doc, 0, "params.u_clip", &p->u_clip);
+    if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->u_clip > 0.0 && p->u_clip <= DPREC_DPALS_MAX_CLIP))
+        return DPREC_ERR_JOB_PARAMS;
+    p->rating_clip = ((double)c->cfg.rating_max - (double)c->cfg.rating_min) / 2.0;
+    rc = dprec_json_get_number(doc, 0, "params.rating_clip", &p->rating_clip);
+    if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) ||
+        !(p->rating_clip > 0.0 && p->rating_clip <= DPREC_DPALS_MAX_CLIP))
+        return DPREC_ERR_JOB_PARAMS;
+    if (c->cfg.dim < 1 || c->cfg.dim > DPALS_MAX_D) return DPREC_ERR_JOB_PARAMS;
+    return DPREC_OK;
+}
+
+static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_job_policy *out) {
+    dpals_job p;
+    int rc = job_params(c, job, &p);
+    if (rc != DPREC_OK) return rc;
+    double z = NAN, zp;
+    if (dprec_json_get_number(job->doc, 0, "privacy.noise_multiplier", &z) != DPREC_OK || !(z > 0.0) ||
+        !(z <= DPALS_MAX_NOISE_MULTIPLIER))
+        return DPREC_ERR_JOB_PARAMS;
+    if (dprec_json_get_number(job->doc, 0, "params.noise_multiplier", &zp) == DPREC_OK && zp != z)
+        return DPREC_ERR_JOB_PARAMS; /* the job asked for one noise level and the aggregator claims another */
+    if (!(job->participation > 0.0 && job->participation <= 1.0) || !(job->delta > 0.0 && job->delta < 1.0))
+        return DPREC_ERR_JOB_PARAMS;
+    memset(out, 0, sizeof *out);
+    out->unit = DPREC_UNIT_USER;
+    out->model = DPREC_MODEL_JOINT;
+    out->round.kind = DPREC_STEP_GAUSSIAN;
+    out->round.noise_multiplier = z;
+    out->round.q = job->participation;
+    out->round.steps = 1;
+    out->round.discrete = 1; /* sdk/noise.c: the aggregator's Gaussian is the discrete Gaussian on a grid */
+    out->user_round = out->round;
+    out->charge_sit_outs = job->participation < 1.0; /* the accounting spreads the cost over every draw */
+    out->delta = job->delta;
+    out->rounds = job->rounds;
+    out->report_bytes = DPREC_ENVELOPE_HEADER + dprec_dpals_payload_size(c->cfg.dim, p.max_items);
+    return DPREC_OK;
+}
+
+static int dpals_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol,
+                       const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap, size_t *len) {
+    if (!c->fitted && !c->fallback) return DPREC_ERR_STATE;
+    dpals_job p;
+    int rc = job_params(c, job, &p);
+    if (rc != DPREC_OK) return rc;
+    const uint32_t d = c->cfg.dim, n = c->count, k = p.max_items, keep = n < k ? n : k;
+    size_t payload = dprec_dpals_payload_size(d, k);
+    if (cap < pol->report_bytes || pol->report_bytes != DPREC_ENVELOPE_HEADER + payload) return DPREC_ERR_REPORT_TOO_LARGE;
+
+    dprec_proto_write_header(job, DPREC_PROTO_DPALS, report_id, (uint32_t)payload, out);
+    unsigned char *pl = out + DPREC_ENVELOPE_HEADER;
+    dprec_st32(pl, d);
+    dprec_st32(pl + 4, k);
+    double x[DPALS_MAX_D];
+    dprec_dpals_features(c->u + 1, d, p.u_clip, x); /* the fallback's u is 0: w = 0 */
+    for (uint32_t a = 0; a + 1u < d; a++) {
+        float v = (float)x[a];
+        if (!isfinite(v)) return DPREC_ERR_INVALID_ARGUMENT;
+        dprec_stf32(pl + 8 + 4 * (size_t)a, v);
+    }
+    unsigned char *pairs = pl + 8 + 4 * ((size_t)d - 1u);
+    const double base = (double)c->fitted_mu + (double)c->u[0];
+    uint32_t chosen = 0;
+    for (uint32_t i = 0; i < n && chosen < keep; i++) {
+        int take = 1;
+        if (keep < n) { /* Algorithm S: item i is taken with probability (keep - chosen) / (n - i), exactly */
+            rc = dprec_sample_bernoulli_rational(&c->rng, keep - chosen, n - i, &take);
+            if (rc != DPREC_OK) return rc;
+        }
+        if (!take) continue;
+        float t = (float)dprec_dpals_clamp((double)c->ratings[i].value - base, p.rating_clip);
+        if (!isfinite(t) || !isfinite(base)) return DPREC_ERR_INVALID_ARGUMENT;
+        unsigned char *pr = pairs + 8u * (size_t)chosen;
+        dprec_st32(pr, c->ratings[i].item);
+        dprec_stf32(pr + 4, t);
+        chosen++;
+    }
+    if (chosen != keep) return DPREC_ERR_INTERNAL;
+    for (uint32_t s = keep; s < k; s++) {
+        dprec_st32(pairs + 8u * (size_t)s, DPREC_PAD_ITEM);
+        dprec_st32(pairs + 8u * (size_t)s + 4, 0u);
+    }
+    *len = DPREC_ENVELOPE_HEADER + payload;
+    return DPREC_OK;
+}
+
+const dprec_proto dprec_proto_dpals = {"dpals", DPREC_PROTO_DPALS, dpals_policy, dpals_build, NULL};

@@ -1,0 +1,38 @@
+# Runs dprec-fleet's dpals on a small synthetic fleet in-process and checks its contract: the final line, a
+# user-level joint-DP guarantee at the budget asked for, no device's ledger above the aggregator's figure, and
+# a private model that beats the item mean (and so the global mean) on data large enough for it.
+#   cmake -DBIN=path/to/dprec-fleet -P fleet_dpals.cmake
+if(NOT BIN)
+  message(FATAL_ERROR "usage: -DBIN=... -P fleet_dpals.cmake")
+endif()
+execute_process(COMMAND ${BIN} --synthetic 3000,100,60000,3 --protocol dpals --epsilon 8 --delta 1e-6 --rank 4
+                        --rounds 4 --max-items 20 --in-process --threads 2 --seed 7 --quiet
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
+message(STATUS "dprec-fleet output:\n${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "dprec-fleet exited with ${rc}")
+endif()
+string(STRIP "${out}" out_stripped)
+string(REGEX MATCH "[^\n]*$" last "${out_stripped}")
+if(NOT last MATCHES "^final: protocol=dpals rounds=4 test_rmse=([0-9]+\\.[0-9]+) epsilon=([0-9.]+) delta=1e-06$")
+  message(FATAL_ERROR "the last line is not the contract: '${last}'")
+endif()
+set(rmse ${CMAKE_MATCH_1})
+if(CMAKE_MATCH_2 GREATER 8)
+  message(FATAL_ERROR "the job's epsilon ${CMAKE_MATCH_2} is above its budget 8")
+endif()
+if(NOT out MATCHES "guarantee: [^\n]*dpals[^\n]*user-level joint DP")
+  message(FATAL_ERROR "no user-level joint-DP guarantee summary")
+endif()
+if(NOT out MATCHES "ledgers: [0-9]+ devices charged this job, at most epsilon = ([0-9.e+-]+) each [^\n]*the aggregator's accountant for the rounds run: ([0-9.e+-]+)")
+  message(FATAL_ERROR "no ledger check line")
+endif()
+if(CMAKE_MATCH_1 GREATER CMAKE_MATCH_2)
+  message(FATAL_ERROR "a device charged more (${CMAKE_MATCH_1}) than the aggregator's figure (${CMAKE_MATCH_2})")
+endif()
+if(NOT out MATCHES "item mean test RMSE ([0-9.]+)")
+  message(FATAL_ERROR "no baseline line")
+endif()
+if(NOT rmse LESS CMAKE_MATCH_1)
+  message(FATAL_ERROR "dpals (${rmse}) does not beat the item mean (${CMAKE_MATCH_1})")
+endif()

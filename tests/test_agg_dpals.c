@@ -1,0 +1,437 @@
+/* Tests for the dpals protocol (private alternating least squares, Chien et al. ICML 2021): sdk/dpals.c (the
+ * shared clipping) and aggregator/core/proto_dpals.c (re-clipping, the sensitivity of the statistics, the noise
+ * scale against the accountant, the projected solve, the noiseless step against exact ALS). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "core/agg_priv.h"
+#include "dpals.h"
+#include "gauss.h"
+#include "noise.h"
+
+/* splitmix64: deterministic test data (not privacy noise) */
+static uint64_t sm(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double unif(uint64_t *s) { return (double)(sm(s) >> 11) / 9007199254740992.0; }
+
+static agg_job make_job(const char *params, uint32_t m, uint32_t d, double eps, double delta, int64_t rounds, double q) {
+    agg_job j;
+    memset(&j, 0, sizeof j);
+    j.proto = &agg_protocol_dpals;
+    j.m = m;
+    j.d = d;
+    j.rating_min = 1.0;
+    j.rating_max = 5.0;
+    j.rounds = rounds;
+    j.participation = q;
+    j.params = (char *)params;
+    j.has_budget = 1;
+    j.budget_epsilon = eps;
+    j.budget_delta = delta;
+    return j;
+}
+
+enum { M = 30, D = 4, K = 12, CW = D * (D + 1) / 2 + D, PMAX = 8 + 4 * (D - 1) + 8 * K };
+
+/* A payload as a device (or an attacker) writes it: w (d - 1 floats), then n (item, target) pairs, padded to k. */
+static size_t payload(uint32_t d, uint32_t k, const float *w, const uint32_t *items, const float *t, uint32_t n,
+                      unsigned char *out) {
+    dprec_st32(out, d);
+    dprec_st32(out + 4, k);
+    for (uint32_t a = 0; a + 1 < d; a++) dprec_stf32(out + 8 + 4 * a, w[a]);
+    unsigned char *p = out + 8 + 4 * (d - 1);
+    for (uint32_t i = 0; i < k; i++) {
+        dprec_st32(p + 8 * i, i < n ? items[i] : DPREC_PAD_ITEM);
+        dprec_stf32(p + 8 * i + 4, i < n ? t[i] : 0.0f);
+    }
+    return dprec_dpals_payload_size(d, k);
+}
+
+/* A random user, honest or not: w from well inside to far outside the clip (1e30 for some), targets within or
+ * far outside the rating clip, between 0 and K items. */
+static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32_t *n) {
+    double scale = unif(s) < 0.1 ? 1e30 : 0.05 + 10.0 * unif(s);
+    for (uint32_t a = 0; a + 1 < D; a++) w[a] = (float)(scale * (2 * unif(s) - 1));
+    uint32_t cnt = 0;
+    for (uint32_t j = 0; j < M && cnt < K; j++)
+        if (unif(s) < 0.4) items[cnt++] = j;
+    for (uint32_t i = 0; i < cnt; i++) t[i] = (float)((unif(s) < 0.2 ? 1e30 : 6.0) * (2 * unif(s) - 1));
+    *n = cnt;
+}
+
+/* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(2k) in L2, and each
+ * item's by at most sqrt(2), for honest and malicious payloads alike (the aggregator re-clips). */
+static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
+    (void)state;
+    agg_job j = make_job("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}", M, D, 100, 1e-6,
+                         10, 1.0);
+    uint64_t s = 5;
+    float w[D], t[K];
+    uint32_t items[K], n;
+    unsigned char p[PMAX];
+    double worst = 0, worst_item = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        random_user(&s, w, items, t, &n);
+        double *base = calloc(M * CW, sizeof(double)), *with = calloc(M * CW, sizeof(double));
+        /* other users' statistics, then the same plus this user */
+        for (int o = 0; o < 3; o++) {
+            float wo[D], to[K];
+            uint32_t io[K], no;
+            random_user(&s, wo, io, to, &no);
+            size_t lo = payload(D, K, wo, io, to, no, p);
+            assert_int_equal(agg_dpals_accumulate(&j, p, lo, base), 0);
+        }
+        memcpy(with, base, sizeof(double) * M * CW);
+        size_t len = payload(D, K, w, items, t, n, p);
+        assert_int_equal(agg_dpals_accumulate(&j, p, len, with), 0);
+        double tot = 0;
+        for (uint32_t it = 0; it < M; it++) {
+            double e = 0;
+            for (uint32_t c = 0; c < CW; c++) {
+                double dd = with[it * CW + c] - base[it * CW + c];
+                e += dd * dd;
+            }
+            if (sqrt(e) > worst_item) worst_item = sqrt(e);
+            assert_true(sqrt(e) <= sqrt(2.0) * (1 + 1e-12));
+            tot += e;
+        }
+        if (sqrt(tot) > worst) worst = sqrt(tot);
+        assert_true(sqrt(tot) <= dprec_dpals_sensitivity(K) * (1 + 1e-12));
+        free(base);
+        free(with);
+    }
+    /* the bound is approached (a clipped user with every target at the clip), so the test has teeth */
+    assert_true(worst_item > 0.9 * sqrt(2.0));
+    assert_true(worst > 0.5 * dprec_dpals_sensitivity(K));
+}
+
+/* The noise multiplier is the accountant inverted for the job's (epsilon, delta, rounds, q), the round's step
+ * is that Gaussian, the published figure equals the accountant's, and sigma = z times the sensitivity sqrt(2k)
+ * with the grid's allowance. */
+static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state) {
+    (void)state;
+    agg_job j = make_job("{\"max_items\":50}", 200, 6, 2.0, 1e-6, 8, 0.5);
+    double z = 0, sens = 0, sigma = 0, zinv = 0, eps = 0, eps_acc = 0;
+    assert_int_equal(dprec_gauss_noise_multiplier(2.0, 1e-6, 8, 0.5, &zinv), DPREC_OK);
+    assert_int_equal(agg_dpals_noise_scale(&j, &z, &sens, &sigma), 0);
+    assert_true(z == zinv);
+    double a = sqrt(200.0 * (6 * 7 / 2 + 6)) * z * 0x1p-19;
+    assert_true(fabs(sens - sqrt(100.0) / (1 - a)) <= 1e-12 * sens);
+    assert_true(sens >= sqrt(100.0) && sigma == z * sens);
+    dprec_step st;
+    assert_int_equal(agg_protocol_dpals.round_step(&j, &st), 0);
+    assert_true(st.kind == DPREC_STEP_GAUSSIAN && st.noise_multiplier == z && st.q == 0.5 && st.discrete == 1);
+    assert_int_equal(agg_budget_check(&j, 8, &eps), 1);
+    dprec_accountant acc;
+    dprec_accountant_init(&acc);
+    assert_int_equal(dprec_accountant_add_discrete_gaussian(&acc, z, 0.5, 8), DPREC_OK);
+    assert_int_equal(dprec_accountant_epsilon(&acc, 1e-6, DPREC_CONVERSION_CKS, &eps_acc, NULL), DPREC_OK);
+    assert_true(eps == eps_acc && eps <= 2.0 && eps > 1.998);
+    assert_int_equal(agg_budget_check(&j, 9, NULL), 0); /* a ninth round never opens */
+    cJSON *priv = cJSON_CreateObject();
+    agg_protocol_dpals.privacy_extra(&j, priv);
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(priv, "noise_multiplier");
+    const cJSON *ue = cJSON_GetObjectItemCaseSensitive(priv, "user_epsilon");
+    assert_true(cJSON_IsNumber(nm) && nm->valuedouble == z);
+    assert_true(cJSON_IsNumber(ue) && ue->valuedouble == eps);
+    cJSON_Delete(priv);
+    /* an explicit multiplier is taken as it is */
+    agg_job j2 = make_job("{\"noise_multiplier\":3.5}", 200, 6, 1e4, 1e-6, 8, 1.0);
+    assert_int_equal(agg_dpals_noise_scale(&j2, &z, &sens, &sigma), 0);
+    assert_true(z == 3.5);
+}
+
+/* End to end through the global step: with no reports and a ridge so large that b_j = h_j / lambda, the item
+ * biases' spread is the noise of h, sigma Gamma_r sqrt(X2) / q (d = 1: X2 = 1). A statistical check of the
+ * scale the step really uses: 4000 items, the sample std within 5% (about 4.5 standard errors). */
+static void test_dpals_step_adds_the_published_noise(void **state) {
+    (void)state;
+    const uint32_t m = 4000;
+    agg_job j = make_job("{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5,\"lambda\":1e9}", m, 1, 1e4, 1e-6,
+                         5, 0.5);
+    double z, sens, sigma;
+    assert_int_equal(agg_dpals_noise_scale(&j, &z, &sens, &sigma), 0);
+    agg_model prev, next;
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_protocol_dpals.initial_model(&j, &prev, err, sizeof err), 0);
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"dpals-noise", 11, "test"), DPREC_OK);
+    assert_int_equal(agg_dpals_step(&j, &prev, NULL, 0, &rng, 1, &next, err, sizeof err), 0);
+    double s1 = 0, s2 = 0;
+    for (uint32_t it = 0; it < m; it++) {
+        double h = (double)next.bias[it] * 1e9;
+        s1 += h;
+        s2 += h * h;
+        assert_true(next.v[it] == 1.0f); /* column 0 stays pinned */
+    }
+    double sd = sqrt(s2 / m - (s1 / m) * (s1 / m)), want = sigma * 1.5 / 0.5;
+    assert_true(fabs(sd / want - 1.0) < 0.05);
+    assert_true(fabs(s1 / m) < 5.0 * want / sqrt((double)m)); /* centred */
+    dprec_rng_free(&rng);
+    agg_model_free(&prev);
+    agg_model_free(&next);
+}
+
+/* The projected solve: a noisy Gram matrix of any sign gives (P(G) + lambda I)^-1 h, finite, never a failure;
+ * PSD inputs are solved exactly; non-finite entries count as 0. */
+static void test_dpals_solve_projects_and_never_fails(void **state) {
+    (void)state;
+    /* G = Q diag(e) Q^T with Q a rotation in the (0, 1) plane, e = (-50, 3, -1e6) */
+    const double c = cos(0.7), sn = sin(0.7), e[3] = {-50.0, 3.0, -1e6}, lam = 2.0, h[3] = {1.0, -2.0, 0.5};
+    double q[9] = {c, -sn, 0, sn, c, 0, 0, 0, 1}, g[9], s[3];
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            g[a * 3 + b] = 0;
+            for (int k = 0; k < 3; k++) g[a * 3 + b] += q[a * 3 + k] * e[k] * q[b * 3 + k];
+        }
+    assert_int_equal(agg_dpals_solve(g, h, 3, lam, s), 0);
+    for (int a = 0; a < 3; a++) {
+        double want = 0;
+        for (int k = 0; k < 3; k++) {
+            double qh = q[0 * 3 + k] * h[0] + q[1 * 3 + k] * h[1] + q[2 * 3 + k] * h[2];
+            want += q[a * 3 + k] * qh / ((e[k] > 0 ? e[k] : 0) + lam);
+        }
+        assert_true(fabs(s[a] - want) < 1e-9);
+    }
+    /* a PSD G: the plain ridge solution, checked by its residual */
+    double g2[4] = {4, 1, 1, 3}, g2c[4] = {4, 1, 1, 3}, h2[2] = {1, 2}, s2[2];
+    assert_int_equal(agg_dpals_solve(g2c, h2, 2, 0.5, s2), 0);
+    assert_true(fabs((g2[0] + 0.5) * s2[0] + g2[1] * s2[1] - h2[0]) < 1e-12);
+    assert_true(fabs(g2[2] * s2[0] + (g2[3] + 0.5) * s2[1] - h2[1]) < 1e-12);
+    /* random noise-only systems, huge and of either sign, and NaN/Inf entries: always a finite answer */
+    uint64_t st = 3;
+    for (int t = 0; t < 500; t++) {
+        double g3[D * D], h3[D], s3[D];
+        for (int a = 0; a < D; a++) {
+            h3[a] = 1e3 * (2 * unif(&st) - 1);
+            for (int b = a; b < D; b++) g3[a * D + b] = g3[b * D + a] = 1e6 * (2 * unif(&st) - 1);
+        }
+        if (t % 50 == 0) g3[1] = g3[D] = NAN;
+        if (t % 70 == 0) g3[0] = INFINITY;
+        assert_int_equal(agg_dpals_solve(g3, h3, D, 1.0, s3), 0);
+        for (int a = 0; a < D; a++) assert_true(isfinite(s3[a]) && fabs(s3[a]) <= 2e3);
+    }
+    assert_int_equal(agg_dpals_solve(g2, h2, 2, 0.0, s2), -1); /* lambda must be > 0 */
+}
+
+/* The Gram matrix a round solves is symmetric: only its upper triangle is noised and the lower mirrors it
+ * (agg_dpals_unpack, which the step uses), with each block scaled back from its normalization. */
+static void test_dpals_noisy_gram_is_symmetric(void **state) {
+    (void)state;
+    double row[CW];
+    uint64_t st = 9;
+    for (uint32_t c = 0; c < CW; c++) row[c] = 100 * (2 * unif(&st) - 1);
+    double g[D * D], h[D];
+    agg_dpals_unpack(row, D, 2.0, 3.0, g, h);
+    for (uint32_t a = 0; a < D; a++) {
+        for (uint32_t b = 0; b < D; b++) assert_true(g[a * D + b] == g[b * D + a]);
+    }
+    /* the upper triangle row by row, then h, each scaled */
+    assert_true(g[0 * D + 1] == row[1] * 2.0 && g[1 * D + 1] == row[D] * 2.0 && h[0] == row[D * (D + 1) / 2] * 3.0);
+}
+
+/* With epsilon = infinity (no noise), every clip loose and k at least every user's ratings, a dpals round is
+ * exactly the item half of ALS with biases on the same data: [f_j; b_j] = (sum x x^T + lambda I)^-1 sum t x. */
+static void test_dpals_without_noise_equals_exact_als(void **state) {
+    (void)state;
+    enum { U = 60 };
+    agg_job j = make_job("{\"max_items\":30,\"u_clip\":1e5,\"rating_clip\":1e5,\"lambda\":0.7,\"noise_multiplier\":1}",
+                         M, D, 100, 1e-6, 10, 1.0);
+    uint64_t s = 17;
+    static float w[U][D], t[U][M];
+    static uint32_t items[U][M], n[U];
+    static unsigned char p[U][8 + 4 * (D - 1) + 8 * 30];
+    agg_report reps[U];
+    for (int i = 0; i < U; i++) {
+        for (int a = 0; a + 1 < D; a++) w[i][a] = (float)(2 * unif(&s) - 1);
+        n[i] = 0;
+        for (uint32_t it = 0; it < M && n[i] < 30; it++)
+            if (unif(&s) < 0.5) {
+                items[i][n[i]] = it;
+                t[i][n[i]] = (float)(4 * unif(&s) - 2);
+                n[i]++;
+            }
+        reps[i].device = i + 1;
+        reps[i].payload = p[i];
+        reps[i].payload_len = payload(D, 30, w[i], items[i], t[i], n[i], p[i]);
+    }
+    agg_model prev, next;
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_protocol_dpals.initial_model(&j, &prev, err, sizeof err), 0);
+    assert_int_equal(agg_dpals_step(&j, &prev, reps, U, NULL, 0, &next, err, sizeof err), 0);
+    /* the reference: normal equations per item, solved by Gaussian elimination with partial pivoting */
+    double worst = 0;
+    for (uint32_t it = 0; it < M; it++) {
+        double A[D][D + 1];
+        memset(A, 0, sizeof A);
+        for (int a = 0; a < D; a++) A[a][a] = 0.7;
+        for (int i = 0; i < U; i++)
+            for (uint32_t r = 0; r < n[i]; r++) {
+                if (items[i][r] != it) continue;
+                double x[D];
+                for (int a = 0; a + 1 < D; a++) x[a] = w[i][a];
+                x[D - 1] = 1.0;
+                for (int a = 0; a < D; a++) {
+                    for (int b = 0; b < D; b++) A[a][b] += x[a] * x[b];
+                    A[a][D] += (double)t[i][r] * x[a];
+                }
+            }
+        for (int col = 0; col < D; col++) {
+            int piv = col;
+            for (int r = col + 1; r < D; r++)
+                if (fabs(A[r][col]) > fabs(A[piv][col])) piv = r;
+            for (int b = 0; b <= D; b++) {
+                double tmp = A[col][b];
+                A[col][b] = A[piv][b];
+                A[piv][b] = tmp;
+            }
+            for (int r = 0; r < D; r++) {
+                if (r == col) continue;
+                double f = A[r][col] / A[col][col];
+                for (int b = col; b <= D; b++) A[r][b] -= f * A[col][b];
+            }
+        }
+        double sol[D];
+        for (int a = 0; a < D; a++) sol[a] = A[a][D] / A[a][a];
+        assert_true(next.v[it * D] == 1.0f);
+        for (int a = 1; a < D; a++) {
+            double dlt = fabs((double)next.v[it * D + a] - sol[a - 1]);
+            if (dlt > worst) worst = dlt;
+        }
+        double db = fabs((double)next.bias[it] - sol[D - 1]);
+        if (db > worst) worst = db;
+    }
+    assert_true(worst < 1e-5); /* float32 releases */
+    agg_model_free(&prev);
+    agg_model_free(&next);
+}
+
+/* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
+ * any other shape is refused, and padding adds nothing. */
+static void test_dpals_reports_are_padded_and_padding_adds_nothing(void **state) {
+    (void)state;
+    agg_job j = make_job("{\"max_items\":12,\"noise_multiplier\":1}", M, D, 100, 1e-6, 10, 1.0);
+    char err[AGG_ERRMSG];
+    float w[D - 1] = {0.1f, -0.2f, 0.3f}, t[3] = {1.0f, -0.5f, 0.25f};
+    uint32_t items[3] = {2, 7, 29};
+    unsigned char p[PMAX + 16];
+    size_t len = payload(D, K, w, items, t, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), 0);
+    double s1[M * CW] = {0};
+    assert_int_equal(agg_dpals_accumulate(&j, p, len, s1), 0);
+    for (uint32_t it = 0; it < M; it++) {
+        int rated = it == 2 || it == 7 || it == 29;
+        double e = 0;
+        for (uint32_t c = 0; c < CW; c++) e += fabs(s1[it * CW + c]);
+        assert_true(rated ? e > 0 : e == 0);
+    }
+    /* unpadded (3 pairs), a wrong k, a wrong d, a pair after the padding, a padding pair with bits, items out of
+     * order or past m, a non-finite w or target: refused */
+    size_t l3 = payload(D, 3, w, items, t, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, l3, err, sizeof err), -1);
+    len = payload(D, K, w, items, t, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len - 8, err, sizeof err), -1);
+    dprec_st32(p, D + 1);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    unsigned char *pairs = p + 8 + 4 * (D - 1);
+    len = payload(D, K, w, items, t, 3, p);
+    dprec_st32(pairs + 8 * 5, 11); /* a real pair after padding began */
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    len = payload(D, K, w, items, t, 3, p);
+    dprec_stf32(pairs + 8 * 5 + 4, 1.0f); /* a padding pair that carries a value */
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    uint32_t bad[3] = {7, 2, 29}, past[3] = {2, 7, M};
+    len = payload(D, K, w, bad, t, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    len = payload(D, K, w, past, t, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    float wn[D - 1] = {0.1f, NAN, 0.3f}, tn[3] = {1.0f, INFINITY, 0.0f};
+    len = payload(D, K, wn, items, t, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    len = payload(D, K, w, items, tn, 3, p);
+    assert_int_equal(agg_protocol_dpals.validate_payload(&j, p, len, err, sizeof err), -1);
+    double s2[M * CW] = {0};
+    assert_int_equal(agg_dpals_accumulate(&j, p, len, s2), -1); /* and accumulate refuses it as well */
+}
+
+static int validate(const char *params, uint32_t m, uint32_t d, int has_budget, double eps, char *err, size_t cap) {
+    agg_job j = make_job(params, m, d, eps, 1e-6, 10, 1.0);
+    j.has_budget = has_budget;
+    cJSON *pj = cJSON_Parse(params);
+    assert_non_null(pj);
+    int rc = agg_protocol_dpals.validate_job(&j, pj, err, cap);
+    cJSON_Delete(pj);
+    return rc;
+}
+
+static void test_dpals_job_validation_refuses_bad_params(void **state) {
+    (void)state;
+    char err[AGG_ERRMSG];
+    assert_int_equal(validate("{}", 100, 8, 1, 1.0, err, sizeof err), 0);
+    assert_int_equal(validate("{}", 100, 0, 1, 1.0, err, sizeof err), -1);
+    assert_int_equal(validate("{}", 100, 65, 1, 1.0, err, sizeof err), -1);
+    assert_int_equal(validate("{}", 100, 8, 0, 1.0, err, sizeof err), -1); /* no budget */
+    assert_non_null(strstr(err, "budget"));
+    const char *bad[] = {"{\"max_items\":0}", "{\"max_items\":1.5}", "{\"max_items\":70000}", "{\"u_clip\":0}",
+                         "{\"rating_clip\":-1}", "{\"lambda\":0}", "{\"mu\":9}", "{\"noise_multiplier\":0}",
+                         "{\"what\":1}", "{\"u_clip\":\"big\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(validate(bad[i], 100, 8, 1, 1.0, err, sizeof err), -1);
+    /* a budget no multiplier up to 1e6 fits */
+    assert_int_equal(validate("{}", 100, 8, 1, 1e-9, err, sizeof err), -1);
+    assert_non_null(strstr(err, "noise multiplier"));
+    /* the grid allowance: sqrt(m (d (d+1)/2 + d)) z 2^-19 >= 1 is refused, never run with less noise */
+    assert_int_equal(validate("{\"noise_multiplier\":100000}", 100000, 8, 1, 1.0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "grid"));
+}
+
+/* The shared clipping (sdk/dpals.c): x = [s w; 1] with ||s w|| < Gamma_u, non-finite w gives [0; 1], targets
+ * clamped, NaN to 0. */
+static void test_dpals_features_and_clamp(void **state) {
+    (void)state;
+    float w[3] = {3.0f, 4.0f, 0.0f};
+    double x[4];
+    dprec_dpals_features(w, 4, 1.0, x);
+    assert_true(x[3] == 1.0 && sqrt(x[0] * x[0] + x[1] * x[1] + x[2] * x[2]) < 1.0);
+    assert_true(fabs(x[0] - 0.6) < 1e-9 && fabs(x[1] - 0.8) < 1e-9);
+    float small[3] = {0.1f, 0.0f, 0.0f};
+    dprec_dpals_features(small, 4, 1.0, x);
+    assert_true(x[0] == (double)0.1f);
+    float inf[3] = {INFINITY, 1.0f, 0.0f};
+    dprec_dpals_features(inf, 4, 1.0, x);
+    assert_true(x[0] == 0.0 && x[1] == 0.0 && x[3] == 1.0);
+    dprec_dpals_features(NULL, 1, 1.0, x);
+    assert_true(x[0] == 1.0);
+    assert_true(dprec_dpals_clamp(5.0, 2.0) == 2.0 && dprec_dpals_clamp(-5.0, 2.0) == -2.0);
+    assert_true(dprec_dpals_clamp(NAN, 2.0) == 0.0 && dprec_dpals_clamp(0.5, 2.0) == 0.5);
+    assert_true(dprec_dpals_x2(1, 3.0) == 1.0 && dprec_dpals_x2(5, 3.0) == 10.0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k),
+        cmocka_unit_test(test_dpals_noise_scale_equals_the_accountant_inversion),
+        cmocka_unit_test(test_dpals_step_adds_the_published_noise),
+        cmocka_unit_test(test_dpals_solve_projects_and_never_fails),
+        cmocka_unit_test(test_dpals_noisy_gram_is_symmetric),
+        cmocka_unit_test(test_dpals_without_noise_equals_exact_als),
+        cmocka_unit_test(test_dpals_reports_are_padded_and_padding_adds_nothing),
+        cmocka_unit_test(test_dpals_job_validation_refuses_bad_params),
+        cmocka_unit_test(test_dpals_features_and_clamp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
