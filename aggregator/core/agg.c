@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "agg_priv.h"
+#include "bytes.h"
 #include "dprec/status.h"
 
 void dprec_agg_config_default(dprec_agg_config *cfg) {
@@ -155,6 +156,39 @@ void agg_count_reject(dprec_agg *a, const char *code) {
     pthread_mutex_lock(&a->m_mu);
     a->metrics.rejected[i]++;
     pthread_mutex_unlock(&a->m_mu);
+}
+
+int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, double *out) {
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
+    double v = it->valuedouble;
+    if (lo_open ? !(v > lo) : !(v >= lo)) return -1;
+    if (!(v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *real, char *err, size_t errcap) {
+    int64_t prev = -1;
+    uint32_t k = 0;
+    for (; k < n && dprec_ld32(q) != DPREC_PAD_ITEM; k++, q += 8) {
+        uint32_t item = dprec_ld32(q);
+        if (item >= m || (int64_t)item <= prev) {
+            snprintf(err, errcap, "items must be strictly increasing and below m (item %u)", item);
+            return -1;
+        }
+        prev = item;
+        if (!isfinite(dprec_ldf32(q + 4))) {
+            snprintf(err, errcap, "the value of item %u is not finite", item);
+            return -1;
+        }
+    }
+    *real = k;
+    for (; k < n; k++, q += 8)
+        if (dprec_ld32(q) != DPREC_PAD_ITEM || dprec_ld32(q + 4) != 0u) {
+            snprintf(err, errcap, "pair %u after the padding began is not a padding pair", k);
+            return -1;
+        }
+    return 0;
 }
 
 int64_t agg_now(dprec_agg *a) {

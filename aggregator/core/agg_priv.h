@@ -231,6 +231,12 @@ void agg_log(dprec_agg *a, const char *event, cJSON *fields); /* takes ownership
 int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
 void agg_count_reject(dprec_agg *a, const char *code);
 void agg_count_round(dprec_agg *a);
+/* A job parameter that must be a finite number in (lo, hi] (lo_open) or [lo, hi]: 0 and *out set, or -1. */
+int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, double *out);
+/* The n [item u32][value float32] pairs at q of a padded report (report.h): the real pairs first, items strictly
+ * increasing and below m, values finite, then padding pairs (DPREC_PAD_ITEM, +0.0) to the end. *real gets the
+ * number of real pairs. 0, or -1 with a message. */
+int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *real, char *err, size_t errcap);
 /* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
  * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
 int64_t agg_now(dprec_agg *a);

@@ -45,15 +45,6 @@ typedef struct dpals_params {
     uint64_t seed;
 } dpals_params;
 
-static int num_in(const cJSON *it, double lo, double hi, int lo_open, double *out) {
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
-    double v = it->valuedouble;
-    if (lo_open ? !(v > lo) : !(v >= lo)) return -1;
-    if (!(v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t errcap) {
     memset(p, 0, sizeof *p);
     p->max_items = DPREC_DPALS_DEFAULT_MAX_ITEMS;
@@ -67,16 +58,16 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         int bad = 0;
         double v = 0;
         if (strcmp(k, "max_items") == 0) {
-            bad = num_in(it, 1.0, (double)DPREC_DPALS_MAX_MAX_ITEMS, 0, &v) || floor(v) != v;
+            bad = agg_json_number_in(it, 1.0, (double)DPREC_DPALS_MAX_MAX_ITEMS, 0, &v) || floor(v) != v;
             p->max_items = (uint32_t)v;
-        } else if (strcmp(k, "u_clip") == 0) bad = num_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->u_clip);
-        else if (strcmp(k, "rating_clip") == 0) { bad = num_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->rating_clip); p->has_rating_clip = 1; }
-        else if (strcmp(k, "lambda") == 0) bad = num_in(it, 0.0, 1e12, 1, &p->lambda);
-        else if (strcmp(k, "mu") == 0) { bad = num_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
-        else if (strcmp(k, "noise_multiplier") == 0) bad = num_in(it, 0.0, 1e6, 1, &p->noise_multiplier);
-        else if (strcmp(k, "init_scale") == 0) bad = num_in(it, 0.0, 1e3, 0, &p->init_scale);
+        } else if (strcmp(k, "u_clip") == 0) bad = agg_json_number_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->u_clip);
+        else if (strcmp(k, "rating_clip") == 0) { bad = agg_json_number_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->rating_clip); p->has_rating_clip = 1; }
+        else if (strcmp(k, "lambda") == 0) bad = agg_json_number_in(it, 0.0, 1e12, 1, &p->lambda);
+        else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
+        else if (strcmp(k, "noise_multiplier") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->noise_multiplier);
+        else if (strcmp(k, "init_scale") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 0, &p->init_scale);
         else if (strcmp(k, "seed") == 0) {
-            bad = num_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
+            bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             p->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, mu, "
@@ -242,27 +233,7 @@ static int payload_check(const agg_job *job, const dpals_params *p, const unsign
             snprintf(err, errcap, "w[%u] is not finite", a);
             return -1;
         }
-    int64_t prev = -1;
-    uint32_t i = 0;
-    for (; i < k && dprec_ld32(q) != DPREC_PAD_ITEM; i++, q += 8) {
-        uint32_t item = dprec_ld32(q);
-        if (item >= job->m || (int64_t)item <= prev) {
-            snprintf(err, errcap, "items must be strictly increasing and below m (item %u)", item);
-            return -1;
-        }
-        prev = item;
-        if (!isfinite(dprec_ldf32(q + 4))) {
-            snprintf(err, errcap, "target of item %u is not finite", item);
-            return -1;
-        }
-    }
-    *real = i;
-    for (; i < k; i++, q += 8)
-        if (dprec_ld32(q) != DPREC_PAD_ITEM || dprec_ld32(q + 4) != 0u) {
-            snprintf(err, errcap, "pair %u after the padding began is not a padding pair", i);
-            return -1;
-        }
-    return 0;
+    return agg_pairs_check(q, k, job->m, real, err, errcap);
 }
 
 static int dpals_validate_payload(const agg_job *job, const unsigned char *b, size_t len, char *err, size_t errcap) {
@@ -338,37 +309,11 @@ int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, doubl
     return 0;
 }
 
-/* splitmix64 (Steele, Lea, Flood 2014): the public, seeded initialization of V, not privacy noise */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
     dpals_params p;
-    if (job_params(job, &p, err, errcap) != 0) return -1;
-    memset(out, 0, sizeof *out);
-    out->m = job->m;
-    out->d = job->d;
-    out->v = malloc(sizeof(float) * (size_t)job->m * job->d);
-    out->bias = calloc(job->m, sizeof(float));
-    if (out->v == NULL || out->bias == NULL) {
-        agg_model_free(out);
-        snprintf(err, errcap, "out of memory");
+    if (job_params(job, &p, err, errcap) != 0 || agg_model_random(job, p.seed, p.init_scale, p.mu, out, err, errcap) != 0)
         return -1;
-    }
-    uint64_t s = p.seed;
-    for (size_t j = 0; j < job->m; j++) {
-        float *v = out->v + j * job->d;
-        v[0] = 1.0f; /* pinned: the users' own bias (sdk/dpals.h) */
-        for (uint32_t a = 1; a < job->d; a++) {
-            double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0; /* [0, 1) */
-            v[a] = (float)(p.init_scale * (2.0 * u - 1.0));
-        }
-    }
-    out->mu = (float)p.mu;
+    for (size_t j = 0; j < job->m; j++) out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (sdk/dpals.h) */
     return 0;
 }
 

@@ -64,13 +64,6 @@ static int hexval(char ch) {
     return -1;
 }
 
-static int num_in(const cJSON *it, double lo, double hi, double *out) {
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || !(it->valuedouble > lo) || !(it->valuedouble <= hi))
-        return -1;
-    *out = it->valuedouble;
-    return 0;
-}
-
 /* params: items (hex bitmap over the m items: byte j/8, bit j%8, 2 ceil(m/8) hex digits), k, L, xi
  * (required); beta, variant, oja_steps, offset (optional). */
 static int parse_params(const cJSON *params, uint32_t m, fw_params *p, char *err, size_t errcap) {
@@ -86,15 +79,15 @@ static int parse_params(const cJSON *params, uint32_t m, fw_params *p, char *err
         if (strcmp(key, "items") == 0) {
             if (cJSON_IsString(it)) items = it->valuestring;
             else bad = 1;
-        } else if (strcmp(key, "k") == 0) bad = num_in(it, 0.0, 1e12, &p->k);
-        else if (strcmp(key, "L") == 0) bad = num_in(it, 0.0, 1e6, &p->L);
-        else if (strcmp(key, "beta") == 0) bad = num_in(it, 0.0, 1.0, &p->beta) || p->beta >= 1.0;
-        else if (strcmp(key, "offset") == 0) { bad = num_in(it, -1e6, 1e6, &p->offset); p->has_offset = 1; }
+        } else if (strcmp(key, "k") == 0) bad = agg_json_number_in(it, 0.0, 1e12, 1, &p->k);
+        else if (strcmp(key, "L") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->L);
+        else if (strcmp(key, "beta") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &p->beta) || p->beta >= 1.0;
+        else if (strcmp(key, "offset") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 1, &p->offset); p->has_offset = 1; }
         else if (strcmp(key, "xi") == 0) {
-            bad = num_in(it, 0.0, 65535.0, &v) || floor(v) != v;
+            bad = agg_json_number_in(it, 0.0, 65535.0, 1, &v) || floor(v) != v;
             p->xi = (uint32_t)v;
         } else if (strcmp(key, "oja_steps") == 0) {
-            bad = num_in(it, 0.0, 100000.0, &v) || floor(v) != v;
+            bad = agg_json_number_in(it, 0.0, 100000.0, 1, &v) || floor(v) != v;
             p->oja_steps = (uint32_t)v;
         } else if (strcmp(key, "variant") == 0) {
             if (cJSON_IsString(it) && strcmp(it->valuestring, "dense") == 0) p->oja = 0;

@@ -40,15 +40,6 @@ typedef struct gauss_params {
     uint64_t seed;
 } gauss_params;
 
-static int num_in(const cJSON *it, double lo, double hi, int lo_open, double *out) {
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
-    double v = it->valuedouble;
-    if (lo_open ? !(v > lo) : !(v >= lo)) return -1;
-    if (!(v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t errcap) {
     memset(gp, 0, sizeof *gp);
     gp->unit = DPREC_UNIT_USER; /* the default protects the user: all their ratings, not one */
@@ -65,26 +56,26 @@ static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t
             if (cJSON_IsString(it) && strcmp(it->valuestring, "rating") == 0) gp->unit = DPREC_UNIT_RATING;
             else if (cJSON_IsString(it) && strcmp(it->valuestring, "user") == 0) gp->unit = DPREC_UNIT_USER;
             else bad = 1;
-        } else if (strcmp(k, "clip") == 0) bad = num_in(it, 0.0, 1e6, 1, &gp->clip);
-        else if (strcmp(k, "lr") == 0) bad = num_in(it, 0.0, 1e3, 1, &gp->lr);
-        else if (strcmp(k, "lambda") == 0) bad = num_in(it, 0.0, 1e6, 0, &gp->lambda);
-        else if (strcmp(k, "mu") == 0) { bad = num_in(it, -1e6, 1e6, 0, &gp->mu); gp->has_mu = 1; }
+        } else if (strcmp(k, "clip") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &gp->clip);
+        else if (strcmp(k, "lr") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 1, &gp->lr);
+        else if (strcmp(k, "lambda") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 0, &gp->lambda);
+        else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &gp->mu); gp->has_mu = 1; }
         /* Dwork-Roth Thm. A.1 (seed 001 Thm. 1) holds for eps < 1 only: refuse larger per-step epsilons */
-        else if (strcmp(k, "eps_i") == 0) bad = num_in(it, 0.0, 1.0, 1, &gp->eps_i) || gp->eps_i >= 1.0;
-        else if (strcmp(k, "delta_i") == 0) bad = num_in(it, 0.0, 1.0, 1, &gp->delta_i) || gp->delta_i >= 1.0;
-        else if (strcmp(k, "noise_multiplier") == 0) bad = num_in(it, 0.0, 1e6, 1, &gp->noise_multiplier);
+        else if (strcmp(k, "eps_i") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &gp->eps_i) || gp->eps_i >= 1.0;
+        else if (strcmp(k, "delta_i") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &gp->delta_i) || gp->delta_i >= 1.0;
+        else if (strcmp(k, "noise_multiplier") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &gp->noise_multiplier);
         /* the devices' side (sdk/protocol_gauss.c): how each device moves its own u; checked, not used here */
         else if (strcmp(k, "u_update") == 0)
             bad = !cJSON_IsString(it) || (strcmp(it->valuestring, "lsq") != 0 && strcmp(it->valuestring, "gradient") != 0);
-        else if (strcmp(k, "u_lr") == 0) { double v; bad = num_in(it, 0.0, 1e3, 1, &v); }
+        else if (strcmp(k, "u_lr") == 0) { double v; bad = agg_json_number_in(it, 0.0, 1e3, 1, &v); }
         else if (strcmp(k, "max_ratings") == 0) {
             double v = 0;
-            bad = num_in(it, 1.0, (double)GAUSS_MAX_MAX_RATINGS, 0, &v) || floor(v) != v;
+            bad = agg_json_number_in(it, 1.0, (double)GAUSS_MAX_MAX_RATINGS, 0, &v) || floor(v) != v;
             gp->max_ratings = (uint32_t)v;
         }
         else if (strcmp(k, "seed") == 0) {
             double v = 0;
-            bad = num_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
+            bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             gp->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of gauss-gd (unit, clip, lr, lambda, mu, eps_i, "
@@ -293,27 +284,7 @@ static int payload_check(const agg_job *job, const gauss_params *gp, const unsig
             snprintf(err, errcap, "x[%u] is not finite", k);
             return -1;
         }
-    int64_t prev = -1;
-    uint32_t k = 0;
-    for (; k < n && dprec_ld32(q) != DPREC_PAD_ITEM; k++, q += 8) {
-        uint32_t item = dprec_ld32(q);
-        if (item >= job->m || (int64_t)item <= prev) {
-            snprintf(err, errcap, "items must be strictly increasing and below m (item %u)", item);
-            return -1;
-        }
-        prev = item;
-        if (!isfinite(dprec_ldf32(q + 4))) {
-            snprintf(err, errcap, "coefficient of item %u is not finite", item);
-            return -1;
-        }
-    }
-    *real = k;
-    for (; k < n; k++, q += 8)
-        if (dprec_ld32(q) != DPREC_PAD_ITEM || dprec_ld32(q + 4) != 0u) {
-            snprintf(err, errcap, "pair %u after the padding began is not a padding pair", k);
-            return -1;
-        }
-    return 0;
+    return agg_pairs_check(q, n, job->m, real, err, errcap);
 }
 
 static int gauss_validate_payload(const agg_job *job, const unsigned char *p, size_t len, char *err, size_t errcap) {
@@ -381,34 +352,10 @@ int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivi
     return noise_scale(job, &gp, coords, sensitivity, sigma);
 }
 
-/* splitmix64 (Steele, Lea, Flood 2014): the public, seeded initialization of V, not privacy noise */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
     gauss_params gp;
     if (job_params(job, &gp, err, errcap) != 0) return -1;
-    memset(out, 0, sizeof *out);
-    out->m = job->m;
-    out->d = job->d;
-    out->v = malloc(sizeof(float) * (size_t)job->m * job->d);
-    out->bias = calloc(job->m, sizeof(float));
-    if (out->v == NULL || out->bias == NULL) {
-        agg_model_free(out);
-        snprintf(err, errcap, "out of memory");
-        return -1;
-    }
-    uint64_t s = gp.seed;
-    for (size_t k = 0; k < (size_t)job->m * job->d; k++) {
-        double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0; /* [0, 1) */
-        out->v[k] = (float)(0.1 * (2.0 * u - 1.0));
-    }
-    out->mu = (float)gp.mu;
-    return 0;
+    return agg_model_random(job, gp.seed, 0.1, gp.mu, out, err, errcap); /* V uniform in [-0.1, 0.1), b = 0 */
 }
 
 static int gauss_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
