@@ -149,14 +149,14 @@ static void register_device(dprec_agg *a, char token[65]) {
     cJSON_Delete(o);
 }
 
-/* A plain report: envelope + [d][n] u (d floats) + n (item, rating). Returns malloc'd bytes. */
-static unsigned char *make_report(uint64_t job, uint64_t round, uint8_t id_byte, uint32_t d, const float *u,
-                                  uint32_t n, const uint32_t *items, const float *ratings, size_t *len) {
-    size_t plen = 8 + 4 * (size_t)d + 8 * (size_t)n;
+/* A zeroed report of protocol proto for (job, round) with a payload of plen bytes, its envelope written (report id
+ * id_byte with byte 0 = the round, release version = the round). Returns malloc'd bytes. */
+static unsigned char *new_report(uint16_t proto, uint64_t job, uint64_t round, uint8_t id_byte, size_t plen) {
     unsigned char *b = calloc(1, DPREC_ENVELOPE_HEADER + plen);
+    assert_non_null(b);
     dprec_envelope e;
     memset(&e, 0, sizeof e);
-    e.protocol = DPREC_PROTO_PLAIN;
+    e.protocol = proto;
     e.job_id = job;
     e.round = round;
     memset(e.report_id, id_byte, sizeof e.report_id);
@@ -164,6 +164,14 @@ static unsigned char *make_report(uint64_t job, uint64_t round, uint8_t id_byte,
     e.release_version = round;
     e.payload_len = (uint32_t)plen;
     dprec_envelope_write_header(b, &e);
+    return b;
+}
+
+/* A plain report: envelope + [d][n] u (d floats) + n (item, rating). Returns malloc'd bytes. */
+static unsigned char *make_report(uint64_t job, uint64_t round, uint8_t id_byte, uint32_t d, const float *u,
+                                  uint32_t n, const uint32_t *items, const float *ratings, size_t *len) {
+    size_t plen = 8 + 4 * (size_t)d + 8 * (size_t)n;
+    unsigned char *b = new_report(DPREC_PROTO_PLAIN, job, round, id_byte, plen);
     unsigned char *p = b + DPREC_ENVELOPE_HEADER;
     dprec_st32(p, d);
     dprec_st32(p + 4, n);
@@ -650,16 +658,7 @@ static void test_agg_deadline_extends_empty_round_and_closes_reported_one(void *
 static unsigned char *gauss_report(uint64_t job, uint64_t round, uint8_t id_byte, size_t *len) {
     const uint32_t d = 2, n = 2; /* params.max_ratings = 2: one real pair, one padding pair */
     size_t plen = 8 + 4 * (d + 1) + 8 * n;
-    unsigned char *b = calloc(1, DPREC_ENVELOPE_HEADER + plen);
-    dprec_envelope e;
-    memset(&e, 0, sizeof e);
-    e.protocol = DPREC_PROTO_GAUSS_GD;
-    e.job_id = job;
-    e.round = round;
-    memset(e.report_id, id_byte, sizeof e.report_id);
-    e.release_version = round;
-    e.payload_len = (uint32_t)plen;
-    dprec_envelope_write_header(b, &e);
+    unsigned char *b = new_report(DPREC_PROTO_GAUSS_GD, job, round, id_byte, plen);
     unsigned char *p = b + DPREC_ENVELOPE_HEADER;
     dprec_st32(p, d);
     dprec_st32(p + 4, n);
