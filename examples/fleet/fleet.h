@@ -36,10 +36,29 @@ double fleet_rand_unit(uint64_t *state); /* uniform in [0, 1) */
  * their original value. Returns 0, or -1 with a message in err. */
 int fleet_data_load(const char *path, fleet_data *d, char *err, size_t errcap);
 
-/* Synthetic low-rank data: users x items, about `ratings` ratings, item popularity ~ Zipf(1), rating =
- * 3 + b_j + u.v + N(0, noise^2), clamped to [1, 5]. */
+/* Synthetic low-rank data (the default shape): users x items, about `ratings` ratings, item popularity ~ Zipf(1),
+ * rating = 3 + b_j + u.v + N(0, noise^2), clamped to [1, 5], no user biases. */
 int fleet_data_synthetic(uint32_t users, uint32_t items, size_t ratings, uint32_t rank, double noise,
                          uint64_t seed, fleet_data *d, char *err, size_t errcap);
+
+/* A synthetic data set's shape: rating = mu + c_i + b_j + u_i . v_j + N(0, noise^2), rounded to multiples of `step`
+ * (0: not rounded), clamped to [rating_min, rating_max]; c ~ N(0, user_bias_sd^2), b ~ N(0, item_bias_sd^2), u and v
+ * Gaussian of rank `rank` with u.v of standard deviation about signal_sd; item j drawn with weight
+ * 1 / (j + zipf_q)^zipf_s (a power law), each user's ratings without replacement; a user's count is Pareto with
+ * minimum min_per_user and the mean ratings / users (pareto 1), or log-normal around an even share (pareto 0). */
+typedef struct fleet_shape {
+    uint32_t users, items;
+    size_t ratings;
+    uint32_t rank;
+    double noise, mu, item_bias_sd, user_bias_sd, signal_sd, zipf_s, zipf_q, min_per_user;
+    int pareto;
+    double rating_min, rating_max, step;
+} fleet_shape;
+
+/* The MovieLens-10M-shaped fleet of the leaderboard, its sizes scaled by f (1: 70,000 users, 10,000 items,
+ * 5,000,000 ratings): power-law item popularity and user activity, user and item biases, low rank + noise. */
+void fleet_shape_ml10m(double f, fleet_shape *s);
+int fleet_data_shape(const fleet_shape *s, uint64_t seed, fleet_data *d, char *err, size_t errcap);
 
 /* Groups ratings by user and shuffles each user's list; a fraction `test_fraction` (rounded, at least one
  * rating kept for training) becomes that user's test set. */
