@@ -44,9 +44,10 @@ void dprec_dpals_features(const float *w, uint32_t d, double u_clip, double *x);
 /* A target clamped to [-rating_clip, rating_clip]; NaN becomes 0. */
 double dprec_dpals_clamp(double t, double rating_clip);
 
-/* The bound X2 on ||x||^2: u_clip^2 + 1, or 1 when d = 1 (no factor, only the bias). */
-static inline double dprec_dpals_x2(uint32_t d, double u_clip) {
-    return (d > 1u ? u_clip * u_clip : 0.0) + 1.0;
+/* The bound X2 on ||x||^2 for the aggregator's features x = [w clipped to u_clip; bias_scale]: u_clip^2 +
+ * bias_scale^2, or bias_scale^2 when d = 1 (no factor, only the bias). */
+static inline double dprec_dpals_x2(uint32_t d, double u_clip, double bias_scale) {
+    return (d > 1u ? u_clip * u_clip : 0.0) + bias_scale * bias_scale;
 }
 
 /* The L2 sensitivity of the normalized statistics when one user is added or removed: sqrt(2 k). */

@@ -41,7 +41,7 @@ typedef struct fw_state {
     uint64_t job; /* 0: no state */
     uint64_t round;
     uint32_t n;
-    uint32_t reserved;
+    float offset; /* the centre of this user's targets Y*_i for the job (NaN: the job's public offset) */
 } fw_state;
 
 static fw_state *st(const dprec_client *c) {
@@ -79,10 +79,12 @@ static void fw_reset(dprec_client *c) {
     if (s == NULL) return;
     s->job = s->round = 0;
     s->n = 0;
+    s->offset = NAN;
     memset(st_g(c), 0, sizeof(float) * c->cfg.dim);
 }
 
-/* [job u64][round u64][n u32][dim u32][reserved u64 = 0] then n items u32, then dim floats g */
+/* [job u64][round u64][n u32][dim u32][offset f32][flags u32] then n items u32, then dim floats g; flags 1: the
+ * offset is this user's centre, flags 0 (and offset 0: SDK 0.1 and 0.2): the job's public offset */
 static unsigned char *fw_encode(const dprec_client *c, unsigned char *p) {
     const fw_state *s = st(c);
     if (s == NULL || s->job == 0) return p;
@@ -95,7 +97,8 @@ static unsigned char *fw_encode(const dprec_client *c, unsigned char *p) {
     dprec_st64(d + 8, s->round);
     dprec_st32(d + 16, s->n);
     dprec_st32(d + 20, c->cfg.dim);
-    dprec_st64(d + 24, 0);
+    dprec_stf32(d + 24, isnan(s->offset) ? 0.0f : s->offset);
+    dprec_st32(d + 28, isnan(s->offset) ? 0u : 1u);
     d += FW_PREFIX;
     const uint32_t *items = st_items(c);
     const float *g = st_g(c);
@@ -108,7 +111,10 @@ static int fw_decode(dprec_client *c, const unsigned char *d, uint32_t len, int 
     if (len < FW_PREFIX) return DPREC_ERR_STORE_CORRUPT;
     uint64_t job = dprec_ld64(d), round = dprec_ld64(d + 8);
     uint32_t n = dprec_ld32(d + 16), dim = dprec_ld32(d + 20);
-    if (job == 0 || dprec_ld64(d + 24) != 0 || n > 65535u || dim > DPREC_MAX_DIM ||
+    uint32_t flags = dprec_ld32(d + 28);
+    float offset = dprec_ldf32(d + 24);
+    if (job == 0 || flags > 1u || (flags == 0 && dprec_ld32(d + 24) != 0) || !isfinite(offset) || n > 65535u ||
+        dim > DPREC_MAX_DIM ||
         (uint64_t)len != FW_PREFIX + 4u * (uint64_t)n + 4u * (uint64_t)dim)
         return DPREC_ERR_STORE_CORRUPT;
     const unsigned char *it = d + FW_PREFIX, *gs = it + 4u * (size_t)n;
@@ -127,6 +133,7 @@ static int fw_decode(dprec_client *c, const unsigned char *d, uint32_t len, int 
     s->job = job;
     s->round = round;
     s->n = n;
+    s->offset = flags ? offset : NAN;
     uint32_t *items = st_items(c);
     float *g = st_g(c);
     for (uint32_t i = 0; i < n; i++) items[i] = dprec_ld32(it + 4u * (size_t)i);
@@ -145,6 +152,14 @@ int dprec_fw_user_vector(const dprec_client *c, uint64_t job_id, float *g, uint3
     return DPREC_OK;
 }
 
+int dprec_fw_user_offset(const dprec_client *c, uint64_t job_id, double *offset) {
+    if (c == NULL || offset == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    const fw_state *s = st(c);
+    if (s == NULL || s->job == 0 || s->job != job_id || isnan(s->offset)) return DPREC_ERR_NOT_FOUND;
+    *offset = (double)s->offset;
+    return DPREC_OK;
+}
+
 int dprec_fw_state_set(dprec_client *c, uint64_t job, uint64_t round, const uint32_t *items, uint32_t n,
                        const float *g) {
     fw_state *s = c != NULL ? st(c) : NULL;
@@ -153,6 +168,7 @@ int dprec_fw_state_set(dprec_client *c, uint64_t job, uint64_t round, const uint
     s->job = job;
     s->round = round;
     s->n = n;
+    s->offset = NAN;
     if (n > 0) memcpy(st_items(c), items, sizeof(uint32_t) * n);
     memcpy(st_g(c), g, sizeof(float) * c->cfg.dim);
     return DPREC_OK;
@@ -174,6 +190,7 @@ int dprec_fw_state_get(const dprec_client *c, uint64_t *job, uint64_t *round, ui
 
 typedef struct fw_job_params {
     double k, L, offset;
+    int center_user; /* params.center "user" (the default): each device centres its targets on its own mean */
     uint64_t T, xi;
 } fw_job_params;
 
@@ -185,6 +202,13 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, fw_job_p
     p->T = job->d; /* the job's iterations: the aggregator requires d = rounds (one release column each) */
     if (dprec_json_get_number(job->doc, 0, "params.offset", &p->offset) != DPREC_OK)
         p->offset = (job->rating_min + job->rating_max) / 2.0;
+    char center[16];
+    int rc = dprec_json_get_string(job->doc, 0, "params.center", center, sizeof center, NULL);
+    if (rc == DPREC_ERR_NOT_FOUND) strcpy(center, "user");
+    else if (rc != DPREC_OK) return DPREC_ERR_JOB_PARAMS;
+    if (strcmp(center, "user") == 0) p->center_user = 1;
+    else if (strcmp(center, "offset") == 0) p->center_user = 0;
+    else return DPREC_ERR_JOB_PARAMS;
     if (!(isfinite(p->k) && p->k > 0.0 && isfinite(p->L) && p->L > 0.0 && isfinite(p->offset)) || p->T < 1 ||
         p->T > c->cfg.dim || p->T != job->rounds || p->xi < 1 || p->xi > 65535u)
         return DPREC_ERR_JOB_PARAMS;
@@ -281,6 +305,19 @@ static int fw_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_
     if (s->job == job->job_id) memcpy(g, st_g(c), sizeof(float) * d);
     else memset(g, 0, sizeof(float) * d);
     uint64_t round = s->job == job->job_id ? s->round : 0;
+    /* The centre of Y*_i, chosen once per job and kept: the job's public offset, or (params.center "user") the
+     * mean of the user's sampled ratings shrunk toward it with the weight of one rating, (sum r + offset) /
+     * (n + 1). Only this user's own predictions and residual row depend on it: the residual is clipped to 2L
+     * whatever the centre, so the sensitivity and the guarantee are unchanged (joint DP allows a user's own
+     * output to use their own data). */
+    float offset = s->job == job->job_id ? s->offset : NAN;
+    if (isnan(offset)) {
+        double sum = p.offset;
+        if (p.center_user && s->job != job->job_id)
+            for (uint32_t i = 0; i < kept; i++) sum += (double)c->ratings[dprec_store_find(c, staged[i])].value;
+        offset = (float)(p.center_user && s->job != job->job_id ? sum / (double)(kept + 1u) : p.offset);
+        if (!isfinite(offset)) return DPREC_ERR_INVALID_ARGUMENT;
+    }
 
     /* Y_i, Y*_i and the newest direction v on Omega_i, in the scratch (3 xi floats) */
     float *y = st_scratch(c), *ys = y + c->cfg.fw_max_ratings, *v = ys + c->cfg.fw_max_ratings, *a = v;
@@ -291,7 +328,7 @@ static int fw_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_
         double yy = 0.0;
         for (uint32_t k = 0; k < d; k++) yy += (double)g[k] * (double)row[k];
         y[i] = (float)yy;
-        ys[i] = (float)((double)c->ratings[ri].value - p.offset);
+        ys[i] = (float)((double)c->ratings[ri].value - (double)offset);
         v[i] = col >= 0 && col < (int64_t)d ? row[col] : 0.0f;
     }
     if (round < job->round) { /* this round's step, once (a retried build reuses it) */
@@ -317,6 +354,7 @@ static int fw_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_
     s->job = job->job_id;
     s->round = round;
     s->n = kept;
+    s->offset = offset;
     memcpy(st_items(c), staged, sizeof(uint32_t) * kept);
     memcpy(st_g(c), g, sizeof(float) * d);
     *len = DPREC_ENVELOPE_HEADER + payload;

@@ -155,35 +155,72 @@ static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state)
     assert_true(z == 3.5);
 }
 
-/* End to end through the global step: with no reports and a ridge so large that b_j = h_j / lambda, the item
- * biases' spread is the noise of h, sigma Gamma_r sqrt(X2) / q (d = 1: X2 = 1). A statistical check of the
- * scale the step really uses: 4000 items, the sample std within 5% (about 4.5 standard errors). */
+/* The round's statistics carry exactly the published noise: with no reports, every normalized coordinate of
+ * every item (the Gram entries and the right-hand side alike) is the discrete Gaussian of standard deviation sigma
+ * (the published z times the sensitivity with its allowance). 4000 items x 5 coordinates (d = 2): the sample std
+ * within 2% (4 standard errors: false failure below 1e-4) and the mean within 4.5 standard errors; a
+ * scale off by 3% fails. */
 static void test_dpals_step_adds_the_published_noise(void **state) {
     (void)state;
-    const uint32_t m = 4000;
-    agg_job j = make_job("{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5,\"lambda\":1e9}", m, 1, 1e4, 1e-6,
-                         5, 0.5);
+    const uint32_t m = 4000, d = 2, cw = d * (d + 1) / 2 + d;
+    agg_job j = make_job("{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5}", m, d, 1e4, 1e-6, 5, 0.5);
     double z, sens, sigma;
     assert_int_equal(agg_dpals_noise_scale(&j, &z, &sens, &sigma), 0);
-    agg_model prev, next;
-    char err[AGG_ERRMSG];
-    assert_int_equal(agg_protocol_dpals.initial_model(&j, &prev, err, sizeof err), 0);
+    assert_true(z == 2.0 && sens >= 4.0 && sens < 4.0 * 1.001); /* sqrt(2 k) = 4, and the grid's allowance */
     dprec_rng rng;
     assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"dpals-noise", 11, "test"), DPREC_OK);
-    assert_int_equal(agg_dpals_step(&j, &prev, NULL, 0, &rng, 1, &next, err, sizeof err), 0);
+    double *stats = NULL;
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_dpals_stats(&j, NULL, 0, &rng, 1, &stats, err, sizeof err), 0);
+    const size_t n = (size_t)m * cw;
     double s1 = 0, s2 = 0;
-    for (uint32_t it = 0; it < m; it++) {
-        double h = (double)next.bias[it] * 1e9;
-        s1 += h;
-        s2 += h * h;
-        assert_true(next.v[it] == 1.0f); /* column 0 stays pinned */
+    for (size_t c = 0; c < n; c++) {
+        s1 += stats[c];
+        s2 += stats[c] * stats[c];
     }
-    double sd = sqrt(s2 / m - (s1 / m) * (s1 / m)), want = sigma * 1.5 / 0.5;
-    assert_true(fabs(sd / want - 1.0) < 0.05);
-    assert_true(fabs(s1 / m) < 5.0 * want / sqrt((double)m)); /* centred */
+    double sd = sqrt(s2 / n - (s1 / n) * (s1 / n));
+    assert_true(fabs(sd / sigma - 1.0) < 0.02);
+    assert_true(fabs(s1 / n) < 4.5 * sigma / sqrt((double)n)); /* centred */
+    free(stats);
+    /* without noise the statistics are exactly the (empty) sums */
+    assert_int_equal(agg_dpals_stats(&j, NULL, 0, NULL, 0, &stats, err, sizeof err), 0);
+    for (size_t c = 0; c < n; c++) assert_true(stats[c] == 0.0);
+    free(stats);
     dprec_rng_free(&rng);
-    agg_model_free(&prev);
-    agg_model_free(&next);
+}
+
+/* The posterior filter (agg_dpals_solve with kappa > 0): in G's eigenbasis each coefficient is g h_e / (g^2 +
+ * lambda g + kappa), so a direction nobody rated (g = 0) gets 0 whatever the noise on h, and no coefficient exceeds
+ * |h_e| / (lambda + 2 sqrt(kappa)); kappa = 0 is the ridge solve. */
+static void test_dpals_posterior_filter_shrinks_what_the_noise_hides(void **state) {
+    (void)state;
+    const double c = cos(0.3), sn = sin(0.3), e[2] = {900.0, -40.0}, lam = 5.0, kappa = 2500.0, h[2] = {30.0, -70.0};
+    double q[4] = {c, -sn, sn, c}, g[4], s[2];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) g[a * 2 + b] = q[a * 2 + 0] * e[0] * q[b * 2 + 0] + q[a * 2 + 1] * e[1] * q[b * 2 + 1];
+    assert_int_equal(agg_dpals_solve(g, h, 2, lam, kappa, s), 0);
+    for (int a = 0; a < 2; a++) {
+        double want = 0;
+        for (int k = 0; k < 2; k++) {
+            double qh = q[0 * 2 + k] * h[0] + q[1 * 2 + k] * h[1], gv = e[k] > 0 ? e[k] : 0;
+            want += q[a * 2 + k] * qh * gv / (gv * gv + lam * gv + kappa);
+        }
+        assert_true(fabs(s[a] - want) < 1e-12);
+    }
+    /* d = 1, the bias model: b = n S / (n^2 + lambda n + kappa); a negative noisy count gives 0 */
+    double g1 = 60.0, h1 = 30.0, s1;
+    assert_int_equal(agg_dpals_solve(&g1, &h1, 1, lam, kappa, &s1), 0);
+    assert_true(fabs(s1 - 60.0 * 30.0 / (3600.0 + 300.0 + 2500.0)) < 1e-12);
+    g1 = -10.0;
+    assert_int_equal(agg_dpals_solve(&g1, &h1, 1, lam, kappa, &s1), 0);
+    assert_true(s1 == 0.0);
+    /* the bound, over every count */
+    for (double n = 0.5; n < 1e5; n *= 1.7) {
+        g1 = n;
+        h1 = 1e3;
+        assert_int_equal(agg_dpals_solve(&g1, &h1, 1, lam, kappa, &s1), 0);
+        assert_true(fabs(s1) <= 1e3 / (lam + 2.0 * sqrt(kappa)) * (1.0 + 1e-12));
+    }
 }
 
 /* The projected solve: a noisy Gram matrix of any sign gives (P(G) + lambda I)^-1 h, finite, never a failure;
@@ -198,7 +235,7 @@ static void test_dpals_solve_projects_and_never_fails(void **state) {
             g[a * 3 + b] = 0;
             for (int k = 0; k < 3; k++) g[a * 3 + b] += q[a * 3 + k] * e[k] * q[b * 3 + k];
         }
-    assert_int_equal(agg_dpals_solve(g, h, 3, lam, s), 0);
+    assert_int_equal(agg_dpals_solve(g, h, 3, lam, 0.0, s), 0);
     for (int a = 0; a < 3; a++) {
         double want = 0;
         for (int k = 0; k < 3; k++) {
@@ -209,7 +246,7 @@ static void test_dpals_solve_projects_and_never_fails(void **state) {
     }
     /* a PSD G: the plain ridge solution, checked by its residual */
     double g2[4] = {4, 1, 1, 3}, g2c[4] = {4, 1, 1, 3}, h2[2] = {1, 2}, s2[2];
-    assert_int_equal(agg_dpals_solve(g2c, h2, 2, 0.5, s2), 0);
+    assert_int_equal(agg_dpals_solve(g2c, h2, 2, 0.5, 0.0, s2), 0);
     assert_true(fabs((g2[0] + 0.5) * s2[0] + g2[1] * s2[1] - h2[0]) < 1e-12);
     assert_true(fabs(g2[2] * s2[0] + (g2[3] + 0.5) * s2[1] - h2[1]) < 1e-12);
     /* random noise-only systems, huge and of either sign, and NaN/Inf entries: always a finite answer */
@@ -222,10 +259,11 @@ static void test_dpals_solve_projects_and_never_fails(void **state) {
         }
         if (t % 50 == 0) g3[1] = g3[D] = NAN;
         if (t % 70 == 0) g3[0] = INFINITY;
-        assert_int_equal(agg_dpals_solve(g3, h3, D, 1.0, s3), 0);
+        assert_int_equal(agg_dpals_solve(g3, h3, D, 1.0, t % 2 ? 0.0 : 1e4, s3), 0);
         for (int a = 0; a < D; a++) assert_true(isfinite(s3[a]) && fabs(s3[a]) <= 2e3);
     }
-    assert_int_equal(agg_dpals_solve(g2, h2, 2, 0.0, s2), -1); /* lambda must be > 0 */
+    assert_int_equal(agg_dpals_solve(g2, h2, 2, 0.0, 0.0, s2), -1); /* lambda must be > 0 */
+    assert_int_equal(agg_dpals_solve(g2, h2, 2, 1.0, -1.0, s2), -1); /* and kappa >= 0 */
 }
 
 /* The Gram matrix a round solves is symmetric: only its upper triangle is noised and the lower mirrors it
@@ -249,7 +287,7 @@ static void test_dpals_noisy_gram_is_symmetric(void **state) {
 static void test_dpals_without_noise_equals_exact_als(void **state) {
     (void)state;
     enum { U = 60 };
-    agg_job j = make_job("{\"max_items\":30,\"u_clip\":1e5,\"rating_clip\":1e5,\"lambda\":0.7,\"noise_multiplier\":1}",
+    agg_job j = make_job("{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,\"noise_multiplier\":1}",
                          M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 17;
     static float w[U][D], t[U][M];
@@ -418,7 +456,7 @@ static void test_dpals_features_and_clamp(void **state) {
     assert_true(x[0] == 1.0);
     assert_true(dprec_dpals_clamp(5.0, 2.0) == 2.0 && dprec_dpals_clamp(-5.0, 2.0) == -2.0);
     assert_true(dprec_dpals_clamp(NAN, 2.0) == 0.0 && dprec_dpals_clamp(0.5, 2.0) == 0.5);
-    assert_true(dprec_dpals_x2(1, 3.0) == 1.0 && dprec_dpals_x2(5, 3.0) == 10.0);
+    assert_true(dprec_dpals_x2(1, 3.0, 1.0) == 1.0 && dprec_dpals_x2(5, 3.0, 1.0) == 10.0 && dprec_dpals_x2(5, 3.0, 0.5) == 9.25);
 }
 
 int main(void) {
@@ -426,6 +464,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k),
         cmocka_unit_test(test_dpals_noise_scale_equals_the_accountant_inversion),
         cmocka_unit_test(test_dpals_step_adds_the_published_noise),
+        cmocka_unit_test(test_dpals_posterior_filter_shrinks_what_the_noise_hides),
         cmocka_unit_test(test_dpals_solve_projects_and_never_fails),
         cmocka_unit_test(test_dpals_noisy_gram_is_symmetric),
         cmocka_unit_test(test_dpals_without_noise_equals_exact_als),

@@ -150,7 +150,8 @@ static void test_gauss_one_user_moves_the_sum_by_at_most_c(void **state) {
     for (uint32_t i = 0; i < 3; i++) assert_true(frob_diff(sr + i * W, zero, W) <= 4.0 * 1.0);
 }
 
-/* Runs one global step with no reports from V = 0, b = 0 with lr = 1, lambda = 0, q = 1, so that
+/* Runs one global step with no reports from V = 0, b = 0 with lr = 1, lambda = 0, q = 1 (and no pinned column:
+ * user_bias false), so that
  * next = -noise, and checks the sample variance of the m (d + 1) noise values against sigma^2.
  * For N iid normal values the sample variance has relative standard deviation sqrt(2 / (N - 1)); a 6-sd
  * band fails with probability below 2e-9 (normal approximation of the chi-square); the mean's 6-sd band
@@ -190,12 +191,12 @@ static void test_gauss_noise_std_equals_seed001_formula_for_unit_rating(void **s
     /* sigma = tau C / eps_i sqrt(2 ln(1.25 / delta)) (seed 001 Alg. 1 line 7), tau = 4, C = 1.5 */
     double sigma = 4.0 * 1.5 / 0.5 * sqrt(2.0 * log(1.25 / 0.01));
     assert_true(fabs(dprec_gauss_sigma_seed001(4.0, 1.5, 0.5, 0.01) - sigma) <= 1e-12 * sigma);
-    check_noise_std("{\"unit\":\"rating\",\"eps_i\":0.5,\"delta_i\":0.01,\"clip\":1.5,\"lr\":1}", sigma);
+    check_noise_std("{\"unit\":\"rating\",\"eps_i\":0.5,\"delta_i\":0.01,\"clip\":1.5,\"lr\":1,\"user_bias\":false}", sigma);
 }
 
 static void test_gauss_noise_std_equals_z_times_clip_for_unit_user(void **state) {
     (void)state;
-    check_noise_std("{\"unit\":\"user\",\"noise_multiplier\":1.3,\"clip\":2,\"lr\":1}", 1.3 * 2.0);
+    check_noise_std("{\"unit\":\"user\",\"noise_multiplier\":1.3,\"clip\":2,\"lr\":1,\"user_bias\":false}", 1.3 * 2.0);
 }
 
 /* The epsilon the aggregator publishes and the fleet prints (epsilon_spent = agg_budget_check after the

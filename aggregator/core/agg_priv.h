@@ -156,14 +156,24 @@ extern const agg_protocol agg_protocol_dpals;
 /* proto_dpals.c, exposed for tests: the round's noise (multiplier z over the normalized statistics'
  * sensitivity sqrt(2k), the sensitivity with the grid's allowance, and sigma = z sens); one report's normalized,
  * re-clipped statistics added to stats (m rows of dprec_dpals_item_coords(d) doubles: Gn_j's upper triangle row
- * by row, then hn_j; sdk/dpals.h); the projected ridge solve of one item (g: d x d row-major, overwritten; -1 only
- * for d outside 1..64 or lambda <= 0); the global step with or without noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
+ * by row, then hn_j; sdk/dpals.h); the posterior-mean solve of one item (g: d x d row-major, overwritten; -1 only
+ * for d outside 1..64, lambda <= 0 or kappa < 0; kappa = 0: the projected ridge solve); the global step with or without noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
 int agg_dpals_noise_scale(const agg_job *job, double *z, double *sens, double *sigma);
 int agg_dpals_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *stats);
-int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double *s);
+int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s);
+/* The pooled second moment of the features over every reported (user, item) pair, sum_j G_j / sum_j n_j (d x d;
+ * all zero when the pooled count is not positive), from the noisy statistics (gscale: their Gram scale); and the
+ * positive-part James-Stein shrinkage of one item's noisy G (d x d, overwritten) toward n_j times it, for noise
+ * of standard deviation sigma_g on each of its d (d + 1) / 2 independent entries (d = 1 or sigma_g = 0: G kept). */
+void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, double *pooled);
+void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g);
 /* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
  * h times hscale. */
 void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);
+/* The round's normalized statistics (m rows as in agg_dpals_accumulate) from the reports, noised when noisy
+ * (*out allocated, freed by the caller), and the global step that solves them. */
+int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, int noisy, double **out,
+                    char *err, size_t errcap);
 int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
                    int noisy, agg_model *next, char *err, size_t errcap);
 

@@ -12,14 +12,19 @@
  *   sdk/noise.h with its allowance (agg_grid_allowance); the lower triangle mirrors the upper (DPALS Alg. 1: a
  *   symmetric noise matrix);
  *   G_j = Gn_j X2 / q, h_j = hn_j Gamma_r sqrt(X2) / q    (q: the Poisson participation rate; 1/q unbiases the sums)
- *   [f_j; b_j] = (P(G_j) + lambda I)^-1 h_j, P the projection onto the positive semidefinite cone (eigenvalues
- *   below 0 set to 0, LAPACKE_dsyevr): a noisy Gram matrix then never makes the system indefinite, and the solve
- *   cannot fail (all eigenvalues >= lambda > 0). Post-processing: it costs no privacy.
- *   lambda is params.lambda or, by default, 1 + 2 sqrt(d) sigma_G, sigma_G = sigma X2 / q the noise on each Gram
- *   entry: about the spectral norm of the d x d noise matrix (a symmetric Gaussian matrix's is about
- *   2 sqrt(d) sigma_G), so that the noise cannot make a direction nobody rated look informative (DPALS
- *   regularizes in the same way; with a fixed small lambda the pure-noise directions of a rarely rated item get
- *   factors of size sigma_h / lambda and ruin every prediction).
+ *   [f_j; b_j] = the posterior mean of the item's coefficients given the noisy statistics (agg_dpals_solve):
+ *   with P(G_j) = Q diag(g) Q^T, P the projection onto the positive semidefinite cone (eigenvalues below 0 set to
+ *   0, LAPACKE_dsyevr), each eigen-direction e gets
+ *       s_e = g_e (Q^T h_j)_e / (g_e^2 + lambda g_e + kappa),   kappa = (sigma_h / tau)^2,
+ *   sigma_h = sigma Gamma_r sqrt(X2) / q the noise the aggregator added to each coordinate of h_j and tau the
+ *   public prior scale of a coefficient (params.prior_sd). Derivation: with the prior s ~ N(0, tau^2 I), ratings
+ *   of noise variance sigma_r^2 and the added noise e ~ N(0, sigma_h^2 I), h = G s + N(0, sigma_r^2 G) + e, and
+ *   the posterior mean in G's eigenbasis is g h_e / (g^2 + (sigma_r^2 / tau^2) g + sigma_h^2 / tau^2): lambda
+ *   plays sigma_r^2 / tau^2 (params.lambda) and the noisy G is plugged in for G. Without added noise (kappa = 0)
+ *   this is the ridge solution (G + lambda I)^-1 h of exact ALS; with it, a direction that few users rated
+ *   (small g) is shrunk to 0 instead of amplified (a fixed ridge gives the pure-noise directions of a rarely
+ *   rated item factors of size sigma_h / lambda), and no direction's coefficient exceeds
+ *   |h_e| / (lambda + 2 sqrt(kappa)). The solve never fails. Post-processing: it costs no privacy.
  * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
  * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
 #include <lapacke.h>
@@ -36,11 +41,13 @@
 
 #define DPALS_MAX_CELLS ((uint64_t)1 << 26)
 #define DPALS_DEFAULT_INIT_SCALE 0.1
+#define DPALS_DEFAULT_LAMBDA 5.0   /* sigma_r^2 / tau^2: chosen on the synthetic fleets (docs/privacy.md, dpals) */
+#define DPALS_DEFAULT_PRIOR_SD 0.5 /* tau */
 #define DPALS_MAX_D 64u /* the item systems are solved on the stack (d x d doubles) */
 
 typedef struct dpals_params {
     uint32_t max_items;
-    double u_clip, rating_clip, lambda, mu, noise_multiplier, init_scale; /* noise_multiplier 0: from the budget */
+    double u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, noise_multiplier, init_scale; /* noise_multiplier 0: from the budget */
     int has_mu, has_rating_clip;
     uint64_t seed;
 } dpals_params;
@@ -49,7 +56,9 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
     memset(p, 0, sizeof *p);
     p->max_items = DPREC_DPALS_DEFAULT_MAX_ITEMS;
     p->u_clip = DPREC_DPALS_DEFAULT_U_CLIP;
-    p->lambda = 0.0; /* 0: from the noise (item_ridge) */
+    p->lambda = DPALS_DEFAULT_LAMBDA;
+    p->prior_sd = DPALS_DEFAULT_PRIOR_SD;
+    p->bias_scale = 0.0; /* 0: u_clip (job_params) */
     p->init_scale = DPALS_DEFAULT_INIT_SCALE;
     p->seed = 1;
     const cJSON *it;
@@ -63,6 +72,8 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         } else if (strcmp(k, "u_clip") == 0) bad = agg_json_number_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->u_clip);
         else if (strcmp(k, "rating_clip") == 0) { bad = agg_json_number_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->rating_clip); p->has_rating_clip = 1; }
         else if (strcmp(k, "lambda") == 0) bad = agg_json_number_in(it, 0.0, 1e12, 1, &p->lambda);
+        else if (strcmp(k, "prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->prior_sd);
+        else if (strcmp(k, "bias_scale") == 0) bad = agg_json_number_in(it, 0.0, DPREC_DPALS_MAX_CLIP, 1, &p->bias_scale);
         else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
         else if (strcmp(k, "noise_multiplier") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->noise_multiplier);
         else if (strcmp(k, "init_scale") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 0, &p->init_scale);
@@ -70,7 +81,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             p->seed = (uint64_t)v;
         } else {
-            snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, mu, "
+            snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
                      "noise_multiplier, init_scale, seed)", k);
             return -1;
         }
@@ -90,6 +101,7 @@ static int job_params(const agg_job *job, dpals_params *p, char *err, size_t err
     if (rc != 0) return rc;
     if (!p->has_mu) p->mu = (job->rating_min + job->rating_max) / 2.0;
     if (!p->has_rating_clip) p->rating_clip = (job->rating_max - job->rating_min) / 2.0;
+    if (!(p->bias_scale > 0.0)) p->bias_scale = job->d > 1 ? p->u_clip : 1.0;
     return 0;
 }
 
@@ -116,11 +128,12 @@ static int noise_scale(const agg_job *job, const dpals_params *p, double *z, dou
     return 0;
 }
 
-/* The item systems' ridge: params.lambda, or 1 + 2 sqrt(d) sigma X2 / q (sigma of the normalized statistics; 1
+/* kappa of the item systems' posterior filter (agg_dpals_solve): (sigma_h / tau)^2, sigma_h = sigma Gamma_r
+ * sqrt(X2) / q the noise on each coordinate of h_j once scaled back (sigma of the normalized statistics; 0
  * without noise). */
-static double item_ridge(const agg_job *job, const dpals_params *p, double sigma) {
-    if (p->lambda > 0.0) return p->lambda;
-    return 1.0 + 2.0 * sqrt((double)job->d) * sigma * dprec_dpals_x2(job->d, p->u_clip) / job->participation;
+static double item_kappa(const agg_job *job, const dpals_params *p, double sigma) {
+    double sh = sigma * p->rating_clip * sqrt(dprec_dpals_x2(job->d, p->u_clip, p->bias_scale)) / job->participation;
+    return (sh / p->prior_sd) * (sh / p->prior_sd);
 }
 
 int agg_dpals_noise_scale(const agg_job *job, double *z, double *sens, double *sigma) {
@@ -162,7 +175,10 @@ static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
     cJSON_AddNumberToObject(priv, "sampling_rate", job->participation);
     dpals_params p;
     char err[AGG_ERRMSG];
-    if (job_params(job, &p, err, sizeof err) == 0) cJSON_AddNumberToObject(priv, "item_lambda", item_ridge(job, &p, sigma));
+    if (job_params(job, &p, err, sizeof err) == 0) {
+        cJSON_AddNumberToObject(priv, "item_lambda", p.lambda);
+        cJSON_AddNumberToObject(priv, "item_kappa", item_kappa(job, &p, sigma));
+    }
     /* the unit is the user: the job's own figure is the user-level one every device counts against its cap */
     double eps = INFINITY;
     if (agg_budget_check(job, job->rounds, &eps) < 0 || !isfinite(eps)) cJSON_AddStringToObject(priv, "user_epsilon", "inf");
@@ -258,7 +274,8 @@ int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len,
     double x[DPALS_MAX_D];
     for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a);
     dprec_dpals_features(w, d, p.u_clip, x);
-    const double x2 = dprec_dpals_x2(d, p.u_clip), gs = 1.0 / x2, hs = 1.0 / (p.rating_clip * sqrt(x2));
+    x[d - 1u] = p.bias_scale;
+    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gs = 1.0 / x2, hs = 1.0 / (p.rating_clip * sqrt(x2));
     const unsigned char *pairs = b + 8 + 4 * ((size_t)d - 1u);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);
@@ -279,27 +296,67 @@ void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscal
     for (uint32_t a = 0; a < d; a++) h[a] = row[at++] * hscale;
 }
 
-/* Solves (P(G) + lambda I) s = h for a symmetric d x d G (row-major, overwritten), P the projection onto the
- * positive semidefinite cone. Never fails for finite inputs and lambda > 0: when the eigen-solver does not
- * converge (never seen), G is replaced by a multiple of I bounding it (Gershgorin), which is still definite. */
-int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double *s) {
-    if (d < 1 || d > DPALS_MAX_D || !(lambda > 0.0)) return -1;
-    double ev[DPALS_MAX_D], q[DPALS_MAX_D * DPALS_MAX_D];
+void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, double *pooled) {
+    const uint32_t cw = dprec_dpals_item_coords(d);
+    double h[DPALS_MAX_D], g[DPALS_MAX_D * DPALS_MAX_D];
+    memset(pooled, 0, sizeof(double) * d * d);
+    for (uint32_t j = 0; j < m; j++) {
+        agg_dpals_unpack(stats + (size_t)j * cw, d, gscale, 0.0, g, h);
+        for (uint32_t a = 0; a < d * d; a++) pooled[a] += g[a];
+    }
+    const double n = pooled[(size_t)d * d - 1u]; /* the bias entry: the number of (user, item) pairs */
+    if (!(n > 0.0) || !isfinite(n)) { /* nobody reported (or noise only): no structure to shrink toward */
+        memset(pooled, 0, sizeof(double) * d * d);
+        return;
+    }
+    for (uint32_t a = 0; a < d * d; a++) pooled[a] /= n;
+}
+
+void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g) {
+    if (d < 2 || !(sigma_g > 0.0) || pooled[(size_t)d * d - 1u] == 0.0) return;
+    const double n = g[(size_t)d * d - 1u] > 0.0 ? g[(size_t)d * d - 1u] : 0.0;
+    double dist = 0.0;
+    for (uint32_t a = 0; a < d; a++)
+        for (uint32_t c = a; c < d; c++) {
+            double e = g[(size_t)a * d + c] - n * pooled[(size_t)a * d + c];
+            dist += e * e;
+        }
+    const double p = (double)d * (d + 1u) / 2.0; /* the independently noised entries */
+    double keep = dist > 0.0 ? 1.0 - (p - 2.0) * sigma_g * sigma_g / dist : 0.0;
+    if (!(keep > 0.0)) keep = 0.0;
+    if (keep > 1.0) keep = 1.0;
+    for (uint32_t a = 0; a < d; a++)
+        for (uint32_t c = 0; c < d; c++) {
+            double t = n * pooled[(size_t)a * d + c];
+            g[(size_t)a * d + c] = t + keep * (g[(size_t)a * d + c] - t);
+        }
+}
+
+/* The posterior mean of an item's coefficients (the file's head): for a symmetric d x d G (row-major, overwritten)
+ * with P(G) = Q diag(g) Q^T its projection onto the positive semidefinite cone, s = Q diag(f(g)) Q^T h with
+ * f(g) = g / (g^2 + lambda g + kappa); kappa = 0 gives the ridge solution (P(G) + lambda I)^-1 h. Never fails for
+ * lambda > 0 and kappa >= 0: non-finite entries of G or h count as 0, and when the eigen-solver does not
+ * converge (never seen) G is taken as 0, which gives s = 0 when kappa > 0 and h / lambda otherwise. */
+int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s) {
+    if (d < 1 || d > DPALS_MAX_D || !(lambda > 0.0) || !(kappa >= 0.0) || !isfinite(kappa)) return -1;
+    double ev[DPALS_MAX_D], q[DPALS_MAX_D * DPALS_MAX_D], hh[DPALS_MAX_D];
     lapack_int found = 0, isuppz[2 * DPALS_MAX_D];
     for (uint32_t a = 0; a < d * d; a++)
         if (!isfinite(g[a])) g[a] = 0.0;
+    for (uint32_t a = 0; a < d; a++) hh[a] = isfinite(h[a]) ? h[a] : 0.0;
     lapack_int info = LAPACKE_dsyevr(LAPACK_ROW_MAJOR, 'V', 'A', 'U', (lapack_int)d, g, (lapack_int)d, 0.0, 0.0, 0, 0,
                                      0.0, &found, ev, q, (lapack_int)d, isuppz);
     if (info != 0 || found != (lapack_int)d) {
-        for (uint32_t a = 0; a < d; a++) s[a] = isfinite(h[a]) ? h[a] / lambda : 0.0; /* P(G) := 0 */
+        for (uint32_t a = 0; a < d; a++) s[a] = kappa > 0.0 ? 0.0 : hh[a] / lambda; /* P(G) := 0 */
         return 0;
     }
-    /* s = Q diag(1 / (max(ev, 0) + lambda)) Q^T h */
     double c[DPALS_MAX_D];
     for (uint32_t e = 0; e < d; e++) {
         double dot = 0.0;
-        for (uint32_t a = 0; a < d; a++) dot += q[(size_t)a * d + e] * (isfinite(h[a]) ? h[a] : 0.0);
-        c[e] = dot / ((ev[e] > 0.0 ? ev[e] : 0.0) + lambda);
+        for (uint32_t a = 0; a < d; a++) dot += q[(size_t)a * d + e] * hh[a];
+        double gv = ev[e] > 0.0 ? ev[e] : 0.0;
+        /* g / (g^2 + lambda g + kappa), written so that kappa = 0 is exactly 1 / (g + lambda) */
+        c[e] = kappa > 0.0 ? dot * gv / (gv * (gv + lambda) + kappa) : dot / (gv + lambda);
     }
     for (uint32_t a = 0; a < d; a++) {
         double v = 0.0;
@@ -317,6 +374,37 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
     return 0;
 }
 
+int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, int noisy, double **out,
+                    char *err, size_t errcap) {
+    dpals_params p;
+    *out = NULL;
+    if (job_params(job, &p, err, errcap) != 0) return -1;
+    const uint32_t d = job->d, m = job->m, cw = dprec_dpals_item_coords(d);
+    double z = 0.0, sens = 0.0, sigma = 0.0;
+    if (noisy && noise_scale(job, &p, &z, &sens, &sigma) != 0) {
+        snprintf(err, errcap, "dpals: no noise multiplier for this job");
+        return -1;
+    }
+    double *stats = calloc((size_t)m * cw, sizeof(double));
+    if (stats == NULL) {
+        snprintf(err, errcap, "out of memory in the dpals global step");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        (void)agg_dpals_accumulate(job, reports[i].payload, reports[i].payload_len, stats); /* validated at intake */
+    if (noisy) /* every coordinate of every item, rated or not: which items a user rated is private */
+        for (size_t c = 0; c < (size_t)m * cw; c++) {
+            int rc = dprec_noise_gaussian(rng, stats[c], sens, sigma, &stats[c], NULL);
+            if (rc != DPREC_OK) {
+                free(stats);
+                snprintf(err, errcap, "dpals: noise sampler failed (%d)", rc);
+                return -1;
+            }
+        }
+    *out = stats;
+    return 0;
+}
+
 int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
                    int noisy, agg_model *next, char *err, size_t errcap) {
     dpals_params p;
@@ -331,42 +419,33 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         snprintf(err, errcap, "dpals: no noise multiplier for this job");
         return -1;
     }
+    double *stats = NULL;
+    if (agg_dpals_stats(job, reports, n, rng, noisy, &stats, err, errcap) != 0) return -1;
     memset(next, 0, sizeof *next);
     next->m = m;
     next->d = d;
     next->mu = prev->mu;
     next->v = malloc(sizeof(float) * (size_t)m * d);
     next->bias = malloc(sizeof(float) * m);
-    double *stats = calloc((size_t)m * cw, sizeof(double));
-    if (next->v == NULL || next->bias == NULL || stats == NULL) {
+    if (next->v == NULL || next->bias == NULL) {
         free(stats);
         agg_model_free(next);
         snprintf(err, errcap, "out of memory in the dpals global step");
         return -1;
     }
-    for (size_t i = 0; i < n; i++)
-        (void)agg_dpals_accumulate(job, reports[i].payload, reports[i].payload_len, stats); /* validated at intake */
-    const double x2 = dprec_dpals_x2(d, p.u_clip), gsc = x2 / q, hsc = p.rating_clip * sqrt(x2) / q;
-    const double lambda = item_ridge(job, &p, sigma);
-    double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D];
+    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gsc = x2 / q, hsc = p.rating_clip * sqrt(x2) / q;
+    const double lambda = p.lambda, kappa = noisy ? item_kappa(job, &p, sigma) : 0.0;
+    double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D], pooled[DPALS_MAX_D * DPALS_MAX_D];
+    agg_dpals_pool(stats, m, d, gsc, pooled);
     for (uint32_t j = 0; j < m; j++) {
-        double *row = stats + (size_t)j * cw;
-        if (noisy)
-            for (uint32_t c = 0; c < cw; c++) {
-                int rc = dprec_noise_gaussian(rng, row[c], sens, sigma, &row[c], NULL);
-                if (rc != DPREC_OK) {
-                    free(stats);
-                    agg_model_free(next);
-                    snprintf(err, errcap, "dpals: noise sampler failed (%d)", rc);
-                    return -1;
-                }
-            }
-        agg_dpals_unpack(row, d, gsc, hsc, g, h);
-        agg_dpals_solve(g, h, d, lambda, s);
+        agg_dpals_unpack(stats + (size_t)j * cw, d, gsc, hsc, g, h);
+        agg_dpals_shrink_gram(g, d, pooled, sigma * gsc);
+        agg_dpals_solve(g, h, d, lambda, kappa, s);
         float *v = next->v + (size_t)j * d;
         v[0] = 1.0f;
         for (uint32_t a = 1; a < d; a++) v[a] = isfinite((float)s[a - 1u]) ? (float)s[a - 1u] : 0.0f;
-        next->bias[j] = isfinite((float)s[d - 1u]) ? (float)s[d - 1u] : 0.0f;
+        float b = (float)(s[d - 1u] * p.bias_scale); /* the bias feature is bias_scale, not 1 */
+        next->bias[j] = isfinite(b) ? b : 0.0f;
     }
     free(stats);
     return 0;

@@ -65,7 +65,7 @@ static int hexval(char ch) {
 }
 
 /* params: items (hex bitmap over the m items: byte j/8, bit j%8, 2 ceil(m/8) hex digits), k, L, xi
- * (required); beta, variant, oja_steps, offset (optional). */
+ * (required); beta, variant, oja_steps, offset, center (optional). */
 static int parse_params(const cJSON *params, uint32_t m, fw_params *p, char *err, size_t errcap) {
     memset(p, 0, sizeof *p);
     p->beta = 0.1;
@@ -83,6 +83,8 @@ static int parse_params(const cJSON *params, uint32_t m, fw_params *p, char *err
         else if (strcmp(key, "L") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->L);
         else if (strcmp(key, "beta") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &p->beta) || p->beta >= 1.0;
         else if (strcmp(key, "offset") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 1, &p->offset); p->has_offset = 1; }
+        else if (strcmp(key, "center") == 0) /* used by the devices only (sdk/protocol_fw.c) */
+            bad = !cJSON_IsString(it) || (strcmp(it->valuestring, "user") != 0 && strcmp(it->valuestring, "offset") != 0);
         else if (strcmp(key, "xi") == 0) {
             bad = agg_json_number_in(it, 0.0, 65535.0, 1, &v) || floor(v) != v;
             p->xi = (uint32_t)v;
@@ -95,7 +97,7 @@ static int parse_params(const cJSON *params, uint32_t m, fw_params *p, char *err
             else bad = 1;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of private-fw (items, k, L, xi, beta, variant, "
-                     "oja_steps, offset)", key);
+                     "oja_steps, offset, center)", key);
             return -1;
         }
         if (bad) {

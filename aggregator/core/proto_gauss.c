@@ -7,7 +7,9 @@
  *   S~ = S + N(0, sigma^2) on every one of the m (d+1) coordinates (rated or not: which items a user rated is
  *        private), sigma = z Delta, on the power-of-two grid of sdk/noise.h, from the aggregator's CSPRNG
  *   W <- W - lr (S~ / q + lambda W)                                         (seed 001 Alg. 1 lines 8-10)
- * with mu fixed (params.mu, a public constant: the mean is not learned, so it costs no privacy).
+ * with mu fixed (params.mu, a public constant: the mean is not learned, so it costs no privacy), and, with
+ * params.user_bias (the default for d >= 2), column 0 of V pinned to 1 in every release, so that coordinate 0 of
+ * each device's least-squares u is its own bias, fitted on the device at no privacy cost (as plain and dpals).
  *   unit "rating": the noise is seed 001's, sigma = z_paper tau C (eq. (6), z_paper = sqrt(2 ln(1.25/delta_i)) /
  *                  eps_i, Alg. 1 line 7), but it is accounted by the group bound over the report's max_ratings
  *                  rows, since u is fitted from all of the user's ratings (accounted() below); q = 1 (no
@@ -36,6 +38,7 @@ typedef struct gauss_params {
     dprec_unit unit;
     double clip, lr, lambda, mu, eps_i, delta_i, noise_multiplier; /* noise_multiplier 0: from the budget */
     int has_mu;
+    int user_bias; /* 1 (the default when d >= 2): v_j[0] is pinned to 1, so the device's u[0] is its own bias */
     uint32_t max_ratings; /* the (item, coef) pairs of every report, padded (sdk/protocol_gauss.c) */
     uint64_t seed;
 } gauss_params;
@@ -48,6 +51,7 @@ static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t
     gp->delta_i = 0.01;          /* seed 001's per-step delta */
     gp->seed = 1;
     gp->max_ratings = GAUSS_DEFAULT_MAX_RATINGS;
+    gp->user_bias = -1; /* -1: the default, decided from d (job_params) */
     const cJSON *it;
     cJSON_ArrayForEach(it, params) {
         const char *k = it->string != NULL ? it->string : "?";
@@ -73,13 +77,16 @@ static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t
             bad = agg_json_number_in(it, 1.0, (double)GAUSS_MAX_MAX_RATINGS, 0, &v) || floor(v) != v;
             gp->max_ratings = (uint32_t)v;
         }
-        else if (strcmp(k, "seed") == 0) {
+        else if (strcmp(k, "user_bias") == 0) {
+            bad = !cJSON_IsBool(it);
+            gp->user_bias = cJSON_IsTrue(it);
+        } else if (strcmp(k, "seed") == 0) {
             double v = 0;
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             gp->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of gauss-gd (unit, clip, lr, lambda, mu, eps_i, "
-                     "delta_i, noise_multiplier, u_update, u_lr, max_ratings, seed)", k);
+                     "delta_i, noise_multiplier, u_update, u_lr, max_ratings, user_bias, seed)", k);
             return -1;
         }
         if (bad) {
@@ -104,6 +111,11 @@ static int job_params(const agg_job *job, gauss_params *gp, char *err, size_t er
     if (params == NULL) snprintf(err, errcap, "params are not JSON");
     cJSON_Delete(params);
     if (rc == 0 && !gp->has_mu) gp->mu = (job->rating_min + job->rating_max) / 2.0;
+    if (rc == 0 && gp->user_bias < 0) gp->user_bias = job->d >= 2;
+    if (rc == 0 && gp->user_bias && job->d < 2) {
+        snprintf(err, errcap, "params.user_bias needs d >= 2 (column 0 of V is the users' own bias)");
+        rc = -1;
+    }
     return rc;
 }
 
@@ -227,6 +239,10 @@ static int gauss_validate_job(const agg_job *shape, const cJSON *params, char *e
     if (parse_params(params, &gp, err, errcap) != 0) return -1;
     if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
         snprintf(err, errcap, "gauss-gd needs a budget with delta > 0 (seed 001's delta_r)");
+        return -1;
+    }
+    if (gp.user_bias == 1 && shape->d < 2) {
+        snprintf(err, errcap, "params.user_bias needs d >= 2 (column 0 of V is the users' own bias)");
         return -1;
     }
     if (gp.has_mu && !(gp.mu >= shape->rating_min && gp.mu <= shape->rating_max)) {
@@ -355,7 +371,10 @@ int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivi
 static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
     gauss_params gp;
     if (job_params(job, &gp, err, errcap) != 0) return -1;
-    return agg_model_random(job, gp.seed, 0.1, gp.mu, out, err, errcap); /* V uniform in [-0.1, 0.1), b = 0 */
+    if (agg_model_random(job, gp.seed, 0.1, gp.mu, out, err, errcap) != 0) return -1; /* V in [-0.1, 0.1), b = 0 */
+    if (gp.user_bias)
+        for (size_t j = 0; j < job->m; j++) out->v[j * job->d] = 1.0f; /* pinned: the users' own bias */
+    return 0;
 }
 
 static int gauss_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
@@ -405,6 +424,7 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
             /* seed 001 Alg. 1 line 10 with the Poisson sample's sum scaled by 1/q (an unbiased full-batch sum) */
             double nw = old - gp.lr * (noisy / q + gp.lambda * old);
             if (!isfinite((float)nw)) nw = old;
+            if (k == 0 && gp.user_bias) nw = 1.0; /* the pinned column: u[0] is each device's own bias */
             if (k < d) next->v[(size_t)j * d + k] = (float)nw;
             else next->bias[j] = (float)nw;
         }

@@ -64,9 +64,11 @@ int fleet_data_shape(const fleet_shape *s, uint64_t seed, fleet_data *d, char *e
  * rating kept for training) becomes that user's test set. */
 int fleet_data_split(fleet_data *d, double test_fraction, uint64_t seed);
 
-/* RMSE of the global-mean and item-mean predictors (from training data) on the test ratings. */
-void fleet_data_baselines(const fleet_data *d, double *global_rmse, double *item_rmse, double *global_mean,
-                          size_t *num_test);
+/* RMSE on the test ratings of the global-mean and item-mean predictors (from the training data: what a curator
+ * holding every rating would compute, without privacy) and of the user mean (each user's own training mean: what
+ * a device predicts from its own ratings alone, at no privacy cost under any trust model). */
+void fleet_data_baselines(const fleet_data *d, double *global_rmse, double *item_rmse, double *user_rmse,
+                          double *global_mean, size_t *num_test);
 
 void fleet_data_free(fleet_data *d);
 

@@ -280,7 +280,7 @@ void fleet_shape_ml10m(double f, fleet_shape *s) {
      * popularity 1 / (j + 200 f)^1.6 (the most popular item gets about 0.3% of the ratings, the median one about
      * 90 at f = 1). At f = 0.1 the baselines are: global mean 1.0455, item mean 0.9420, `plain` (ALS, d = 10,
      * lambda 30, 8 rounds) 0.8015, about where MovieLens-10M's fall (1.06, 0.98, 0.80). */
-    fleet_shape m = {(uint32_t)(70000 * f + 0.5), (uint32_t)(10000 * f + 0.5), (size_t)(5025000 * f + 0.5), 10, 0.75,
+    fleet_shape m = {(uint32_t)(70000 * f + 0.5), (uint32_t)(10000 * f + 0.5), (size_t)(10050000 * f + 0.5), 10, 0.75,
                      3.5, 0.5, 0.5, 0.45, 1.6, 200.0 * f, 20.0, 1, 0.5, 5.0, 0.5};
     if (m.zipf_q < 1.0) m.zipf_q = 1.0;
     *s = m;
@@ -334,8 +334,8 @@ int fleet_data_split(fleet_data *d, double test_fraction, uint64_t seed) {
     return 0;
 }
 
-void fleet_data_baselines(const fleet_data *d, double *global_rmse, double *item_rmse, double *global_mean,
-                          size_t *num_test) {
+void fleet_data_baselines(const fleet_data *d, double *global_rmse, double *item_rmse, double *user_rmse,
+                          double *global_mean, size_t *num_test) {
     double *sum = calloc(d->num_items, sizeof *sum);
     uint32_t *cnt = calloc(d->num_items, sizeof *cnt);
     double total = 0;
@@ -348,21 +348,30 @@ void fleet_data_baselines(const fleet_data *d, double *global_rmse, double *item
             if (sum) { sum[r->item] += r->value; cnt[r->item]++; }
         }
     double mu = ntrain ? total / (double)ntrain : 0;
-    double eg = 0, ei = 0;
+    double eg = 0, ei = 0, eu = 0;
     size_t nt = 0;
-    for (uint32_t u = 0; u < d->num_users; u++)
+    const double mid = ((double)d->rating_min + (double)d->rating_max) / 2.0;
+    for (uint32_t u = 0; u < d->num_users; u++) {
+        /* the user mean: what a device predicts from its own ratings alone (no report, no privacy cost): their
+         * mean, or the scale's middle for a device with none */
+        double su = 0;
+        for (size_t i = d->off[u]; i < d->off[u] + d->ntrain[u]; i++) su += d->ratings[i].value;
+        double pu = d->ntrain[u] ? su / d->ntrain[u] : mid;
         for (size_t i = d->off[u] + d->ntrain[u]; i < d->off[u + 1]; i++) {
             const fleet_rating *r = &d->ratings[i];
             double pi = (sum && cnt[r->item]) ? sum[r->item] / cnt[r->item] : mu;
             eg += (r->value - mu) * (r->value - mu);
             ei += (r->value - pi) * (r->value - pi);
+            eu += (r->value - pu) * (r->value - pu);
             nt++;
         }
+    }
     free(sum);
     free(cnt);
     *global_mean = mu;
     *global_rmse = nt ? sqrt(eg / (double)nt) : 0;
     *item_rmse = nt ? sqrt(ei / (double)nt) : 0;
+    *user_rmse = nt ? sqrt(eu / (double)nt) : 0;
     *num_test = nt;
 }
 

@@ -26,6 +26,9 @@
 
 #define FLEET_DEFAULT_SYNTHETIC "2000,1000,100000"
 #define FLEET_MAX_SYNC_ATTEMPTS 40
+#define FLEET_DEFAULT_ROUNDS 12
+#define FLEET_DEFAULT_RANK 10
+#define FLEET_MAX_COMPARE 4
 
 /* The common flags; each protocol's own come from its descriptor (fleet_proto_*.c). */
 static const char help_head[] =
@@ -107,6 +110,7 @@ typedef struct options {
     fleet_common c;          /* what every protocol may read */
     const fleet_proto *proto;
     const char *data, *synthetic, *csv, *plot, *store_dir;
+    const char *compare; /* --compare LIST (NULL: the protocol's default list) */
     unsigned threads, eval_every;
     double device_lambda, device_lambda_per_rating, test_fraction;
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
@@ -608,8 +612,8 @@ static int protocol_flag(options *o, const char *a, const char *v, int *consumed
 
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
-    o->c.rounds = 12;
-    o->c.rank = 10;
+    o->c.rounds = FLEET_DEFAULT_ROUNDS;
+    o->c.rank = FLEET_DEFAULT_RANK;
     o->c.lambda = -1; /* the protocol's default */
     o->c.epsilon = 1.0;
     o->c.delta = 1e-6;
@@ -653,6 +657,7 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--csv") == 0) { NEED_VALUE(); o->csv = v; }
         else if (strcmp(a, "--plot") == 0) { NEED_VALUE(); o->plot = v; }
         else if (strcmp(a, "--store-dir") == 0) { NEED_VALUE(); o->store_dir = v; }
+        else if (strcmp(a, "--compare") == 0) { NEED_VALUE(); o->compare = strcmp(v, "none") == 0 ? "" : v; }
         else if (strcmp(a, "--aggregator") == 0) { NEED_VALUE(); o->conn.url = v; }
         else if (strcmp(a, "--admin-url") == 0) { NEED_VALUE(); o->conn.admin_url = v; }
         else if (strcmp(a, "--admin-token") == 0) { NEED_VALUE(); o->conn.admin_token = v; }
@@ -672,9 +677,11 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--rounds") == 0) {
             NEED_VALUE();
             if (fleet_parse_uint(v, 1, 100000, &o->c.rounds)) return fleet_flag_error("--rounds must be in 1..100000:", v);
+            o->c.rounds_set = 1;
         } else if (strcmp(a, "--rank") == 0) {
             NEED_VALUE();
             if (fleet_parse_uint(v, 1, 256, &o->c.rank)) return fleet_flag_error("--rank must be in 1..256:", v);
+            o->c.rank_set = 1;
         } else if (strcmp(a, "--threads") == 0) {
             NEED_VALUE();
             if (fleet_parse_uint(v, 1, 256, &o->threads)) return fleet_flag_error("--threads must be in 1..256:", v);
@@ -722,6 +729,18 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->data != NULL && o->synthetic != NULL) return fleet_flag_error("give --data or --synthetic, not both", NULL);
     if (o->conn.in_process && o->conn.url != NULL) return fleet_flag_error("give --in-process or --aggregator, not both", NULL);
     if (o->data == NULL && o->synthetic == NULL) o->synthetic = FLEET_DEFAULT_SYNTHETIC;
+    if (o->compare != NULL) { /* every name a protocol of this build, other than the one run, at most 4 */
+        char names[256];
+        size_t n = 0;
+        if (strlen(o->compare) >= sizeof names) return fleet_flag_error("--compare: list too long:", o->compare);
+        snprintf(names, sizeof names, "%s", o->compare);
+        for (char *save = NULL, *name = strtok_r(names, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+            const fleet_proto *p = fleet_proto_find(name);
+            if (p == NULL) return fleet_flag_error("--compare: no such protocol:", name);
+            if (p == o->proto) return fleet_flag_error("--compare: the protocol run is not compared with itself:", name);
+            if (++n > FLEET_MAX_COMPARE) return fleet_flag_error("--compare: at most 4 protocols:", o->compare);
+        }
+    }
     return o->proto->finish(&o->c);
 }
 
@@ -764,117 +783,87 @@ static int load_data(const options *o, fleet_data *d, char *err, size_t errcap) 
 
 /* ---- main -------------------------------------------------------------------------------------------------- */
 
-int main(int argc, char **argv) {
-    options o;
-    int prc = parse_args(argc, argv, &o);
-    if (prc != 0) return prc == 1 ? 0 : prc;
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    double t_start = now_s();
-    char err[1024] = "";
-    static fleet f;
-    memset(&f, 0, sizeof f);
-    f.o = &o;
-    pthread_mutex_init(&f.lock, NULL);
-    if (load_data(&o, &f.data, err, sizeof err) != 0 || filter_items(&o, &f.data) != 0 ||
-        fleet_data_split(&f.data, o.test_fraction, o.c.seed) != 0) {
-        fprintf(stderr, "dprec-fleet: %s\n", err[0] ? err : "out of memory");
-        return 1;
-    }
-    f.check_stride = f.data.num_users / 100 > 1 ? f.data.num_users / 100 : 1;
-    double gm_rmse, im_rmse, mu;
-    size_t ntest;
-    fleet_data_baselines(&f.data, &gm_rmse, &im_rmse, &mu, &ntest);
-    printf("data: %s: %u users, %u items, %zu ratings (%zu train, %zu test, seed %llu), scale %g..%g\n",
-           o.data ? o.data : "synthetic", f.data.num_users, f.data.num_items, f.data.num_ratings,
-           f.data.num_ratings - ntest, ntest, (unsigned long long)o.c.seed, (double)f.data.rating_min,
-           (double)f.data.rating_max);
-    printf("baselines: global mean %.4f -> test RMSE %.4f; item mean test RMSE %.4f\n", mu, gm_rmse, im_rmse);
+/* ---- one job ------------------------------------------------------------------------------------------------ */
 
-    if (o.store_dir != NULL && mkdir(o.store_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "dprec-fleet: cannot create %s: %s\n", o.store_dir, strerror(errno));
-        return 1;
-    }
-    if (fleet_conn_open(&o.conn, &f.conn, err, sizeof err) != 0) {
-        fprintf(stderr, "dprec-fleet: aggregator: %s\n", err);
-        return 1;
-    }
-    printf("aggregator: %s\n", fleet_conn_describe(f.conn));
-    int exit_code = 1;
-    unsigned nthreads = o.threads;
-    worker *ws = calloc(nthreads, sizeof *ws);
-    f.dev = calloc(f.data.num_users, sizeof *f.dev);
-    cJSON *j = NULL;
-    char *fleet_token = NULL;
-    FILE *csv = NULL;
-    char csv_tmp[PATH_MAX] = "";
-    double final_rmse = NAN, final_eps = INFINITY, job_delta = 0;
-    unsigned rounds_run = 0;
-    if (ws == NULL || f.dev == NULL) {
-        fprintf(stderr, "dprec-fleet: out of memory\n");
-        goto out;
-    }
-    for (unsigned i = 0; i < nthreads; i++) {
-        ws[i].f = &f;
-        ws[i].index = (int)i;
-        if (fleet_conn_transport(f.conn, &ws[i].t, err, sizeof err) != 0) {
-            fprintf(stderr, "dprec-fleet: transport: %s\n", err);
-            goto out;
-        }
-    }
+/* What a job gave: its RMSE after the last round, its guarantee (the aggregator's, checked against the devices'
+ * own ledgers), and how many device failures it saw. */
+typedef struct job_result {
+    double rmse, epsilon, delta;
+    dprec_model model;
+    unsigned rounds;
+    unsigned long long failures;
+} job_result;
 
-    /* the devices: one client and store each, loaded with the user's training ratings */
+static void free_devices(fleet *f) {
+    for (uint32_t u = 0; f->dev != NULL && u < f->data.num_users; u++) {
+        device *dv = &f->dev[u];
+        dprec_client_free(dv->client);
+        free(dv->mem);
+        if (dv->mp) { fleet_memport_free(dv->mp); free(dv->mp); }
+        free(dv->posix);
+        memset(dv, 0, sizeof *dv);
+    }
+}
+
+/* A fresh fleet for the selected protocol: one new client and store per user, loaded with its training ratings
+ * (a comparison job runs on fresh devices, as another deployment of the same users would). 0 or -1. */
+static int load_devices(fleet *f, worker *ws, unsigned nthreads, int announce) {
+    free_devices(f);
+    atomic_store(&f->errors, 0);
+    f->first_error[0] = '\0';
     double t0 = now_s();
-    run_phase(&f, 0, "loading stores", ws, nthreads);
-    unsigned long long failed = atomic_load(&f.errors);
+    run_phase(f, 0, "loading stores", ws, nthreads);
+    unsigned long long failed = atomic_load(&f->errors);
     if (failed > 0) {
-        fprintf(stderr, "dprec-fleet: %llu devices failed to load; first: %s\n", failed, f.first_error);
-        goto out;
+        fprintf(stderr, "dprec-fleet: %llu devices failed to load; first: %s\n", failed, f->first_error);
+        return -1;
     }
+    if (!announce) return 0;
     uint32_t max_mem = 0;
-    for (uint32_t u = 0; u < f.data.num_users; u++) {
-        size_t m = dprec_client_memory_used(f.dev[u].client);
+    for (uint32_t u = 0; u < f->data.num_users; u++) {
+        size_t m = dprec_client_memory_used(f->dev[u].client);
         if (m > max_mem) max_mem = (uint32_t)m;
     }
     printf("devices: %u SDK clients (%s stores, largest %u ratings, %u KiB of SDK memory at most), loaded in %.1f s\n",
-           f.data.num_users, o.store_dir ? "POSIX" : "in-memory", f.data.max_train, (unsigned)(max_mem / 1024),
+           f->data.num_users, f->o->store_dir ? "POSIX" : "in-memory", f->data.max_train, (unsigned)(max_mem / 1024),
            now_s() - t0);
+    return 0;
+}
 
-    /* the job */
+/* Runs one job of the selected protocol (f->o->proto, f->o->c) on the loaded devices, to its last round. The
+ * main job prints its rounds, CSV, plot, guarantee and ledger lines; a comparison job only its progress. 0, or -1
+ * on an error that ends the run (printed). */
+static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, int main_job, double gm, double im,
+                   job_result *res) {
+    options *o = f->o;
+    char err[1024] = "";
+    cJSON *j = NULL;
+    FILE *csv = NULL;
+    char csv_tmp[PATH_MAX] = "";
+    int ok = -1;
+    memset(res, 0, sizeof *res);
+    res->rmse = NAN;
+    res->epsilon = INFINITY;
+
     static char spec[16384];
-    o.proto->spec(&o.c, &f.data, spec, sizeof spec);
-    j = call_json(&f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
+    o->proto->spec(&o->c, &f->data, spec, sizeof spec);
+    j = call_json(f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
     if (j == NULL) {
-        fprintf(stderr, "dprec-fleet: creating the job: %s\n", err);
-        goto out;
+        fprintf(stderr, "dprec-fleet: creating the %s job: %s\n", o->proto->name, err);
+        return -1;
     }
-    f.job = (uint64_t)json_num(j, "job", 0);
+    f->job = (uint64_t)json_num(j, "job", 0);
     cJSON_Delete(j);
     j = NULL;
-    if (f.job == 0) {
+    if (f->job == 0) {
         fprintf(stderr, "dprec-fleet: creating the job: no job id in the response\n");
-        goto out;
+        return -1;
     }
-    f.scfg.job_id = f.job;
-    f.scfg.release_key = fleet_conn_release_key(f.conn, &f.scfg.release_key_len);
-    if (!o.verify_each) {
-        f.scfg.verified_seen = sig_memo_seen;
-        f.scfg.verified_remember = sig_memo_remember;
-    }
+    f->scfg.job_id = f->job;
 
-    /* the fleet's own registration: it fetches one copy of each release for the evaluation */
-    j = call_json(&f, 0, "POST", "/v1/register", NULL, "{\"platform\":\"dprec-fleet\"}", 201, err, sizeof err);
-    const cJSON *tok = j ? cJSON_GetObjectItemCaseSensitive(j, "token") : NULL;
-    if (!cJSON_IsString(tok)) {
-        fprintf(stderr, "dprec-fleet: registering the fleet's evaluator: %s\n", j ? "no token" : err);
-        goto out;
-    }
-    fleet_token = strdup(tok->valuestring);
-    cJSON_Delete(j);
-    j = NULL;
-
-    const char *csv_path = o.csv;
-    if (csv_path == NULL && o.plot != NULL) {
-        snprintf(csv_tmp, sizeof csv_tmp, "%s.csv", o.plot);
+    const char *csv_path = main_job ? o->csv : NULL;
+    if (main_job && csv_path == NULL && o->plot != NULL) {
+        snprintf(csv_tmp, sizeof csv_tmp, "%s.csv", o->plot);
         csv_path = csv_tmp;
     }
     if (csv_path != NULL) {
@@ -887,45 +876,50 @@ int main(int argc, char **argv) {
     }
 
     char dl[64];
-    if (o.device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o.device_lambda_per_rating);
-    else snprintf(dl, sizeof dl, "%g", o.device_lambda > 0 ? o.device_lambda : o.c.lambda);
-    printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
-           (unsigned long long)f.job, o.proto->name, o.c.rank, o.c.lambda, dl, o.c.rounds, f.data.num_users, nthreads);
-    if (o.proto->describe != NULL) o.proto->describe(&o.c);
+    if (o->device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o->device_lambda_per_rating);
+    else snprintf(dl, sizeof dl, "%g", o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
+    if (main_job) {
+        printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
+               (unsigned long long)f->job, o->proto->name, o->c.rank, o->c.lambda, dl, o->c.rounds, f->data.num_users,
+               nthreads);
+        if (o->proto->describe != NULL) o->proto->describe(&o->c);
+    } else if (!o->quiet) {
+        fprintf(stderr, "compare: job %llu: protocol %s, d = %u, %u rounds\n", (unsigned long long)f->job,
+                o->proto->name, o->c.rank, o->c.rounds);
+    }
     /* round 0: the initial release, before any report */
-    t0 = now_s();
-    if (fetch_release(&f, fleet_token, err, sizeof err) != 0) {
+    double t0 = now_s();
+    if (fetch_release(f, token, err, sizeof err) != 0) {
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
     }
-    printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
+    if (main_job) printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
     double rmse = NAN;
-    unsigned long long failures = 0; /* device failures in every sync and evaluation of the run */
-    if (o.eval_every > 0) {
-        atomic_store(&f.errors, 0);
-        rmse = evaluate(&f, ws, nthreads, ntest);
-        failures += atomic_load(&f.errors);
-        if (failures > 0)
-            fprintf(stderr, "dprec-fleet: evaluation of the initial release: %llu devices failed; first: %s\n", failures,
-                    f.first_error);
+    if (main_job && o->eval_every > 0) {
+        atomic_store(&f->errors, 0);
+        rmse = evaluate(f, ws, nthreads, 0);
+        res->failures += atomic_load(&f->errors);
+        if (res->failures > 0)
+            fprintf(stderr, "dprec-fleet: evaluation of the initial release: %llu devices failed; first: %s\n",
+                    res->failures, f->first_error);
         printf("%5u %9u %10.4f %8s %8.2f\n", 0u, 0u, rmse, "0", now_s() - t0);
         if (csv) fprintf(csv, "0,0,%.6f,0,%.3f\n", rmse, now_s() - t0);
     }
 
-    for (unsigned r = 1; r <= o.c.rounds; r++) {
+    char path[128];
+    for (unsigned r = 1; r <= o->c.rounds; r++) {
         t0 = now_s();
-        atomic_store(&f.reported, 0);
-        atomic_store(&f.errors, 0);
-        f.first_error[0] = '\0';
-        run_phase(&f, 1, "syncing", ws, nthreads);
-        unsigned long long reported = atomic_load(&f.reported), errors = atomic_load(&f.errors);
-        failures += errors;
+        atomic_store(&f->reported, 0);
+        atomic_store(&f->errors, 0);
+        f->first_error[0] = '\0';
+        run_phase(f, 1, "syncing", ws, nthreads);
+        unsigned long long reported = atomic_load(&f->reported), errors = atomic_load(&f->errors);
+        res->failures += errors;
         if (errors > 0)
-            fprintf(stderr, "dprec-fleet: round %u: %llu devices failed; first: %s\n", r, errors, f.first_error);
+            fprintf(stderr, "dprec-fleet: round %u: %llu devices failed; first: %s\n", r, errors, f->first_error);
         /* the round closes by itself when every device has reported (min_reports); if some did not, close it */
-        char path[128];
-        snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)f.job);
-        j = call_json(&f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
+        snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
+        j = call_json(f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
         if (j == NULL) {
             fprintf(stderr, "dprec-fleet: job status: %s\n", err);
             goto out;
@@ -939,12 +933,12 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "dprec-fleet: round %u: no device reported\n", r);
                 goto out;
             }
-            if (fleet_conn_close_round(f.conn, f.job, err, sizeof err) != 0) {
+            if (fleet_conn_close_round(f->conn, f->job, err, sizeof err) != 0) {
                 fprintf(stderr, "dprec-fleet: round %u: %s\n", r, err);
                 goto out;
             }
         }
-        j = call_json(&f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
+        j = call_json(f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
         if (j == NULL) {
             fprintf(stderr, "dprec-fleet: job status: %s\n", err);
             goto out;
@@ -952,48 +946,49 @@ int main(int argc, char **argv) {
         double eps = json_num(j, "epsilon_spent", NAN);
         cJSON_Delete(j);
         j = NULL;
-        if (fetch_release(&f, fleet_token, err, sizeof err) != 0) {
+        if (fetch_release(f, token, err, sizeof err) != 0) {
             fprintf(stderr, "dprec-fleet: %s\n", err);
             goto out;
         }
-        final_eps = eps;
-        rounds_run = r;
-        if (r != o.c.rounds && (o.eval_every == 0 || r % o.eval_every != 0)) {
-            if (!o.quiet) fprintf(stderr, "  round %u: %llu reports, %.1f s\n", r, reported, now_s() - t0);
+        res->epsilon = eps;
+        res->rounds = r;
+        int last = r == o->c.rounds;
+        if (!last && (!main_job || o->eval_every == 0 || r % o->eval_every != 0)) {
+            if (!o->quiet) fprintf(stderr, "  round %u: %llu reports, %.1f s\n", r, reported, now_s() - t0);
             continue;
         }
-        atomic_store(&f.errors, 0);
-        f.first_error[0] = '\0';
-        rmse = evaluate(&f, ws, nthreads, ntest);
-        errors = atomic_load(&f.errors);
-        failures += errors;
+        atomic_store(&f->errors, 0);
+        f->first_error[0] = '\0';
+        rmse = evaluate(f, ws, nthreads, 0);
+        errors = atomic_load(&f->errors);
+        res->failures += errors;
         if (errors > 0)
             fprintf(stderr, "dprec-fleet: evaluation after round %u: %llu devices failed; first: %s\n", r, errors,
-                    f.first_error);
+                    f->first_error);
         char es[32];
         fmt_eps(es, sizeof es, eps);
         double secs = now_s() - t0;
-        printf("%5u %9llu %10.4f %8s %8.2f\n", r, reported, rmse, es, secs);
+        if (main_job) printf("%5u %9llu %10.4f %8s %8.2f\n", r, reported, rmse, es, secs);
+        else if (!o->quiet) fprintf(stderr, "  round %u: %llu reports, test RMSE %.4f, %.1f s\n", r, reported, rmse, secs);
         if (csv) {
             fprintf(csv, "%u,%llu,%.6f,%s,%.3f\n", r, reported, rmse, es, secs);
             fflush(csv);
         }
-        final_rmse = rmse;
+        res->rmse = rmse;
     }
     if (csv) {
         fclose(csv);
         csv = NULL;
     }
-    if (o.plot != NULL) draw_plot(&o, csv_path, gm_rmse, im_rmse);
+    if (main_job && o->plot != NULL) draw_plot(o, csv_path, gm, im);
 
     /* the job's guarantee, as the aggregator states it */
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%llu", (unsigned long long)f.job);
-    j = call_json(&f, 0, "GET", path, fleet_token, NULL, 200, err, sizeof err);
+    snprintf(path, sizeof path, "/v1/jobs/%llu", (unsigned long long)f->job);
+    j = call_json(f, 0, "GET", path, token, NULL, 200, err, sizeof err);
     dprec_guarantee g;
     memset(&g, 0, sizeof g);
-    g.protocol = o.proto->name;
-    g.job_id = f.job;
+    g.protocol = o->proto->name;
+    g.job_id = f->job;
     g.unit = DPREC_UNIT_USER;
     g.model = DPREC_MODEL_NONE;
     g.epsilon = INFINITY;
@@ -1019,72 +1014,215 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dprec-fleet: job status: %s (guarantee from the protocol's defaults)\n", err);
     }
     if (g.model == DPREC_MODEL_NONE) g.epsilon = INFINITY;
-    job_delta = g.delta;
-    char gtext[512];
-    dprec_guarantee_text(&g, gtext, sizeof gtext);
-    printf("baselines: global mean %.4f, item mean %.4f; wall time %.1f s\n", gm_rmse, im_rmse, now_s() - t_start);
-    printf("guarantee: %s%s\n", gtext,
-           o.c.items_top > 0 ? "; NOT covered: the item subset (--items-top) was chosen from the users' own ratings "
-                               "(a simulation shortcut; a deployment takes it from public metadata)"
-                             : "");
-    double user_eps = priv != NULL ? json_num(priv, "user_epsilon", NAN) : NAN;
-    if (g.unit == DPREC_UNIT_RATING && !isnan(user_eps)) {
-        char ue[32], ud[32];
-        fmt_eps(ue, sizeof ue, user_eps);
-        fmt_eps(ud, sizeof ud, json_num(priv, "user_delta", g.delta));
-        printf("guarantee at user level: epsilon = %s, delta = %s (what each device counts against its user cap)\n", ue,
-               ud);
+    res->model = g.model;
+    res->delta = g.delta;
+    res->epsilon = g.model == DPREC_MODEL_NONE ? INFINITY : (isnan(res->epsilon) ? g.epsilon : res->epsilon);
+    if (main_job) {
+        char gtext[512];
+        dprec_guarantee_text(&g, gtext, sizeof gtext);
+        printf("guarantee: %s%s\n", gtext,
+               o->c.items_top > 0 ? "; NOT covered: the item subset (--items-top) was chosen from the users' own "
+                                    "ratings (a simulation shortcut; a deployment takes it from public metadata)"
+                                  : "");
+        double user_eps = priv != NULL ? json_num(priv, "user_epsilon", NAN) : NAN;
+        if (g.unit == DPREC_UNIT_RATING && !isnan(user_eps)) {
+            char ue[32], ud[32];
+            fmt_eps(ue, sizeof ue, user_eps);
+            fmt_eps(ud, sizeof ud, json_num(priv, "user_delta", g.delta));
+            printf("guarantee at user level: epsilon = %s, delta = %s (what each device counts against its user cap)\n",
+                   ue, ud);
+        }
     }
     cJSON_Delete(j);
     j = NULL;
-    double job_eps = g.model == DPREC_MODEL_NONE ? INFINITY : (isnan(final_eps) ? g.epsilon : final_eps);
 
     /* the devices' own ledgers: what each charged for this job, from its own accountant, must not exceed the
      * aggregator's figure for the rounds run (else the published guarantee understates what they spent) */
     if (g.model != DPREC_MODEL_NONE) {
         double dev_eps = 0.0;
         uint32_t charged = 0;
-        for (uint32_t u = 0; u < f.data.num_users; u++) {
+        for (uint32_t u = 0; u < f->data.num_users; u++) {
             dprec_ledger_entry e;
-            if (f.dev[u].client == NULL || dprec_ledger_job(f.dev[u].client, f.job, &e) != DPREC_OK) continue;
+            if (f->dev[u].client == NULL || dprec_ledger_job(f->dev[u].client, f->job, &e) != DPREC_OK) continue;
             charged++;
             if (e.epsilon > dev_eps) dev_eps = e.epsilon;
         }
         char de[32], ae[32];
         fmt_eps(de, sizeof de, dev_eps);
-        fmt_eps(ae, sizeof ae, job_eps);
-        printf("ledgers: %u devices charged this job, at most epsilon = %s each (%s level); the aggregator's accountant "
-               "for the rounds run: %s\n", charged, de, dprec_unit_name(g.unit), ae);
-        if (!(dev_eps <= job_eps * (1.0 + 1e-9))) {
-            fprintf(stderr, "dprec-fleet: a device charged more than the job's published guarantee: it understates "
-                            "(%s > %s)\n", de, ae);
-            failures++;
+        fmt_eps(ae, sizeof ae, res->epsilon);
+        if (main_job)
+            printf("ledgers: %u devices charged this job, at most epsilon = %s each (%s level); the aggregator's "
+                   "accountant for the rounds run: %s\n", charged, de, dprec_unit_name(g.unit), ae);
+        if (!(dev_eps <= res->epsilon * (1.0 + 1e-9))) {
+            fprintf(stderr, "dprec-fleet: job %llu: a device charged more than the job's published guarantee: it "
+                            "understates (%s > %s)\n", (unsigned long long)f->job, de, ae);
+            res->failures++;
         }
     }
-    char es[32], ds[32];
-    fmt_eps(es, sizeof es, job_eps);
-    fmt_eps(ds, sizeof ds, job_delta);
-    printf("final: protocol=%s rounds=%u test_rmse=%.4f epsilon=%s delta=%s\n", o.proto->name, rounds_run, final_rmse,
-           es, ds);
-    /* a figure over part of the fleet is not the figure asked for: say so, and fail */
-    if (failures > 0)
-        fprintf(stderr, "dprec-fleet: %llu device failures over the run (see above); exit status 1\n", failures);
-    exit_code = isfinite(final_rmse) && failures == 0 ? 0 : 1;
-
+    ok = 0;
 out:
     cJSON_Delete(j);
     if (csv) fclose(csv);
+    return ok;
+}
+
+/* ---- main ---------------------------------------------------------------------------------------------------- */
+
+/* One comparison: the protocol named `name` with its own defaults (its flags as given, if any), on a fresh copy of
+ * the fleet, at the main job's budget. *res gets its outcome; 0, or -1 (printed). */
+static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *token, const fleet_proto *p,
+                       job_result *res) {
+    options *o = f->o;
+    const fleet_proto *main_proto = o->proto;
+    fleet_common main_c = o->c;
+    o->proto = p;
+    o->c.rounds = FLEET_DEFAULT_ROUNDS;
+    o->c.rank = FLEET_DEFAULT_RANK;
+    o->c.rounds_set = o->c.rank_set = 0;
+    o->c.lambda = -1;
+    int rc = p->finish(&o->c);
+    if (rc == 0) rc = load_devices(f, ws, nthreads, 0);
+    if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);
+    else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);
+    o->proto = main_proto;
+    o->c = main_c;
+    return rc == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int prc = parse_args(argc, argv, &o);
+    if (prc != 0) return prc == 1 ? 0 : prc;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    double t_start = now_s();
+    char err[1024] = "";
+    static fleet f;
+    memset(&f, 0, sizeof f);
+    f.o = &o;
+    pthread_mutex_init(&f.lock, NULL);
+    if (load_data(&o, &f.data, err, sizeof err) != 0 || filter_items(&o, &f.data) != 0 ||
+        fleet_data_split(&f.data, o.test_fraction, o.c.seed) != 0) {
+        fprintf(stderr, "dprec-fleet: %s\n", err[0] ? err : "out of memory");
+        return 1;
+    }
+    f.check_stride = f.data.num_users / 100 > 1 ? f.data.num_users / 100 : 1;
+    double gm_rmse, im_rmse, um_rmse, mu;
+    size_t ntest;
+    fleet_data_baselines(&f.data, &gm_rmse, &im_rmse, &um_rmse, &mu, &ntest);
+    printf("data: %s: %u users, %u items, %zu ratings (%zu train, %zu test, seed %llu), scale %g..%g\n",
+           o.data ? o.data : o.synthetic, f.data.num_users, f.data.num_items, f.data.num_ratings,
+           f.data.num_ratings - ntest, ntest, (unsigned long long)o.c.seed, (double)f.data.rating_min,
+           (double)f.data.rating_max);
+    printf("baselines: global mean %.4f -> test RMSE %.4f; item mean test RMSE %.4f; user mean test RMSE %.4f (the "
+           "first two without privacy; the user mean from each device's own ratings, at no privacy cost)\n", mu,
+           gm_rmse, im_rmse, um_rmse);
+
+    if (o.store_dir != NULL && mkdir(o.store_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "dprec-fleet: cannot create %s: %s\n", o.store_dir, strerror(errno));
+        return 1;
+    }
+    if (fleet_conn_open(&o.conn, &f.conn, err, sizeof err) != 0) {
+        fprintf(stderr, "dprec-fleet: aggregator: %s\n", err);
+        return 1;
+    }
+    printf("aggregator: %s\n", fleet_conn_describe(f.conn));
+    int exit_code = 1;
+    unsigned nthreads = o.threads;
+    worker *ws = calloc(nthreads, sizeof *ws);
+    f.dev = calloc(f.data.num_users, sizeof *f.dev);
+    cJSON *j = NULL;
+    char *fleet_token = NULL;
+    job_result main_res, cmp_res[FLEET_MAX_COMPARE];
+    const fleet_proto *cmp[FLEET_MAX_COMPARE];
+    size_t ncmp = 0;
+    memset(&main_res, 0, sizeof main_res);
+    if (ws == NULL || f.dev == NULL) {
+        fprintf(stderr, "dprec-fleet: out of memory\n");
+        goto out;
+    }
+    for (unsigned i = 0; i < nthreads; i++) {
+        ws[i].f = &f;
+        ws[i].index = (int)i;
+        if (fleet_conn_transport(f.conn, &ws[i].t, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: transport: %s\n", err);
+            goto out;
+        }
+    }
+    f.scfg.release_key = fleet_conn_release_key(f.conn, &f.scfg.release_key_len);
+    if (!o.verify_each) {
+        f.scfg.verified_seen = sig_memo_seen;
+        f.scfg.verified_remember = sig_memo_remember;
+    }
+    /* the fleet's own registration: it fetches one copy of each release for the evaluation */
+    j = call_json(&f, 0, "POST", "/v1/register", NULL, "{\"platform\":\"dprec-fleet\"}", 201, err, sizeof err);
+    const cJSON *tok = j ? cJSON_GetObjectItemCaseSensitive(j, "token") : NULL;
+    if (!cJSON_IsString(tok)) {
+        fprintf(stderr, "dprec-fleet: registering the fleet's evaluator: %s\n", j ? "no token" : err);
+        goto out;
+    }
+    fleet_token = strdup(tok->valuestring);
+    cJSON_Delete(j);
+    j = NULL;
+
+    /* the devices and the job */
+    if (load_devices(&f, ws, nthreads, 1) != 0) goto out;
+    if (run_job(&f, ws, nthreads, fleet_token, 1, gm_rmse, im_rmse, &main_res) != 0) goto out;
+    unsigned long long failures = main_res.failures;
+
+    /* the comparisons (--compare), each on a fresh copy of the fleet at the same budget */
+    const char *list = o.compare != NULL ? o.compare : (o.proto->compare != NULL ? o.proto->compare : "");
+    char names[256];
+    snprintf(names, sizeof names, "%s", list);
+    for (char *save = NULL, *name = strtok_r(names, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+        const fleet_proto *p = fleet_proto_find(name);
+        if (p == NULL || p == o.proto || ncmp == FLEET_MAX_COMPARE) continue; /* checked by parse_args */
+        if (run_compare(&f, ws, nthreads, fleet_token, p, &cmp_res[ncmp]) != 0) goto out;
+        failures += cmp_res[ncmp].failures;
+        cmp[ncmp++] = p;
+    }
+
+    char es[32], ds[32];
+    printf("baselines: global mean %.4f, item mean %.4f; user mean %.4f; wall time %.1f s\n", gm_rmse, im_rmse,
+           um_rmse, now_s() - t_start);
+    for (size_t k = 0; k < ncmp; k++) {
+        fmt_eps(es, sizeof es, cmp_res[k].epsilon);
+        printf("compare: %s test_rmse=%.4f epsilon=%s (%s), %s\n", cmp[k]->name, cmp_res[k].rmse, es,
+               dprec_model_name(cmp_res[k].model), cmp[k]->summary != NULL ? cmp[k]->summary : cmp[k]->name);
+    }
+    /* the verdict of a private run: does it beat what its devices have for free, and the private bias model at the
+     * same budget? */
+    if (main_res.model != DPREC_MODEL_NONE && isfinite(main_res.rmse)) {
+        fmt_eps(es, sizeof es, main_res.epsilon);
+        if (!(main_res.rmse < um_rmse))
+            printf("verdict: %s at epsilon = %s does not beat the user mean (%.4f > %.4f), which each device has "
+                   "without sending anything: at this budget and fleet size it learns nothing worth its privacy\n",
+                   o.proto->name, es, main_res.rmse, um_rmse);
+        for (size_t k = 0; k < ncmp; k++) {
+            if (cmp_res[k].model == DPREC_MODEL_NONE || !isfinite(cmp_res[k].rmse)) continue;
+            if (main_res.rmse < cmp_res[k].rmse)
+                printf("verdict: %s (%.4f) beats %s (%.4f) at the same budget\n", o.proto->name, main_res.rmse,
+                       cmp[k]->name, cmp_res[k].rmse);
+            else
+                printf("verdict: %s (%.4f) does NOT beat %s (%.4f) at the same budget: use %s at epsilon = %s\n",
+                       o.proto->name, main_res.rmse, cmp[k]->name, cmp_res[k].rmse, cmp[k]->name, es);
+        }
+    }
+    fmt_eps(es, sizeof es, main_res.epsilon);
+    fmt_eps(ds, sizeof ds, main_res.delta);
+    printf("final: protocol=%s rounds=%u test_rmse=%.4f epsilon=%s delta=%s\n", o.proto->name, main_res.rounds,
+           main_res.rmse, es, ds);
+    /* a figure over part of the fleet is not the figure asked for: say so, and fail */
+    if (failures > 0)
+        fprintf(stderr, "dprec-fleet: %llu device failures over the run (see above); exit status 1\n", failures);
+    exit_code = isfinite(main_res.rmse) && failures == 0 ? 0 : 1;
+
+out:
+    cJSON_Delete(j);
     free(fleet_token);
     free(f.release);
     free(o.item_subset);
     if (f.dev != NULL) {
-        for (uint32_t u = 0; u < f.data.num_users; u++) {
-            device *dv = &f.dev[u];
-            dprec_client_free(dv->client);
-            free(dv->mem);
-            if (dv->mp) { fleet_memport_free(dv->mp); free(dv->mp); }
-            free(dv->posix);
-        }
+        free_devices(&f);
         free(f.dev);
     }
     if (ws != NULL)

@@ -14,6 +14,7 @@
 /* The options every protocol may read (set from the common flags before a protocol's finish runs). */
 typedef struct fleet_common {
     unsigned rounds, rank;
+    int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
     double lambda;          /* --lambda, or -1: the protocol's default (its finish sets it) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
     int epsilon_set, delta_set;
@@ -44,6 +45,11 @@ typedef struct fleet_proto {
                       uint32_t dim, double *base);
     /* Printed after the job line (NULL: nothing). */
     void (*describe)(const fleet_common *o);
+    /* The protocols a run of this one is compared with by default (--compare: each on a fresh copy of the fleet at
+     * the same budget, with its own defaults), comma-separated; NULL: none. */
+    const char *compare;
+    /* What this protocol is, in a few words, for the comparison lines (NULL: its name). */
+    const char *summary;
 } fleet_proto;
 
 extern const fleet_proto *const fleet_protos[];

@@ -7,7 +7,7 @@
 
 static struct {
     unsigned max_items;
-    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda;
+    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd;
 } dp;
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
@@ -24,6 +24,8 @@ static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *
     else if (strcmp(flag, "--sampling-rate") == 0) dst = &dp.sampling_rate;
     else if (strcmp(flag, "--init-scale") == 0) dst = &dp.init_scale;
     else if (strcmp(flag, "--item-lambda") == 0) dst = &dp.item_lambda;
+    else if (strcmp(flag, "--noise-multiplier") == 0) dst = &dp.noise_multiplier;
+    else if (strcmp(flag, "--prior-sd") == 0) dst = &dp.prior_sd;
     else return 0;
     if (value == NULL || fleet_parse_double(value, dst) || !(*dst > 0) || (dst == &dp.sampling_rate && !(*dst <= 1.0)))
         return fleet_flag_error("bad value for", flag), -1;
@@ -42,10 +44,12 @@ static int dpals_finish(fleet_common *o) {
 }
 
 static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
-    char rc[128] = "";
+    char rc[256] = "";
     size_t n = 0;
     if (dp.rating_clip > 0) n += (size_t)snprintf(rc, sizeof rc, ",\"rating_clip\":%.17g", dp.rating_clip);
-    if (dp.item_lambda > 0) snprintf(rc + n, sizeof rc - n, ",\"lambda\":%.17g", dp.item_lambda);
+    if (dp.item_lambda > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"lambda\":%.17g", dp.item_lambda);
+    if (dp.noise_multiplier > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"noise_multiplier\":%.17g", dp.noise_multiplier);
+    if (dp.prior_sd > 0) snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
@@ -70,7 +74,7 @@ static void dpals_describe(const fleet_common *o) {
 }
 
 static const char *const dpals_flags[] = {"--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
-                                          "--init-scale", "--item-lambda", NULL};
+                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", NULL};
 
 const fleet_proto fleet_proto_dpals = {
     "dpals",
@@ -81,6 +85,9 @@ const fleet_proto fleet_proto_dpals = {
     "  --u-clip G               norm bound of the reported user factor (default 1)\n"
     "  --rating-clip R          bound of the centred targets (default: half the scale's width)\n"
     "  --sampling-rate Q        Poisson sampling rate of the devices per round (default 1)\n"
-    "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n",
-    dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe,
+    "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n"
+    "  --noise-multiplier Z     the noise multiplier itself (default: inverted from --epsilon, --delta and the\n"
+    "                           rounds); the guarantee is then what z gives, and --epsilon must cover it\n",
+    dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
+    "private ALS (Chien et al. 2021), joint DP",
 };

@@ -73,11 +73,13 @@ static void fw_device(const fleet_common *o, const fleet_data *d, uint32_t ntrai
     cfg->fw_max_ratings = fw.xi;
 }
 
-/* The device's own row Y_i = offset + g . V_j (dprec_fw_user_vector) on the latest release. */
+/* The device's own row Y_i = offset + g . V_j (dprec_fw_user_vector) on the latest release, offset its own centre
+ * (dprec_fw_user_offset; before its first report, the job's public offset). */
 static int fw_own_vector(const fleet_common *o, const fleet_data *d, dprec_client *c, uint64_t job, float *u,
                          uint32_t dim, double *base) {
     (void)o;
-    *base = ((double)d->rating_min + (double)d->rating_max) / 2.0; /* the job's params.offset default */
+    if (dprec_fw_user_offset(c, job, base) != DPREC_OK)
+        *base = ((double)d->rating_min + (double)d->rating_max) / 2.0; /* the job's params.offset default */
     return dprec_fw_user_vector(c, job, u, dim);
 }
 
@@ -98,5 +100,6 @@ const fleet_proto fleet_proto_private_fw = {
     "  --variant V              dense (LAPACKE eigen-solver, default) or oja (Alg. 2)\n"
     "  --fw-k K, --fw-L L       nuclear-norm bound (default sqrt(users n)) and row bound (default sqrt(XI));\n"
     "                           --fw-beta B (default 0.1), --oja-steps G (default 64)\n",
-    fw_flags, fw_arg, fw_finish, fw_spec, fw_device, fw_own_vector, fw_describe,
+    fw_flags, fw_arg, fw_finish, fw_spec, fw_device, fw_own_vector, fw_describe, "bias",
+    "seed 002 private Frank-Wolfe, joint DP",
 };

@@ -48,5 +48,6 @@ const fleet_proto fleet_proto_plain = {
     "plain (the reference, no privacy: alternating least squares):\n"
     "  --lambda-bias L          ridge of the item biases (default: the aggregator's)\n",
     plain_flags,
-    plain_arg, plain_finish, plain_spec, plain_device, NULL, NULL,
+    plain_arg, plain_finish, plain_spec, plain_device, NULL, NULL, NULL,
+    "ALS without privacy (the utility ceiling)",
 };

@@ -8,11 +8,12 @@
 #include "fleet_proto.h"
 
 extern const fleet_proto fleet_proto_plain, fleet_proto_ldp_gd, fleet_proto_ldp_gddr, fleet_proto_ldp_rr,
-    fleet_proto_gauss_gd, fleet_proto_private_fw, fleet_proto_dpals;
+    fleet_proto_gauss_gd, fleet_proto_private_fw, fleet_proto_dpals, fleet_proto_bias;
 
 const fleet_proto *const fleet_protos[] = {
     &fleet_proto_plain,    &fleet_proto_ldp_gd,   &fleet_proto_ldp_gddr,
     &fleet_proto_ldp_rr,   &fleet_proto_gauss_gd, &fleet_proto_private_fw, &fleet_proto_dpals,
+    &fleet_proto_bias,
 };
 
 const size_t fleet_proto_count = sizeof fleet_protos / sizeof fleet_protos[0];

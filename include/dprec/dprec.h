@@ -201,11 +201,16 @@ DPREC_API int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_
 DPREC_API int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32_t item, float *score);
 
 /* private-fw (seed 002): the device's own row of predictions Y_i = sum_c g_c v_c, as the coefficients g
- * (dim floats) over the release's columns, and the job's public offset: the predicted rating of item j is
- * offset + g . V_j with V_j the row of j in the job's latest release (docs/protocol.md, private-fw). The
+ * (dim floats) over the release's columns: the predicted rating of item j is offset + g . V_j, offset the
+ * user's centre (dprec_fw_user_offset) with V_j the row of j in the job's latest release (docs/protocol.md, private-fw). The
  * prediction is for this user only (joint DP: it depends on their own ratings without noise; never send it).
  * DPREC_ERR_NOT_FOUND if the client keeps no state for job_id; dim must equal cfg.dim. */
 DPREC_API int dprec_fw_user_vector(const dprec_client *c, uint64_t job_id, float *g, uint32_t dim);
+/* private-fw: the centre of this user's predictions for job_id, used in place of the job's public offset above
+ * (params.center "user", the default: the mean of the user's sampled ratings shrunk toward the public offset
+ * with the weight of one rating; docs/protocol.md). DPREC_ERR_NOT_FOUND if the client keeps no state for the job
+ * or the state predates the centre (then the job's public offset applies). */
+DPREC_API int dprec_fw_user_offset(const dprec_client *c, uint64_t job_id, double *offset);
 
 DPREC_END_DECLS
 

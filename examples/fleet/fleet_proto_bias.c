@@ -1,0 +1,43 @@
+/* dprec-fleet: `bias`, the private bias model mu + b_j + c_i (docs/privacy.md, "The private bias model"): the
+ * `dpals` protocol at d = 1, where column 0 of V is pinned to 1 so that the device's least-squares u is its own
+ * bias c_i (fitted on the device, never sent) and the aggregator's private solve releases the item biases b_j.
+ * The job on the wire is a dpals job; this descriptor only fixes d = 1 and the defaults chosen for it, and takes
+ * dpals's flags. Every private protocol whose aggregator is trusted is compared with it by default (--compare). */
+#include <stdio.h>
+#include <string.h>
+
+#include "fleet_proto.h"
+
+extern const fleet_proto fleet_proto_dpals;
+
+static int bias_finish(fleet_common *o) {
+    if (o->rank_set && o->rank != 1) return fleet_flag_error("bias is the model at d = 1: --rank must be 1 (or use dpals)", NULL);
+    o->rank = 1;
+    o->rank_set = 1;
+    return fleet_proto_dpals.finish(o);
+}
+
+static void bias_describe(const fleet_common *o) {
+    printf("bias: the private bias model mu + b_j + c_i (dpals at d = 1: the item biases released with user-level "
+           "joint DP, each device's own bias c_i fitted on the device)\n");
+    fleet_proto_dpals.describe(o);
+}
+
+static int bias_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
+    return fleet_proto_dpals.arg(o, flag, value, takes_value);
+}
+
+static void bias_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
+    fleet_proto_dpals.spec(o, d, out, cap);
+}
+
+static void bias_device(const fleet_common *o, const fleet_data *d, uint32_t ntrain, dprec_config *cfg) {
+    fleet_proto_dpals.device(o, d, ntrain, cfg);
+}
+
+const fleet_proto fleet_proto_bias = {
+    "bias",
+    "bias (the private bias model mu + b_j + c_i: dpals at d = 1; user-level joint DP; takes dpals's flags)\n",
+    NULL, bias_arg, bias_finish, bias_spec, bias_device, NULL, bias_describe, NULL,
+    "the private bias model (dpals at d = 1), joint DP",
+};
