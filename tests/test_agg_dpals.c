@@ -157,16 +157,17 @@ static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state)
 
 /* The round's statistics carry exactly the published noise: with no reports, every normalized coordinate of
  * every item (the Gram entries and the right-hand side alike) is the discrete Gaussian of standard deviation sigma
- * (the published z times the sensitivity with its allowance). 4000 items x 5 coordinates (d = 2): the sample std
- * within 2% (4 standard errors: false failure below 1e-4) and the mean within 4.5 standard errors; a
- * scale off by 3% fails. */
-static void test_dpals_step_adds_the_published_noise(void **state) {
-    (void)state;
-    const uint32_t m = 4000, d = 2, cw = d * (d + 1) / 2 + d;
-    agg_job j = make_job("{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5}", m, d, 1e4, 1e-6, 5, 0.5);
+ * (the published z times the sensitivity with its allowance), for the private bias model (d = 1: each item's
+ * count and sum) as for a factor model (d = 2). 4000 items: the sample std within 4 standard errors (false failure
+ * below 1e-4) and the mean within 4.5; a scale off by 3% fails. */
+static void check_published_noise(uint32_t d, const char *params, double eps, double want_z) {
+    const uint32_t m = 4000, cw = d * (d + 1) / 2 + d;
+    agg_job j = make_job(params, m, d, eps, 1e-6, 5, 0.5);
     double z, sens, sigma;
     assert_int_equal(agg_dpals_noise_scale(&j, &z, &sens, &sigma), 0);
-    assert_true(z == 2.0 && sens >= 4.0 && sens < 4.0 * 1.001); /* sqrt(2 k) = 4, and the grid's allowance */
+    /* sqrt(2 k) = 4, with the grid's allowance 1 / (1 - sqrt(N) z 2^-19) over the N noised coordinates */
+    assert_true(z == want_z);
+    assert_true(fabs(sens / (4.0 / (1.0 - sqrt((double)m * cw) * z * ldexp(1.0, -19))) - 1.0) < 1e-12);
     dprec_rng rng;
     assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"dpals-noise", 11, "test"), DPREC_OK);
     double *stats = NULL;
@@ -179,7 +180,7 @@ static void test_dpals_step_adds_the_published_noise(void **state) {
         s2 += stats[c] * stats[c];
     }
     double sd = sqrt(s2 / n - (s1 / n) * (s1 / n));
-    assert_true(fabs(sd / sigma - 1.0) < 0.02);
+    assert_true(fabs(sd / sigma - 1.0) < 4.0 / sqrt(2.0 * (double)n));
     assert_true(fabs(s1 / n) < 4.5 * sigma / sqrt((double)n)); /* centred */
     free(stats);
     /* without noise the statistics are exactly the (empty) sums */
@@ -187,6 +188,18 @@ static void test_dpals_step_adds_the_published_noise(void **state) {
     for (size_t c = 0; c < n; c++) assert_true(stats[c] == 0.0);
     free(stats);
     dprec_rng_free(&rng);
+}
+
+static void test_dpals_step_adds_the_published_noise(void **state) {
+    (void)state;
+    check_published_noise(2, "{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5}", 1e4, 2.0);
+    /* the private bias model, its multiplier inverted from the budget (eps 1, delta 1e-6, 5 rounds, q = 0.5) */
+    agg_job b = make_job("{\"max_items\":8}", 4000, 1, 1.0, 1e-6, 5, 0.5);
+    double z, sens, sigma, want;
+    assert_int_equal(agg_dpals_noise_scale(&b, &z, &sens, &sigma), 0);
+    assert_int_equal(dprec_gauss_noise_multiplier(1.0, 1e-6, 5, 0.5, &want), DPREC_OK);
+    assert_true(fabs(z / want - 1.0) < 1e-12);
+    check_published_noise(1, "{\"max_items\":8}", 1.0, z);
 }
 
 /* The posterior filter (agg_dpals_solve with kappa > 0): in G's eigenbasis each coefficient is g h_e / (g^2 +

@@ -202,6 +202,45 @@ static void test_gauss_noise_std_equals_z_times_clip_for_unit_user(void **state)
 /* The epsilon the aggregator publishes and the fleet prints (epsilon_spent = agg_budget_check after the
  * rounds done) is the accountant's value for the same mechanism, and unit user's inverted multiplier makes
  * the job's rounds fit its budget, tightly. */
+/* params.user_bias (the default for d >= 2): column 0 of V is 1 in release 1 and stays 1 after a noisy step, so that
+ * each device's u[0] is its own bias; the other columns and the biases move with the noise. user_bias with d = 1
+ * is refused, and false leaves column 0 to the gradient. */
+static void test_gauss_user_bias_pins_column_zero(void **state) {
+    (void)state;
+    const uint32_t m = 50, d = 3;
+    agg_job j = make_job("{\"unit\":\"user\",\"noise_multiplier\":1,\"lr\":1}", m, d, 1e6, 1e-5, 2, 1.0);
+    agg_model prev, next;
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_protocol_gauss_gd.initial_model(&j, &prev, err, sizeof err), 0);
+    for (uint32_t it = 0; it < m; it++) assert_true(prev.v[(size_t)it * d] == 1.0f);
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"gauss-pin", 9, "test"), DPREC_OK);
+    assert_int_equal(agg_protocol_gauss_gd.global_step(&j, &prev, NULL, 0, &rng, &next, err, sizeof err), 0);
+    int moved = 0;
+    for (uint32_t it = 0; it < m; it++) {
+        assert_true(next.v[(size_t)it * d] == 1.0f);
+        moved += next.v[(size_t)it * d + 1] != prev.v[(size_t)it * d + 1] && next.bias[it] != 0.0f;
+    }
+    assert_int_equal(moved, m);
+    agg_model_free(&next);
+    agg_model_free(&prev);
+    /* false: column 0 is learned like the others */
+    agg_job off = make_job("{\"unit\":\"user\",\"noise_multiplier\":1,\"lr\":1,\"user_bias\":false}", m, d, 1e6, 1e-5, 2, 1.0);
+    assert_int_equal(agg_protocol_gauss_gd.initial_model(&off, &prev, err, sizeof err), 0);
+    assert_int_equal(agg_protocol_gauss_gd.global_step(&off, &prev, NULL, 0, &rng, &next, err, sizeof err), 0);
+    moved = 0;
+    for (uint32_t it = 0; it < m; it++) moved += next.v[(size_t)it * d] != prev.v[(size_t)it * d];
+    assert_int_equal(moved, m);
+    agg_model_free(&next);
+    agg_model_free(&prev);
+    dprec_rng_free(&rng);
+    /* d = 1 has no room for the pinned column */
+    cJSON *p = cJSON_Parse("{\"user_bias\":true}");
+    agg_job one = make_job("{}", m, 1, 1.0, 1e-5, 2, 1.0);
+    assert_int_equal(agg_protocol_gauss_gd.validate_job(&one, p, err, sizeof err), -1);
+    cJSON_Delete(p);
+}
+
 static void test_gauss_published_epsilon_equals_the_accountant(void **state) {
     (void)state;
     agg_job ju = make_job("{\"unit\":\"user\",\"clip\":1}", 100, 4, 1.0, 1e-6, 10, 0.5);
@@ -409,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_gauss_one_user_moves_the_sum_by_at_most_c),
         cmocka_unit_test(test_gauss_noise_std_equals_seed001_formula_for_unit_rating),
         cmocka_unit_test(test_gauss_noise_std_equals_z_times_clip_for_unit_user),
+        cmocka_unit_test(test_gauss_user_bias_pins_column_zero),
         cmocka_unit_test(test_gauss_published_epsilon_equals_the_accountant),
         cmocka_unit_test(test_gauss_reports_are_padded_to_max_ratings_and_padding_adds_nothing),
         cmocka_unit_test(test_gauss_reproduces_seed001_eps_opt),

@@ -51,6 +51,8 @@ static int admin(dprec_agg *a, const char *method, const char *path, const char 
     return status;
 }
 
+static uint32_t fw_xi; /* the private-fw room a device keeps (0: none) */
+
 typedef struct device {
     fake_port fake;
     dprec_port port;
@@ -69,6 +71,7 @@ static void device_open(device *dv, int seed) {
     dv->cfg.cap_user_epsilon = 10.0; /* the ldp-gd job below spends 2, the gauss-gd job 8 */
     dv->cfg.cap_user_delta = 1e-5;
     dv->cfg.max_report_bytes = 1024;
+    dv->cfg.fw_max_ratings = fw_xi;
     dv->fake.entropy_counter = 0x5eed0000u + (uint64_t)seed; /* each device its own deterministic entropy */
     size_t need = dprec_client_required_size(&dv->cfg);
     dv->mem = malloc(need);
@@ -326,12 +329,68 @@ static void test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_roun
     run_job(spec, 3, 8 + 4 * (D + 1) + 8 * 8, 0, check_gradient_u);
 }
 
+/* private-fw with params.center "user" (the default): each device centres its targets on the mean of its sampled
+ * ratings, shrunk toward the public offset (the scale's middle, 3) with the weight of one rating, and keeps that
+ * centre for the job. Release 1 has v = 0, so the round-1 residual of each sampled item is exactly
+ * centre - r (L is large: nothing is clipped); the centre is the one dprec_fw_user_offset gives in every round. */
+static double fw_centre[2];
+
+static void check_fw_centre(device dev[2], uint64_t round, const char *db) {
+    for (int i = 0; i < 2; i++) {
+        dprec_client *c = dev[i].c;
+        double sum = 3.0;
+        for (uint32_t k = 0; k < c->count; k++) sum += c->ratings[k].value;
+        double want = sum / (double)(c->count + 1u), got = 0;
+        assert_int_equal(dprec_fw_user_offset(c, 1, &got), DPREC_OK);
+        assert_true(fabs(got - want) <= 1e-6);
+        if (round == 1) fw_centre[i] = got;
+        assert_true(got == fw_centre[i]); /* chosen once, kept */
+    }
+    if (round != 1) return;
+    sqlite3 *db3 = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
+                                        " WHERE r.round = 1 ORDER BY r.id", -1, &q, NULL),
+                     SQLITE_OK);
+    for (int i = 0; i < 2; i++) { /* the devices synced in order: device 0's report first */
+        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+        const unsigned char *b = (const unsigned char *)sqlite3_column_blob(q, 0) + 56;
+        uint32_t n;
+        memcpy(&n, b, 4);
+        assert_int_equal(n, 8);
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t item;
+            float a;
+            memcpy(&item, b + 8 + 8 * k, 4);
+            memcpy(&a, b + 12 + 8 * k, 4);
+            int64_t at = dprec_store_find(dev[i].c, item);
+            assert_true(at >= 0);
+            assert_true(fabs((double)a - (fw_centre[i] - (double)dev[i].c->ratings[at].value)) <= 1e-5);
+        }
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(db3);
+}
+
+static void test_sync_private_fw_centres_each_device_on_its_own_mean(void **state) {
+    (void)state;
+    fw_xi = 8;
+    run_job("{\"protocol\": \"private-fw\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+            " \"rounds\": 3, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+            " \"params\": {\"items\": \"ffffff3f\", \"k\": 10, \"L\": 100, \"xi\": 8},"
+            " \"budget\": {\"epsilon\": 8, \"delta\": 1e-5}}",
+            3, 8 + 8 * 8, 0, check_fw_centre);
+    fw_xi = 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
         cmocka_unit_test(test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round),
         cmocka_unit_test(test_sync_runs_an_ldp_rr_job_with_the_pinned_coordinate_left_out),
         cmocka_unit_test(test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_round),
+        cmocka_unit_test(test_sync_private_fw_centres_each_device_on_its_own_mean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

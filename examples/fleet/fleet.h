@@ -53,6 +53,7 @@ typedef struct fleet_shape {
     double noise, mu, item_bias_sd, user_bias_sd, signal_sd, zipf_s, zipf_q, min_per_user;
     int pareto;
     double rating_min, rating_max, step;
+    int harmonic; /* 1: factor component t has variance proportional to 1 / (t + 1); 0: all equal */
 } fleet_shape;
 
 /* The MovieLens-10M-shaped fleet of the leaderboard, its sizes scaled by f (1: 70,000 users, 10,000 items,

@@ -189,8 +189,16 @@ static int synthesize(const fleet_shape *s, uint64_t seed, fleet_data *d, char *
         snprintf(err, errcap, "out of memory");
         return -1;
     }
-    for (size_t k = 0; k < (size_t)users * rank; k++) U[k] = (float)(scale * rand_normal(&st));
-    for (size_t k = 0; k < (size_t)items * rank; k++) V[k] = (float)(scale * rand_normal(&st));
+    /* the factors' spectrum: flat (every component of u and v of sd `scale`), or (harmonic 1) component t of
+     * variance proportional to 1 / (t + 1), as real rating matrices' singular values decay; both give u.v the
+     * variance signal_sd^2 */
+    double comp[256];
+    double hsum = 0;
+    for (uint32_t t = 0; t < rank && t < 256; t++) hsum += 1.0 / (t + 1.0);
+    for (uint32_t t = 0; t < rank && t < 256; t++)
+        comp[t] = s->harmonic ? pow(s->signal_sd * s->signal_sd / ((t + 1.0) * hsum), 0.25) : scale;
+    for (size_t k = 0; k < (size_t)users * rank; k++) U[k] = (float)(comp[k % rank] * rand_normal(&st));
+    for (size_t k = 0; k < (size_t)items * rank; k++) V[k] = (float)(comp[k % rank] * rand_normal(&st));
     for (uint32_t j = 0; j < items; j++) b[j] = (float)(s->item_bias_sd * rand_normal(&st));
     if (s->user_bias_sd > 0)
         for (uint32_t u = 0; u < users; u++) c[u] = (float)(s->user_bias_sd * rand_normal(&st));
@@ -269,7 +277,7 @@ static int synthesize(const fleet_shape *s, uint64_t seed, fleet_data *d, char *
 
 int fleet_data_synthetic(uint32_t users, uint32_t items, size_t ratings, uint32_t rank, double noise,
                          uint64_t seed, fleet_data *d, char *err, size_t errcap) {
-    fleet_shape s = {users, items, ratings, rank, noise, 3.0, 0.5, 0.0, 1.0, 1.0, 1.0, 2.0, 0, 1.0, 5.0, 0.0};
+    fleet_shape s = {users, items, ratings, rank, noise, 3.0, 0.5, 0.0, 1.0, 1.0, 1.0, 2.0, 0, 1.0, 5.0, 0.0, 0};
     return synthesize(&s, seed, d, err, errcap);
 }
 
@@ -281,7 +289,7 @@ void fleet_shape_ml10m(double f, fleet_shape *s) {
      * 90 at f = 1). At f = 0.1 the baselines are: global mean 1.0455, item mean 0.9420, `plain` (ALS, d = 10,
      * lambda 30, 8 rounds) 0.8015, about where MovieLens-10M's fall (1.06, 0.98, 0.80). */
     fleet_shape m = {(uint32_t)(70000 * f + 0.5), (uint32_t)(10000 * f + 0.5), (size_t)(10050000 * f + 0.5), 10, 0.75,
-                     3.5, 0.5, 0.5, 0.45, 1.6, 200.0 * f, 20.0, 1, 0.5, 5.0, 0.5};
+                     3.5, 0.5, 0.5, 0.45, 1.6, 200.0 * f, 20.0, 1, 0.5, 5.0, 0.5, 1};
     if (m.zipf_q < 1.0) m.zipf_q = 1.0;
     *s = m;
 }
