@@ -30,10 +30,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Defaults shared by both sides (docs/protocol.md, dpals). The rating clip defaults to half the scale's width. */
+/* Defaults shared by both sides (docs/protocol.md, dpals). */
 #define DPREC_DPALS_DEFAULT_MAX_ITEMS 100u
 #define DPREC_DPALS_MAX_MAX_ITEMS 65535u
 #define DPREC_DPALS_DEFAULT_U_CLIP 1.0
+/* The default bound of the centred targets: 1 rating unit, or half the scale's width if that is less (chosen on the
+ * MovieLens-10M-shaped synthetic fleet: 1 beat 0.7, 1.5 and half the width, 2.25; docs/results.md "Defaults"). */
+static inline double dprec_dpals_default_rating_clip(double rating_min, double rating_max) {
+    double half = (rating_max - rating_min) / 2.0;
+    return half < 1.0 ? half : 1.0;
+}
 #define DPREC_DPALS_MAX_CLIP 1e6
 
 /* The clipped feature vector of a device: x = [s w; 1] (d doubles) from w = u[1 .. d-1], with

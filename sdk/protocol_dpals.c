@@ -5,7 +5,7 @@
  * u[0] is the user's own bias c_i) and never sends u[0]. It reports w = u[1 .. d-1] clipped to norm Gamma_u
  * (params.u_clip) and, for at most k = params.max_items of its ratings (a uniform sample drawn afresh each round
  * from the CSPRNG: selection sampling, Knuth TAOCP vol. 2, 3.4.2, Algorithm S), the target
- * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default half the scale's width). The
+ * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default 1 or half the scale's width if less). The
  * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), re-clips, and adds the noise. The report
  * carries the same information as the per-item statistics DPALS describes (x x^T and t_j x, from which t_j and
  * x are read back) in d - 1 + 2k numbers instead of k (d (d + 3) / 2).
@@ -46,7 +46,7 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
     rc = dprec_json_get_number(doc, 0, "params.u_clip", &p->u_clip);
     if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->u_clip > 0.0 && p->u_clip <= DPREC_DPALS_MAX_CLIP))
         return DPREC_ERR_JOB_PARAMS;
-    p->rating_clip = ((double)c->cfg.rating_max - (double)c->cfg.rating_min) / 2.0;
+    p->rating_clip = dprec_dpals_default_rating_clip((double)c->cfg.rating_min, (double)c->cfg.rating_max);
     rc = dprec_json_get_number(doc, 0, "params.rating_clip", &p->rating_clip);
     if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) ||
         !(p->rating_clip > 0.0 && p->rating_clip <= DPREC_DPALS_MAX_CLIP))

@@ -100,7 +100,7 @@ static int job_params(const agg_job *job, dpals_params *p, char *err, size_t err
     cJSON_Delete(params);
     if (rc != 0) return rc;
     if (!p->has_mu) p->mu = (job->rating_min + job->rating_max) / 2.0;
-    if (!p->has_rating_clip) p->rating_clip = (job->rating_max - job->rating_min) / 2.0;
+    if (!p->has_rating_clip) p->rating_clip = dprec_dpals_default_rating_clip(job->rating_min, job->rating_max);
     if (!(p->bias_scale > 0.0)) p->bias_scale = job->d > 1 ? p->u_clip : 1.0;
     return 0;
 }

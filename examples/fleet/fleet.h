@@ -57,7 +57,7 @@ typedef struct fleet_shape {
 } fleet_shape;
 
 /* The MovieLens-10M-shaped fleet of the leaderboard, its sizes scaled by f (1: 70,000 users, 10,000 items,
- * 5,000,000 ratings): power-law item popularity and user activity, user and item biases, low rank + noise. */
+ * 10,050,000 ratings): power-law item popularity and user activity, user and item biases, low rank + noise. */
 void fleet_shape_ml10m(double f, fleet_shape *s);
 int fleet_data_shape(const fleet_shape *s, uint64_t seed, fleet_data *d, char *err, size_t errcap);
 

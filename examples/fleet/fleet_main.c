@@ -42,7 +42,7 @@ static const char help_head[] =
     "  --data PATH              MovieLens ratings: u.data (tab), ratings.dat (::) or ratings.csv (header)\n"
     "  --synthetic U,I,R[,K[,NOISE]]  U users, I items, about R ratings, true rank K (default 5), noise\n"
     "                           standard deviation (default 0.5); item popularity follows a power law\n"
-    "  --synthetic ml10m[:F]    shaped like MovieLens-10M: 70,000 users, 10,000 items, 5,000,000 ratings\n"
+    "  --synthetic ml10m[:F]    shaped like MovieLens-10M: 70,000 users, 10,000 items, 10,050,000 ratings\n"
     "                           (all three times F), 0.5..5 in half stars, at least 20 ratings a user, power-law\n"
     "                           item popularity and user activity, user and item biases, rank 10 + noise\n"
     "  --test-fraction F        held-out share of each user's ratings (default 0.1)\n"
@@ -114,6 +114,7 @@ typedef struct options {
     unsigned threads, eval_every;
     double device_lambda, device_lambda_per_rating, test_fraction;
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
+    int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
     int quiet, verbose, verify_each;
     fleet_conn_options conn;
 } options;
@@ -575,8 +576,11 @@ static int filter_items(options *o, fleet_data *d) {
     for (uint32_t u = 0; u < d->num_users; u++)
         if (newid[u] != UINT32_MAX) newid[u] = users++;
     for (size_t i = 0; i < k; i++) d->ratings[i].user = newid[d->ratings[i].user];
-    printf("items: the %u most-rated items kept (%zu of %zu ratings, %u of %u users)\n", top, k, d->num_ratings,
-           users, d->num_users);
+    if (top < d->num_items)
+        printf("items: the %u most-rated items kept (%zu of %zu ratings, %u of %u users)\n", top, k, d->num_ratings,
+               users, d->num_users);
+    o->subset_from_data = top < d->num_items;
+    o->c.items_top = top; /* --items-top past the number of items: every item, no data-dependent choice */
     d->num_ratings = k;
     d->num_users = users;
     free(c);
@@ -1021,7 +1025,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         char gtext[512];
         dprec_guarantee_text(&g, gtext, sizeof gtext);
         printf("guarantee: %s%s\n", gtext,
-               o->c.items_top > 0 ? "; NOT covered: the item subset (--items-top) was chosen from the users' own "
+               o->subset_from_data ? "; NOT covered: the item subset (--items-top) was chosen from the users' own "
                                     "ratings (a simulation shortcut; a deployment takes it from public metadata)"
                                   : "");
         double user_eps = priv != NULL ? json_num(priv, "user_epsilon", NAN) : NAN;

@@ -40,6 +40,7 @@ static int fw_finish(fleet_common *o) {
     if (fw.xi == 0) fw.xi = 80; /* seed 002's experiments: xi = 80 */
     if (fw.variant == NULL) fw.variant = "dense";
     if (fw.iterations > 0) o->rounds = fw.iterations;
+    else if (!o->rounds_set) o->rounds = 10; /* seed 002's T = 10 */
     if (o->rounds > DPREC_MAX_DIM) {
         fprintf(stderr, "dprec-fleet: private-fw keeps one release column per iteration: --iterations <= %u\n",
                 DPREC_MAX_DIM);
