@@ -17,11 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <fcntl.h>
 
 #include <cjson/cJSON.h>
 #include <gnutls/crypto.h>
@@ -668,6 +671,45 @@ static int resolve_admin_token(dprec_srv_config *cfg, char *token, size_t cap, c
     return 0;
 }
 
+/* One server per state directory: an exclusive flock on STATE/lock, held for the life of the process (the kernel
+ * drops it when the process ends, kill -9 included, so a stale file never blocks a restart). Two servers on one
+ * state each keep their own view of the open rounds and close them wrongly. Returns the descriptor, or -1. */
+static int lock_state_dir(const char *dir)
+{
+    char path[DPREC_SRV_PATH_MAX];
+    if (path_join(path, sizeof path, dir, "lock") != 0) {
+        log_msg("error", "start", "state directory path too long");
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        log_msg("error", "start", "cannot open the lock file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char owner[32] = "";
+        ssize_t n = pread(fd, owner, sizeof owner - 1, 0);
+        owner[n > 0 ? n : 0] = '\0';
+        owner[strcspn(owner, "\r\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            log_msg("error", "start", "another dprec-aggregator (pid %s) is serving the state directory %s: stop it "
+                    "first; two servers on one state directory corrupt each other's view of the rounds",
+                    owner[0] != '\0' ? owner : "unknown", dir);
+        } else {
+            log_msg("error", "start", "cannot lock %s: %s", path, strerror(e));
+        }
+        return -1;
+    }
+    char pid[24];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        log_msg("warn", "start", "cannot write the pid into %s: %s", path, strerror(errno));
+    }
+    return fd;
+}
+
 static int write_ports(const char *state_dir, const char *dev_spec, uint16_t dev_port, const char *adm_spec,
                        uint16_t adm_port)
 {
@@ -713,6 +755,7 @@ int dprec_serve_main(int argc, char **argv)
     char *cert_pem = NULL, *key_pem = NULL;
     struct MHD_Daemon *dev = NULL, *adm = NULL;
     char token[256] = "", token_where[DPREC_SRV_PATH_MAX] = "";
+    int lock_fd = -1;
 
     /* Signals: blocked before any thread exists (the core's and the daemons' threads inherit the mask), so
      * only the main thread's sigtimedwait sees SIGTERM/SIGINT. */
@@ -737,6 +780,9 @@ int dprec_serve_main(int argc, char **argv)
     }
     if (mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST) {
         log_msg("error", "start", "cannot create the state directory %s: %s", cfg->state_dir, strerror(errno));
+        goto out;
+    }
+    if ((lock_fd = lock_state_dir(cfg->state_dir)) < 0) {
         goto out;
     }
 
@@ -917,6 +963,9 @@ out:
     free(cert_pem);
     free(key_pem);
     gnutls_global_deinit();
+    if (lock_fd >= 0) {
+        close(lock_fd); /* releases the state directory */
+    }
     log_msg("info", "stopped", exit_code == 0 ? "clean shutdown" : "stopped after an error");
     return exit_code;
 }
