@@ -76,7 +76,7 @@ void dprec_agg_response_free(dprec_agg_response *resp);
 
 /* The same without waiting, with the request's origin (may be NULL). Returns 0 when *resp is filled already; 1 when the answer waits for the core's writer:
  * done(user) is then called exactly once, from one of the core's threads, once *resp is filled (the report is
- * durable, not waiting for any round it closes); req (its strings and body) and resp must stay valid until then.
+ * durable, and any round it made close is closed, as for dprec_agg_handle); req (its strings and body) and resp must stay valid until then.
  * -1 as dprec_agg_handle. done must not call back into the core. */
 typedef void (*dprec_agg_done_fn)(void *user);
 int dprec_agg_handle_async(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *origin,

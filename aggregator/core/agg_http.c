@@ -328,7 +328,9 @@ static agg_call *call_new(dprec_agg *a, const dprec_agg_request *req, dprec_agg_
     c->ctx = *ctx;
     c->op.kind = op;
     c->op.done = call_done;
-    c->op.wait_round = ctx->sync;
+    /* a report that makes its round close is answered once the round is closed (its connection, not a thread,
+     * waits): a device that reads the job right after sees the new round, as it always has */
+    c->op.wait_round = 1;
     return c;
 }
 
