@@ -284,6 +284,10 @@ struct dprec_agg {
     struct agg_fin *f_head, *f_tail;
     int stopping, writer_running, finalizer_running, fin_busy;
     pthread_t writer, finalizer;
+    agg_conn ckpt;             /* the checkpointer's connection: WAL checkpoints off the writer's commits */
+    pthread_t checkpointer;
+    pthread_cond_t c_cv;       /* under q_mu */
+    int ckpt_running, ckpt_wanted;
     pthread_mutex_t rng_mu;
     dprec_rng rng;
     pthread_mutex_t sign_mu;   /* mbedTLS fills the curve's precomputed table on first use: one signer at a time */

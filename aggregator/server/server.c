@@ -513,7 +513,7 @@ struct server {
  * its built-in HTML page and close: docs/operations.md). */
 #define URL_MAX 8192
 #define HEADERS_MAX 16384
-#define MHD_MEMORY_LIMIT (64u * 1024u)
+#define MHD_MEMORY_LIMIT (32u * 1024u)
 /* An error answered before the body is read: a body announced up to this size is read and dropped first, so that a
  * client that sends its whole body before reading sees the answer; a larger one is answered at once and the
  * connection closed. */
