@@ -237,8 +237,438 @@ def check_state_lock(tmp):
     a3.stop()
 
 
+def raw_request(srv, head, listener="device", source=None, timeout=15, body=b""):
+    """Sends a request head (and body) on a fresh TLS connection; returns (status, headers, body) or None."""
+    s = tls_socket(srv, listener, source, timeout)
+    try:
+        s.sendall(head.encode() + body)
+        return read_http_response(s)
+    except (OSError, ValueError):
+        return None
+    finally:
+        s.close()
+
+
+def metric(text, name):
+    """The value of one series (name with its labels, exactly as printed), or None."""
+    for line in text.split("\n"):
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def check_body_before_auth(tmp):
+    """1. The token and the job's cap are checked from the headers, before a byte of the body is read; the bodies
+    held in memory at once are bounded."""
+    srv = Server(tmp, args=["--max-inflight-bytes", "200000"]).start()
+    job = srv.create_job(d=4, m=10, min_reports=100)
+    big = srv.create_job(d=4, m=20000, min_reports=100)  # a plain report: up to 8 + 16 + 8 m bytes
+    token = srv.register()
+    # 20 uploads of 16 MB announced with a wrong token, their bodies never sent: each is answered at once
+    results = [None] * 20
+
+    def bad(i):
+        results[i] = raw_request(srv, "POST /v1/jobs/%d/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                                      "Content-Type: application/octet-stream\r\nContent-Length: 16000000\r\n\r\n"
+                                 % (job, "f" * 64), timeout=20)
+
+    ts = [threading.Thread(target=bad, args=(i,)) for i in range(20)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ok = [r for r in results if r is not None and r[0] == 401 and b"unauthorized" in r[2]]
+    check(len(ok) == 20, "20 announced 16 MB bodies with a wrong token: 401 from the headers alone (%d of 20)" % len(ok))
+    # a valid token, a body longer than the job's own cap (plain, d = 4, m = 10: 56 + 8 + 16 + 80 = 160 bytes)
+    r = raw_request(srv, "POST /v1/jobs/%d/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                         "Content-Length: 2000000\r\n\r\n" % (job, token))
+    check(r is not None and r[0] == 413 and b"too_large" in r[2],
+          "a body above the job's cap (160 bytes) is 413 before it is sent (%s)" % (r[:1] if r else r,))
+    r = raw_request(srv, "POST /v1/jobs/%d/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                         "Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n" % (job, token))
+    check(r is not None and r[0] == 413 and b"too_large" in r[2],
+          "and with Expect: 100-continue, a small one too (%s)" % (r[:1] if r else r,))
+    r = raw_request(srv, "POST /v1/jobs/%d/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                         "Content-Length: 1000\r\n\r\n" % (job, token), body=b"\0" * 1000)
+    check(r is not None and r[0] == 413 and b"too_large" in r[2],
+          "a small body sent whole is read, dropped and answered 413 (%s)" % (r[:1] if r else r,))
+    # the in-flight budget: two bodies of 150,000 bytes announced (within the big job's cap, 160,080) do not both fit
+    # in 200,000
+    holders = []
+    statuses = []
+    for i in range(2):
+        s = tls_socket(srv)
+        s.sendall(("POST /v1/jobs/%d/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Length: 150000\r\n\r\n" % (big, token)).encode())
+        holders.append(s)
+    time.sleep(0.5)
+    holders[1].settimeout(10)
+    try:
+        st = read_http_response(holders[1])
+    except OSError:
+        st = None
+    check(st is not None and st[0] == 503 and b"busy" in st[2] and st[1].get("retry-after") == "1",
+          "the second body past --max-inflight-bytes is 503 busy with Retry-After before it is read (%s)" %
+          (st[:2] if st else st,))
+    for h in holders:
+        h.close()
+    status, _, text = srv.request("admin", "GET", "/metrics")
+    peak = metric(text.decode(), "dprec_http_inflight_body_bytes_max")
+    check(peak is not None and 150000 <= peak <= 200000, "in-flight body bytes never passed the budget (peak %s)" % peak)
+    # and memory stays flat: 20 concurrent 16 MB uploads with a wrong token, bodies sent for real
+    rss0 = srv.rss_kb()
+
+    def upload(i):
+        try:
+            raw_request(srv, "POST /v1/jobs/%d/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                             "Content-Length: 16000000\r\n\r\n" % (job, "e" * 64), body=b"\0" * 16000000, timeout=30)
+        except Exception:  # the server hangs up on a refused upload: expected
+            pass
+
+    ts = [threading.Thread(target=upload, args=(i,)) for i in range(20)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    rss1 = srv.rss_kb()
+    check(rss1 - rss0 < 64 * 1024, "20 x 16 MB uploads with a wrong token: RSS grew %d KB (< 64 MB; the landed server "
+          "buffered them: 2.5 GB for 200)" % (rss1 - rss0))
+    status, body = srv.json("device", "GET", "/healthz")
+    check(status == 200, "the server still answers (%s)" % status)
+    check(srv.stop() == 0, "and stops cleanly")
+
+
+def check_connections(tmp):
+    """3. One address cannot take every connection: a per-address limit, a handshake timeout, and one log line for a
+    flood of refusals."""
+    srv = Server(tmp, args=["--handshake-timeout", "2"], config={"connection_limit": 100}).start()
+    port = srv.port("device")
+    idle = []
+    for i in range(150):
+        try:
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        except OSError:
+            break
+    time.sleep(0.3)
+    try:
+        status, _, _ = srv.request("device", "GET", "/healthz", source="127.0.0.2", timeout=10)
+    except Exception as e:  # refused or timed out: the flood took every slot
+        status = repr(e)
+    check(status == 200, "with 150 idle connections from 127.0.0.1, a client from 127.0.0.2 is served (%s)" % status)
+    # the idle ones are closed by the handshake timeout (2 s here); the first 64 were held until then
+    deadline = time.time() + 15
+    open_ = list(idle)
+    while open_ and time.time() < deadline:
+        still = []
+        for s in open_:
+            s.settimeout(0.05)
+            try:
+                if s.recv(1) != b"":
+                    still.append(s)
+            except socket.timeout:
+                still.append(s)
+            except OSError:
+                pass
+        open_ = still
+        time.sleep(0.2)
+    check(not open_, "every idle connection was closed by the server within the handshake timeout (%d left)" %
+          len(open_))
+    for s in idle:
+        s.close()
+    lines = [json.loads(l) for l in srv.log_lines() if l.startswith("{")]
+    refused = [l for l in lines if l.get("event") == "connection_refused"]
+    check(1 <= len(refused) <= 3 and refused[0].get("client") == "127.0.0.1",
+          "the refusals are logged once (rate-limited), with the client's address (%d lines: %s)" %
+          (len(refused), refused[:1]))
+    http_lines = [l for l in lines if l.get("event") == "http"]
+    check(len(http_lines) <= 10, "no flood of libmicrohttpd warnings (%d lines)" % len(http_lines))
+    status, _, text = srv.request("admin", "GET", "/metrics")
+    n = metric(text.decode(), 'dprec_http_refused_total{limit="connections_per_address"}')
+    check(n is not None and n >= 50, "dprec_http_refused_total counts them (%s)" % n)
+    srv.stop()
+
+
+def slow_round(srv):
+    """A job whose round takes a while to finalize (m = 200,000, d = 64: a 51 MB release) with one report in it."""
+    job = srv.create_job(d=64, m=200000, min_reports=1000, rounds=2)
+    token = srv.register()
+    report = plain_report(job, 1, 64, [(5, 4.0), (1000, 3.0)])
+    status, body = srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=report, token=token,
+                            ctype="application/octet-stream")
+    if status != 200:
+        raise SystemExit("report to the big job: %s %s" % (status, body))
+    return job, token
+
+
+def start_round_close(srv, job):
+    out = {}
+
+    def run():
+        try:
+            out["r"] = srv.admin("POST", "/v1/admin/jobs/%d/round/close" % job, timeout=120)
+        except Exception as e:
+            out["r"] = ("error", repr(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.time() + 20
+    while time.time() < deadline and '"event":"round_finalize_started"' not in srv.log_text():
+        if not t.is_alive():
+            break
+        time.sleep(0.01)
+    return t, out
+
+
+def check_finalize_off_requests(tmp):
+    """4. While a round's global step runs, /healthz, registrations and reports of other jobs are answered."""
+    srv = Server(tmp).start()
+    job, token = slow_round(srv)
+    other = srv.create_job(d=4, m=10, min_reports=100)
+    t, out = start_round_close(srv, job)
+    started = '"event":"round_finalize_started"' in srv.log_text()
+    status, _ = srv.json("device", "GET", "/healthz", timeout=60)
+    alive_h = t.is_alive()
+    tok2 = srv.register()
+    report = plain_report(other, 1, 4, [(1, 5.0)])
+    st2, body2 = srv.json("device", "POST", "/v1/jobs/%d/reports" % other, body=report, token=tok2,
+                          ctype="application/octet-stream", timeout=60)
+    alive_r = t.is_alive()
+    check(started, "the finalizer logged round_finalize_started")
+    check(status == 200 and alive_h, "/healthz answered 200 while the round was being finalized (%s, still "
+          "finalizing: %s)" % (status, alive_h))
+    check(st2 == 200 and alive_r, "a registration and a report of another job answered meanwhile (%s, still "
+          "finalizing: %s)" % (st2, alive_r))
+    t.join()
+    r = out.get("r")
+    check(r is not None and r[0] == 200 and r[1].get("round") == 2, "the round close then answered 200, round 2 (%s)" %
+          (r[:1] if r else r,))
+    srv.stop()
+
+
+def check_drain_on_sigterm(tmp):
+    """5. SIGTERM in the middle of an admin round close: the caller gets its answer, then the server exits 0."""
+    srv = Server(tmp).start()
+    job, token = slow_round(srv)
+    t, out = start_round_close(srv, job)
+    srv.proc.send_signal(signal.SIGTERM)
+    t.join()
+    try:
+        rc = srv.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        rc = None
+    r = out.get("r")
+    check(r is not None and r[0] == 200 and r[1].get("round") == 2,
+          "the round close in flight at SIGTERM got its answer: 200, round 2 (%s)" % (r,) if r is None or r[0] != 200
+          else "the round close in flight at SIGTERM got its answer: 200, round %s" % r[1].get("round"))
+    check(rc == 0, "the server exited 0 after draining (exit %s)" % rc)
+    srv2 = Server(tmp).start()
+    status, body = srv2.admin("GET", "/v1/admin/jobs/%d" % job)
+    check(status == 200 and body.get("round") == 2, "after a restart the round is closed, once (%s)" %
+          (body.get("round") if body else None))
+    srv2.stop()
+
+
+ISO = __import__("re").compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def check_logs(tmp):
+    """6. One log format and schema for the server and the core; the client's address on request lines; a failed
+    admin login logged at warn."""
+    srv = Server(tmp, args=["--log-level", "debug"]).start()
+    job = srv.create_job(d=4, m=10, min_reports=1)
+    token = srv.register()
+    status, _ = srv.json("admin", "GET", "/v1/admin/jobs", token="wrong-token-0123456789")
+    check(status == 401, "a wrong admin token is 401 (%s)" % status)
+    report = plain_report(job, 1, 4, [(1, 5.0)])
+    srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=report, token=token, ctype="application/octet-stream")
+    srv.stop()
+    bad, objs = [], []
+    for line in srv.log_lines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            bad.append(line)
+            continue
+        objs.append(o)
+        if not (isinstance(o, dict) and isinstance(o.get("ts"), str) and ISO.match(o["ts"]) and
+                o.get("level") in ("debug", "info", "warn", "error") and isinstance(o.get("event"), str)):
+            bad.append(line)
+    check(not bad and len(objs) > 5, "every line is {ts: ISO 8601, level, event, ...} (%d lines, bad: %s)" %
+          (len(objs), bad[:2]))
+    events = {o.get("event") for o in objs}
+    check({"state_opened", "job_created", "round_finalized", "request"} <= events,
+          "the core's events and the server's share that schema (%s)" % sorted(events))
+    reqs = [o for o in objs if o.get("event") == "request"]
+    check(reqs and all(o.get("client") == "127.0.0.1" for o in reqs), "request lines carry the client address")
+    fails = [o for o in objs if o.get("event") == "admin_auth_failed"]
+    check(len(fails) == 1 and fails[0].get("level") == "warn" and fails[0].get("client") == "127.0.0.1" and
+          "wrong-token" not in json.dumps(fails[0]),
+          "a failed admin login: one warn line with the client's address, never the token (%s)" % fails)
+
+
+def check_metrics(tmp):
+    """7. /metrics passes `promtool check metrics`; statuses are counted as sent; a finished job's series go."""
+    srv = Server(tmp).start()
+    job = srv.create_job(d=4, m=10, min_reports=1, rounds=1)
+    token = srv.register()
+    srv.json("device", "GET", "/v1/jobs/%d" % job)                                   # 401
+    srv.json("device", "POST", "/v1/admin/jobs", body=b"{}", ctype="application/json")  # 403
+    srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=b"\0" * 1000, token=token,
+             ctype="application/octet-stream")                                       # 413
+    status, _, text = srv.request("admin", "GET", "/metrics")
+    text = text.decode()
+    check(status == 200, "/metrics answers (%s)" % status)
+    p = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True)
+    check(p.returncode == 0, "promtool check metrics passes (%d: %s)" % (p.returncode,
+                                                                        (p.stdout + p.stderr).decode()[:500]))
+    check(metric(text, 'dprec_requests_total{route="job",status="401"}') == 1 and
+          metric(text, 'dprec_requests_total{route="admin",status="403"}') == 1 and
+          metric(text, 'dprec_http_requests_total{listener="device",route="reports",code="413"}') == 1,
+          "401, 403 and 413 are counted as themselves, not as 400")
+    check(metric(text, 'dprec_job_round{job="%d"}' % job) == 1, "a running job has its series")
+    report = plain_report(job, 1, 4, [(1, 5.0)])
+    srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=report, token=token, ctype="application/octet-stream")
+    status, body = srv.admin("GET", "/v1/admin/jobs/%d" % job)
+    check(body.get("state") == "done", "the one-round job is done (%s)" % body.get("state"))
+    text = srv.request("admin", "GET", "/metrics")[2].decode()
+    check(('job="%d"' % job) not in text, "its per-job series are retired from /metrics")
+    srv.stop()
+
+
+def gen_cert(dirname, name, days=None, expired=False, key=None):
+    """A self-signed P-256 certificate (with openssl(1)); expired: valid in 2020 only. Returns (cert, key)."""
+    os.makedirs(dirname, exist_ok=True)
+    k = key or os.path.join(dirname, name + "-key.pem")
+    c = os.path.join(dirname, name + "-cert.pem")
+    if key is None:
+        subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", k],
+                       check=True, capture_output=True)
+    if not expired:
+        subprocess.run(["openssl", "req", "-x509", "-key", k, "-out", c, "-days", "30", "-subj", "/CN=localhost"],
+                       check=True, capture_output=True)
+        return c, k
+    csr = os.path.join(dirname, name + ".csr")
+    subprocess.run(["openssl", "req", "-new", "-key", k, "-out", csr, "-subj", "/CN=localhost"], check=True,
+                   capture_output=True)
+    with open(os.path.join(dirname, "ca.cnf"), "w") as f:
+        f.write("[ca]\ndefault_ca = c\n[c]\ndatabase = %s/index.txt\nnew_certs_dir = %s\ndefault_md = sha256\n"
+                "policy = p\nserial = %s/serial\n[p]\ncommonName = supplied\n" % (dirname, dirname, dirname))
+    open(os.path.join(dirname, "index.txt"), "w").close()
+    with open(os.path.join(dirname, "serial"), "w") as f:
+        f.write("01\n")
+    subprocess.run(["openssl", "ca", "-batch", "-config", os.path.join(dirname, "ca.cnf"), "-selfsign", "-keyfile", k,
+                    "-in", csr, "-out", c, "-startdate", "20200101000000Z", "-enddate", "20200102000000Z"],
+                   check=True, capture_output=True)
+    return c, k
+
+
+def expect_refused_start(tmp, name, args, words):
+    srv = Server(tmp, name=name, args=args)
+    srv.start(wait=False)
+    try:
+        rc = srv.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    text = srv.log_text()
+    return rc, all(w in text for w in words), text.strip().split("\n")[-2:]
+
+
+def check_small_ones(tmp):
+    """8. %00 in a path, NUL and invalid UTF-8 in registration fields, 414/431 in JSON, expired and mismatched
+    certificates, TLS 1.2 CBC/SHA-1 suites, the state files' mode, the registration rate."""
+    srv = Server(tmp).start()
+    job = srv.create_job(d=4, m=10, min_reports=100)
+    token = srv.register()
+    status, ctype, body = srv.request("device", "GET", "/v1/jobs/%d/releases/1%%00" % job, token=token)
+    check(status == 404 and ctype == "application/json", "/v1/jobs/%d/releases/1%%00 is 404 JSON, not release 1 "
+          "(%s %s)" % (job, status, ctype))
+    db = os.path.join(srv.state, "state.db")
+
+    def devices():
+        import sqlite3
+        c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+        try:
+            return c.execute("SELECT count(*) FROM devices").fetchone()[0]
+        finally:
+            c.close()
+
+    n0 = devices()
+    st1, b1 = srv.json("device", "POST", "/v1/register", body=b'{"platform":"and\\u0000roid"}', ctype="application/json")
+    st2, b2 = srv.json("device", "POST", "/v1/register", body=b'{"platform":"and\xff\xferoid"}', ctype="application/json")
+    st3, b3 = srv.json("device", "POST", "/v1/register", body=b'{"platform":"a\\u0007b"}', ctype="application/json")
+    check(st1 == 400 and st2 == 400 and st3 == 400 and devices() == n0,
+          "registration refuses NUL, invalid UTF-8 and control characters, and stores nothing (%s %s %s)" %
+          (st1, st2, st3))
+    st, b = srv.json("device", "POST", "/v1/register", body='{"platform":"Android 14 – Pixel"}'.encode(),
+                     ctype="application/json")
+    check(st == 201, "valid UTF-8 is accepted (%s)" % st)
+    r = raw_request(srv, "GET /v1/jobs/%s HTTP/1.1\r\nHost: x\r\n\r\n" % ("1" * 10000))
+    check(r is not None and r[0] == 414 and r[1].get("content-type") == "application/json" and b'"error"' in r[2],
+          "a 10,000-byte path is 414 in JSON (%s)" % (r[:2] if r else r,))
+    r = raw_request(srv, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n" % ("a" * 20000))
+    check(r is not None and r[0] == 431 and r[1].get("content-type") == "application/json" and b'"error"' in r[2],
+          "20 KB of headers is 431 in JSON (%s)" % (r[:2] if r else r,))
+    for f in ("state.db", "state.db-wal", "state.db-shm"):
+        mode = os.stat(os.path.join(srv.state, f)).st_mode & 0o777
+        check(mode == 0o600, "%s is 0600 (%o)" % (f, mode))
+    # TLS 1.2 offers AEAD suites with forward secrecy only
+    for cipher, want in (("ECDHE-ECDSA-AES128-SHA", False), ("ECDHE-ECDSA-AES256-SHA384", False),
+                         ("ECDHE-ECDSA-AES128-GCM-SHA256", True)):
+        ctx = ssl.create_default_context(cafile=os.path.join(srv.state, "tls-cert.pem"))
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_ciphers(cipher)
+        try:
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port("device")), timeout=10),
+                                server_hostname="localhost")
+            s.close()
+            got = True
+        except (ssl.SSLError, OSError):
+            got = False
+        check(got == want, "TLS 1.2 with %s is %s" % (cipher, "accepted" if want else "refused"))
+    # registrations per address: 60 a minute (a burst of 60), then 429 with Retry-After
+    conn = srv.conn("device")
+    codes = []
+    for i in range(70):
+        conn.request("POST", "/v1/register", body=b"{}", headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        codes.append((r.status, r.getheader("Retry-After")))
+        if r.getheader("Connection", "").lower() == "close":
+            conn.close()
+            conn = srv.conn("device")
+    conn.close()
+    limited = [c for c in codes if c[0] == 429]
+    check(limited and all(c[1] is not None for c in limited) and codes.count((201, None)) <= 60,
+          "registrations from one address past 60 a minute get 429 with Retry-After (%d of 70)" % len(limited))
+    srv.stop()
+    # certificates: expired, or a key that is not the certificate's: refused at start, saying why
+    certs = os.path.join(tmp, "certs")
+    c_old, k_old = gen_cert(certs, "old", expired=True)
+    rc, said, last = expect_refused_start(tmp, "s-expired", ["--cert", c_old, "--key", k_old], ["expired"])
+    check(rc == 1 and said, "an expired certificate is refused at start, exit 1, saying so (%s %s)" % (rc, last))
+    c_a, k_a = gen_cert(certs, "a")
+    c_b, k_b = gen_cert(certs, "b")
+    rc, said, last = expect_refused_start(tmp, "s-mismatch", ["--cert", c_a, "--key", k_b], ["does not belong"])
+    check(rc == 1 and said, "a key that is not the certificate's is refused, not reported as 'address in use' (%s %s)"
+          % (rc, last))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    rc, said, last = expect_refused_start(tmp, "s-inuse", ["--listen", "127.0.0.1:%d" % busy.getsockname()[1]],
+                                          ["Address already in use"])
+    busy.close()
+    check(rc == 1 and said, "a port in use is reported as such (%s %s)" % (rc, last))
+
+
 CHECKS = {
+    "body_before_auth": check_body_before_auth,
     "state_lock": check_state_lock,
+    "connections": check_connections,
+    "finalize_off_requests": check_finalize_off_requests,
+    "drain_on_sigterm": check_drain_on_sigterm,
+    "logs": check_logs,
+    "metrics": check_metrics,
+    "small_ones": check_small_ones,
 }
 
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -662,7 +663,10 @@ static enum MHD_Result respond_error(listener_ctx *L, struct MHD_Connection *c, 
 static enum MHD_Result refuse_early(listener_ctx *L, struct MHD_Connection *c, req_ctx *r, const char *method,
                                     const char *url)
 {
-    if (r->announced == 0 || r->announced == UINT64_MAX || r->announced > DISCARD_MAX) {
+    /* a client that asked "Expect: 100-continue" waits for our word before sending its body: answer it now */
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    if (r->announced == 0 || r->announced == UINT64_MAX || r->announced > DISCARD_MAX ||
+        (expect != NULL && strcasecmp(expect, "100-continue") == 0)) {
         return respond_stored(L, c, r, method, url, 1);
     }
     r->refused = 1;
