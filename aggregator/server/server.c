@@ -497,6 +497,7 @@ typedef struct server server;
 typedef struct listener_ctx {
     server *srv;
     dprec_listener which;
+    addr_table conns; /* open connections per client address on this listener */
 } listener_ctx;
 
 struct server {
@@ -504,8 +505,6 @@ struct server {
     dprec_agg *agg;
     listener_ctx device, admin;
     http_metrics metrics;
-    addr_table conns;      /* open connections per address (both listeners share it: limits are per listener
-                            * in the docs because each listener is its own daemon; counted together is stricter) */
     addr_table registers;  /* registration buckets per address */
     atomic_int draining;   /* SIGTERM: finish what is in flight, take nothing new */
 };
@@ -986,10 +985,10 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     if (addr_key_of(addr, &k, text, sizeof text) != 0) {
         return MHD_YES;
     }
-    pthread_mutex_lock(&s->conns.mu);
-    addr_entry *e = addr_find(&s->conns, &k, 0);
+    pthread_mutex_lock(&L->conns.mu);
+    addr_entry *e = addr_find(&L->conns, &k, 0);
     int full = e != NULL && e->conns >= s->cfg.connections_per_address;
-    pthread_mutex_unlock(&s->conns.mu);
+    pthread_mutex_unlock(&L->conns.mu);
     if (!full) {
         return MHD_YES;
     }
@@ -1019,24 +1018,24 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         atomic_fetch_add(&s->metrics.connections, 1);
         *socket_context = NULL;
         if (keyed) {
-            pthread_mutex_lock(&s->conns.mu);
-            addr_prune(&s->conns, mono_s(), 0);
-            addr_entry *e = addr_find(&s->conns, &k, 1);
+            pthread_mutex_lock(&L->conns.mu);
+            addr_prune(&L->conns, mono_s(), 0);
+            addr_entry *e = addr_find(&L->conns, &k, 1);
             if (e != NULL) {
                 e->conns++;
                 *socket_context = e; /* marks the connection as counted */
             }
-            pthread_mutex_unlock(&s->conns.mu);
+            pthread_mutex_unlock(&L->conns.mu);
         }
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         atomic_fetch_sub(&s->metrics.connections, 1);
         if (*socket_context != NULL && keyed) {
-            pthread_mutex_lock(&s->conns.mu);
-            addr_entry *e = addr_find(&s->conns, &k, 0);
+            pthread_mutex_lock(&L->conns.mu);
+            addr_entry *e = addr_find(&L->conns, &k, 0);
             if (e != NULL && e->conns > 0) {
                 e->conns--;
             }
-            pthread_mutex_unlock(&s->conns.mu);
+            pthread_mutex_unlock(&L->conns.mu);
         }
     }
 }
@@ -1329,7 +1328,8 @@ int dprec_serve_main(int argc, char **argv)
 {
     static server srv; /* large (metrics); one per process */
     server *s = &srv;
-    pthread_mutex_init(&s->conns.mu, NULL);
+    pthread_mutex_init(&s->device.conns.mu, NULL);
+    pthread_mutex_init(&s->admin.conns.mu, NULL);
     pthread_mutex_init(&s->registers.mu, NULL);
     char err[512] = "";
     int rc = dprec_srv_config_load(&s->cfg, argc, argv, err, sizeof err);
