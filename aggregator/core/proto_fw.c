@@ -465,7 +465,10 @@ static int fw_global_step(const agg_job *job, const agg_model *prev, const agg_r
 static uint64_t fw_max_payload(const agg_job *job) {
     fw_params fp;
     char err[AGG_ERRMSG];
-    return job_params(job, &fp, err, sizeof err) == 0 ? (uint64_t)dprec_fw_payload_size(fp.xi) : 0;
+    if (job_params(job, &fp, err, sizeof err) != 0) return 0;
+    uint64_t n = (uint64_t)dprec_fw_payload_size(fp.xi);
+    fw_params_free(&fp);
+    return n;
 }
 
 const agg_protocol agg_protocol_private_fw = {
