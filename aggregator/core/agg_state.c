@@ -144,8 +144,14 @@ static int64_t query_int(agg_conn *c, const char *sql, int nparams, int64_t p1, 
     return v;
 }
 
-/* A read connection from the pool: one that is free if any, else waits for one. */
+/* A read connection from the pool: one that is free if any, else waits for one. A state without durability (the
+ * in-process fleet's throw-away state) has one connection, held with an exclusive lock: readers share the writer's,
+ * between its transactions (its page cache stays warm, and no lock is taken and dropped around each statement). */
 static agg_conn *reader_get(dprec_agg *a) {
+    if (!a->cfg.sync_full) {
+        pthread_mutex_lock(&a->w.mu);
+        return &a->w;
+    }
     unsigned start = __atomic_fetch_add(&a->reader_next, 1u, __ATOMIC_RELAXED);
     for (unsigned k = 0; k < AGG_READERS; k++) {
         agg_conn *c = &a->readers[(start + k) % AGG_READERS];
@@ -884,7 +890,8 @@ static void fin_compute(dprec_agg *a, agg_conn *c, agg_fin *f) {
 static void *finalizer_main(void *arg) {
     dprec_agg *a = arg;
     pthread_setname_np(pthread_self(), "dprec-finalize");
-    agg_conn *c = &a->readers[0]; /* shared with the readers, held for one round's load at a time */
+    /* shared with the readers (the writer's connection without durability), held for one round's load at a time */
+    agg_conn *c = a->cfg.sync_full ? &a->readers[0] : &a->w;
     pthread_mutex_lock(&a->q_mu);
     for (;;) {
         while (a->f_head == NULL && !a->stopping) pthread_cond_wait(&a->f_cv, &a->q_mu);
@@ -1181,7 +1188,9 @@ static void *writer_main(void *arg) {
         if (list == NULL) break;
         a->q_head = a->q_tail = NULL;
         pthread_mutex_unlock(&a->q_mu);
+        pthread_mutex_lock(&a->w.mu); /* uncontended unless readers share the connection (no durability) */
         run_ops(a, list);
+        pthread_mutex_unlock(&a->w.mu);
         pthread_mutex_lock(&a->q_mu);
     }
     a->writer_running = 0;
@@ -1344,6 +1353,7 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
     pthread_cond_init(&a->f_cv, NULL);
     pthread_cond_init(&a->c_cv, NULL);
     for (int i = 0; i < AGG_READERS; i++) pthread_mutex_init(&a->readers[i].mu, NULL);
+    pthread_mutex_init(&a->w.mu, NULL);
     a->next_job_id = 1;
     if (make_private(a->cfg.state_path, err, errcap) != 0 || conn_open(a, &a->w, 1, err, errcap) != 0) return -1;
     char sync_sql[64];
@@ -1401,22 +1411,31 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
         return -1;
     }
     if (seq + 1 > a->next_job_id) a->next_job_id = seq + 1;
-    for (int i = 0; i < AGG_READERS; i++) {
-        if (conn_open(a, &a->readers[i], 0, err, errcap) != 0) return -1;
-        exec(&a->readers[i], "PRAGMA query_only=1");
-        exec(&a->readers[i], "PRAGMA cache_size=-16384");
-    }
-    if (conn_open(a, &a->ckpt, 1, err, errcap) != 0) return -1;
-    if (exec(&a->w, "PRAGMA wal_autocheckpoint=0") != 0) {
-        snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(a->w.db));
-        return -1;
-    }
-    sqlite3_wal_hook(a->w.db, wal_hook, a);
-    a->ckpt_running = 1;
-    if (pthread_create(&a->checkpointer, NULL, checkpointer_main, a) != 0) {
-        a->ckpt_running = 0;
-        snprintf(err, errcap, "cannot start the checkpoint thread");
-        return -1;
+    if (!a->cfg.sync_full) {
+        /* a throw-away state (no durability; nothing else opens it): one connection, an exclusive lock kept for the
+         * connection's life, SQLite's own checkpoints */
+        if (exec(&a->w, "PRAGMA locking_mode=EXCLUSIVE") != 0) {
+            snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(a->w.db));
+            return -1;
+        }
+    } else {
+        for (int i = 0; i < AGG_READERS; i++) {
+            if (conn_open(a, &a->readers[i], 0, err, errcap) != 0) return -1;
+            exec(&a->readers[i], "PRAGMA query_only=1");
+            exec(&a->readers[i], "PRAGMA cache_size=-16384");
+        }
+        if (conn_open(a, &a->ckpt, 1, err, errcap) != 0) return -1;
+        if (exec(&a->w, "PRAGMA wal_autocheckpoint=0") != 0) {
+            snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(a->w.db));
+            return -1;
+        }
+        sqlite3_wal_hook(a->w.db, wal_hook, a);
+        a->ckpt_running = 1;
+        if (pthread_create(&a->checkpointer, NULL, checkpointer_main, a) != 0) {
+            a->ckpt_running = 0;
+            snprintf(err, errcap, "cannot start the checkpoint thread");
+            return -1;
+        }
     }
     a->writer_running = a->finalizer_running = 1;
     if (pthread_create(&a->writer, NULL, writer_main, a) != 0) {
@@ -1444,6 +1463,7 @@ void agg_state_close(dprec_agg *a) {
     stop_threads(a);
     conn_close(&a->ckpt);
     conn_close(&a->w);
+    pthread_mutex_destroy(&a->w.mu);
     for (int i = 0; i < AGG_READERS; i++) {
         conn_close(&a->readers[i]);
         pthread_mutex_destroy(&a->readers[i].mu);
