@@ -1204,7 +1204,7 @@ static void *writer_main(void *arg) {
  * inside a commit: SQLite's automatic checkpoint runs in the COMMIT that crosses 1000 pages, and its fsyncs of the
  * database file then delay every report of that batch. Durability is the same: a checkpoint only copies what is
  * committed, and a crash in the middle of one is recovered from the WAL. */
-#define AGG_CKPT_PAGES 1000
+#define AGG_CKPT_PAGES 8000 /* 32 MB of WAL: a page the batches rewrite many times is copied once per checkpoint */
 
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
     (void)db;
@@ -1229,8 +1229,8 @@ static void *checkpointer_main(void *arg) {
         a->ckpt_wanted = 0;
         pthread_mutex_unlock(&a->q_mu);
         int log = 0, done = 0;
-        if (sqlite3_wal_checkpoint_v2(a->ckpt.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done) != SQLITE_OK &&
-            sqlite3_errcode(a->ckpt.db) != SQLITE_BUSY)
+        int rc = sqlite3_wal_checkpoint_v2(a->ckpt.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        if (rc != SQLITE_OK && sqlite3_errcode(a->ckpt.db) != SQLITE_BUSY)
             log_db_error(a, &a->ckpt, "checkpoint");
         pthread_mutex_lock(&a->q_mu);
     }
@@ -1424,8 +1424,14 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
             exec(&a->readers[i], "PRAGMA query_only=1");
             exec(&a->readers[i], "PRAGMA cache_size=-16384");
         }
-        if (conn_open(a, &a->ckpt, 1, err, errcap) != 0) return -1;
-        if (exec(&a->w, "PRAGMA wal_autocheckpoint=0") != 0) {
+        /* the checkpointer's connection must have read the database once to know it is in WAL mode (until then a
+         * checkpoint on it does nothing and says log = -1) */
+        if (conn_open(a, &a->ckpt, 1, err, errcap) != 0 || exec(&a->ckpt, "PRAGMA journal_mode=WAL") != 0 ||
+            query_int(&a->ckpt, "SELECT count(*) FROM sqlite_master", 0, 0, 0, 0) < 0) {
+            snprintf(err, errcap, "cannot open the checkpoint connection: %s", sqlite3_errmsg(a->ckpt.db));
+            return -1;
+        }
+        if (exec(&a->w, "PRAGMA wal_autocheckpoint=0") != 0 || exec(&a->w, "PRAGMA journal_size_limit=67108864") != 0) {
             snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(a->w.db));
             return -1;
         }
