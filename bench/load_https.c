@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 
@@ -456,6 +457,53 @@ static enum MHD_Result baseline_request(void *cls, struct MHD_Connection *c, con
     return ok;
 }
 
+/* CPU seconds (user + system) of a process, or of this process's threads whose name starts with prefix. */
+static double cpu_of_pid(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    if (read_text(path, buf, sizeof buf) != 0) {
+        return -1.0;
+    }
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) {
+        return -1.0;
+    }
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double cpu_of_threads(const char *prefix)
+{
+    DIR *d = opendir("/proc/self/task");
+    double sum = 0.0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], name[64] = "";
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        if (read_text(path, name, sizeof name) != 0 || strncmp(name, prefix, strlen(prefix)) != 0) {
+            continue;
+        }
+        char buf[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        if (read_text(path, buf, sizeof buf) != 0) {
+            continue;
+        }
+        const char *p = strrchr(buf, ')');
+        unsigned long ut = 0, st = 0;
+        if (p != NULL && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
+            sum += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return sum;
+}
+
 static struct MHD_Daemon *baseline_start(const char *state, unsigned threads, uint16_t *port)
 {
     char path[1100];
@@ -672,15 +720,31 @@ int main(int argc, char **argv)
         char agg_url[64];
         snprintf(agg_url, sizeof agg_url, "%s", sh.device_url);
         snprintf(sh.device_url, sizeof sh.device_url, "https://127.0.0.1:%u", (unsigned)port);
+        double c0 = cpu_of_threads("MHD");
         int brc = run_load(&sh, "baseline (the same HTTPS stack, a fixed answer from memory)", &base_res);
+        double c1 = cpu_of_threads("MHD");
         MHD_stop_daemon(d);
+        printf("server CPU: %.2f s, %.1f us per request\n", c1 - c0,
+               1e6 * (c1 - c0) / (double)(base_res.accepted + (opt.preregister ? base_res.accepted : 0)));
         snprintf(sh.device_url, sizeof sh.device_url, "%s", agg_url);
         if (brc != 0) {
             fprintf(stderr, "the baseline run accepted nothing\n");
             goto out;
         }
     }
-    if (run_load(&sh, "dprec-aggregator (every report durable before its 200)", &agg_res) == 0) {
+    long spid = json_int(ports, "pid");
+    double a0 = spid > 0 ? cpu_of_pid(spid) : -1.0, k0 = cpu_of_pid((long)getpid());
+    int arc = run_load(&sh, "dprec-aggregator (every report durable before its 200)", &agg_res);
+    double a1 = spid > 0 ? cpu_of_pid(spid) : -1.0, k1 = cpu_of_pid((long)getpid());
+    double nreq = (double)(agg_res.accepted + (opt.preregister ? agg_res.accepted : 0));
+    if (arc == 0 && a0 >= 0 && a1 >= 0) {
+        printf("server CPU: %.2f s, %.1f us per request\n", a1 - a0, 1e6 * (a1 - a0) / nreq);
+    }
+    if (arc == 0 && k0 >= 0 && k1 >= 0) {
+        printf("client CPU (these libcurl clients, same machine): %.2f s, %.1f us per request\n", k1 - k0,
+               1e6 * (k1 - k0) / nreq);
+    }
+    if (arc == 0) {
         exit_code = 0;
         if (opt.baseline) {
             printf("== ratio aggregator / baseline: reports %.2f (%.0f / %.0f per s), p99 %.2f / %.2f ms",
