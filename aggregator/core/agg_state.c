@@ -851,6 +851,7 @@ static void fin_compute(dprec_agg *a, agg_conn *c, agg_fin *f) {
         agg_log(a, "info", "round_finalize_started", o);
     }
     int rc = -1;
+    pthread_mutex_lock(&c->mu); /* the connection only for the load: the global step runs without it */
     if (exec(c, "BEGIN") == 0) { /* one snapshot for the release and the reports */
         sqlite3_stmt *st = prep(c, "SELECT bytes FROM releases WHERE job = ? AND version = ?");
         if (st != NULL) {
@@ -869,6 +870,8 @@ static void fin_compute(dprec_agg *a, agg_conn *c, agg_fin *f) {
         }
         exec(c, "COMMIT");
     }
+    if (rc != 0 && f->err[0] == '\0') snprintf(f->err, sizeof f->err, "%s", sqlite3_errmsg(c->db));
+    pthread_mutex_unlock(&c->mu);
     if (rc == 0) {
         f->count = (int64_t)l.n;
         pthread_mutex_lock(&a->rng_mu);
@@ -881,7 +884,7 @@ static void fin_compute(dprec_agg *a, agg_conn *c, agg_fin *f) {
         rc = agg_release_build(a, &f->job, &next, (uint64_t)f->round + 1, &f->release, &f->release_len, f->err,
                                sizeof f->err);
     }
-    if (rc != 0 && f->err[0] == '\0') snprintf(f->err, sizeof f->err, "%s", sqlite3_errmsg(c->db));
+    if (rc != 0 && f->err[0] == '\0') snprintf(f->err, sizeof f->err, "the global step failed");
     f->ok = rc == 0;
     agg_model_free(&prev);
     agg_model_free(&next);
@@ -906,9 +909,7 @@ static void *finalizer_main(void *arg) {
         if (abandon) {
             f->abandoned = 1;
         } else {
-            pthread_mutex_lock(&c->mu);
             fin_compute(a, c, f);
-            pthread_mutex_unlock(&c->mu);
         }
         pthread_mutex_lock(&a->q_mu);
         f->op.next = NULL;
