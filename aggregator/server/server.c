@@ -1,10 +1,18 @@
 /* dprec-aggregator serve — the HTTPS front end. Two libmicrohttpd daemons (TLS through GnuTLS, epoll, a
- * thread pool each): the device listener and the admin listener. Every request body is accumulated up to
- * its cap and handed to dprec_agg_handle with the listener it came in on; the core decides everything else.
- * The main thread waits for SIGTERM/SIGINT and drives the round engine's clock (dprec_agg_tick) once a second.
+ * thread pool each): the device listener and the admin listener.
  *
- * Logs are one JSON object per line on stderr. They never contain the admin token, a device token or an
- * Authorization header. */
+ * A request's headers go to the core first (dprec_agg_preflight: route, method, credentials, the body's cap), so
+ * that a request that will be refused costs no memory for its body; the body is then read up to its cap, within a
+ * budget for all bodies in flight, and handed to dprec_agg_handle_async. An answer that waits for the core's
+ * writer (a group commit, a round) waits on a suspended connection, which frees the listener's thread for the
+ * others; the core's completion resumes it. Connections are limited per client address before TLS begins, and a
+ * connection that says nothing is closed after the handshake timeout.
+ *
+ * The main thread waits for SIGTERM/SIGINT and drives the round engine's clock (dprec_agg_tick_async) once a
+ * second; on a signal it stops accepting, drains the requests in flight (up to drain_seconds) and stops.
+ *
+ * Logs are one JSON object per line on stderr, in the core's schema. They never contain the admin token, a device
+ * token or an Authorization header. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -753,7 +761,7 @@ static enum MHD_Result on_first_call(listener_ctx *L, struct MHD_Connection *c, 
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
     addr_key k;
-    addr_key_of(sa, &k, r->client, sizeof r->client);
+    addr_key_of(sa, &k, r->client, sizeof r->client); /* the key is not needed here, the text is */
     /* the connection sent a request: from now on it may idle for connection_timeout between requests */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.connection_timeout);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -831,7 +839,6 @@ static enum MHD_Result on_first_call(listener_ctx *L, struct MHD_Connection *c, 
         error_into(&r->resp, 503, "busy", "too many request bodies in flight; retry later");
         return respond_stored(L, c, r, method, url, 1);
     }
-    (void)k;
     return MHD_YES;
 }
 
