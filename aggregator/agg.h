@@ -1,7 +1,9 @@
 /* dprec aggregator — the service core, independent of HTTP: state in SQLite, request handling, the round
  * engine and release signing. The HTTPS front end (server.c) and the in-process transport of tests and the
  * fleet both call dprec_agg_handle; nothing here knows about sockets. Thread-safe: handle, tick and the
- * getters may be called from any number of threads at once. */
+ * getters may be called from any number of threads at once. Every change to the state is made by one writer
+ * thread of the core (a group commit per batch), and a round's global step runs on a finalizer thread of its own:
+ * neither ever runs on the caller's thread. */
 #ifndef DPREC_AGG_H
 #define DPREC_AGG_H
 
@@ -26,7 +28,8 @@ typedef struct dprec_agg_config {
                                    * finalizes it (their ids, devices and rounds stay, so a retry is still
                                    * recognized); 1: kept for inspection. The state then holds about one round of
                                    * payloads, not every round's (ldp-rr: m d floats a report). */
-    /* Optional log sink: one structured line (JSON) per event; NULL logs nothing. */
+    /* Optional log sink: one JSON object per event, {"ts": ISO 8601 UTC, "level": "info"|"warn"|"error",
+     * "event": NAME, ...} (docs/operations.md); called from any of the core's threads. NULL logs nothing. */
     void (*log)(void *user, const char *json_line);
     void *log_user;
 } dprec_agg_config;
@@ -50,6 +53,12 @@ typedef struct dprec_agg_request {
     size_t body_len;
 } dprec_agg_request;
 
+/* What the front end knows of a request beyond HTTP (dprec_agg_handle_async, dprec_agg_preflight). */
+typedef struct dprec_agg_origin {
+    const char *client;        /* the client's address, for the logs (NULL: unknown) */
+    int64_t device;            /* 0, or the device id dprec_agg_preflight found for this request's token */
+} dprec_agg_origin;
+
 typedef struct dprec_agg_response {
     int status;
     const char *content_type; /* static string */
@@ -60,13 +69,37 @@ typedef struct dprec_agg_response {
 
 /* Handles one request. Always fills *resp (errors as the JSON of docs/protocol.md); returns 0, or -1 only if
  * even an error response could not be produced (out of memory). A report is acknowledged (200) only after it
- * is durable. */
+ * is durable. It returns after any round the request made close is closed (so that a single-threaded caller,
+ * such as the in-process fleet, sees the round advance as soon as the report that completed it returns). */
 int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp);
 void dprec_agg_response_free(dprec_agg_response *resp);
+
+/* The same without waiting, with the request's origin (may be NULL). Returns 0 when *resp is filled already; 1 when the answer waits for the core's writer:
+ * done(user) is then called exactly once, from one of the core's threads, once *resp is filled (the report is
+ * durable, and any round it made close is closed, as for dprec_agg_handle); req (its strings and body) and resp must stay valid until then.
+ * -1 as dprec_agg_handle. done must not call back into the core. */
+typedef void (*dprec_agg_done_fn)(void *user);
+int dprec_agg_handle_async(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *origin,
+                           dprec_agg_response *resp, dprec_agg_done_fn done, void *user);
+
+/* Before reading a request's body: everything its request line and headers decide (version, listener, route,
+ * method, credentials) and the cap on its body (a report's: the largest its job's protocol can send at the job's
+ * d and m; at most max_report_body). content_length is the announced length (UINT64_MAX: unknown, chunked).
+ * Returns 0 with *out filled (read at most out->body_cap bytes, then call dprec_agg_handle_async with the origin's
+ * device = out->device), or 1 with the answer in *resp (401, 404, 413, ...: send it without reading the body), or -1 as
+ * dprec_agg_handle. req->body is not used. */
+typedef struct dprec_agg_preflight_result {
+    size_t body_cap;
+    int64_t device; /* the device the token names (device paths), else 0 */
+} dprec_agg_preflight_result;
+int dprec_agg_preflight(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *origin,
+                        uint64_t content_length, dprec_agg_preflight_result *out, dprec_agg_response *resp);
 
 /* The round engine's clock: closes rounds whose deadline (unix seconds) has passed. The server calls it
  * every second; the in-process fleet calls it as it simulates time. Returns the number of rounds finalized. */
 int dprec_agg_tick(dprec_agg *a, int64_t now);
+/* The same without waiting for the rounds it closes (the server's clock). */
+void dprec_agg_tick_async(dprec_agg *a, int64_t now);
 
 /* The release-signing public key as DER SubjectPublicKeyInfo (what devices pin). Returns its length, or 0 if
  * cap is too small. */

@@ -5,7 +5,7 @@
  * same open round. A 200 means the report is durable (docs/protocol.md), so "accepted reports per second" is
  * the durable acknowledgement rate. The run stops at --reports reports or --seconds seconds, whichever first.
  *
- *   dprec-bench-load --spawn build/dprec-aggregator [--threads 16] [--reports 20000] [--seconds 30]
+ *   dprec-bench-load --spawn build/dprec-aggregator [--threads 16] [--reports 20000] [--seconds 30] [--baseline 1]
  *   dprec-bench-load --state-dir DIR [...]   (an aggregator already running with that state directory:
  *                                             reads ports.json, tls-cert.pem and admin-token from it)
  *
@@ -23,6 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+
 #include "dprec/transport_curl.h"
 #include "report.h"
 
@@ -35,6 +40,7 @@ typedef struct options {
     unsigned server_threads;
     unsigned d, m;
     int preregister;
+    int baseline;
 } options;
 
 typedef struct shared {
@@ -306,6 +312,235 @@ static double pct(uint32_t *v, size_t n, double q)
     return (double)v[i] / 1000.0;
 }
 
+/* What one run measured. */
+typedef struct result {
+    double reg_per_s, rep_per_s, rep_p50, rep_p99, rep_max, reg_p50, reg_p99;
+    unsigned long accepted, failed;
+} result;
+
+/* One run of the load against sh->device_url; prints its figures under `label`. 0, or -1 if nothing was accepted. */
+static int run_load(shared *sh_in, const char *label, result *res)
+{
+    shared *shp = sh_in;
+    const options *o = shp->opt;
+    atomic_store(&shp->issued, 0);
+    atomic_store(&shp->accepted, 0);
+    atomic_store(&shp->failed, 0);
+    atomic_store(&shp->stop, 0);
+    memset(res, 0, sizeof *res);
+    int rc = -1;
+    worker *ws = calloc(o->threads, sizeof *ws);
+    if (ws == NULL) {
+        return -1;
+    }
+    size_t per = o->reports / o->threads + 2;
+    double t0 = now_s();
+    shp->deadline = t0 + o->seconds;
+    if (o->preregister && pthread_barrier_init(&shp->barrier, NULL, o->threads + 1) != 0) {
+        free(ws);
+        return -1;
+    }
+    for (unsigned i = 0; i < o->threads; i++) {
+        ws[i].sh = shp;
+        ws[i].cap = per;
+        ws[i].lat_report_us = calloc(per, sizeof(uint32_t));
+        ws[i].lat_register_us = calloc(per, sizeof(uint32_t));
+        ws[i].tokens = o->preregister ? calloc(per, sizeof *ws[i].tokens) : NULL;
+        if (ws[i].lat_report_us == NULL || ws[i].lat_register_us == NULL ||
+            (o->preregister && ws[i].tokens == NULL) || pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]) != 0) {
+            fprintf(stderr, "cannot start thread %u\n", i);
+            exit(1); /* a half-started barrier cannot be unwound; the run has not begun */
+        }
+    }
+    double t_reg = 0.0;
+    if (o->preregister) {
+        pthread_barrier_wait(&shp->barrier);
+        t_reg = now_s() - t0;
+        t0 = now_s();
+    }
+    size_t nrep = 0, nreg = 0;
+    for (unsigned i = 0; i < o->threads; i++) {
+        pthread_join(ws[i].tid, NULL);
+        nrep += ws[i].n_report;
+        nreg += ws[i].n_register;
+    }
+    if (o->preregister) {
+        pthread_barrier_destroy(&shp->barrier);
+    }
+    double wall = now_s() - t0;
+    uint32_t *rep = malloc((nrep + 1) * sizeof *rep), *reg = malloc((nreg + 1) * sizeof *reg);
+    size_t a = 0, g = 0;
+    const char *err = NULL;
+    for (unsigned i = 0; i < o->threads; i++) {
+        if (rep != NULL) {
+            memcpy(rep + a, ws[i].lat_report_us, ws[i].n_report * sizeof *rep);
+        }
+        if (reg != NULL) {
+            memcpy(reg + g, ws[i].lat_register_us, ws[i].n_register * sizeof *reg);
+        }
+        a += ws[i].n_report;
+        g += ws[i].n_register;
+        if (ws[i].last_error[0] != '\0') {
+            err = ws[i].last_error;
+        }
+    }
+    if (rep != NULL && reg != NULL) {
+        qsort(rep, nrep, sizeof *rep, cmp_u32);
+        qsort(reg, nreg, sizeof *reg, cmp_u32);
+        res->accepted = atomic_load(&shp->accepted);
+        res->failed = atomic_load(&shp->failed);
+        res->rep_per_s = (double)res->accepted / wall;
+        res->reg_per_s = t_reg > 0 ? (double)nreg / t_reg : 0.0;
+        res->rep_p50 = pct(rep, nrep, 0.5);
+        res->rep_p99 = pct(rep, nrep, 0.99);
+        res->rep_max = nrep > 0 ? (double)rep[nrep - 1] / 1000.0 : 0.0;
+        res->reg_p50 = pct(reg, nreg, 0.5);
+        res->reg_p99 = pct(reg, nreg, 0.99);
+        printf("== %s: %u client threads, plain d=%u, HTTPS keep-alive on loopback\n", label, o->threads, o->d);
+        if (o->preregister) {
+            printf("registered %zu devices in %.2f s = %.0f registrations/s\n", nreg, t_reg, res->reg_per_s);
+        }
+        printf("accepted reports: %lu in %.2f s = %.0f reports/s%s\n", res->accepted, wall, res->rep_per_s,
+               o->preregister ? "" : " (each after its own registration)");
+        printf("failed requests: %lu%s%s\n", res->failed, err != NULL ? "; last: " : "", err != NULL ? err : "");
+        printf("report POST latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", res->rep_p50, res->rep_p99, res->rep_max);
+        printf("register POST latency: p50 %.2f ms, p99 %.2f ms\n", res->reg_p50, res->reg_p99);
+        fflush(stdout);
+        rc = res->accepted > 0 ? 0 : -1;
+    }
+    free(rep);
+    free(reg);
+    for (unsigned i = 0; i < o->threads; i++) {
+        free(ws[i].lat_report_us);
+        free(ws[i].lat_register_us);
+        free(ws[i].tokens);
+    }
+    free(ws);
+    return rc;
+}
+
+/* ---- the baseline: the same HTTPS stack answering from memory -------------------------------------------- */
+
+/* libmicrohttpd with GnuTLS, the aggregator's flags, certificate, TLS priorities and thread count, answering every
+ * registration and report with a fixed body once the request body is read: what the HTTPS layer alone costs. */
+static const char baseline_register[] =
+    "{\"device_id\":\"1\",\"token\":\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}";
+static const char baseline_report[] = "{\"accepted\":true,\"duplicate\":false,\"round\":1}";
+
+static enum MHD_Result baseline_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                        const char *version, const char *upload_data, size_t *upload_data_size,
+                                        void **con_cls)
+{
+    (void)cls;
+    (void)method;
+    (void)version;
+    (void)upload_data;
+    if (*con_cls == NULL) {
+        *con_cls = (void *)1;
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        *upload_data_size = 0; /* read and dropped, as the aggregator would read it */
+        return MHD_YES;
+    }
+    int reg = strcmp(url, "/v1/register") == 0;
+    const char *text = reg ? baseline_register : baseline_report;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)(uintptr_t)text,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r == NULL) {
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result ok = MHD_queue_response(c, reg ? 201 : 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* CPU seconds (user + system) of a process, or of this process's threads whose name starts with prefix. */
+static double cpu_of_pid(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    if (read_text(path, buf, sizeof buf) != 0) {
+        return -1.0;
+    }
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) {
+        return -1.0;
+    }
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double cpu_of_threads(const char *prefix)
+{
+    DIR *d = opendir("/proc/self/task");
+    double sum = 0.0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], name[64] = "";
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        if (read_text(path, name, sizeof name) != 0 || strncmp(name, prefix, strlen(prefix)) != 0) {
+            continue;
+        }
+        char buf[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        if (read_text(path, buf, sizeof buf) != 0) {
+            continue;
+        }
+        const char *p = strrchr(buf, ')');
+        unsigned long ut = 0, st = 0;
+        if (p != NULL && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
+            sum += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return sum;
+}
+
+static struct MHD_Daemon *baseline_start(const char *state, unsigned threads, uint16_t *port)
+{
+    char path[1100];
+    static char cert[1 << 16], key[1 << 16];
+    snprintf(path, sizeof path, "%s/tls-cert.pem", state);
+    if (read_text(path, cert, sizeof cert) != 0) {
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s/tls-key.pem", state);
+    if (read_text(path, key, sizeof key) != 0) {
+        return NULL;
+    }
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_SOCK_ADDR, 0, &sa},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0,
+         (void *)(uintptr_t) "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:"
+                             "+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA"},
+        {MHD_OPTION_CONNECTION_TIMEOUT, 30, NULL},
+        {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_TLS | MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, 0,
+                                            NULL, NULL, baseline_request, NULL, MHD_OPTION_ARRAY, opts + 0,
+                                            MHD_OPTION_END);
+    if (d != NULL) {
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        *port = info != NULL ? info->port : 0;
+    }
+    return d;
+}
+
 static pid_t spawn_server(const char *bin, const char *state, unsigned threads)
 {
     char th[16];
@@ -317,8 +552,9 @@ static pid_t spawn_server(const char *bin, const char *state, unsigned threads)
         if (freopen(log, "w", stderr) == NULL || freopen("/dev/null", "w", stdout) == NULL) {
             _exit(127);
         }
+        /* every client comes from 127.0.0.1: the per-address limits are for the internet, not for this run */
         execl(bin, bin, "serve", "--state-dir", state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-              "--threads", th, (char *)NULL);
+              "--threads", th, "--connections-per-address", "0", "--register-per-minute", "0", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -334,7 +570,7 @@ static void usage(void)
           "  --threads N          client threads, each with one keep-alive connection (default 16)\n"
           "  --reports N          stop after N reports (default 20000, at most 1000000)\n"
           "  --seconds S          stop after S seconds (default 30, at most 600)\n"
-          "  --server-threads N   --threads for a spawned server (default 8)\n"
+          "  --server-threads N   --threads for a spawned server, and the baseline's (default 4)\n"
           "  --d D --m M          job dimensions (default 16, 1000)\n"
           "  --preregister 1      register every device first, then time the reports alone (default 0: each\n"
           "                       report follows its own device's registration, both timed)\n",
@@ -343,7 +579,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    options opt = {NULL, NULL, 16, 20000, 30, 8, 16, 1000, 0};
+    options opt = {NULL, NULL, 16, 20000, 30, 4, 16, 1000, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -371,6 +607,8 @@ int main(int argc, char **argv)
             opt.m = (unsigned)n;
         } else if (strcmp(f, "--preregister") == 0 && n <= 1) {
             opt.preregister = (int)n;
+        } else if (strcmp(f, "--baseline") == 0 && n <= 1) {
+            opt.baseline = (int)n;
         } else {
             usage();
             return 2;
@@ -471,84 +709,54 @@ int main(int argc, char **argv)
         sh.release_version = (uint64_t)json_int(b.buf, "release_version");
     }
 
-    worker *ws = calloc(opt.threads, sizeof *ws);
-    if (ws == NULL) {
-        goto out;
-    }
-    size_t per = opt.reports / opt.threads + 2;
-    double t0 = now_s();
-    sh.deadline = t0 + opt.seconds;
-    if (opt.preregister && pthread_barrier_init(&sh.barrier, NULL, opt.threads + 1) != 0) {
-        free(ws);
-        goto out;
-    }
-    for (unsigned i = 0; i < opt.threads; i++) {
-        ws[i].sh = &sh;
-        ws[i].cap = per;
-        ws[i].lat_report_us = calloc(per, sizeof(uint32_t));
-        ws[i].lat_register_us = calloc(per, sizeof(uint32_t));
-        ws[i].tokens = opt.preregister ? calloc(per, sizeof *ws[i].tokens) : NULL;
-        if (ws[i].lat_report_us == NULL || ws[i].lat_register_us == NULL ||
-            (opt.preregister && ws[i].tokens == NULL) || pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]) != 0) {
-            fprintf(stderr, "cannot start thread %u\n", i);
-            exit(1); /* a half-started barrier cannot be unwound; the run has not begun */
+    result agg_res, base_res;
+    if (opt.baseline) {
+        uint16_t port = 0;
+        struct MHD_Daemon *d = baseline_start(state, opt.server_threads, &port);
+        if (d == NULL || port == 0) {
+            fprintf(stderr, "cannot start the baseline server (it needs %s/tls-cert.pem and tls-key.pem)\n", state);
+            goto out;
+        }
+        char agg_url[64];
+        snprintf(agg_url, sizeof agg_url, "%s", sh.device_url);
+        snprintf(sh.device_url, sizeof sh.device_url, "https://127.0.0.1:%u", (unsigned)port);
+        double c0 = cpu_of_threads("MHD");
+        int brc = run_load(&sh, "baseline (the same HTTPS stack, a fixed answer from memory)", &base_res);
+        double c1 = cpu_of_threads("MHD");
+        MHD_stop_daemon(d);
+        printf("server CPU: %.2f s, %.1f us per request\n", c1 - c0,
+               1e6 * (c1 - c0) / (double)(base_res.accepted + (opt.preregister ? base_res.accepted : 0)));
+        snprintf(sh.device_url, sizeof sh.device_url, "%s", agg_url);
+        if (brc != 0) {
+            fprintf(stderr, "the baseline run accepted nothing\n");
+            goto out;
         }
     }
-    double t_reg = 0.0;
-    if (opt.preregister) {
-        pthread_barrier_wait(&sh.barrier);
-        t_reg = now_s() - t0;
-        t0 = now_s();
+    long spid = json_int(ports, "pid");
+    double a0 = spid > 0 ? cpu_of_pid(spid) : -1.0, k0 = cpu_of_pid((long)getpid());
+    int arc = run_load(&sh, "dprec-aggregator (every report durable before its 200)", &agg_res);
+    double a1 = spid > 0 ? cpu_of_pid(spid) : -1.0, k1 = cpu_of_pid((long)getpid());
+    double nreq = (double)(agg_res.accepted + (opt.preregister ? agg_res.accepted : 0));
+    if (arc == 0 && a0 >= 0 && a1 >= 0) {
+        printf("server CPU: %.2f s, %.1f us per request\n", a1 - a0, 1e6 * (a1 - a0) / nreq);
     }
-    size_t nrep = 0, nreg = 0;
-    for (unsigned i = 0; i < opt.threads; i++) {
-        pthread_join(ws[i].tid, NULL);
-        nrep += ws[i].n_report;
-        nreg += ws[i].n_register;
+    if (arc == 0 && k0 >= 0 && k1 >= 0) {
+        printf("client CPU (these libcurl clients, same machine): %.2f s, %.1f us per request\n", k1 - k0,
+               1e6 * (k1 - k0) / nreq);
     }
-    double wall = now_s() - t0;
-    uint32_t *rep = malloc((nrep + 1) * sizeof *rep), *reg = malloc((nreg + 1) * sizeof *reg);
-    size_t a = 0, g = 0;
-    const char *err = NULL;
-    for (unsigned i = 0; i < opt.threads; i++) {
-        if (rep != NULL) {
-            memcpy(rep + a, ws[i].lat_report_us, ws[i].n_report * sizeof *rep);
-        }
-        if (reg != NULL) {
-            memcpy(reg + g, ws[i].lat_register_us, ws[i].n_register * sizeof *reg);
-        }
-        a += ws[i].n_report;
-        g += ws[i].n_register;
-        if (ws[i].last_error[0] != '\0') {
-            err = ws[i].last_error;
+    if (arc == 0) {
+        exit_code = 0;
+        if (opt.baseline) {
+            printf("== ratio aggregator / baseline: reports %.2f (%.0f / %.0f per s), p99 %.2f / %.2f ms",
+                   agg_res.rep_per_s / base_res.rep_per_s, agg_res.rep_per_s, base_res.rep_per_s, agg_res.rep_p99,
+                   base_res.rep_p99);
+            if (opt.preregister) {
+                printf("; registrations %.2f (%.0f / %.0f per s)", agg_res.reg_per_s / base_res.reg_per_s,
+                       agg_res.reg_per_s, base_res.reg_per_s);
+            }
+            printf("\n");
         }
     }
-    if (rep != NULL && reg != NULL) {
-        qsort(rep, nrep, sizeof *rep, cmp_u32);
-        qsort(reg, nreg, sizeof *reg, cmp_u32);
-        unsigned long acc = atomic_load(&sh.accepted);
-        printf("dprec-bench-load: %u client threads, plain d=%u, HTTPS keep-alive on loopback (job %" PRIu64 ")\n",
-               opt.threads, opt.d, sh.job);
-        if (opt.preregister) {
-            printf("registered %zu devices in %.2f s = %.0f registrations/s\n", nreg, t_reg, (double)nreg / t_reg);
-        }
-        printf("accepted reports (durable 200): %lu in %.2f s = %.0f reports/s%s\n", acc, wall, (double)acc / wall,
-               opt.preregister ? "" : " (each after its own registration)");
-        printf("failed requests: %lu%s%s\n", atomic_load(&sh.failed), err != NULL ? "; last: " : "",
-               err != NULL ? err : "");
-        printf("report POST latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", pct(rep, nrep, 0.5),
-               pct(rep, nrep, 0.99), nrep > 0 ? (double)rep[nrep - 1] / 1000.0 : 0.0);
-        printf("register POST latency: p50 %.2f ms, p99 %.2f ms\n", pct(reg, nreg, 0.5), pct(reg, nreg, 0.99));
-        exit_code = acc > 0 ? 0 : 1;
-    }
-    free(rep);
-    free(reg);
-    for (unsigned i = 0; i < opt.threads; i++) {
-        free(ws[i].lat_report_us);
-        free(ws[i].lat_register_us);
-        free(ws[i].tokens);
-    }
-    free(ws);
 
 out:
     if (server > 0) {

@@ -16,7 +16,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-native_pkgs=(build-essential cmake pkg-config ca-certificates
+native_pkgs=(build-essential cmake pkg-config ca-certificates python3 prometheus
              libmbedtls-dev libcjson-dev libcurl4-openssl-dev libcmocka-dev
              libmicrohttpd-dev libsqlite3-dev libgnutls28-dev liblapacke-dev binutils gnuplot-nox)
 # The cross gcc packages bring their own libc sysroots; only the libraries we link come from multiarch.

@@ -135,7 +135,7 @@ def main():
 
         status, body = srv.json("device", "POST", "/v1/jobs/1/reports", body=b"\0" * (MAX_REPORT + 1),
                                 ctype="application/octet-stream")
-        check(status == 413, "a report above --max-report-bytes is 413 (%s %s)" % (status, body))
+        check(status == 401, "a report without a token is 401 before its body matters (%s %s)" % (status, body))
 
         status, body = srv.json("admin", "POST", "/v1/admin/jobs", body=b"{}", ctype="application/json")
         check(status == 401, "admin without a token is 401 (%s %s)" % (status, body))
@@ -157,6 +157,15 @@ def main():
         if not check(status == 201 and len(body.get("token", "")) == 64, "register a device (%s)" % status):
             return
         token = body["token"]
+
+        status, body = srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=b"\0" * (MAX_REPORT + 1),
+                                token=token, ctype="application/octet-stream")
+        check(status == 413 and body.get("error") == "too_large", "a report above --max-report-bytes is 413 "
+              "(%s %s)" % (status, body))
+        status, body = srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=b"\0" * 1000, token=token,
+                                ctype="application/octet-stream")
+        check(status == 413 and body.get("error") == "too_large", "a report above its job's cap (plain, d = 4, "
+              "m = 10: 160 bytes) is 413 (%s %s)" % (status, body))
 
         status, jobv = srv.json("device", "GET", "/v1/jobs/%d" % job, token=token)
         check(status == 200 and jobv.get("protocol") == "plain" and jobv.get("d") == d, "fetch the job (%s %s)" %

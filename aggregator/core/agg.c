@@ -72,10 +72,8 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
     if (a->cfg.max_report_body == 0) a->cfg.max_report_body = (size_t)16 << 20;
     a->admin_token = strdup(cfg->admin_token);
     a->cfg.admin_token = a->admin_token;
-    pthread_mutex_init(&a->db_mu, NULL);
-    pthread_mutex_init(&a->q_mu, NULL);
-    pthread_cond_init(&a->q_cv, NULL);
     pthread_mutex_init(&a->rng_mu, NULL);
+    pthread_mutex_init(&a->sign_mu, NULL);
     pthread_mutex_init(&a->m_mu, NULL);
     mbedtls_pk_init(&a->key);
 
@@ -107,10 +105,8 @@ void dprec_agg_close(dprec_agg *a) {
     agg_state_close(a);
     mbedtls_pk_free(&a->key);
     dprec_rng_free(&a->rng);
-    pthread_mutex_destroy(&a->db_mu);
-    pthread_mutex_destroy(&a->q_mu);
-    pthread_cond_destroy(&a->q_cv);
     pthread_mutex_destroy(&a->rng_mu);
+    pthread_mutex_destroy(&a->sign_mu);
     pthread_mutex_destroy(&a->m_mu);
     if (a->admin_token != NULL) {
         dprec_wipe(a->admin_token, strlen(a->admin_token));
@@ -127,15 +123,37 @@ size_t dprec_agg_public_key(dprec_agg *a, unsigned char *out, size_t cap) {
 
 /* ---- structured logs ------------------------------------------------------------------------------- */
 
-void agg_log(dprec_agg *a, const char *event, cJSON *fields) {
+/* One JSON object per line, the server's schema (docs/operations.md): ts (UTC, ISO 8601 with milliseconds), level,
+ * event, then the event's fields. */
+void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields) {
     if (a->cfg.log == NULL) {
         cJSON_Delete(fields);
         return;
     }
-    cJSON *o = fields != NULL ? fields : cJSON_CreateObject();
-    if (o == NULL) return;
-    cJSON_AddNumberToObject(o, "ts", (double)time(NULL));
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) {
+        cJSON_Delete(fields);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char buf[40];
+    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, sizeof buf - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+    cJSON_AddStringToObject(o, "ts", buf);
+    cJSON_AddStringToObject(o, "level", level);
     cJSON_AddStringToObject(o, "event", event);
+    if (fields != NULL) {
+        cJSON *it = fields->child;
+        while (it != NULL) {
+            cJSON *next = it->next;
+            cJSON_AddItemToObject(o, it->string, cJSON_DetachItemViaPointer(fields, it));
+            it = next;
+        }
+        cJSON_Delete(fields);
+    }
     char *line = cJSON_PrintUnformatted(o);
     if (line != NULL) a->cfg.log(a->cfg.log_user, line);
     free(line);
@@ -239,12 +257,19 @@ static void sb_printf(strbuf *s, const char *fmt, ...) {
     }
 }
 
-/* route and status labels of the request counters (agg_http.c indexes them) */
+/* route and status labels of the request counters (agg_http.c indexes them); the last status slot is "other" */
 const char *const agg_route_names[8] = {"register", "job", "release", "reports", "admin", "healthz", "metrics",
                                         "other"};
-const int agg_status_classes[6] = {200, 201, 400, 404, 409, 500};
+const int agg_status_codes[AGG_STATUS_SLOTS - 1] = {200, 201, 400, 401, 403, 404, 405, 409,
+                                                    413, 414, 429, 431, 500, 503, 0};
 const double agg_hist_bounds[AGG_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                   0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+
+int agg_status_slot(int status) {
+    for (int c = 0; c < AGG_STATUS_SLOTS - 1 && agg_status_codes[c] != 0; c++)
+        if (agg_status_codes[c] == status) return c;
+    return AGG_STATUS_SLOTS - 1;
+}
 
 char *dprec_agg_metrics(dprec_agg *a) {
     if (a == NULL) return NULL;
@@ -256,50 +281,70 @@ char *dprec_agg_metrics(dprec_agg *a) {
     m = a->metrics;
     pthread_mutex_unlock(&a->m_mu);
 
-    sb_printf(&s, "# HELP dprec_requests_total Requests by route and status (4xx other than 400/404/409 "
-                  "count under 400, 5xx under 500).\n# TYPE dprec_requests_total counter\n");
+    sb_printf(&s, "# HELP dprec_requests_total Requests the core answered, by route and HTTP status (\"other\": a "
+                  "status not listed in docs/operations.md).\n# TYPE dprec_requests_total counter\n");
     for (int r = 0; r < 8; r++)
-        for (int c = 0; c < 6; c++)
-            if (m.requests[r][c] != 0)
-                sb_printf(&s, "dprec_requests_total{route=\"%s\",status=\"%d\"} %llu\n", agg_route_names[r],
-                          agg_status_classes[c], (unsigned long long)m.requests[r][c]);
-    sb_printf(&s, "# TYPE dprec_reports_accepted_total counter\ndprec_reports_accepted_total %llu\n",
+        for (int c = 0; c < AGG_STATUS_SLOTS; c++) {
+            if (m.requests[r][c] == 0) continue;
+            char code[8];
+            if (c < AGG_STATUS_SLOTS - 1 && agg_status_codes[c] != 0) snprintf(code, sizeof code, "%d", agg_status_codes[c]);
+            else snprintf(code, sizeof code, "other");
+            sb_printf(&s, "dprec_requests_total{route=\"%s\",status=\"%s\"} %llu\n", agg_route_names[r], code,
+                      (unsigned long long)m.requests[r][c]);
+        }
+    sb_printf(&s, "# HELP dprec_reports_accepted_total Reports stored (durable before their 200).\n"
+                  "# TYPE dprec_reports_accepted_total counter\ndprec_reports_accepted_total %llu\n",
               (unsigned long long)m.reports_accepted);
-    sb_printf(&s, "# TYPE dprec_reports_duplicate_total counter\ndprec_reports_duplicate_total %llu\n",
+    sb_printf(&s, "# HELP dprec_reports_duplicate_total Retries of a stored report, answered 200 duplicate.\n"
+                  "# TYPE dprec_reports_duplicate_total counter\ndprec_reports_duplicate_total %llu\n",
               (unsigned long long)m.reports_duplicate);
-    sb_printf(&s, "# TYPE dprec_reports_rejected_total counter\n");
+    sb_printf(&s, "# HELP dprec_reports_rejected_total Reports refused, by the error code of the answer.\n"
+                  "# TYPE dprec_reports_rejected_total counter\n");
     for (size_t i = 0; i < N_REASONS; i++)
         sb_printf(&s, "dprec_reports_rejected_total{reason=\"%s\"} %llu\n", reason_names[i],
                   (unsigned long long)m.rejected[i]);
-    sb_printf(&s, "# TYPE dprec_rounds_finalized_total counter\ndprec_rounds_finalized_total %llu\n",
+    sb_printf(&s, "# HELP dprec_rounds_finalized_total Rounds closed with a signed release.\n"
+                  "# TYPE dprec_rounds_finalized_total counter\ndprec_rounds_finalized_total %llu\n",
               (unsigned long long)m.rounds_finalized);
-    sb_printf(&s, "# TYPE dprec_commits_total counter\ndprec_commits_total %llu\n",
+    sb_printf(&s, "# HELP dprec_deadlines_extended_total Rounds left open for another period at their deadline.\n"
+                  "# TYPE dprec_deadlines_extended_total counter\ndprec_deadlines_extended_total %llu\n",
+              (unsigned long long)m.deadlines_extended);
+    sb_printf(&s, "# HELP dprec_commits_total Group commits (transactions of reports and registrations).\n"
+                  "# TYPE dprec_commits_total counter\ndprec_commits_total %llu\n",
               (unsigned long long)m.commits);
-    sb_printf(&s, "# TYPE dprec_committed_reports_total counter\ndprec_committed_reports_total %llu\n",
+    sb_printf(&s, "# HELP dprec_committed_reports_total Reports stored by the group commits.\n"
+                  "# TYPE dprec_committed_reports_total counter\ndprec_committed_reports_total %llu\n",
               (unsigned long long)m.committed_reports);
-    sb_printf(&s, "# TYPE dprec_request_seconds histogram\n");
+    sb_printf(&s, "# HELP dprec_committed_operations_total Reports and registrations handled by the group commits "
+                  "(stored or refused).\n# TYPE dprec_committed_operations_total counter\n"
+                  "dprec_committed_operations_total %llu\n",
+              (unsigned long long)m.committed_ops);
+    sb_printf(&s, "# HELP dprec_request_seconds Time the core took to answer a request (a report: until durable).\n"
+                  "# TYPE dprec_request_seconds histogram\n");
     uint64_t cum = 0;
     for (int b = 0; b < AGG_HIST_BUCKETS; b++) {
         cum += m.latency_hist[b];
-        sb_printf(&s, "dprec_request_seconds_bucket{le=\"%g\"} %llu\n", agg_hist_bounds[b],
-                  (unsigned long long)cum);
+        sb_printf(&s, "dprec_request_seconds_bucket{le=\"%g\"} %llu\n", agg_hist_bounds[b], (unsigned long long)cum);
     }
     sb_printf(&s, "dprec_request_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m.latency_count);
     sb_printf(&s, "dprec_request_seconds_sum %.6f\ndprec_request_seconds_count %llu\n", m.latency_sum,
               (unsigned long long)m.latency_count);
 
-    /* round progress per job */
+    /* round progress of the running jobs only: a finished job's series are retired (no longer exported) */
+    sb_printf(&s, "# HELP dprec_job_round The open round of each running job.\n# TYPE dprec_job_round gauge\n"
+                  "# HELP dprec_job_reports_in_round Reports stored in each running job's open round.\n"
+                  "# TYPE dprec_job_reports_in_round gauge\n");
     int64_t *ids = NULL;
     size_t n = 0;
     if (agg_job_ids(a, &ids, &n) == 0) {
-        sb_printf(&s, "# TYPE dprec_job_round gauge\n# TYPE dprec_job_reports_in_round gauge\n");
         for (size_t i = 0; i < n; i++) {
             agg_job j;
-            if (agg_job_load(a, ids[i], &j) != 1) continue;
-            int64_t in_round = agg_reports_in_round(a, j.id, j.round);
-            sb_printf(&s, "dprec_job_round{job=\"%lld\"} %lld\n", (long long)j.id, (long long)j.round);
-            sb_printf(&s, "dprec_job_reports_in_round{job=\"%lld\"} %lld\n", (long long)j.id,
-                      (long long)in_round);
+            int64_t in_round = 0;
+            if (agg_job_get(a, ids[i], &j, &in_round) != 1) continue;
+            if (!j.done) {
+                sb_printf(&s, "dprec_job_round{job=\"%lld\"} %lld\n", (long long)j.id, (long long)j.round);
+                sb_printf(&s, "dprec_job_reports_in_round{job=\"%lld\"} %lld\n", (long long)j.id, (long long)in_round);
+            }
             agg_job_free(&j);
         }
         free(ids);

@@ -2,7 +2,13 @@
  *
  * Order of checks for every request: version prefix (400), listener separation (403), route (404),
  * method (405), credentials (401), body size (413), body syntax (400 bad_json), fields (400 bad_field /
- * bad_report), then state (404 unknown job, 409). Every failure answers before anything is stored. */
+ * bad_report), then state (404 unknown job, 409). Every failure answers before anything is stored.
+ *
+ * Everything up to the body's size can be decided from the request line and the headers (resolve): the HTTPS front
+ * end asks for it (dprec_agg_preflight) before it reads a body, so a request with a wrong token or an oversized
+ * body costs no memory. A request that changes the state is an operation for the writer thread (agg_state.c): it
+ * is answered when the writer completes it, from the writer's thread (dprec_agg_handle_async), or the caller waits
+ * for it (dprec_agg_handle). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +21,6 @@
 #include "dprec/status.h"
 #include "mbedtls_compat.h"
 
-extern const int agg_status_classes[6];
 extern const double agg_hist_bounds[AGG_HIST_BUCKETS];
 
 enum route { R_REGISTER, R_JOB, R_RELEASE, R_REPORTS, R_ADMIN, R_HEALTHZ, R_METRICS, R_OTHER };
@@ -128,9 +133,42 @@ static int admin_ok(dprec_agg *a, const char *authorization) {
     return diff == 0;
 }
 
-/* Parses a JSON object body (an empty body is {} when allow_empty). NULL on failure. */
+/* Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), which JSON requires. */
+static int utf8_ok(const unsigned char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        size_t k;
+        unsigned min;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) k = 1, min = 0x80, cp = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0) k = 2, min = 0x800, cp = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0) k = 3, min = 0x10000, cp = c & 0x07;
+        else return 0;
+        if (n - i <= k) return 0;
+        for (size_t j = 1; j <= k; j++) {
+            if ((p[i + j] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + j] & 0x3Fu);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* Parses a JSON object body (an empty body is {} when allow_empty). NULL on failure: not UTF-8, not one JSON object,
+ * or a string holding U+0000 (\u0000 would cut a C string short: what is stored must be what was sent). */
 static cJSON *parse_object(const dprec_agg_request *req, int allow_empty) {
     if (req->body_len == 0 || req->body == NULL) return allow_empty ? cJSON_CreateObject() : NULL;
+    if (!utf8_ok(req->body, req->body_len)) return NULL;
+    for (size_t i = 0; i + 6 <= req->body_len; i++)
+        if (req->body[i] == '\\') {
+            if (req->body[i + 1] == 'u' && memcmp(req->body + i + 2, "0000", 4) == 0) return NULL;
+            i++; /* an escaped character: "\\u0000" is a backslash and text */
+        }
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts((const char *)req->body, req->body_len, &end, 0);
     if (o == NULL) return NULL;
@@ -142,6 +180,15 @@ static cJSON *parse_object(const dprec_agg_request *req, int allow_empty) {
         return NULL;
     }
     return o;
+}
+
+/* A short human-readable field: at most max bytes, no control characters (U+0000..U+001F, U+007F). */
+static int text_field_ok(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n > max) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return 0;
+    return 1;
 }
 
 /* An integer field in [lo, hi]. 1 ok, 0 absent, -1 wrong type/range. */
@@ -179,7 +226,7 @@ static const char *model_name(dprec_model m) {
     }
 }
 
-static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
+static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
     cJSON_AddNumberToObject(o, "job", (double)j->id);
@@ -225,7 +272,7 @@ static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
         int64_t rounds_done = j->round - 1;
         cJSON_AddNumberToObject(o, "min_reports", (double)j->min_reports);
         cJSON_AddNumberToObject(o, "round_seconds", (double)j->round_seconds);
-        cJSON_AddNumberToObject(o, "reports_in_round", (double)(j->done ? 0 : agg_reports_in_round(a, j->id, j->round)));
+        cJSON_AddNumberToObject(o, "reports_in_round", (double)(j->done ? 0 : in_round));
         cJSON_AddNumberToObject(o, "rounds_done", (double)rounds_done);
         double spent = 0.0;
         agg_budget_check(j, rounds_done, &spent);
@@ -235,61 +282,169 @@ static cJSON *job_view(dprec_agg *a, const agg_job *j, int admin) {
     return o;
 }
 
+/* ---- requests that wait for the writer ----------------------------------------------------------------- */
+
+#define PENDING 1
+
+typedef enum call_kind { CALL_REPORT, CALL_REGISTER, CALL_JOB_CREATE, CALL_ADMIN_VIEW } call_kind;
+
+/* How the request is being answered: the caller's completion (NULL for a synchronous caller's wait). */
+typedef struct req_ctx {
+    dprec_agg_done_fn done;
+    void *user;
+    int sync;
+    struct timespec t0;
+    dprec_agg_origin origin;
+} req_ctx;
+
+/* A request waiting for the writer; op first, so the op's completion finds the call. */
+typedef struct agg_call {
+    agg_op op;
+    dprec_agg *a;
+    const dprec_agg_request *req;
+    dprec_agg_response *resp;
+    enum route rt;
+    call_kind kind;
+    req_ctx ctx;
+    char token[65];      /* CALL_REGISTER: the token handed back */
+    agg_job spec;        /* CALL_JOB_CREATE */
+    char *spec_json;
+    unsigned char *release;
+} agg_call;
+
+static void finish_request(dprec_agg *a, const dprec_agg_request *req, const char *client, dprec_agg_response *resp,
+                           enum route rt, const struct timespec *t0);
+static void call_done(agg_op *op);
+
+static agg_call *call_new(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp, enum route rt,
+                          call_kind kind, agg_op_kind op, const req_ctx *ctx) {
+    agg_call *c = calloc(1, sizeof *c);
+    if (c == NULL) return NULL;
+    c->a = a;
+    c->req = req;
+    c->resp = resp;
+    c->rt = rt;
+    c->kind = kind;
+    c->ctx = *ctx;
+    c->op.kind = op;
+    c->op.done = call_done;
+    /* a report that makes its round close is answered once the round is closed (its connection, not a thread,
+     * waits): a device that reads the job right after sees the new round, as it always has */
+    c->op.wait_round = 1;
+    return c;
+}
+
+static void call_free(agg_call *c) {
+    dprec_wipe(c->token, sizeof c->token);
+    agg_job_free(&c->spec);
+    free(c->spec_json);
+    free(c->release);
+    free(c);
+}
+
+/* The writer finished the call's operation: its answer, the request's accounting, then the caller's completion. */
+static void call_done(agg_op *op) {
+    agg_call *c = (agg_call *)op;
+    dprec_agg *a = c->a;
+    dprec_agg_response *resp = c->resp;
+    if (op->status >= 300 || op->status == 0) {
+        respond_error(resp, op->status ? op->status : 500, op->code ? op->code : "internal", op->message);
+    } else if (c->kind == CALL_REPORT) {
+        pthread_mutex_lock(&a->m_mu);
+        if (op->duplicate) a->metrics.reports_duplicate++;
+        else a->metrics.reports_accepted++;
+        pthread_mutex_unlock(&a->m_mu);
+        char buf[96];
+        int n = snprintf(buf, sizeof buf, "{\"accepted\":true,\"duplicate\":%s,\"round\":%llu}",
+                         op->duplicate ? "true" : "false", (unsigned long long)op->accepted_round);
+        unsigned char *body = malloc((size_t)n);
+        if (body == NULL) respond_error(resp, 500, "internal", "out of memory");
+        else memcpy(body, buf, (size_t)n), respond_raw(resp, 200, json_type, body, (size_t)n);
+    } else if (c->kind == CALL_REGISTER) {
+        char ids[24];
+        snprintf(ids, sizeof ids, "%lld", (long long)op->id);
+        cJSON *r = cJSON_CreateObject();
+        if (r != NULL) {
+            cJSON_AddStringToObject(r, "device_id", ids);
+            cJSON_AddStringToObject(r, "token", c->token);
+        }
+        respond_json(resp, 201, r);
+    } else if (c->kind == CALL_JOB_CREATE) {
+        cJSON *r = cJSON_CreateObject();
+        if (r != NULL) cJSON_AddNumberToObject(r, "job", (double)op->id);
+        respond_json(resp, 201, r);
+    } else {
+        agg_job j;
+        int64_t in_round = 0;
+        if (agg_job_get(a, op->job, &j, &in_round) != 1) {
+            respond_error(resp, 500, "internal", "state database error");
+        } else {
+            respond_json(resp, 200, job_view(&j, in_round, 1));
+            agg_job_free(&j);
+        }
+    }
+    finish_request(a, c->req, c->ctx.origin.client, resp, c->rt, &c->ctx.t0);
+    dprec_agg_done_fn done = c->ctx.done;
+    void *user = c->ctx.user;
+    call_free(c);
+    done(user);
+}
+
 /* ---- device endpoints ------------------------------------------------------------------------------- */
 
-static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
-    if (req->body_len > a->cfg.max_json_body) return respond_error(resp, 413, "too_large", "body above the JSON cap");
+static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
+                           const req_ctx *ctx) {
     cJSON *o = parse_object(req, 1);
-    if (o == NULL) return respond_error(resp, 400, "bad_json", "body is not a JSON object");
+    if (o == NULL) return respond_error(resp, 400, "bad_json", "body is not a JSON object (UTF-8, no U+0000)");
     const cJSON *pf = cJSON_GetObjectItemCaseSensitive(o, "platform");
-    if (pf != NULL && (!cJSON_IsString(pf) || strlen(pf->valuestring) > 64)) {
+    if (pf != NULL && (!cJSON_IsString(pf) || !text_field_ok(pf->valuestring, 64))) {
         cJSON_Delete(o);
-        return respond_error(resp, 400, "bad_field", "platform must be a string of at most 64 characters");
+        return respond_error(resp, 400, "bad_field", "platform must be a string of at most 64 bytes without control "
+                                                      "characters");
     }
-    unsigned char raw[32], hash[32];
-    char token[65];
+    agg_call *c = call_new(a, req, resp, R_REGISTER, CALL_REGISTER, AGG_OP_REGISTER, ctx);
+    char *platform = pf != NULL ? strdup(pf->valuestring) : NULL;
+    cJSON_Delete(o);
+    if (c == NULL || (pf != NULL && platform == NULL)) {
+        free(c);
+        free(platform);
+        return respond_error(resp, 500, "internal", "out of memory");
+    }
+    unsigned char raw[32];
     if (agg_random(a, raw, sizeof raw) != 0) {
-        cJSON_Delete(o);
+        free(c);
+        free(platform);
         return respond_error(resp, 500, "internal", "random generator failure");
     }
     static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < sizeof raw; i++) {
-        token[2 * i] = hex[raw[i] >> 4];
-        token[2 * i + 1] = hex[raw[i] & 15];
+        c->token[2 * i] = hex[raw[i] >> 4];
+        c->token[2 * i + 1] = hex[raw[i] & 15];
     }
-    token[64] = '\0';
+    c->token[64] = '\0';
     dprec_wipe(raw, sizeof raw);
-    int64_t id = -1;
-    if (dprec_sha256((const unsigned char *)token, 64, hash) == 0)
-        id = agg_device_register(a, hash, pf != NULL ? pf->valuestring : NULL);
-    cJSON_Delete(o);
-    if (id <= 0) {
-        dprec_wipe(token, sizeof token);
-        return respond_error(resp, 500, "internal", "could not store the device");
+    if (dprec_sha256((const unsigned char *)c->token, 64, c->op.token_hash) != 0) {
+        call_free(c);
+        free(platform);
+        return respond_error(resp, 500, "internal", "hash failure");
     }
-    char ids[24];
-    snprintf(ids, sizeof ids, "%lld", (long long)id);
-    cJSON *r = cJSON_CreateObject();
-    if (r != NULL) {
-        cJSON_AddStringToObject(r, "device_id", ids);
-        cJSON_AddStringToObject(r, "token", token);
-    }
-    dprec_wipe(token, sizeof token);
-    return respond_json(resp, 201, r);
+    c->spec_json = platform; /* owned by the call, freed with it */
+    c->op.platform = platform;
+    agg_submit(a, &c->op);
+    return PENDING;
 }
 
 static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dprec_agg_request *req,
-                         dprec_agg_response *resp) {
-    if (req->body_len > a->cfg.max_report_body) return respond_error(resp, 413, "too_large", "report above the cap");
+                         dprec_agg_response *resp, const req_ctx *ctx) {
     dprec_envelope e;
     if (req->body == NULL || dprec_envelope_parse(req->body, req->body_len, &e) != DPREC_OK)
         return respond_error(resp, 400, "bad_report", "malformed report envelope");
     if (e.job_id != (uint64_t)job_id)
         return respond_error(resp, 400, "bad_report", "the envelope's job differs from the path's");
     agg_job j;
-    int rc = agg_job_load(a, job_id, &j);
+    int rc = agg_job_get(a, job_id, &j, NULL);
     if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    if (rc < 0) return respond_error(resp, 500, "internal", "state database error");
+    if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
     char err[AGG_ERRMSG];
     if (e.protocol != j.proto_id) {
         agg_job_free(&j);
@@ -300,36 +455,25 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
         return respond_error(resp, 400, "bad_report", err);
     }
     agg_job_free(&j);
-    agg_pending p;
-    memset(&p, 0, sizeof p);
-    p.job = job_id;
-    p.device = device;
-    p.round = e.round;
-    p.release_version = e.release_version;
-    memcpy(p.report_id, e.report_id, sizeof p.report_id);
-    p.bytes = req->body;
-    p.len = req->body_len;
-    agg_report_submit(a, &p);
-    if (p.status != 200) return respond_error(resp, p.status, p.code, p.message);
-    pthread_mutex_lock(&a->m_mu);
-    if (p.duplicate) a->metrics.reports_duplicate++;
-    else a->metrics.reports_accepted++;
-    pthread_mutex_unlock(&a->m_mu);
-    cJSON *r = cJSON_CreateObject();
-    if (r != NULL) {
-        cJSON_AddBoolToObject(r, "accepted", 1);
-        cJSON_AddBoolToObject(r, "duplicate", p.duplicate);
-        cJSON_AddNumberToObject(r, "round", (double)p.accepted_round);
-    }
-    return respond_json(resp, 200, r);
+    agg_call *c = call_new(a, req, resp, R_REPORTS, CALL_REPORT, AGG_OP_REPORT, ctx);
+    if (c == NULL) return respond_error(resp, 500, "internal", "out of memory");
+    c->op.job = job_id;
+    c->op.device = device;
+    c->op.round = e.round;
+    c->op.release_version = e.release_version;
+    memcpy(c->op.report_id, e.report_id, sizeof c->op.report_id);
+    c->op.bytes = req->body;
+    c->op.len = req->body_len;
+    agg_submit(a, &c->op);
+    return PENDING;
 }
 
 /* ---- admin endpoints -------------------------------------------------------------------------------- */
 
-static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
-    if (req->body_len > a->cfg.max_json_body) return respond_error(resp, 413, "too_large", "body above the JSON cap");
+static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
+                             const req_ctx *ctx) {
     cJSON *o = parse_object(req, 0);
-    if (o == NULL) return respond_error(resp, 400, "bad_json", "body is not a JSON object");
+    if (o == NULL) return respond_error(resp, 400, "bad_json", "body is not a JSON object (UTF-8, no U+0000)");
     agg_job s;
     memset(&s, 0, sizeof s);
     char err[AGG_ERRMSG] = "";
@@ -386,25 +530,45 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     }
     char *spec = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    int64_t id = spec != NULL ? agg_job_create(a, &s, spec, err, sizeof err) : -1;
-    free(spec);
-    free(s.params);
-    if (id <= 0) return respond_error(resp, 500, "internal", err[0] ? err : "could not create the job");
-    cJSON *r = cJSON_CreateObject();
-    if (r != NULL) cJSON_AddNumberToObject(r, "job", (double)id);
-    return respond_json(resp, 201, r);
+    agg_call *c = spec != NULL ? call_new(a, req, resp, R_ADMIN, CALL_JOB_CREATE, AGG_OP_JOB_CREATE, ctx) : NULL;
+    if (c == NULL) {
+        free(spec);
+        free(s.params);
+        return respond_error(resp, 500, "internal", "out of memory");
+    }
+    c->spec = s; /* the call owns s.params now */
+    c->spec_json = spec;
+    /* release 1 is built and signed here, off the writer (a large m takes a while); the id is reserved for it */
+    c->spec.id = agg_job_reserve_id(a);
+    agg_model x;
+    memset(&x, 0, sizeof x);
+    size_t rel_len = 0;
+    if (c->spec.proto->initial_model(&c->spec, &x, err, sizeof err) != 0 ||
+        (agg_model_clamp(&x), agg_release_build(a, &c->spec, &x, 1, &c->release, &rel_len, err, sizeof err)) != 0) {
+        agg_model_free(&x);
+        call_free(c);
+        return respond_error(resp, 500, "internal", err[0] ? err : "could not build release 1");
+    }
+    agg_model_free(&x);
+    c->op.spec = &c->spec;
+    c->op.spec_json = c->spec_json;
+    c->op.release = c->release;
+    c->op.release_len = rel_len;
+    agg_submit(a, &c->op);
+    return PENDING;
 }
 
 static int handle_list_jobs(dprec_agg *a, dprec_agg_response *resp) {
     int64_t *ids = NULL;
     size_t n = 0;
-    if (agg_job_ids(a, &ids, &n) != 0) return respond_error(resp, 500, "internal", "state database error");
+    if (agg_job_ids(a, &ids, &n) != 0) return respond_error(resp, 500, "internal", "out of memory");
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = o != NULL ? cJSON_AddArrayToObject(o, "jobs") : NULL;
     for (size_t i = 0; arr != NULL && i < n; i++) {
         agg_job j;
-        if (agg_job_load(a, ids[i], &j) != 1) continue;
-        cJSON *v = job_view(a, &j, 1);
+        int64_t in_round = 0;
+        if (agg_job_get(a, ids[i], &j, &in_round) != 1) continue;
+        cJSON *v = job_view(&j, in_round, 1);
         if (v != NULL) cJSON_AddItemToArray(arr, v);
         agg_job_free(&j);
     }
@@ -412,147 +576,196 @@ static int handle_list_jobs(dprec_agg *a, dprec_agg_response *resp) {
     return respond_json(resp, 200, o);
 }
 
-static int handle_admin(dprec_agg *a, const dprec_agg_request *req, const path_segs *ps, int is_get,
-                        dprec_agg_response *resp) {
-    /* segs: v1 admin jobs [id [close | round close]] */
-    if (ps->n < 3 || strcmp(ps->s[2], "jobs") != 0 || ps->n > 6)
-        return respond_error(resp, 404, "not_found", "unknown path");
-    int64_t id = 0;
-    enum { A_JOBS, A_JOB, A_CLOSE, A_ROUND_CLOSE } kind;
-    if (ps->n == 3) kind = A_JOBS;
-    else if ((id = parse_id(ps->s[3])) == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    else if (ps->n == 4) kind = A_JOB;
-    else if (ps->n == 5 && strcmp(ps->s[4], "close") == 0) kind = A_CLOSE;
-    else if (ps->n == 6 && strcmp(ps->s[4], "round") == 0 && strcmp(ps->s[5], "close") == 0) kind = A_ROUND_CLOSE;
-    else return respond_error(resp, 404, "not_found", "unknown path");
-    int want_get = kind == A_JOB;
-    if (kind == A_JOBS ? (!is_get && strcmp(req->method, "POST") != 0) : (want_get ? !is_get : strcmp(req->method, "POST") != 0))
-        return respond_error(resp, 405, "method_not_allowed", "wrong method for this path");
-    if (!admin_ok(a, req->authorization)) return respond_error(resp, 401, "unauthorized", "missing or wrong admin token");
-    if (kind == A_JOBS) return is_get ? handle_list_jobs(a, resp) : handle_create_job(a, req, resp);
-    if (req->body_len > a->cfg.max_json_body) return respond_error(resp, 413, "too_large", "body above the JSON cap");
-
-    agg_job j;
-    int rc = agg_job_load(a, id, &j);
-    if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    if (rc < 0) return respond_error(resp, 500, "internal", "state database error");
-    if (kind == A_JOB) {
-        cJSON *v = job_view(a, &j, 1);
-        agg_job_free(&j);
-        return respond_json(resp, 200, v);
-    }
-    if (j.done) {
-        agg_job_free(&j);
-        return respond_error(resp, 409, "job_done", "the job has finished");
-    }
-    int64_t round = j.round;
-    agg_job_free(&j);
-    if (kind == A_CLOSE) {
-        if (agg_job_close(a, id) != 1) return respond_error(resp, 500, "internal", "state database error");
-    } else {
-        rc = agg_round_finalize(a, id, round, 1, agg_now(a));
-        if (rc < 0) return respond_error(resp, 500, "internal", "finalizing the round failed");
-        if (rc == 0) return respond_error(resp, 409, "round_closed", "the round was closed meanwhile");
-    }
-    rc = agg_job_load(a, id, &j);
-    if (rc != 1) return respond_error(resp, 500, "internal", "state database error");
-    cJSON *v = job_view(a, &j, 1);
-    agg_job_free(&j);
-    return respond_json(resp, 200, v);
-}
-
 /* ---- routing ---------------------------------------------------------------------------------------- */
 
-static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp, enum route *rt) {
+typedef enum target_kind {
+    T_HEALTHZ, T_METRICS, T_REGISTER, T_JOB, T_RELEASE, T_REPORT,
+    T_ADMIN_LIST, T_ADMIN_CREATE, T_ADMIN_JOB, T_ADMIN_CLOSE, T_ADMIN_ROUND_CLOSE
+} target_kind;
+
+/* What a request asks for, as far as its request line and headers tell. */
+typedef struct target {
+    enum route rt;
+    target_kind kind;
+    int64_t job, version, device;
+    size_t cap; /* the body's cap */
+} target;
+
+/* Everything decided before the body: route, listener, method, credentials, and the body's cap. 0 with *t filled,
+ * or the answer (an error) in resp and 1 (-1 if even that failed). */
+static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *org, target *t,
+                   dprec_agg_response *resp) {
     const char *path = req->path;
     int is_get = strcmp(req->method, "GET") == 0, is_post = strcmp(req->method, "POST") == 0;
-    *rt = R_OTHER;
+    memset(t, 0, sizeof t[0]);
+    t->rt = R_OTHER;
+    t->cap = a->cfg.max_json_body;
+#define ANSWER(status, code, msg) return respond_error(resp, status, code, msg) == 0 ? 1 : -1
     if (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0) {
-        *rt = path[1] == 'h' ? R_HEALTHZ : R_METRICS;
-        if (!is_get) return respond_error(resp, 405, "method_not_allowed", "use GET");
-        if (*rt == R_HEALTHZ) {
-            if (agg_health(a) != 0) return respond_error(resp, 500, "internal", "state database unusable");
-            cJSON *ok = cJSON_CreateObject();
-            if (ok != NULL) cJSON_AddStringToObject(ok, "status", "ok");
-            return respond_json(resp, 200, ok);
-        }
+        t->rt = path[1] == 'h' ? R_HEALTHZ : R_METRICS;
+        t->kind = path[1] == 'h' ? T_HEALTHZ : T_METRICS;
+        if (!is_get) ANSWER(405, "method_not_allowed", "use GET");
         /* the admin listener only: live report counts on the public listener are a side channel */
-        if (req->listener != DPREC_LISTENER_ADMIN)
-            return respond_error(resp, 404, "not_found", "metrics are served on the admin listener");
+        if (t->kind == T_METRICS && req->listener != DPREC_LISTENER_ADMIN)
+            ANSWER(404, "not_found", "metrics are served on the admin listener");
+        return 0;
+    }
+    if (strncmp(path, "/v1/", 4) != 0) ANSWER(400, "unsupported_version", "paths start with /v1/");
+    path_segs ps;
+    if (split_path(path, &ps) != 0 || ps.n < 2) ANSWER(404, "not_found", "unknown path");
+    int admin_path = strcmp(ps.s[1], "admin") == 0;
+    if (admin_path) t->rt = R_ADMIN;
+    if (admin_path != (req->listener == DPREC_LISTENER_ADMIN))
+        ANSWER(403, "admin_only", admin_path ? "admin paths are served on the admin listener only"
+                                             : "device paths are served on the device listener only");
+    if (admin_path) {
+        /* segs: v1 admin jobs [id [close | round close]] */
+        if (ps.n < 3 || strcmp(ps.s[2], "jobs") != 0 || ps.n > 6) ANSWER(404, "not_found", "unknown path");
+        if (ps.n == 3) t->kind = is_get ? T_ADMIN_LIST : T_ADMIN_CREATE;
+        else if ((t->job = parse_id(ps.s[3])) == 0) ANSWER(404, "not_found", "unknown job");
+        else if (ps.n == 4) t->kind = T_ADMIN_JOB;
+        else if (ps.n == 5 && strcmp(ps.s[4], "close") == 0) t->kind = T_ADMIN_CLOSE;
+        else if (ps.n == 6 && strcmp(ps.s[4], "round") == 0 && strcmp(ps.s[5], "close") == 0) t->kind = T_ADMIN_ROUND_CLOSE;
+        else ANSWER(404, "not_found", "unknown path");
+        int ok = t->kind == T_ADMIN_LIST || t->kind == T_ADMIN_JOB ? is_get : is_post;
+        if (ps.n == 3) ok = is_get || is_post;
+        if (!ok) ANSWER(405, "method_not_allowed", "wrong method for this path");
+        if (!admin_ok(a, req->authorization)) {
+            cJSON *f = cJSON_CreateObject();
+            if (f != NULL) {
+                cJSON_AddStringToObject(f, "method", req->method);
+                cJSON_AddStringToObject(f, "path", req->path);
+                if (org->client != NULL) cJSON_AddStringToObject(f, "client", org->client);
+                cJSON_AddStringToObject(f, "reason", req->authorization == NULL ? "no Authorization header"
+                                                                                : "wrong admin token");
+            }
+            agg_log(a, "warn", "admin_auth_failed", f);
+            ANSWER(401, "unauthorized", "missing or wrong admin token");
+        }
+        return 0;
+    }
+    /* device paths */
+    if (ps.n == 2 && strcmp(ps.s[1], "register") == 0) {
+        t->rt = R_REGISTER;
+        t->kind = T_REGISTER;
+        if (!is_post) ANSWER(405, "method_not_allowed", "use POST");
+        return 0;
+    }
+    if (strcmp(ps.s[1], "jobs") != 0 || ps.n < 3) ANSWER(404, "not_found", "unknown path");
+    t->job = parse_id(ps.s[2]);
+    int want_post = 0;
+    if (ps.n == 3) t->rt = R_JOB, t->kind = T_JOB;
+    else if (ps.n == 5 && strcmp(ps.s[3], "releases") == 0) t->rt = R_RELEASE, t->kind = T_RELEASE;
+    else if (ps.n == 4 && strcmp(ps.s[3], "reports") == 0) t->rt = R_REPORTS, t->kind = T_REPORT, want_post = 1;
+    else ANSWER(404, "not_found", "unknown path");
+    if (want_post ? !is_post : !is_get) ANSWER(405, "method_not_allowed", "wrong method for this path");
+    t->device = org->device;
+    if (t->device <= 0) {
+        const char *tok = bearer(req->authorization);
+        t->device = tok != NULL ? agg_device_by_token(a, tok) : 0;
+    }
+    if (t->device < 0) ANSWER(500, "internal", "state database error");
+    if (t->device == 0) ANSWER(401, "unauthorized", "missing or unknown device token");
+    if (t->job == 0) ANSWER(404, "not_found", "unknown job");
+    if (t->kind == T_RELEASE) {
+        t->version = strcmp(ps.s[4], "latest") == 0 ? 0 : parse_id(ps.s[4]);
+        if (t->version == 0 && strcmp(ps.s[4], "latest") != 0) ANSWER(404, "not_found", "unknown release");
+    }
+    if (t->kind == T_REPORT) {
+        /* the job's own cap: the largest report its protocol can send at its d and m */
+        t->cap = agg_job_report_cap(a, t->job);
+        if (t->cap == 0) ANSWER(404, "not_found", "unknown job");
+    }
+    return 0;
+#undef ANSWER
+}
+
+static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp, enum route *rt,
+                 const req_ctx *ctx) {
+    target t;
+    int rc = resolve(a, req, &ctx->origin, &t, resp);
+    *rt = t.rt;
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    if (req->body_len > t.cap)
+        return respond_error(resp, 413, "too_large", t.kind == T_REPORT ? "report above the job's cap" : "body above the JSON cap");
+    switch (t.kind) {
+    case T_HEALTHZ: {
+        if (agg_health(a) != 0) return respond_error(resp, 500, "internal", "state database unusable");
+        cJSON *ok = cJSON_CreateObject();
+        if (ok != NULL) cJSON_AddStringToObject(ok, "status", "ok");
+        return respond_json(resp, 200, ok);
+    }
+    case T_METRICS: {
         char *text = dprec_agg_metrics(a);
         if (text == NULL) return respond_error(resp, 500, "internal", "out of memory");
         return respond_raw(resp, 200, "text/plain; version=0.0.4", (unsigned char *)text, strlen(text));
     }
-    if (strncmp(path, "/v1/", 4) != 0)
-        return respond_error(resp, 400, "unsupported_version", "paths start with /v1/");
-    path_segs ps;
-    if (split_path(path, &ps) != 0 || ps.n < 2) return respond_error(resp, 404, "not_found", "unknown path");
-    int admin_path = strcmp(ps.s[1], "admin") == 0;
-    if (admin_path) *rt = R_ADMIN;
-    if (admin_path != (req->listener == DPREC_LISTENER_ADMIN))
-        return respond_error(resp, 403, "admin_only",
-                             admin_path ? "admin paths are served on the admin listener only"
-                                        : "device paths are served on the device listener only");
-    if (admin_path) return handle_admin(a, req, &ps, is_get, resp);
-
-    /* device paths */
-    if (ps.n == 2 && strcmp(ps.s[1], "register") == 0) {
-        *rt = R_REGISTER;
-        if (!is_post) return respond_error(resp, 405, "method_not_allowed", "use POST");
-        return handle_register(a, req, resp);
-    }
-    if (strcmp(ps.s[1], "jobs") != 0 || ps.n < 3) return respond_error(resp, 404, "not_found", "unknown path");
-    int64_t job = parse_id(ps.s[2]);
-    int want_post = 0;
-    if (ps.n == 3) *rt = R_JOB;
-    else if (ps.n == 5 && strcmp(ps.s[3], "releases") == 0) *rt = R_RELEASE;
-    else if (ps.n == 4 && strcmp(ps.s[3], "reports") == 0) *rt = R_REPORTS, want_post = 1;
-    else return respond_error(resp, 404, "not_found", "unknown path");
-    if (want_post ? !is_post : !is_get) return respond_error(resp, 405, "method_not_allowed", "wrong method for this path");
-    const char *tok = bearer(req->authorization);
-    int64_t device = tok != NULL ? agg_device_by_token(a, tok) : 0;
-    if (device < 0) return respond_error(resp, 500, "internal", "state database error");
-    if (device == 0) return respond_error(resp, 401, "unauthorized", "missing or unknown device token");
-    if (job == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    if (*rt == R_REPORTS) return handle_report(a, job, device, req, resp);
-    if (req->body_len > a->cfg.max_json_body) return respond_error(resp, 413, "too_large", "body above the JSON cap");
-    if (*rt == R_RELEASE) {
-        int64_t version = strcmp(ps.s[4], "latest") == 0 ? 0 : parse_id(ps.s[4]);
-        if (version == 0 && strcmp(ps.s[4], "latest") != 0) return respond_error(resp, 404, "not_found", "unknown release");
+    case T_REGISTER: return handle_register(a, req, resp, ctx);
+    case T_REPORT: return handle_report(a, t.job, t.device, req, resp, ctx);
+    case T_RELEASE: {
         unsigned char *buf = NULL;
         size_t len = 0;
-        int rc = agg_release_get(a, job, version, &buf, &len);
+        rc = agg_release_get(a, t.job, t.version, &buf, &len);
         if (rc < 0) return respond_error(resp, 500, "internal", "state database error");
         if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job or release");
         return respond_raw(resp, 200, "application/octet-stream", buf, len);
     }
+    case T_ADMIN_LIST: return handle_list_jobs(a, resp);
+    case T_ADMIN_CREATE: return handle_create_job(a, req, resp, ctx);
+    case T_JOB:
+    case T_ADMIN_JOB:
+    case T_ADMIN_CLOSE:
+    case T_ADMIN_ROUND_CLOSE: break;
+    }
     agg_job j;
-    int rc = agg_job_load(a, job, &j);
+    int64_t in_round = 0;
+    rc = agg_job_get(a, t.job, &j, &in_round);
     if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    if (rc < 0) return respond_error(resp, 500, "internal", "state database error");
-    cJSON *v = job_view(a, &j, 0);
+    if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
+    if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
+        cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
+        agg_job_free(&j);
+        return respond_json(resp, 200, v);
+    }
+    int done = j.done;
+    int64_t round = j.round;
     agg_job_free(&j);
-    return respond_json(resp, 200, v);
+    if (done) return respond_error(resp, 409, "job_done", "the job has finished");
+    agg_call *c = call_new(a, req, resp, R_ADMIN, CALL_ADMIN_VIEW, t.kind == T_ADMIN_CLOSE ? AGG_OP_JOB_CLOSE : AGG_OP_ROUND_CLOSE,
+                           ctx);
+    if (c == NULL) return respond_error(resp, 500, "internal", "out of memory");
+    c->op.job = t.job;
+    c->op.round = (uint64_t)round;
+    agg_submit(a, &c->op);
+    return PENDING;
 }
 
-static int status_class(int status) {
-    for (int c = 0; c < 6; c++)
-        if (agg_status_classes[c] == status) return c;
-    return status >= 500 ? 5 : status >= 400 ? 2 : 0;
-}
-
-int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
-    if (resp == NULL) return -1;
+int dprec_agg_preflight(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *origin,
+                        uint64_t content_length, dprec_agg_preflight_result *out, dprec_agg_response *resp) {
+    dprec_agg_origin none = {NULL, 0};
+    if (origin == NULL) origin = &none;
+    if (resp == NULL || out == NULL) return -1;
     memset(resp, 0, sizeof *resp);
-    struct timespec t0, t1;
+    memset(out, 0, sizeof *out);
+    if (a == NULL || req == NULL || req->method == NULL || req->path == NULL)
+        return respond_error(resp, 500, "internal", "invalid request object") == 0 ? 1 : -1;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    enum route rt = R_OTHER;
-    int rc;
-    if (a == NULL || req == NULL || req->method == NULL || req->path == NULL || (req->body == NULL && req->body_len > 0))
-        rc = respond_error(resp, 500, "internal", "invalid request object");
-    else
-        rc = route(a, req, resp, &rt);
-    if (a == NULL) return rc;
+    target t;
+    int rc = resolve(a, req, origin, &t, resp);
+    if (rc == 0 && content_length != UINT64_MAX && content_length > t.cap)
+        rc = respond_error(resp, 413, "too_large", t.kind == T_REPORT ? "report above the job's cap" : "body above the JSON cap") == 0 ? 1 : -1;
+    if (rc != 0) {
+        finish_request(a, req, origin->client, resp, t.rt, &t0);
+        return rc;
+    }
+    out->body_cap = t.cap;
+    out->device = t.device;
+    return 0;
+}
+
+static void finish_request(dprec_agg *a, const dprec_agg_request *req, const char *client, dprec_agg_response *resp,
+                           enum route rt, const struct timespec *t0) {
     if (rt == R_REPORTS && resp->status != 200) {
         const char *code = "other";
         cJSON *e = resp->body != NULL ? cJSON_ParseWithLength((const char *)resp->body, resp->body_len) : NULL;
@@ -567,20 +780,75 @@ int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_respo
         if (f != NULL) {
             cJSON_AddStringToObject(f, "method", req != NULL && req->method != NULL ? req->method : "");
             cJSON_AddStringToObject(f, "path", req != NULL && req->path != NULL ? req->path : "");
+            if (client != NULL) cJSON_AddStringToObject(f, "client", client);
             cJSON_AddNumberToObject(f, "status", resp->status);
         }
-        agg_log(a, "request_failed", f);
+        agg_log(a, "error", "request_failed", f);
     }
     if (resp->status == 429 || resp->status == 503) resp->retry_after = resp->retry_after ? resp->retry_after : 1;
+    struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    double secs = (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
     int b = 0;
     while (b < AGG_HIST_BUCKETS && secs > agg_hist_bounds[b]) b++;
     pthread_mutex_lock(&a->m_mu);
-    a->metrics.requests[rt][status_class(resp->status)]++;
+    a->metrics.requests[rt][agg_status_slot(resp->status)]++;
     a->metrics.latency_hist[b]++;
     a->metrics.latency_sum += secs;
     a->metrics.latency_count++;
     pthread_mutex_unlock(&a->m_mu);
+}
+
+static int handle(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *origin, dprec_agg_response *resp,
+                  dprec_agg_done_fn done, void *user, int sync) {
+    if (resp == NULL) return -1;
+    memset(resp, 0, sizeof *resp);
+    req_ctx ctx = {done, user, sync, {0, 0}, {NULL, 0}};
+    if (origin != NULL) ctx.origin = *origin;
+    clock_gettime(CLOCK_MONOTONIC, &ctx.t0);
+    enum route rt = R_OTHER;
+    int rc;
+    if (a == NULL || req == NULL || req->method == NULL || req->path == NULL || (req->body == NULL && req->body_len > 0))
+        return respond_error(resp, 500, "internal", "invalid request object");
+    rc = route(a, req, resp, &rt, &ctx);
+    if (rc == PENDING) return PENDING;
+    finish_request(a, req, ctx.origin.client, resp, rt, &ctx.t0);
+    return rc;
+}
+
+int dprec_agg_handle_async(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_origin *origin,
+                           dprec_agg_response *resp, dprec_agg_done_fn done, void *user) {
+    if (done == NULL) return -1;
+    return handle(a, req, origin, resp, done, user, 0);
+}
+
+typedef struct sync_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} sync_wait;
+
+static void sync_done(void *user) {
+    sync_wait *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
+    sync_wait w;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    w.done = 0;
+    int rc = handle(a, req, NULL, resp, sync_done, &w, 1);
+    if (rc == PENDING) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = resp->body != NULL || resp->status < 500 ? 0 : -1;
+    }
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
     return rc;
 }

@@ -92,6 +92,9 @@ typedef struct agg_protocol {
     dprec_unit (*unit_of)(const agg_job *job);
     /* Optional: adds protocol-specific fields to the job view's "privacy" object (e.g. seed 001's eps_opt). */
     void (*privacy_extra)(const agg_job *job, cJSON *privacy);
+    /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
+     * from d, m and the params. The front end refuses a longer body before reading it (413). */
+    uint64_t (*max_payload)(const agg_job *job);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -177,70 +180,142 @@ int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dpr
 int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
                    int noisy, agg_model *next, char *err, size_t errcap);
 
-/* A report waiting for the group commit. */
-typedef struct agg_pending {
+/* ---- state: one writer thread, readers on their own connections (agg_state.c) ------------------------------
+ *
+ * Every write to the state goes through one writer thread, which takes whatever operations are queued, applies
+ * them in one transaction (one fsync for the batch: the group commit) and completes them. Reads (jobs, releases,
+ * device tokens, health) use a small pool of read-only connections and the in-memory job table, never the
+ * writer's connection, so a commit waiting for its fsync blocks no reader. A round's global step runs on a
+ * finalizer thread, from a read snapshot of the round, and its result is committed by the writer: neither the
+ * request threads nor the writer wait for it. */
+
+/* An operation for the writer. The caller fills the inputs and `done`; the writer (or, for a held operation, the
+ * finalization it waited for) fills the outcome and calls done(op) exactly once, from a core thread. */
+typedef enum agg_op_kind {
+    AGG_OP_REPORT,      /* store one report (group commit) */
+    AGG_OP_REGISTER,    /* store one device (group commit) */
+    AGG_OP_JOB_CREATE,  /* store a job and its release 1 */
+    AGG_OP_JOB_CLOSE,   /* the job ends after its open round */
+    AGG_OP_ROUND_CLOSE, /* finalize the job's open round now (admin) */
+    AGG_OP_TICK,        /* close the rounds whose deadline passed (or extend empty ones) */
+    AGG_OP_RESUME,      /* at open: close the full rounds of early-closing jobs whose finalization never committed */
+    AGG_OP_FIN_DONE     /* internal: a finalization's result, to commit */
+} agg_op_kind;
+
+struct agg_fin;
+
+typedef struct agg_op {
+    agg_op_kind kind;
+    struct agg_op *next;
     int64_t job, device;
+    /* AGG_OP_REPORT */
     uint64_t round, release_version;
     unsigned char report_id[DPREC_REPORT_ID_SIZE];
     const unsigned char *bytes;
     size_t len;
-    int done;
-    int status;           /* HTTP status of the outcome */
-    const char *code;     /* error code, or NULL when accepted */
+    /* AGG_OP_REGISTER */
+    unsigned char token_hash[32];
+    const char *platform;          /* NULL: none */
+    /* AGG_OP_JOB_CREATE: the spec (id set), its JSON, and release 1 (signed by the caller) */
+    const agg_job *spec;
+    const char *spec_json;
+    const unsigned char *release;
+    size_t release_len;
+    /* AGG_OP_TICK and the finalizations: the round engine's clock */
+    int64_t now;
+    struct agg_fin *fin;           /* AGG_OP_FIN_DONE */
+    int wait_round;                /* AGG_OP_REPORT: complete only after the finalization this report triggers */
+    int pending;                   /* writer: finalizations this op still waits for */
+    /* outcome */
+    int status;                    /* HTTP status */
+    const char *code;              /* error code, or NULL */
     char message[AGG_ERRMSG];
     int duplicate;
     uint64_t accepted_round;
-    struct agg_pending *next;
-} agg_pending;
+    int64_t id;                    /* AGG_OP_REGISTER: the device id */
+    int finalized;                 /* rounds this op finalized (tick, round close, resume) */
+    void (*done)(struct agg_op *op);
+    void *user;
+} agg_op;
 
-enum { AGG_HIST_BUCKETS = 12 };
+/* Queues op for the writer. After dprec_agg_close began, op completes at once with 503. */
+void agg_submit(dprec_agg *a, agg_op *op);
 
-typedef struct agg_metrics {
-    uint64_t requests[8][6];   /* [route][status class index] */
-    uint64_t reports_accepted, reports_duplicate;
-    uint64_t rejected[16];     /* by reason, see agg_reason_names */
-    uint64_t rounds_finalized, deadlines_extended;
-    uint64_t commits, committed_reports;
-    uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
-    double latency_sum;
-    uint64_t latency_count;
-} agg_metrics;
-
+/* A connection and its prepared statements. */
 #define AGG_STMT_CACHE 32
-
-struct dprec_agg {
-    dprec_agg_config cfg;
-    char *admin_token;
+typedef struct agg_conn {
     sqlite3 *db;
-    pthread_mutex_t db_mu;     /* guards db (every statement and transaction) and stmts */
+    pthread_mutex_t mu;        /* readers: one user at a time */
     struct agg_stmt {          /* prepared statements kept for the connection's life (agg_state.c: prep) */
         const char *sql;       /* the call site's string literal; looked up by address */
         sqlite3_stmt *st;
         int busy;              /* handed out and not yet given back with finish() */
     } stmts[AGG_STMT_CACHE];
-    pthread_mutex_t q_mu;      /* guards the group-commit queue */
-    pthread_cond_t q_cv;
-    agg_pending *q_head, *q_tail;
-    int q_leader;              /* a thread is committing a batch */
+} agg_conn;
+
+#define AGG_READERS 4
+
+/* A job in memory: what the writer last committed. */
+typedef struct agg_slot {
+    agg_job job;
+    size_t report_cap;         /* the largest report body (envelope included) this job can accept */
+    int64_t in_round;          /* reports committed in the open round */
+    int closing;               /* writer only: the open round is being finalized */
+    agg_op *held;              /* writer only: operations that wait for that finalization */
+    agg_op **held_tail;
+} agg_slot;
+
+enum { AGG_HIST_BUCKETS = 12, AGG_STATUS_SLOTS = 16 };
+
+typedef struct agg_metrics {
+    uint64_t requests[8][AGG_STATUS_SLOTS]; /* [route][status slot: agg_status_codes, the last one "other"] */
+    uint64_t reports_accepted, reports_duplicate;
+    uint64_t rejected[16];     /* by reason, see agg_reason_names */
+    uint64_t rounds_finalized, deadlines_extended;
+    uint64_t commits, committed_reports, committed_ops;
+    uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
+    double latency_sum;
+    uint64_t latency_count;
+} agg_metrics;
+
+struct dprec_agg {
+    dprec_agg_config cfg;
+    char *admin_token;
+    agg_conn w;                /* the writer's connection (the writer thread only, once open returned) */
+    agg_conn readers[AGG_READERS];
+    unsigned reader_next;
+    pthread_mutex_t jobs_mu;   /* guards jobs, njobs and every slot's job, report_cap and in_round */
+    agg_slot **jobs;           /* ascending ids */
+    size_t njobs, jobs_cap;
+    int64_t next_job_id;       /* guarded by jobs_mu */
+    pthread_mutex_t q_mu;      /* guards the writer's and the finalizer's queues and the flags below */
+    pthread_cond_t q_cv, f_cv;
+    agg_op *q_head, *q_tail;
+    struct agg_fin *f_head, *f_tail;
+    int stopping, writer_running, finalizer_running, fin_busy;
+    pthread_t writer, finalizer;
+    agg_conn ckpt;             /* the checkpointer's connection: WAL checkpoints off the writer's commits */
+    pthread_t checkpointer;
+    pthread_cond_t c_cv;       /* under q_mu */
+    int ckpt_running, ckpt_wanted;
     pthread_mutex_t rng_mu;
     dprec_rng rng;
+    pthread_mutex_t sign_mu;   /* mbedTLS fills the curve's precomputed table on first use: one signer at a time */
     mbedtls_pk_context key;
     unsigned char pub_der[160];
     size_t pub_der_len;
     pthread_mutex_t m_mu;
     agg_metrics metrics;
     int64_t last_tick;         /* the largest `now` given to dprec_agg_tick (under m_mu) */
-    /* Reports per (job, round), counted once and then kept up to date by the inserts (under db_mu): the
-     * min_reports check after every group commit must not count the round's reports again each time. */
-    struct { int64_t job, round, count; int valid; } rcount[8];
-    unsigned rcount_next;
 };
 
 /* agg.c */
-void agg_log(dprec_agg *a, const char *event, cJSON *fields); /* takes ownership of fields (may be NULL) */
+void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields); /* takes ownership of fields */
 int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
 void agg_count_reject(dprec_agg *a, const char *code);
 void agg_count_round(dprec_agg *a);
+/* The index of an HTTP status in the request counters (agg_status_codes; the last slot counts the others). */
+int agg_status_slot(int status);
 /* A job parameter that must be a finite number in (lo, hi] (lo_open) or [lo, hi]: 0 and *out set, or -1. */
 int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, double *out);
 /* The n [item u32][value float32] pairs at q of a padded report (report.h): the real pairs first, items strictly
@@ -253,34 +328,30 @@ int64_t agg_now(dprec_agg *a);
 
 /* agg_sign.c */
 int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap);
-/* Builds a signed release of model x as version `version` of job j; *out is malloc'd. 0 or -1. */
+/* Builds a signed release of model x as version `version` of job j; *out is malloc'd. 0 or -1. Any thread. */
 int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
                       size_t *out_len, char *err, size_t errcap);
 /* Parses a stored release back into a model (allocating). 0 or -1. */
 int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x);
+/* Clamps every value of x to the public bound DPREC_RELEASE_VALUE_MAX (dprec/release.h), as devices require. */
+void agg_model_clamp(agg_model *x);
 
 /* 1 when the job's rounds may close at min_reports before the deadline (local and non-private protocols). */
 int agg_closes_early(const agg_job *j);
 
-/* agg_state.c (all take db_mu themselves unless named _locked) */
+/* agg_state.c: open and close start and stop the writer and finalizer threads. */
 int agg_state_open(dprec_agg *a, char *err, size_t errcap);
 void agg_state_close(dprec_agg *a);
-int agg_job_load_locked(dprec_agg *a, int64_t id, agg_job *out); /* 1 found, 0 not found, -1 error */
-int agg_job_load(dprec_agg *a, int64_t id, agg_job *out);
-/* Creates a job from a validated spec and stores release 1. Returns the job id, or -1. */
-int64_t agg_job_create(dprec_agg *a, const agg_job *spec, const char *spec_json, char *err, size_t errcap);
-/* Group commit of one report: blocks until the batch holding it committed; fills p's outcome. */
-void agg_report_submit(dprec_agg *a, agg_pending *p);
-/* Finalizes job's round `round` if it is still the open round (force: even with 0 reports; else a round
- * with 0 reports gets its deadline extended). 1 finalized, 0 nothing done, -1 error. Takes db_mu. */
-int agg_round_finalize(dprec_agg *a, int64_t job, int64_t round, int force, int64_t now);
-int agg_round_finalize_locked(dprec_agg *a, int64_t job, int64_t round, int force, int64_t now);
-int64_t agg_reports_in_round(dprec_agg *a, int64_t job, int64_t round); /* -1 on error; takes db_mu */
+/* A copy of job id as last committed (params malloc'd: agg_job_free), and its open round's report count
+ * (in_round may be NULL). 1 found, 0 not found, -1 out of memory. */
+int agg_job_get(dprec_agg *a, int64_t id, agg_job *out, int64_t *in_round);
+/* The largest report body job id accepts, envelope included; 0 if there is no such job. */
+size_t agg_job_report_cap(dprec_agg *a, int64_t id);
+/* The next job id (reserved: a job creation that fails leaves a gap). */
+int64_t agg_job_reserve_id(dprec_agg *a);
 /* Release bytes (malloc'd) for version (0 = latest). 1 found, 0 not found, -1 error. */
 int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **out, size_t *len);
 int64_t agg_device_by_token(dprec_agg *a, const char *token); /* device id, 0 unknown, -1 error */
-int64_t agg_device_register(dprec_agg *a, const unsigned char hash[32], const char *platform);
-int agg_job_close(dprec_agg *a, int64_t job); /* 1 ok, 0 not found, -1 error */
 /* Job ids in ascending order (malloc'd array). -1 on error. */
 int agg_job_ids(dprec_agg *a, int64_t **ids, size_t *n);
 int agg_health(dprec_agg *a);

@@ -108,7 +108,9 @@ static int sign_digest(dprec_agg *a, const unsigned char digest[32], unsigned ch
     int rc;
     mbedtls_mpi_init(&r);
     mbedtls_mpi_init(&s);
+    pthread_mutex_lock(&a->sign_mu);
     rc = mbedtls_ecdsa_sign(&kp->MBEDTLS_PRIVATE(grp), &r, &s, &kp->MBEDTLS_PRIVATE(d), digest, 32, agg_random, a);
+    pthread_mutex_unlock(&a->sign_mu);
     if (rc == 0) {
         int n = mbedtls_asn1_write_mpi(&p, tmp, &s);
         if (n >= 0) len += (size_t)n, n = mbedtls_asn1_write_mpi(&p, tmp, &r);
@@ -182,6 +184,22 @@ int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64
     *out = buf;
     *out_len = written + sig_len;
     return 0;
+}
+
+static float clamp_value(float v) {
+    if (!(v == v)) return 0.0f; /* NaN: never produced by a global step, but never signed either */
+    if (v > DPREC_RELEASE_VALUE_MAX) return DPREC_RELEASE_VALUE_MAX;
+    if (v < -DPREC_RELEASE_VALUE_MAX) return -DPREC_RELEASE_VALUE_MAX;
+    return v;
+}
+
+/* Devices refuse a release with a value past the public bound DPREC_RELEASE_VALUE_MAX (dprec/release.h), so
+ * the model is clamped to it before it is signed: post-processing of the private model, no privacy cost. */
+void agg_model_clamp(agg_model *x) {
+    for (size_t k = 0; k < (size_t)x->m * x->d; k++) x->v[k] = clamp_value(x->v[k]);
+    if (x->bias != NULL)
+        for (uint32_t j = 0; j < x->m; j++) x->bias[j] = clamp_value(x->bias[j]);
+    x->mu = clamp_value(x->mu);
 }
 
 int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x) {

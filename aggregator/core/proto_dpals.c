@@ -456,6 +456,13 @@ static int dpals_global_step(const agg_job *job, const agg_model *prev, const ag
     return agg_dpals_step(job, prev, reports, n, rng, 1, next, err, errcap);
 }
 
+/* every report has exactly max_items pairs (issue 18: the front end caps the body before reading it) */
+static uint64_t dpals_max_payload(const agg_job *job) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    return job_params(job, &p, err, sizeof err) == 0 ? (uint64_t)dprec_dpals_payload_size(job->d, p.max_items) : 0;
+}
+
 const agg_protocol agg_protocol_dpals = {
     .name = "dpals",
     .id = DPREC_PROTO_DPALS,
@@ -464,6 +471,7 @@ const agg_protocol agg_protocol_dpals = {
     .needs_budget = 1,
     .validate_job = dpals_validate_job,
     .validate_payload = dpals_validate_payload,
+    .max_payload = dpals_max_payload,
     .initial_model = dpals_initial_model,
     .global_step = dpals_global_step,
     .round_step = dpals_round_step,

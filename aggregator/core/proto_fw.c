@@ -463,6 +463,16 @@ static int fw_global_step(const agg_job *job, const agg_model *prev, const agg_r
     return agg_fw_step(job, prev, reports, n, rng, 1, next, err, errcap);
 }
 
+/* every report has exactly xi pairs (issue 18: the front end caps the body before reading it) */
+static uint64_t fw_max_payload(const agg_job *job) {
+    fw_params fp;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &fp, err, sizeof err) != 0) return 0;
+    uint64_t n = (uint64_t)dprec_fw_payload_size(fp.xi);
+    fw_params_free(&fp);
+    return n;
+}
+
 const agg_protocol agg_protocol_private_fw = {
     .name = "private-fw",
     .id = DPREC_PROTO_PRIVATE_FW,
@@ -471,6 +481,7 @@ const agg_protocol agg_protocol_private_fw = {
     .needs_budget = 1,
     .validate_job = fw_validate_job,
     .validate_payload = fw_validate_payload,
+    .max_payload = fw_max_payload,
     .initial_model = fw_initial_model,
     .global_step = fw_global_step,
     .round_step = fw_round_step,

@@ -433,6 +433,13 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
     return 0;
 }
 
+/* every report has exactly max_ratings pairs (issue 18: the front end caps the body before reading it) */
+static uint64_t gauss_max_payload(const agg_job *job) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    return job_params(job, &gp, err, sizeof err) == 0 ? (uint64_t)dprec_gauss_payload_size(job->d, gp.max_ratings) : 0;
+}
+
 const agg_protocol agg_protocol_gauss_gd = {
     .name = "gauss-gd",
     .id = DPREC_PROTO_GAUSS_GD,
@@ -441,6 +448,7 @@ const agg_protocol agg_protocol_gauss_gd = {
     .needs_budget = 1,
     .validate_job = gauss_validate_job,
     .validate_payload = gauss_validate_payload,
+    .max_payload = gauss_max_payload,
     .initial_model = gauss_initial_model,
     .global_step = gauss_global_step,
     .round_step = gauss_round_step,

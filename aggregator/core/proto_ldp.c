@@ -479,6 +479,11 @@ fail:
     return -1;
 }
 
+/* ldp-rr: m d floats; the others: one sign (issue 18: the front end caps the body before reading it) */
+static uint64_t ldp_max_payload(const agg_job *job) {
+    return job->proto->id == DPREC_PROTO_LDP_RR ? (uint64_t)dprec_ldp_rr_payload(job->m, job->d) : DPREC_LDP_SIGN_PAYLOAD;
+}
+
 #define LDP_PROTOCOL(sym, nm, wire)                                                                         \
     const agg_protocol sym = {                                                                              \
         .name = nm,                                                                                         \
@@ -491,6 +496,7 @@ fail:
         .initial_model = ldp_initial_model,                                                                 \
         .global_step = ldp_global_step,                                                                     \
         .round_step = ldp_round_step,                                                                       \
+        .max_payload = ldp_max_payload,                                                                     \
     }
 
 LDP_PROTOCOL(agg_protocol_ldp_gd, "ldp-gd", DPREC_PROTO_LDP_GD);

@@ -316,6 +316,11 @@ out:
     return result;
 }
 
+/* the largest report: all m items rated (issue 18: the front end caps the body before reading it) */
+static uint64_t plain_max_payload(const agg_job *job) {
+    return 8u + 4u * (uint64_t)job->d + 8u * (uint64_t)job->m;
+}
+
 const agg_protocol agg_protocol_plain = {
     .name = "plain",
     .id = DPREC_PROTO_PLAIN,
@@ -324,6 +329,7 @@ const agg_protocol agg_protocol_plain = {
     .needs_budget = 0,
     .validate_job = plain_validate_job,
     .validate_payload = plain_validate_payload,
+    .max_payload = plain_max_payload,
     .initial_model = plain_initial_model,
     .global_step = plain_global_step,
 };

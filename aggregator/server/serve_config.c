@@ -30,11 +30,21 @@ static const char help_text[] =
     "  --cert FILE --key FILE   TLS certificate chain and private key (PEM); if neither is configured, a\n"
     "                           self-signed ECDSA P-256 certificate for localhost/127.0.0.1 is generated into\n"
     "                           STATE/tls-cert.pem and STATE/tls-key.pem (for local use and tests)\n"
-    "  --threads N              device listener worker threads (default 8)\n"
+    "  --threads N              device listener worker threads (default 4; requests waiting for a commit or a\n"
+    "                           round hold no thread)\n"
     "  --admin-threads N        admin listener worker threads (default 1)\n"
-    "  --max-report-bytes N     largest accepted report body (default 16777216); JSON bodies are capped at\n"
-    "                           4096 bytes (config key max_json_bytes)\n"
+    "  --max-report-bytes N     largest accepted report body (default 16777216); each job's own cap (the\n"
+    "                           largest report its protocol sends at its d and m) is applied first, before\n"
+    "                           the body is read; JSON bodies are capped at 4096 bytes (config key max_json_bytes)\n"
+    "  --max-inflight-bytes N   request bodies held in memory at once, all connections together (default\n"
+    "                           268435456); past it a request gets 503 with Retry-After before its body is read\n"
     "  --connection-timeout S   seconds before an idle connection is closed (default 30)\n"
+    "  --handshake-timeout S    seconds a new connection has for its TLS handshake and first request (default 10)\n"
+    "  --connections-per-address N  open connections per client address (IPv6: per /64) and listener\n"
+    "                           (default 64; 0: no limit); the listener's total is connection_limit (10000)\n"
+    "  --register-per-minute N  registrations per client address per minute, in bursts of as many (default\n"
+    "                           60; 0: no limit); past it 429 with Retry-After\n"
+    "  --drain-seconds S        on SIGTERM, how long in-flight requests may take to finish (default 30)\n"
     "  --group-commit-us N      how long a commit waits to batch concurrent reports (default: the core's)\n"
     "  --keep-reports 0|1       1: keep the report payloads of finalized rounds (default 0: dropped when\n"
     "                           the round's release is stored; report ids stay, so retries are recognized)\n"
@@ -107,7 +117,12 @@ static const num_key num_keys[] = {
     {"max_report_bytes", "--max-report-bytes", 1024, 1ull << 31},
     {"max_json_bytes", NULL, 256, 1u << 20},
     {"connection_timeout", "--connection-timeout", 1, 3600},
+    {"handshake_timeout", "--handshake-timeout", 1, 3600},
     {"connection_limit", NULL, 1, 1000000},
+    {"connections_per_address", "--connections-per-address", 0, 1000000},
+    {"max_inflight_bytes", "--max-inflight-bytes", 65536, 1ull << 40},
+    {"register_per_minute", "--register-per-minute", 0, 1000000000},
+    {"drain_seconds", "--drain-seconds", 0, 3600},
     {"group_commit_us", "--group-commit-us", 0, 1000000},
     {"keep_reports", "--keep-reports", 0, 1},
 };
@@ -126,6 +141,16 @@ static void set_num(dprec_srv_config *cfg, const char *json, unsigned long long 
         cfg->connection_timeout = (unsigned)v;
     } else if (strcmp(json, "connection_limit") == 0) {
         cfg->connection_limit = (unsigned)v;
+    } else if (strcmp(json, "handshake_timeout") == 0) {
+        cfg->handshake_timeout = (unsigned)v;
+    } else if (strcmp(json, "connections_per_address") == 0) {
+        cfg->connections_per_address = (unsigned)v;
+    } else if (strcmp(json, "max_inflight_bytes") == 0) {
+        cfg->max_inflight_bytes = (size_t)v;
+    } else if (strcmp(json, "register_per_minute") == 0) {
+        cfg->register_per_minute = (unsigned)v;
+    } else if (strcmp(json, "drain_seconds") == 0) {
+        cfg->drain_seconds = (unsigned)v;
     } else if (strcmp(json, "group_commit_us") == 0) {
         cfg->group_commit_us = (int)v;
     } else if (strcmp(json, "keep_reports") == 0) {
@@ -211,12 +236,17 @@ int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *er
     memset(cfg, 0, sizeof *cfg);
     strcpy(cfg->listen, "0.0.0.0:8443");
     strcpy(cfg->admin_listen, "127.0.0.1:8444");
-    cfg->threads = 8;
+    cfg->threads = 4;
     cfg->admin_threads = 1;
     cfg->max_report_bytes = 16u << 20;
     cfg->max_json_bytes = 4096;
     cfg->connection_timeout = 30;
     cfg->connection_limit = 10000;
+    cfg->handshake_timeout = 10;
+    cfg->connections_per_address = 64;
+    cfg->max_inflight_bytes = (size_t)256 << 20;
+    cfg->register_per_minute = 60;
+    cfg->drain_seconds = 30;
     cfg->group_commit_us = -1;
 
     /* First pass: --help and --config. */

@@ -227,3 +227,57 @@ out:
     gnutls_x509_crt_deinit(crt);
     return ret;
 }
+
+int dprec_srv_tls_check(const char *cert_pem, size_t cert_len, const char *key_pem, size_t key_len, long *days_left,
+                        char *err, size_t errcap)
+{
+    gnutls_certificate_credentials_t cred = NULL;
+    gnutls_x509_crt_t crt = NULL;
+    gnutls_datum_t c = {(unsigned char *)(uintptr_t)cert_pem, (unsigned)cert_len};
+    gnutls_datum_t k = {(unsigned char *)(uintptr_t)key_pem, (unsigned)key_len};
+    int ret = -1;
+    if (gnutls_certificate_allocate_credentials(&cred) < 0 || gnutls_x509_crt_init(&crt) < 0) {
+        snprintf(err, errcap, "out of memory");
+        goto out;
+    }
+    /* GnuTLS loads the chain and the key and checks that the key is the first certificate's */
+    int rc = gnutls_certificate_set_x509_key_mem2(cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0);
+    if (rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH) {
+        snprintf(err, errcap, "the private key does not belong to the certificate (the first certificate of the chain)");
+        goto out;
+    }
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot load the certificate and key: %s", gnutls_strerror(rc));
+        goto out;
+    }
+    if (gnutls_x509_crt_import(crt, &c, GNUTLS_X509_FMT_PEM) < 0) {
+        snprintf(err, errcap, "the certificate is not a PEM X.509 certificate");
+        goto out;
+    }
+    time_t now = time(NULL), not_before = gnutls_x509_crt_get_activation_time(crt),
+           not_after = gnutls_x509_crt_get_expiration_time(crt);
+    char when[32];
+    struct tm tm;
+    if (not_after != (time_t)-1 && not_after < now) {
+        gmtime_r(&not_after, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        snprintf(err, errcap, "the certificate expired on %s: devices would refuse it; renew it", when);
+        goto out;
+    }
+    if (not_before != (time_t)-1 && not_before > now) {
+        gmtime_r(&not_before, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        snprintf(err, errcap, "the certificate is not valid before %s (check the clock)", when);
+        goto out;
+    }
+    *days_left = not_after == (time_t)-1 ? -1 : (long)((not_after - now) / 86400);
+    ret = 0;
+out:
+    if (crt != NULL) {
+        gnutls_x509_crt_deinit(crt);
+    }
+    if (cred != NULL) {
+        gnutls_certificate_free_credentials(cred);
+    }
+    return ret;
+}

@@ -26,8 +26,13 @@ typedef struct dprec_srv_config {
     unsigned admin_threads;    /* admin listener thread pool */
     size_t max_report_bytes;
     size_t max_json_bytes;
-    unsigned connection_timeout; /* seconds an idle connection stays open */
+    unsigned connection_timeout; /* seconds an idle connection stays open, once it sent a request */
+    unsigned handshake_timeout;  /* seconds a new connection has to complete TLS and send its first request */
     unsigned connection_limit;   /* per listener */
+    unsigned connections_per_address; /* per listener and client address (IPv6: per /64); 0 = no limit */
+    size_t max_inflight_bytes;   /* request bodies held in memory at once, all connections together */
+    unsigned register_per_minute;/* registrations per client address per minute (a burst of as many); 0 = no limit */
+    unsigned drain_seconds;      /* SIGTERM: how long in-flight requests may take to finish */
     int group_commit_us;         /* -1: the core's default */
     int keep_reports;            /* 1: keep the report payloads of finalized rounds (default 0: dropped) */
     int log_debug;               /* 1: one log line per request */
@@ -46,6 +51,11 @@ int dprec_srv_tls_generate(const char *cert_path, const char *key_path, char *er
 
 /* The curl-style pin of a PEM certificate's public key: "sha256//<base64 of SHA-256(SPKI DER)>". */
 int dprec_srv_tls_pin(const char *cert_pem, size_t cert_len, char *out, size_t cap);
+
+/* Checks TLS material before it is served: the key belongs to the certificate, and the certificate is valid now.
+ * *days_left gets the days until it expires (-1: no expiry). 0, or -1 with a message. */
+int dprec_srv_tls_check(const char *cert_pem, size_t cert_len, const char *key_pem, size_t key_len, long *days_left,
+                        char *err, size_t errcap);
 
 /* Fills out with n random bytes from GnuTLS's key-grade generator. Returns 0 on success. */
 int dprec_srv_random(unsigned char *out, size_t n);

@@ -370,8 +370,10 @@ static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, 
             FILE *of = freopen("/dev/null", "w", stdout);
             (void)of;
         }
+        /* every simulated device connects from 127.0.0.1: the per-address limits are for the internet */
         char *args[] = {exe, "serve", "--state-dir", c->tmpdir, "--listen", "127.0.0.1:0",
-                        "--admin-listen", "127.0.0.1:0", NULL};
+                        "--admin-listen", "127.0.0.1:0", "--connections-per-address", "0",
+                        "--register-per-minute", "0", NULL};
         execv(exe, args);
         _exit(127);
     }
