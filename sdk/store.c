@@ -440,6 +440,49 @@ int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timesta
     return rc;
 }
 
+int dprec_store_put_many(dprec_client *c, const dprec_rating *ratings, uint32_t n) {
+    if (c == NULL || (n > 0 && ratings == NULL)) return DPREC_ERR_INVALID_ARGUMENT;
+    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    int64_t now = 0;
+    int need_now = 0;
+    for (uint32_t i = 0; i < n; i++) { /* every rating checked before anything changes */
+        int rc = check_rating(c, ratings[i].item, ratings[i].value);
+        if (rc != DPREC_OK) return rc;
+        if (ratings[i].timestamp == DPREC_TIMESTAMP_NOW) need_now = 1;
+        else if (ratings[i].timestamp < 0) return DPREC_ERR_BAD_TIMESTAMP;
+    }
+    if (!c->loaded) return DPREC_ERR_STATE;
+    if (need_now) {
+        if (c->port.wall_clock_s == NULL) return DPREC_ERR_PORT_MISSING;
+        now = c->port.wall_clock_s(c->port.ctx);
+        if (now < 0) return DPREC_ERR_BAD_TIMESTAMP;
+    }
+    if (n == 0) return DPREC_OK;
+    /* Applied in order (a later rating of the same item wins, as with successive puts), then written once. On
+     * a full store or a failed write the last durable generation is read back, so that memory matches storage
+     * again (it holds the state before this call); if even that fails, writes wait for dprec_store_load. */
+    int rc = DPREC_OK;
+    for (uint32_t i = 0; i < n && rc == DPREC_OK; i++) {
+        dprec_rating fresh = ratings[i];
+        if (fresh.timestamp == DPREC_TIMESTAMP_NOW) fresh.timestamp = now;
+        int64_t at = dprec_store_find(c, fresh.item);
+        if (at >= 0) {
+            c->ratings[at] = fresh;
+        } else if (c->count >= c->cfg.rating_capacity) {
+            rc = DPREC_ERR_STORE_FULL;
+        } else {
+            size_t pos = (size_t)(-(at + 1));
+            memmove(&c->ratings[pos + 1], &c->ratings[pos], (c->count - pos) * sizeof c->ratings[0]);
+            c->ratings[pos] = fresh;
+            c->count++;
+        }
+    }
+    c->fitted = 0;
+    if (rc == DPREC_OK) rc = dprec_store_save(c);
+    if (rc != DPREC_OK) (void)dprec_store_load(c); /* its own rules decide whether writes may go on */
+    return rc;
+}
+
 int dprec_store_remove(dprec_client *c, uint32_t item) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;

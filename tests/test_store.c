@@ -211,6 +211,55 @@ static void test_store_survives_failure_of_any_storage_call(void **state) {
     f->fake.tear_writes = 0;
 }
 
+/* dprec_store_put_many: the ratings applied in order (the last of an item wins), one durable write; a bad rating
+ * anywhere refuses the whole batch with nothing changed; a batch that overfills the store, or whose write fails
+ * at any storage call, leaves the store as before, in memory and after a restart. */
+static void test_store_put_many_is_one_write_and_all_or_nothing(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 10, 1.0f, 1), DPREC_OK);
+    int writes_before = f->fake.renames;
+    dprec_rating batch[5] = {{40, 2.0f, 5}, {10, 3.0f, 5}, {20, 4.0f, 5}, {40, 5.0f, 6}, {30, 1.5f, DPREC_TIMESTAMP_NOW}};
+    assert_int_equal(dprec_store_put_many(f->c, batch, 5), DPREC_OK);
+    assert_int_equal(f->fake.renames - writes_before, 1); /* one save (five puts would be five) */
+    uint32_t items[] = {10, 20, 30, 40};
+    float values[] = {3.0f, 4.0f, 1.5f, 5.0f};
+    expect_ratings(f, items, values, 4);
+    assert_int_equal(reopen(f), DPREC_OK);
+    expect_ratings(f, items, values, 4);
+    /* a bad rating refuses the batch, whatever its place in it */
+    dprec_rating bad[3] = {{50, 2.0f, 1}, {51, 9.0f, 1}, {52, 2.0f, 1}};
+    assert_int_equal(dprec_store_put_many(f->c, bad, 3), DPREC_ERR_VALUE_OUT_OF_SCALE);
+    bad[1].value = 2.0f;
+    bad[2].item = 100;
+    assert_int_equal(dprec_store_put_many(f->c, bad, 3), DPREC_ERR_ITEM_OUT_OF_RANGE);
+    bad[2].item = 52;
+    bad[0].timestamp = -5;
+    assert_int_equal(dprec_store_put_many(f->c, bad, 3), DPREC_ERR_BAD_TIMESTAMP);
+    assert_int_equal(dprec_store_put_many(f->c, NULL, 1), DPREC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dprec_store_put_many(f->c, NULL, 0), DPREC_OK);
+    expect_ratings(f, items, values, 4);
+    /* more new items than the capacity (8) holds: refused, the store as before */
+    dprec_rating many[6];
+    for (uint32_t i = 0; i < 6; i++) many[i] = (dprec_rating){60 + i, 2.0f, 1};
+    assert_int_equal(dprec_store_put_many(f->c, many, 6), DPREC_ERR_STORE_FULL);
+    expect_ratings(f, items, values, 4);
+    /* a failing storage call at any point of the write: the store as before, in memory and after a restart */
+    for (int kind = 0; kind < 4; kind++)
+        for (int nth = 1; nth <= 2; nth++) {
+            fake_port_arm(&f->fake, kind == 0 ? nth : 0, kind == 1 ? nth : 0, kind == 2 ? nth : 0, kind == 3 ? nth : 0);
+            int rc = dprec_store_put_many(f->c, many, 3);
+            fake_port_arm(&f->fake, 0, 0, 0, 0);
+            if (rc == DPREC_OK) { /* the fault came after the batch was durable: undo it for the next round */
+                for (uint32_t i = 0; i < 3; i++) assert_int_equal(dprec_store_remove(f->c, many[i].item), DPREC_OK);
+                continue;
+            }
+            assert_int_equal(rc, DPREC_ERR_IO);
+            expect_ratings(f, items, values, 4);
+            assert_int_equal(reopen(f), DPREC_OK);
+            expect_ratings(f, items, values, 4);
+        }
+}
+
 static void test_store_reports_no_space_distinctly(void **state) {
     fixture *f = *state;
     f->fake.no_space = 1;
@@ -449,6 +498,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_rejects_every_bad_input_and_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_reports_full_and_still_accepts_updates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_survives_failure_of_any_storage_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_put_many_is_one_write_and_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_reports_no_space_distinctly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_ignores_temp_file_left_by_crash_before_rename, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_detects_every_flipped_byte_and_keeps_last_good_state, setup,

@@ -259,12 +259,16 @@ static int device_load(fleet *f, uint32_t u) {
     if (rc != DPREC_OK) return rc;
     rc = dprec_store_load(dv->client);
     if (rc != DPREC_OK) return rc;
-    for (size_t i = d->off[u]; i < d->off[u] + ntrain; i++) {
-        const fleet_rating *r = &d->ratings[i];
-        rc = dprec_store_put(dv->client, r->item, r->value, r->timestamp);
-        if (rc != DPREC_OK) return rc;
+    /* the user's history in one durable write (n puts would rewrite the whole store n times) */
+    dprec_rating *batch = malloc(sizeof *batch * (ntrain > 0 ? ntrain : 1));
+    if (batch == NULL) return DPREC_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < ntrain; i++) {
+        const fleet_rating *r = &d->ratings[d->off[u] + i];
+        batch[i] = (dprec_rating){r->item, r->value, r->timestamp};
     }
-    return DPREC_OK;
+    rc = dprec_store_put_many(dv->client, batch, ntrain);
+    free(batch);
+    return rc;
 }
 
 static void sleep_ms(uint32_t ms) {

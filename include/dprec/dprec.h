@@ -152,6 +152,14 @@ DPREC_API int dprec_store_flush(dprec_client *c);
  * may have applied before failing: then writes are refused until dprec_store_load re-reads the truth. */
 DPREC_API int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timestamp);
 
+/* Adds or updates n ratings at once (an imported history), in order, so that a later rating of the same item
+ * wins, and writes the store once: durable on DPREC_OK. Each rating is checked as dprec_store_put checks it
+ * before anything changes (a bad one is refused with its status and nothing is written). If the store fills up
+ * (DPREC_ERR_STORE_FULL) or the write fails, the client reads back its last durable generation, the state
+ * before the call; if that read fails too, writes are refused until dprec_store_load succeeds. n puts cost n
+ * writes of the whole store; this costs one. */
+DPREC_API int dprec_store_put_many(dprec_client *c, const dprec_rating *ratings, uint32_t n);
+
 /* Removes the rating of item (DPREC_ERR_NOT_RATED if there is none). Durable on DPREC_OK. */
 DPREC_API int dprec_store_remove(dprec_client *c, uint32_t item);
 
