@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dpals.h"
 #include "fleet_proto.h"
 
 static struct {
@@ -40,7 +41,7 @@ static int dpals_finish(fleet_common *o) {
      * extra round costs more than it learns, and the private bias model (protocol bias, one round) is better
      * there, which the --compare line says (docs/results.md, "Defaults") */
     if (!o->rounds_set) o->rounds = 3;
-    if (dp.u_clip == 0) dp.u_clip = 1.0;
+    if (dp.u_clip == 0) dp.u_clip = DPREC_DPALS_DEFAULT_U_CLIP;
     if (dp.sampling_rate == 0) dp.sampling_rate = 1.0;
     if (dp.init_scale == 0) dp.init_scale = 0.1;
     if (o->rank < 1 || o->rank > 64) return fleet_flag_error("dpals needs --rank in 1..64 (column 0 is the user bias)", NULL);
@@ -88,7 +89,7 @@ const fleet_proto fleet_proto_dpals = {
     "  --item-lambda L          lambda of the item systems' posterior solve, sigma_r^2 / tau^2 (default 5;\n"
     "                           published as privacy.item_lambda)\n"
     "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default 100)\n"
-    "  --u-clip G               norm bound of the reported user factor (default 1)\n"
+    "  --u-clip G               norm bound of the reported user factor (default 0.5)\n"
     "  --rating-clip R          bound of the centred targets (default 1, or half the scale's width if less)\n"
     "  --sampling-rate Q        Poisson sampling rate of the devices per round (default 1)\n"
     "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n"
