@@ -1,6 +1,7 @@
 /* dprec — client lifecycle: configuration, memory layout, CSPRNG and storage key. */
 #include <string.h>
 
+#include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
 #include "protocol.h"
@@ -20,11 +21,11 @@ void dprec_config_default(dprec_config *cfg) {
 }
 
 static int is_cap(double x) {
-    return x == x && x >= 0.0; /* +inf allowed: "no cap" must be said explicitly */
+    return !dprec_nan_f64(x) && x >= 0.0; /* +inf allowed: "no cap" must be said explicitly */
 }
 
 static int is_finite(float x) {
-    return x == x && x - x == 0.0f;
+    return dprec_finite_f32(x);
 }
 
 static int config_check(const dprec_config *cfg) {

@@ -9,6 +9,7 @@
 #include "dprec/dprec.h"
 #include "json.h"
 #include "topk.h"
+#include "config_check.h"
 
 #define DPREC_STORE_NAME_MAX 48 /* prefix + ".tmp" must fit DPREC_PORT_NAME_MAX */
 #define DPREC_MAX_CAPACITY 1000000u

@@ -5,6 +5,7 @@
  * private protocols, sdk/protocol_*.c), a top-K O(m d + m log K) time and O(K) memory. */
 #include <string.h>
 
+#include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
 
@@ -89,7 +90,7 @@ int dprec_fit_end(dprec_client *c) {
      * old vector stays, and sync.c sends its data-independent fallback report instead */
     for (uint32_t i = 0; i < d; i++) {
         float x = (float)c->b[i];
-        if (!(x == x) || x - x != 0.0f) return DPREC_ERR_SINGULAR;
+        if (!dprec_finite_f32(x)) return DPREC_ERR_SINGULAR;
     }
     for (uint32_t i = 0; i < d; i++) c->u[i] = (float)c->b[i];
     memcpy(c->fitted_digest, c->reader.info.digest, sizeof c->fitted_digest);

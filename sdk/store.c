@@ -400,7 +400,7 @@ int dprec_store_flush(dprec_client *c) {
 
 static int check_rating(const dprec_client *c, uint32_t item, float value) {
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
-    if (value != value || value - value != 0.0f) return DPREC_ERR_VALUE_NOT_FINITE; /* NaN, +-Inf */
+    if (!dprec_finite_f32(value)) return DPREC_ERR_VALUE_NOT_FINITE; /* NaN, +-Inf */
     if (value < c->cfg.rating_min || value > c->cfg.rating_max) return DPREC_ERR_VALUE_OUT_OF_SCALE;
     return DPREC_OK;
 }

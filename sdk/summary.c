@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "config_check.h"
 #include "dprec/privacy.h"
 
 const char *dprec_unit_name(dprec_unit unit) {
