@@ -219,6 +219,7 @@ int dprec_client_init_with_allocator(dprec_client **out, const dprec_config *cfg
 void dprec_client_free(dprec_client *c) {
     if (c == NULL) return;
     dprec_heap heap = c->heap;
+    if (c->store_locked && c->port.unlock != NULL) c->port.unlock(c->port.ctx, c->store_lock);
     dprec_rng_free(&c->rng);
     dprec_gcm_free(&c->gcm);
     /* Ratings, the user vector and keys are personal data: leave none of it in the app's memory. */

@@ -74,6 +74,8 @@ struct dprec_client {
     uint32_t count;
     uint64_t generation;   /* of the state held in memory (0: never saved) */
     int loaded;            /* a load established what storage holds: writes allowed */
+    void *store_lock;      /* the port's lock on the store, held from the first load to dprec_client_free */
+    int store_locked;
     unsigned char *image;  /* file image buffer, image_cap bytes */
     size_t image_cap;
 

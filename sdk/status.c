@@ -35,6 +35,7 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_STORE_KEY, "stored ratings cannot be decrypted (missing or wrong key)"),
     E(DPREC_ERR_STORE_MISMATCH, "stored ratings were written for another catalogue or a larger capacity"),
     E(DPREC_ERR_BAD_TIMESTAMP, "negative timestamp"),
+    E(DPREC_ERR_STORE_LOCKED, "another client (in this process or another) is using the store"),
     E(DPREC_ERR_RELEASE_MAGIC, "not a dprec release"),
     E(DPREC_ERR_RELEASE_VERSION, "unsupported release format version"),
     E(DPREC_ERR_RELEASE_HEADER, "inconsistent release header"),

@@ -331,9 +331,31 @@ static int damage(int status) {
     return status == DPREC_ERR_STORE_CORRUPT || status == DPREC_ERR_STORE_TRUNCATED;
 }
 
+/* One client per store: the port's lock (platform.h), taken by the first load and kept until the client is
+ * freed. Without it, two clients would each save their own view over the other's, ratings and ledger charges
+ * included; a port without a lock leaves that to the app. */
+static int store_lock(dprec_client *c) {
+    if (c->store_locked || c->port.lock == NULL) return DPREC_OK;
+    char name[DPREC_PORT_NAME_MAX];
+    slot_name(c, name, ".lock");
+    void *handle = NULL;
+    int rc = c->port.lock(c->port.ctx, name, &handle);
+    if (rc == DPREC_ERR_STORE_LOCKED) {
+        dprec_client_log(c, DPREC_LOG_WARN, "store in use by another client: ", c->store_name);
+        c->last_cause = 0;
+        return rc;
+    }
+    if (rc != DPREC_OK) return dprec_client_port_error(c, rc);
+    c->store_lock = handle;
+    c->store_locked = 1;
+    return DPREC_OK;
+}
+
 int dprec_store_load(dprec_client *c) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    int lrc = store_lock(c);
+    if (lrc != DPREC_OK) return lrc; /* nothing read; writes stay refused (DPREC_ERR_STATE) */
     int status[2];
     uint64_t gen[2] = {0, 0};
     for (int s = 0; s < 2; s++) {

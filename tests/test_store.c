@@ -413,6 +413,47 @@ static void test_store_init_fails_without_key_when_encryption_is_required(void *
     f->cfg.encrypt_at_rest = 0;
 }
 
+/* One client per store (issue 19, point 1; test_port_posix.c plays it on a real directory): a second client on
+ * the same storage is refused at its load (it reads nothing and can write nothing) until the first is freed;
+ * another store name is another lock; a lock the port cannot take is an I/O error; a port without a lock works
+ * as before (the app then keeps to one client per store itself). */
+static void test_store_refuses_a_second_client_until_the_first_is_freed(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 3, 4.0f, 1), DPREC_OK);
+    size_t need = dprec_client_required_size(&f->cfg);
+    void *mem = malloc(need);
+    dprec_client *second = NULL;
+    assert_int_equal(dprec_client_init(&second, &f->cfg, &f->port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(second), DPREC_ERR_STORE_LOCKED);
+    assert_int_equal(dprec_store_count(second), 0);
+    assert_int_equal(dprec_store_put(second, 4, 1.0f, 1), DPREC_ERR_STATE);
+    assert_int_equal(dprec_store_flush(second), DPREC_ERR_STATE);
+    dprec_config other = f->cfg;
+    other.store_name = "another-store";
+    void *mem2 = malloc(dprec_client_required_size(&other));
+    dprec_client *third = NULL;
+    assert_int_equal(dprec_client_init(&third, &other, &f->port, mem2, dprec_client_required_size(&other)), DPREC_OK);
+    assert_int_equal(dprec_store_load(third), DPREC_OK);
+    dprec_client_free(third);
+    dprec_client_free(f->c);
+    f->c = NULL;
+    assert_int_equal(dprec_store_load(second), DPREC_OK); /* the first is gone */
+    assert_int_equal(dprec_store_count(second), 1);
+    assert_int_equal(dprec_store_put(second, 4, 1.0f, 1), DPREC_OK);
+    dprec_client_free(second);
+    f->fake.fail_lock = 1;
+    assert_int_equal(reopen(f), DPREC_ERR_IO);
+    assert_int_equal(dprec_store_put(f->c, 5, 1.0f, 1), DPREC_ERR_STATE);
+    f->fake.fail_lock = 0;
+    dprec_client_free(f->c);
+    f->c = NULL;
+    fake_port_set_no_lock(&f->fake, &f->port);
+    assert_int_equal(reopen(f), DPREC_OK);
+    assert_int_equal(dprec_store_count(f->c), 2);
+    free(mem);
+    free(mem2);
+}
+
 static void test_store_encrypted_round_trip_survives_many_saves(void **state) {
     fixture *f = *state;
     f->fake.has_key = 1;
@@ -468,6 +509,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_init_fails_without_key_when_encryption_is_required, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_store_encrypted_round_trip_survives_many_saves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_refuses_a_second_client_until_the_first_is_freed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

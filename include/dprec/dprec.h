@@ -4,7 +4,10 @@
  * Memory: the SDK allocates only at dprec_client_init, from memory the app hands over (a buffer) or through
  * the app's allocator hooks under a hard cap; never afterwards on the rate/recommend paths. Peak use is
  * dprec_client_required_size(cfg) and never more than DPREC_CLIENT_MEMORY_BOUND(d, capacity, max_k).
- * Threads: none. A client is not thread-safe; two clients are fully independent (there are no globals).
+ * Threads: none. A client is not thread-safe; two clients share nothing in memory (there are no globals), but
+ * one store (port and store name) takes one client at a time: the first dprec_store_load locks it through the
+ * port until dprec_client_free, and a second client is refused (DPREC_ERR_STORE_LOCKED), in this process or
+ * another, since each would save its own view over the other's ratings and ledger charges.
  * Every function returns a dprec_status (0 = success, negative = error; see dprec/status.h). */
 #ifndef DPREC_DPREC_H
 #define DPREC_DPREC_H
@@ -134,8 +137,10 @@ typedef struct dprec_rating {
 /* Timestamp value that asks the SDK to use the port's wall clock. */
 #define DPREC_TIMESTAMP_NOW INT64_MIN
 
-/* Loads the newest good generation of the store (ratings, privacy ledger, pending reports). The store keeps
- * two generations. No files yet is DPREC_OK with an empty store. If a generation is refused, this returns
+/* Loads the newest good generation of the store (ratings, privacy ledger, pending reports). The first load
+ * takes the store's lock from the port (platform.h) and the client keeps it until dprec_client_free: while
+ * another client holds it this returns DPREC_ERR_STORE_LOCKED, reads nothing and leaves writes refused (call
+ * again later). The store keeps two generations. No files yet is DPREC_OK with an empty store. If a generation is refused, this returns
  * why (DPREC_ERR_STORE_CORRUPT, _TRUNCATED, _VERSION, _KEY, _MISMATCH, or an I/O error) and the client holds
  * the newest good generation, or nothing. Writes (put, remove, reports) are allowed only after a load that
  * returned DPREC_OK, _CORRUPT or _TRUNCATED: after any other refusal a newer good generation may exist that a

@@ -40,6 +40,7 @@ typedef enum dprec_status {
     DPREC_ERR_STORE_KEY = -208,          /* the file is encrypted and the key is missing or wrong */
     DPREC_ERR_STORE_MISMATCH = -209,     /* the file was written for another catalogue size or capacity */
     DPREC_ERR_BAD_TIMESTAMP = -210,      /* a negative timestamp */
+    DPREC_ERR_STORE_LOCKED = -211,       /* another client, in this process or another, is using the store */
 
     /* release of item profiles: -300 .. -399 */
     DPREC_ERR_RELEASE_MAGIC = -300,     /* not a dprec release */

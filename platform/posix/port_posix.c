@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +103,37 @@ static int posix_remove(void *ctx, const char *name) {
     return DPREC_OK;
 }
 
+/* One client per store (platform.h, lock): flock(2) on "<dir>/<name>". A flock belongs to the open file
+ * description, so it excludes a second client in this process as well as one in another, and it ends when the
+ * descriptor is closed, by unlock or by the process's death, however it dies. The file stays (removing a lock
+ * file while someone may be opening it races). */
+static int posix_lock(void *ctx, const char *name, void **handle) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    char path[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
+    int rc = path_of(p, name, path, sizeof path);
+    if (rc != DPREC_OK) return rc;
+    int fd;
+    do fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return fail(p, DPREC_ERR_IO);
+    int r;
+    do r = flock(fd, LOCK_EX | LOCK_NB);
+    while (r != 0 && errno == EINTR);
+    if (r != 0) {
+        int busy = errno == EWOULDBLOCK;
+        rc = fail(p, busy ? DPREC_ERR_STORE_LOCKED : DPREC_ERR_IO);
+        close(fd);
+        return rc;
+    }
+    *handle = (void *)(intptr_t)(fd + 1);
+    return DPREC_OK;
+}
+
+static void posix_unlock(void *ctx, void *handle) {
+    (void)ctx;
+    close(fd_of(handle)); /* closing the only descriptor of the description releases the flock */
+}
+
 static int posix_entropy(void *ctx, unsigned char *buf, size_t len) {
     dprec_port_posix *p = (dprec_port_posix *)ctx;
 #ifdef HAVE_GETRANDOM
@@ -195,5 +227,7 @@ int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char 
     port->wall_clock_s = posix_wall_clock_s;
     port->last_cause = posix_last_cause;
     port->get_storage_key = posix_get_key;
+    port->lock = posix_lock;
+    port->unlock = posix_unlock;
     return DPREC_OK;
 }
