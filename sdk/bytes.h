@@ -39,6 +39,13 @@ static inline int dprec_nan_f64(double x) {
     memcpy(&u, &x, sizeof u);
     return (u & 0x7fffffffffffffffu) > 0x7ff0000000000000u;
 }
+/* |x| <= 2^20 (DPREC_RELEASE_VALUE_MAX) on the raw binary32 word of a release value: the magnitude bits of a
+ * float order like the value, and NaN and the infinities lie above every finite bound, so this refuses them
+ * too. */
+#define DPREC_VALUE_MAX_BITS 0x49800000u /* 2^20 as a float */
+static inline int dprec_bounded_bits(uint32_t u) {
+    return (u & 0x7fffffffu) <= DPREC_VALUE_MAX_BITS;
+}
 static inline void dprec_st16(unsigned char *p, uint16_t v) {
     p[0] = (unsigned char)v;
     p[1] = (unsigned char)(v >> 8);

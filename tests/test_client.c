@@ -172,6 +172,7 @@ static void rate_and_recommend(dprec_client *c, const unsigned char *rel, size_t
     }
     dprec_recommendation *out = malloc(sizeof *out * k);
     uint32_t n = 0;
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_recommend(c, rel, len, k, out, &n), DPREC_OK);
     assert_true(n > 0);
     float score;
@@ -349,6 +350,7 @@ static void check_against_brute_force(uint32_t m, uint32_t d, uint32_t n_ratings
 
     dprec_recommendation *out = malloc(sizeof *out * k);
     uint32_t got = 0;
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_recommend(c, rel, len, k, out, &got), DPREC_OK);
 
     double *x = calloc(d, sizeof(double));
@@ -424,6 +426,7 @@ static void test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking(
     dprec_recommendation ref[7], got[7];
     uint32_t nref = 0, ngot = 0;
     float uref[6], ugot[6];
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_recommend(c, rel, len, k, ref, &nref), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, uref, d), DPREC_OK);
     const size_t chunks[] = {1, 2, 5, 13, 64, 4096};
@@ -481,6 +484,7 @@ static void test_fit_solves_a_release_of_huge_rows_by_qr(void **state) {
     const uint32_t items[6] = {2, 7, 11, 20, 33, 39};
     const float values[6] = {5.0f, 1.0f, 3.5f, 4.0f, 2.0f, 4.5f};
     for (uint32_t i = 0; i < n; i++) assert_int_equal(dprec_store_put(c, items[i], values[i], 1), DPREC_OK);
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     float u[16];
     assert_int_equal(dprec_user_vector(c, u, d), DPREC_OK);
@@ -545,14 +549,31 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     assert_int_equal(dprec_user_vector(c, u0, d), DPREC_ERR_STATE);
     assert_int_equal(dprec_topk_begin(c, k), DPREC_ERR_STATE);
     assert_int_equal(dprec_predict(c, rel, len, 0, &p), DPREC_ERR_STATE);
+    assert_int_equal(dprec_fit(c, rel, len), DPREC_ERR_RELEASE_UNVERIFIED); /* nothing trusted yet */
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u0, d), DPREC_OK);
 
-    rel[100] ^= 0x10; /* body damage: digest */
-    assert_int_equal(dprec_fit(c, rel, len), DPREC_ERR_RELEASE_DIGEST);
+    rel[100] ^= 0x10; /* body damage: the verification's digest catches it */
+    assert_int_equal(test_trust(c, rel, len), DPREC_ERR_RELEASE_DIGEST);
     rel[100] ^= 0x10;
     assert_int_equal(dprec_fit(c, rel, len - 1), DPREC_ERR_RELEASE_TRUNCATED);
-    assert_int_equal(dprec_fit(c, wrong_m, len3), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(test_trust(c, wrong_m, len3), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(dprec_fit(c, wrong_m, len3), DPREC_ERR_RELEASE_UNVERIFIED);
+    assert_int_equal(dprec_fit(c, other, len2), DPREC_ERR_RELEASE_UNVERIFIED); /* valid, but not verified */
+    /* a value of the rated row pushed past the public bound after verification: refused as it is read */
+    unsigned char *hacked = malloc(len);
+    memcpy(hacked, rel, len);
+    size_t rated_row = 64 + 2 * 5 * 4;                            /* item 2: bias then 4 values */
+    float big = 3e6f;
+    memcpy(hacked + rated_row + 4, &big, 4);
+    assert_int_equal(dprec_fit(c, hacked, len), DPREC_ERR_RELEASE_VALUE);
+    memcpy(hacked, rel, len);
+    memcpy(hacked + 64 + 30 * 20 + 8, &big, 4); /* item 30, unrated: the top-K reads it */
+    assert_int_equal(dprec_recommend(c, hacked, len, k, out, &n), DPREC_ERR_RELEASE_VALUE);
+    assert_int_equal(dprec_predict(c, hacked, len, 30, &p), DPREC_ERR_RELEASE_VALUE);
+    free(hacked);
+    assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u1, d), DPREC_OK);
     assert_memory_equal(u0, u1, sizeof u0);
 
@@ -561,13 +582,19 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     assert_int_equal(dprec_topk_feed(c, other, len2), DPREC_OK);
     assert_int_equal(dprec_topk_end(c, out, &n), DPREC_ERR_RELEASE_MISMATCH);
     assert_int_equal(n, 0);
-    assert_int_equal(dprec_predict(c, other, len2, 0, &p), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(dprec_predict(c, other, len2, 0, &p), DPREC_ERR_RELEASE_UNVERIFIED);
     assert_int_equal(dprec_predict(c, rel, len, m, &p), DPREC_ERR_ITEM_OUT_OF_RANGE);
     assert_int_equal(dprec_recommend(c, rel, len, 0, out, &n), DPREC_ERR_INVALID_ARGUMENT);
     assert_int_equal(dprec_recommend(c, rel, len, k + 1, out, &n), DPREC_ERR_INVALID_ARGUMENT);
     assert_int_equal(dprec_fit_feed(c, rel, len), DPREC_ERR_STATE);
     assert_int_equal(dprec_fit_end(c), DPREC_ERR_STATE);
     assert_int_equal(dprec_topk_end(c, out, &n), DPREC_ERR_STATE);
+    /* a fit stream of another (valid, unverified) release is refused at its end, the vector kept */
+    assert_int_equal(dprec_fit_begin(c), DPREC_OK);
+    assert_int_equal(dprec_fit_feed(c, other, len2), DPREC_OK);
+    assert_int_equal(dprec_fit_end(c), DPREC_ERR_RELEASE_UNVERIFIED);
+    assert_int_equal(dprec_user_vector(c, u1, d), DPREC_OK);
+    assert_memory_equal(u0, u1, sizeof u0);
     /* A change of rating invalidates the vector. */
     assert_int_equal(dprec_store_put(c, 3, 5.0f, 1), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u1, d), DPREC_ERR_STATE);

@@ -209,6 +209,11 @@ static void test_two_clients_on_one_directory_never_lose_a_write(void **state) {
  * lock is the open file's, so no crash can leave it held). */
 static void test_a_store_held_by_another_process_is_refused_until_it_dies(void **state) {
     (void)state;
+#ifdef DPREC_TEST_EMULATED
+    /* qemu-user (the cross builds' test runner) can deadlock a forked child on its own internal locks; the
+     * lock itself is the kernel's flock, exercised across two descriptors by the test above */
+    skip();
+#endif
     int ready[2];
     assert_int_equal(pipe(ready), 0);
     pid_t pid = fork();
