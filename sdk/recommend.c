@@ -69,71 +69,51 @@ static const unsigned char *buffer_row_at(const unsigned char *p, const dprec_re
     return p + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
 }
 
-/* Decodes row j (its bias, 0 without biases, and v_j) from a trusted buffer, each value checked against the
- * public bound. */
-static int buffer_row(const unsigned char *p, const dprec_release_info *info, uint32_t j, float *bias, float *row) {
-    const unsigned char *q = buffer_row_at(p, info, j);
-    uint32_t bad = 0;
-    *bias = 0.0f;
-    if (info->flags & DPREC_RELEASE_HAS_BIASES) {
-        bad |= (uint32_t)!dprec_bounded_bits(dprec_ld32(q));
-        *bias = dprec_ldf32(q);
-        q += 4;
-    }
-    for (uint32_t k = 0; k < info->dim; k++) {
-        uint32_t w = dprec_ld32(q + 4u * k);
-        bad |= (uint32_t)!dprec_bounded_bits(w);
-        memcpy(&row[k], &w, sizeof w);
-    }
-    return bad ? DPREC_ERR_RELEASE_VALUE : DPREC_OK;
+/* Whether this host stores a float's bytes as the release does (little-endian): then a row is one memcpy. */
+static int host_is_little_endian(void) {
+    const uint32_t one = 1;
+    unsigned char first;
+    memcpy(&first, &one, 1);
+    return first == 1;
 }
 
-/* mu + b_j + u.v_j for row j of a trusted buffer, read straight from its bytes, every value checked against the
- * public bound; accumulated in double with four partial sums, as dprec_dot_f32. The loop a top-K runs m times. */
-static int buffer_score(const float *u, const unsigned char *q, uint32_t d, int has_bias, double mu, double *score) {
-    uint32_t worst = 0;
-    double s = mu;
-    if (has_bias) {
-        uint32_t w = dprec_ld32(q);
-        float b;
-        worst = w & 0x7fffffffu;
-        memcpy(&b, &w, sizeof b);
-        s += (double)b;
-        q += 4;
+/* Decodes the n floats at q (a row: its bias, if any, then d values) into out, and checks each against the
+ * public bound: a value past it (the bytes changed since they were verified) is never used. */
+static int buffer_floats(const unsigned char *q, uint32_t n, float *out) {
+    if (host_is_little_endian()) {
+        memcpy(out, q, (size_t)n * sizeof(float));
+    } else {
+        for (uint32_t k = 0; k < n; k++) out[k] = dprec_ldf32(q + 4u * k);
     }
+    int ok = 1;
+    for (uint32_t k = 0; k < n; k++) ok &= fabsf(out[k]) <= DPREC_RELEASE_VALUE_MAX; /* NaN compares false */
+    return ok ? DPREC_OK : DPREC_ERR_RELEASE_VALUE;
+}
+
+/* Row j of a trusted buffer: its bias (0 without biases) and v_j, checked. */
+static int buffer_row(const unsigned char *p, const dprec_release_info *info, uint32_t j, float *bias, float *row) {
+    float tmp[DPREC_MAX_DIM + 1];
+    int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
+    int rc = buffer_floats(buffer_row_at(p, info, j), info->dim + (has_bias ? 1u : 0u), tmp);
+    *bias = has_bias ? tmp[0] : 0.0f;
+    memcpy(row, tmp + (has_bias ? 1 : 0), info->dim * sizeof(float));
+    return rc;
+}
+
+/* The prediction mu + b_j + u.v_j with u already widened to double (ud), so that the loop a top-K runs m times
+ * converts only the row: the same products and sums, in the same order, as dprec_dot_f32 in the streaming
+ * top-K, so both ways in rank identically. */
+static double score_of(const double *ud, const float *row, uint32_t d, double mu, float bias) {
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    uint32_t w0 = 0, w1 = 0, w2 = 0, w3 = 0, k = 0;
+    uint32_t k = 0;
     for (; k + 4u <= d; k += 4u) {
-        uint32_t a = dprec_ld32(q + 4u * k), b = dprec_ld32(q + 4u * k + 4u);
-        uint32_t e = dprec_ld32(q + 4u * k + 8u), f = dprec_ld32(q + 4u * k + 12u);
-        float fa, fb, fe, ff;
-        memcpy(&fa, &a, 4);
-        memcpy(&fb, &b, 4);
-        memcpy(&fe, &e, 4);
-        memcpy(&ff, &f, 4);
-        w0 = (a & 0x7fffffffu) > w0 ? (a & 0x7fffffffu) : w0;
-        w1 = (b & 0x7fffffffu) > w1 ? (b & 0x7fffffffu) : w1;
-        w2 = (e & 0x7fffffffu) > w2 ? (e & 0x7fffffffu) : w2;
-        w3 = (f & 0x7fffffffu) > w3 ? (f & 0x7fffffffu) : w3;
-        s0 += (double)u[k] * (double)fa;
-        s1 += (double)u[k + 1u] * (double)fb;
-        s2 += (double)u[k + 2u] * (double)fe;
-        s3 += (double)u[k + 3u] * (double)ff;
+        s0 += ud[k] * (double)row[k];
+        s1 += ud[k + 1u] * (double)row[k + 1u];
+        s2 += ud[k + 2u] * (double)row[k + 2u];
+        s3 += ud[k + 3u] * (double)row[k + 3u];
     }
-    for (; k < d; k++) {
-        uint32_t a = dprec_ld32(q + 4u * k);
-        float fa;
-        memcpy(&fa, &a, 4);
-        w0 = (a & 0x7fffffffu) > w0 ? (a & 0x7fffffffu) : w0;
-        s0 += (double)u[k] * (double)fa;
-    }
-    if (w1 > w0) w0 = w1;
-    if (w3 > w2) w2 = w3;
-    if (w2 > w0) w0 = w2;
-    if (w0 > worst) worst = w0;
-    if (worst > DPREC_VALUE_MAX_BITS) return DPREC_ERR_RELEASE_VALUE;
-    *score = s + ((s0 + s1) + (s2 + s3));
-    return DPREC_OK;
+    for (; k < d; k++) s0 += ud[k] * (double)row[k];
+    return mu + (double)bias + ((s0 + s1) + (s2 + s3));
 }
 
 /* ---- fit ------------------------------------------------------------------------------------------- */
@@ -309,22 +289,24 @@ int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
     return DPREC_OK;
 }
 
-/* The top-K on a trusted buffer, after fit_buffer on it: every unrated row is scored once, from its bytes. */
+/* The top-K on a trusted buffer, after fit_buffer on it: every unrated row is decoded and scored once. */
 static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info, uint32_t k,
                        dprec_recommendation *out, uint32_t *n) {
     dprec_topk_reset(&c->topk, c->topk_slots, k);
     c->cursor = 0;
     uint32_t d = info->dim;
-    int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
-    size_t rb = 4u * ((size_t)d + (has_bias ? 1u : 0u));
-    const unsigned char *q = buffer_row_at(p, info, 0);
+    uint32_t first = (info->flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u, nvals = d + first;
+    size_t rb = 4u * (size_t)nvals;
+    double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
+    for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
     double mu = (double)info->global_mean;
+    const unsigned char *q = buffer_row_at(p, info, 0);
+    float row[DPREC_MAX_DIM + 1];
     for (uint32_t j = 0; j < info->num_items; j++, q += rb) {
         if (cursor_match(c, j) >= 0) continue; /* already rated: never recommended */
-        double s = 0.0;
-        int rc = buffer_score(c->u, q, d, has_bias, mu, &s);
+        int rc = buffer_floats(q, nvals, row);
         if (rc != DPREC_OK) return rc;
-        dprec_topk_push(&c->topk, j, (float)s);
+        dprec_topk_push(&c->topk, j, (float)score_of(ud, row + first, d, mu, first ? row[0] : 0.0f));
     }
     topk_out(c, out, n);
     return DPREC_OK;
@@ -355,10 +337,10 @@ int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32
     int rc = trusted_buffer(c, p, len, &info);
     if (rc != DPREC_OK) return rc;
     if (memcmp(info.digest, c->fitted_digest, sizeof info.digest) != 0) return DPREC_ERR_RELEASE_MISMATCH;
-    double s = 0.0;
-    rc = buffer_score(c->u, buffer_row_at(p, &info, item), info.dim, (info.flags & DPREC_RELEASE_HAS_BIASES) != 0,
-                      (double)info.global_mean, &s);
+    float bias = 0.0f, row[DPREC_MAX_DIM];
+    rc = buffer_row(p, &info, item, &bias, row);
     if (rc != DPREC_OK) return rc;
+    double s = (double)info.global_mean + (double)bias + dprec_dot_f32(c->u, row, info.dim);
     *score = clamp_score(c, s);
     return DPREC_OK;
 }

@@ -379,15 +379,23 @@ int dprec_store_load(dprec_client *c) {
     int best = -1;
     for (int s = 0; s < 2; s++)
         if (status[s] == DPREC_OK && (best < 0 || gen[s] > gen[best])) best = s;
-    int result = DPREC_OK, writable = 1, damaged = 0;
+    int result = DPREC_OK, blocking = DPREC_OK, writable = 1, damaged = 0;
     for (int s = 0; s < 2; s++) {
         if (status[s] == DPREC_OK || status[s] == DPREC_ERR_NOT_FOUND) continue;
-        if (result == DPREC_OK) result = status[s];
-        if (damage(status[s])) damaged = 1;
-        /* An I/O error, a wrong key, a newer format or another configuration may hide a newer good
-         * generation: writing now could destroy it. */
-        else writable = 0;
+        if (damage(status[s])) {
+            damaged = 1;
+            if (result == DPREC_OK) result = status[s];
+        } else {
+            /* An I/O error, a wrong key, a newer format or another configuration may hide a newer good
+             * generation: writing now could destroy it. */
+            writable = 0;
+            if (blocking == DPREC_OK) blocking = status[s];
+        }
     }
+    /* The status says whether writes are allowed (dprec.h): a refusal that blocks them wins over damage in the
+     * other slot (found by tests/fuzz/fuzz_store.c: a damaged slot 0 and another configuration's slot 1 returned
+     * _CORRUPT, and the writes it promises were refused). */
+    if (blocking != DPREC_OK) result = blocking;
 
     c->count = 0;
     c->ledger_count = 0;
