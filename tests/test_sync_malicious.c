@@ -611,9 +611,6 @@ static void test_ldp_rr_at_rating_unit_is_refused(void **state) {
 static void test_an_ldp_rr_job_too_large_for_a_32_bit_size_is_refused(void **state) {
     (void)state;
     const uint32_t m = 1u << 24, d = 64; /* m d = 2^30 */
-    assert_true(dprec_ldp_rr_payload(m, d) >= (size_t)4 * 1024 * 1024);
-    assert_true(dprec_ldp_rr_payload(m, 256) == DPREC_LDP_RR_PAYLOAD_SATURATED);
-    assert_int_equal(dprec_ldp_rr_payload(10, 3), 8u + 4u + 120u);
     world *w = calloc(1, sizeof(world));
     fake_signer_init(&w->key, 42);
     fake_agg_init(&w->agg, &w->key, JOB, m, d);
@@ -639,6 +636,9 @@ static void test_an_ldp_rr_job_too_large_for_a_32_bit_size_is_refused(void **sta
     assert_int_equal(w->agg.release_gets, 0);
     assert_int_equal(reports_posted(w), 0);
     assert_int_equal(dprec_ledger_count(w->dev.c), 0);
+    assert_true(dprec_ldp_rr_payload(m, d) >= (size_t)4 * 1024 * 1024);
+    assert_true(dprec_ldp_rr_payload(m, 256) == DPREC_LDP_RR_PAYLOAD_SATURATED);
+    assert_int_equal(dprec_ldp_rr_payload(10, 3), 8u + 4u + 120u);
     device_close(&w->dev);
     fake_agg_free(&w->agg);
     fake_signer_free(&w->key);
