@@ -19,6 +19,7 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
+#include "bench_sign.h"
 #include "mbedtls_compat.h"
 
 #ifdef __GLIBC__
@@ -91,24 +92,7 @@ static unsigned char *signed_release(mbedtls_pk_context *key, mbedtls_ctr_drbg_c
     size_t cap = (size_t)dprec_release_size(m, d, DPREC_RELEASE_HAS_BIASES, 0);
     unsigned char *buf = __libc_malloc(cap + DPREC_RELEASE_MAX_SIG);
     if (dprec_release_write(buf, cap, &info, v, b, len) != DPREC_OK) exit(1);
-    size_t body = *len - 32, sig_len = 72, got = 0;
-    unsigned char digest[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
-    for (int attempt = 0; attempt < 64; attempt++) {
-        buf[44] = 1;
-        buf[46] = (unsigned char)sig_len;
-        if (dprec_sha256(buf, body, digest) != 0) exit(1);
-#if MBEDTLS_VERSION_NUMBER >= 0x03000000
-        if (mbedtls_pk_sign(key, MBEDTLS_MD_SHA256, digest, 32, sig, sizeof sig, &got, mbedtls_ctr_drbg_random, drbg) != 0)
-            exit(1);
-#else
-        if (mbedtls_pk_sign(key, MBEDTLS_MD_SHA256, digest, 32, sig, &got, mbedtls_ctr_drbg_random, drbg) != 0) exit(1);
-#endif
-        if (got == sig_len) break;
-        sig_len = got;
-    }
-    memcpy(buf + body, digest, 32);
-    memcpy(buf + body + 32, sig, sig_len);
-    *len = body + 32 + sig_len;
+    if (bench_sign_release(key, drbg, buf, len) != 0) exit(1);
     __libc_free(v);
     __libc_free(b);
     return buf;

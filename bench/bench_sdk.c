@@ -22,6 +22,7 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
+#include "bench_sign.h"
 #include "crypto.h"
 #include "linalg.h"
 #include "noise.h"
@@ -73,34 +74,6 @@ static void key_init(void) {
     bench_pub_len = (size_t)n;
 }
 
-/* Signs the unsigned release buf[0 .. *len) in place (room for 72 more bytes): sig fields, digest, signature. */
-static void sign_release(unsigned char *buf, size_t *len) {
-    size_t body = *len - DPREC_RELEASE_DIGEST_SIZE, sig_len = 72, got = 0;
-    unsigned char digest[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
-    int rc = -1;
-    for (int attempt = 0; attempt < 64; attempt++) {
-        buf[44] = 1;
-        buf[46] = (unsigned char)sig_len;
-        rc = dprec_sha256(buf, body, digest);
-#if MBEDTLS_VERSION_NUMBER >= 0x03000000
-        if (rc == 0)
-            rc = mbedtls_pk_sign(&bench_key, MBEDTLS_MD_SHA256, digest, 32, sig, sizeof sig, &got, mbedtls_ctr_drbg_random,
-                                 &bench_drbg);
-#else
-        if (rc == 0) rc = mbedtls_pk_sign(&bench_key, MBEDTLS_MD_SHA256, digest, 32, sig, &got, mbedtls_ctr_drbg_random, &bench_drbg);
-#endif
-        if (rc != 0 || got == sig_len) break;
-        sig_len = got;
-    }
-    if (rc != 0 || got != sig_len) {
-        fprintf(stderr, "bench: cannot sign\n");
-        exit(1);
-    }
-    memcpy(buf + body, digest, 32);
-    memcpy(buf + body + 32, sig, sig_len);
-    *len = body + 32 + sig_len;
-}
-
 static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
     float *v = malloc(sizeof(float) * m * d), *b = malloc(sizeof(float) * m);
     for (size_t i = 0; i < (size_t)m * d; i++) v[i] = frand() * 0.3f;
@@ -119,7 +92,10 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
         fprintf(stderr, "bench: cannot write release\n");
         exit(1);
     }
-    sign_release(buf, len);
+    if (bench_sign_release(&bench_key, &bench_drbg, buf, len) != 0) {
+        fprintf(stderr, "bench: cannot sign\n");
+        exit(1);
+    }
     free(v);
     free(b);
     return buf;

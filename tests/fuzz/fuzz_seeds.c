@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "configs.h"
 #include "dprec/dprec.h"
 #include "dprec/sync.h"
 #include "fake_agg.h"
@@ -78,19 +79,10 @@ static void store_seeds(void) {
         fake_port fp;
         dprec_port port;
         fake_port_init(&fp, &port);
-        memcpy(fp.key, "dprec fuzz store key, not secret", 32);
+        memcpy(fp.key, FUZZ_STORE_KEY, 32);
         fp.has_key = 1;
-        dprec_config cfg; /* as fuzz_store.c */
-        dprec_config_default(&cfg);
-        cfg.num_items = 100;
-        cfg.dim = 4;
-        cfg.rating_capacity = 8;
-        cfg.max_k = 4;
-        cfg.ledger_jobs = 4;
-        cfg.pending_slots = 2;
-        cfg.max_report_bytes = 256;
-        cfg.fw_max_ratings = 4;
-        cfg.encrypt_at_rest = encrypted;
+        dprec_config cfg;
+        fuzz_store_config(&cfg, encrypted);
         cfg.cap_user_epsilon = 10;
         size_t need = dprec_client_required_size(&cfg);
         void *mem = malloc(need);
@@ -197,19 +189,8 @@ static void sync_seed(fake_signer *key, const char *protocol, const char *params
     fake_port fp;
     dprec_port port;
     fake_port_init(&fp, &port);
-    dprec_config cfg; /* as fuzz_sync.c */
-    dprec_config_default(&cfg);
-    cfg.num_items = 20;
-    cfg.dim = 4;
-    cfg.rating_capacity = 16;
-    cfg.max_k = 4;
-    cfg.allow_non_private = 1;
-    cfg.cap_user_epsilon = cfg.cap_rating_epsilon = 100.0;
-    cfg.cap_user_delta = cfg.cap_rating_delta = 1e-3;
-    cfg.ledger_jobs = 4;
-    cfg.pending_slots = 2;
-    cfg.max_report_bytes = 2048;
-    cfg.fw_max_ratings = 4;
+    dprec_config cfg;
+    fuzz_sync_config(&cfg);
     size_t need = dprec_client_required_size(&cfg);
     void *mem = malloc(need);
     dprec_client *c = NULL;

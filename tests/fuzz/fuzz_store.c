@@ -6,6 +6,7 @@
  * state must be consistent, and a writable store must take a rating and load it back. */
 #include <string.h>
 
+#include "configs.h"
 #include "crypto.h"
 #include "dprec/dprec.h"
 #include "fake_port.h"
@@ -13,7 +14,7 @@
 #include "mbedtls_compat.h"
 
 #define HEADER 48u
-static const unsigned char KEY[32] = "dprec fuzz store key, not secret";
+static const unsigned char KEY[32] = FUZZ_STORE_KEY;
 
 static unsigned char file[1 << 17];
 
@@ -84,16 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (mode & 8u) fake_port_set_file(&fp, (mode & 4u) ? "dprec-ratings.0" : "dprec-ratings.1", data, size);
 
     dprec_config cfg;
-    dprec_config_default(&cfg);
-    cfg.num_items = 100;
-    cfg.dim = 4;
-    cfg.rating_capacity = 8;
-    cfg.max_k = 4;
-    cfg.ledger_jobs = 4;
-    cfg.pending_slots = 2;
-    cfg.max_report_bytes = 256;
-    cfg.fw_max_ratings = 4;
-    cfg.encrypt_at_rest = encrypted;
+    fuzz_store_config(&cfg, encrypted);
     size_t need = dprec_client_required_size(&cfg);
     void *mem = malloc(need);
     dprec_client *c = NULL;

@@ -7,6 +7,7 @@
  * store written reloads. */
 #include <string.h>
 
+#include "configs.h"
 #include "dprec/dprec.h"
 #include "dprec/sync.h"
 #include "fake_port.h"
@@ -72,18 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dprec_port port;
     fake_port_init(&fp, &port);
     dprec_config cfg;
-    dprec_config_default(&cfg);
-    cfg.num_items = 20;
-    cfg.dim = 4;
-    cfg.rating_capacity = 16;
-    cfg.max_k = 4;
-    cfg.allow_non_private = 1;
-    cfg.cap_user_epsilon = cfg.cap_rating_epsilon = 100.0;
-    cfg.cap_user_delta = cfg.cap_rating_delta = 1e-3;
-    cfg.ledger_jobs = 4;
-    cfg.pending_slots = 2;
-    cfg.max_report_bytes = 2048;
-    cfg.fw_max_ratings = 4;
+    fuzz_sync_config(&cfg);
     size_t need = dprec_client_required_size(&cfg);
     void *mem = malloc(need);
     dprec_client *c = NULL;
