@@ -5,8 +5,8 @@
  * ones, and then only the rows needed are read — the rated items' for a fit, each row once for a top-K, one row
  * for a prediction — with no second SHA-256 pass (verifying once is what lets these calls cost the scoring). A
  * stream (dprec_fit_begin/feed/end, dprec_topk_*) is hashed as it passes, and its digest must be the trusted
- * release's (a fit) or the fitted one's (a top-K). Every value read is checked against the public bound as it
- * is read, by either way in.
+ * release's (a fit) or the fitted one's (a top-K). Every value a fit or a prediction reads is checked against
+ * the public bound as it is read; a top-K on a buffer checks each score instead (topk_buffer).
  *
  * Rows come in item order and the ratings are sorted by item, so one cursor merges the two: a fit costs
  * O(n d^2 + d^3) time (plus O(m d) to stream past the other rows) and O(d^2 + n d) memory (it keeps the rows
@@ -100,19 +100,35 @@ static int buffer_row(const unsigned char *p, const dprec_release_info *info, ui
     return rc;
 }
 
-/* The prediction mu + b_j + u.v_j with u already widened to double (ud), so that the loop a top-K runs m times
- * converts only the row: the same products and sums, in the same order, as dprec_dot_f32 in the streaming
- * top-K, so both ways in rank identically. */
-static double score_of(const double *ud, const float *row, uint32_t d, double mu, float bias) {
+/* One float of a row, by the host's own load where its byte order is the release's (the test folds away). */
+static float load_value(const unsigned char *q) {
+    if (host_is_little_endian()) {
+        float f;
+        memcpy(&f, q, sizeof f);
+        return f;
+    }
+    return dprec_ldf32(q);
+}
+
+/* The prediction mu + b_j + u.v_j of the row at q (its bias first if has_bias), read straight from the bytes,
+ * with u already widened to double (ud): the same products and sums, in the same order, as dprec_dot_f32 in the
+ * streaming top-K, so both ways in rank identically. The loop a top-K runs m times: it checks the result, not
+ * each value (see topk_buffer). */
+static double score_row(const double *ud, const unsigned char *q, uint32_t d, int has_bias, double mu) {
+    float bias = 0.0f;
+    if (has_bias) {
+        bias = load_value(q);
+        q += 4;
+    }
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     uint32_t k = 0;
-    for (; k + 4u <= d; k += 4u) {
-        s0 += ud[k] * (double)row[k];
-        s1 += ud[k + 1u] * (double)row[k + 1u];
-        s2 += ud[k + 2u] * (double)row[k + 2u];
-        s3 += ud[k + 3u] * (double)row[k + 3u];
+    for (; k + 4u <= d; k += 4u, q += 16) {
+        s0 += ud[k] * (double)load_value(q);
+        s1 += ud[k + 1u] * (double)load_value(q + 4);
+        s2 += ud[k + 2u] * (double)load_value(q + 8);
+        s3 += ud[k + 3u] * (double)load_value(q + 12);
     }
-    for (; k < d; k++) s0 += ud[k] * (double)row[k];
+    for (; k < d; k++, q += 4) s0 += ud[k] * (double)load_value(q);
     return mu + (double)bias + ((s0 + s1) + (s2 + s3));
 }
 
@@ -289,24 +305,33 @@ int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
     return DPREC_OK;
 }
 
-/* The top-K on a trusted buffer, after fit_buffer on it: every unrated row is decoded and scored once. */
+/* The top-K on a trusted buffer, after fit_buffer on it: every unrated row is read and scored once, straight
+ * from the bytes. */
 static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info, uint32_t k,
                        dprec_recommendation *out, uint32_t *n) {
     dprec_topk_reset(&c->topk, c->topk_slots, k);
-    c->cursor = 0;
     uint32_t d = info->dim;
-    uint32_t first = (info->flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u, nvals = d + first;
-    size_t rb = 4u * (size_t)nvals;
+    int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
+    size_t rb = 4u * ((size_t)d + (has_bias ? 1u : 0u));
     double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
     for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
     double mu = (double)info->global_mean;
     const unsigned char *q = buffer_row_at(p, info, 0);
-    float row[DPREC_MAX_DIM + 1];
+    /* the rated items, sorted: the next one to skip, held in a register rather than in c->cursor */
+    uint32_t rated = 0, next = c->count > 0 ? c->ratings[0].item : UINT32_MAX;
     for (uint32_t j = 0; j < info->num_items; j++, q += rb) {
-        if (cursor_match(c, j) >= 0) continue; /* already rated: never recommended */
-        int rc = buffer_floats(q, nvals, row);
-        if (rc != DPREC_OK) return rc;
-        dprec_topk_push(&c->topk, j, (float)score_of(ud, row + first, d, mu, first ? row[0] : 0.0f));
+        if (j == next) { /* already rated: never recommended */
+            rated++;
+            next = rated < c->count ? c->ratings[rated].item : UINT32_MAX;
+            continue;
+        }
+        double s = score_row(ud, q, d, has_bias, mu);
+        /* Every value was checked when the release was verified; what is checked here, at the cost of one
+         * comparison a row instead of d + 1, is the score: a NaN or infinite value in the bytes since (NaN and
+         * infinity survive any sum), or one so large that no verified release can give the score (|s| <
+         * SCORE_MAX for values within 2^20 and |u_k| <= 2^96), is refused, so no score is ever NaN or infinite. */
+        if (!(fabs(s) < SCORE_MAX)) return DPREC_ERR_RELEASE_VALUE;
+        dprec_topk_push(&c->topk, j, (float)s);
     }
     topk_out(c, out, n);
     return DPREC_OK;

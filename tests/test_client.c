@@ -569,9 +569,15 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     memcpy(hacked + rated_row + 4, &big, 4);
     assert_int_equal(dprec_fit(c, hacked, len), DPREC_ERR_RELEASE_VALUE);
     memcpy(hacked, rel, len);
-    memcpy(hacked + 64 + 30 * 20 + 8, &big, 4); /* item 30, unrated: the top-K reads it */
-    assert_int_equal(dprec_recommend(c, hacked, len, k, out, &n), DPREC_ERR_RELEASE_VALUE);
+    memcpy(hacked + 64 + 30 * 20 + 8, &big, 4); /* item 30, unrated: a prediction checks each value it reads */
+    assert_int_equal(dprec_fit(c, hacked, len), DPREC_OK);
     assert_int_equal(dprec_predict(c, hacked, len, 30, &p), DPREC_ERR_RELEASE_VALUE);
+    float inf = INFINITY; /* the top-K checks each score: a non-finite value can never give a finite one */
+    memcpy(hacked + 64 + 30 * 20 + 8, &inf, 4);
+    assert_int_equal(dprec_recommend(c, hacked, len, k, out, &n), DPREC_ERR_RELEASE_VALUE);
+    uint32_t nan_bits = 0x7fc00000u;
+    memcpy(hacked + 64 + 30 * 20 + 8, &nan_bits, 4);
+    assert_int_equal(dprec_recommend(c, hacked, len, k, out, &n), DPREC_ERR_RELEASE_VALUE);
     free(hacked);
     assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u1, d), DPREC_OK);
