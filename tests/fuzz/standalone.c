@@ -36,6 +36,11 @@ static int run_file(const char *path) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        printf("usage: %s FILE|DIR...\nRuns this fuzz target once on each file, and on each file of each directory "
+               "(tests/fuzz/fuzz.h).\n", argv[0]);
+        return 0;
+    }
     LLVMFuzzerInitialize(&argc, &argv);
     int ran = 0;
     for (int i = 1; i < argc; i++) {
