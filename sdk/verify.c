@@ -245,7 +245,8 @@ int dprec_trust_decode(dprec_client *c, const unsigned char *d, uint32_t len, in
     dprec_release_info info;
     if (dprec_release_parse_header(d + 8, DPREC_RELEASE_HEADER_SIZE, &info) != DPREC_OK) return DPREC_ERR_STORE_CORRUPT;
     if (commit) {
-        if (!matches_client(c, &info)) return DPREC_OK; /* another configuration's release: not trusted here */
+        /* kept even when it does not match this client's d or scale (a tool that opens the store for a rating
+         * need not know d): the local step refuses such a release anyway, and the next save keeps the record */
         c->trusted.how = how;
         memcpy(c->trusted.head, d + 8, DPREC_RELEASE_HEADER_SIZE);
         memcpy(c->trusted.digest, d + 8 + DPREC_RELEASE_HEADER_SIZE, DPREC_RELEASE_DIGEST_SIZE);

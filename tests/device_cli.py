@@ -66,6 +66,9 @@ with tempfile.TemporaryDirectory() as tmp:
     if items_listed(run(*dev, "recommend", "3", "--release", signed)) != good:
         sys.exit("FAIL: the trusted release gave other recommendations without --key")
     run(*dev, "predict", "9", "--release", signed)
+    run(*dev, "rate", "11", "3")  # a command that opens the store without the release keeps its trust
+    run(*dev, "recommend", "3", "--release", signed)
+    run(*dev, "remove", "11")
 
     # the forged release, by every command, with and without the key
     for args in (["verify", "--release", forged, "--key", pub],
