@@ -19,7 +19,7 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
-#include "bench_sign.h"
+#include "sign_release.h"
 #include "mbedtls_compat.h"
 
 #ifdef __GLIBC__
@@ -92,7 +92,7 @@ static unsigned char *signed_release(mbedtls_pk_context *key, mbedtls_ctr_drbg_c
     size_t cap = (size_t)dprec_release_size(m, d, DPREC_RELEASE_HAS_BIASES, 0);
     unsigned char *buf = __libc_malloc(cap + DPREC_RELEASE_MAX_SIG);
     if (dprec_release_write(buf, cap, &info, v, b, len) != DPREC_OK) exit(1);
-    if (bench_sign_release(key, drbg, buf, len) != 0) exit(1);
+    if (tool_sign_release(key, mbedtls_ctr_drbg_random, drbg, buf, len) != 0) exit(1);
     __libc_free(v);
     __libc_free(b);
     return buf;

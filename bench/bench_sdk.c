@@ -22,7 +22,7 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
-#include "bench_sign.h"
+#include "sign_release.h"
 #include "crypto.h"
 #include "linalg.h"
 #include "noise.h"
@@ -92,7 +92,7 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
         fprintf(stderr, "bench: cannot write release\n");
         exit(1);
     }
-    if (bench_sign_release(&bench_key, &bench_drbg, buf, len) != 0) {
+    if (tool_sign_release(&bench_key, mbedtls_ctr_drbg_random, &bench_drbg, buf, len) != 0) {
         fprintf(stderr, "bench: cannot sign\n");
         exit(1);
     }

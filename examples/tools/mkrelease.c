@@ -26,6 +26,7 @@
 
 #include "dprec/release.h"
 #include "dprec/status.h"
+#include "sign_release.h"
 
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 1
@@ -456,9 +457,7 @@ out:
 }
 
 /* Signs the unsigned release buf[0 .. *len) in place (cap bytes available) as the aggregator does
- * (aggregator/core/agg_sign.c): sig_alg = 1 and sig_len in the header, the digest recomputed over
- * header || body, then the DER signature of that digest appended. The DER length is known only after
- * signing and the digest covers it, so signing repeats until the length announced is the length made. */
+ * (sign_release.h), then checks the result with the devices' own reader. */
 static int sign_release(const char *key_path, unsigned char *buf, size_t *len, size_t cap, dprec_release_info *info) {
     signer s;
     int rc = signer_init(&s);
@@ -477,33 +476,13 @@ static int sign_release(const char *key_path, unsigned char *buf, size_t *len, s
         signer_free(&s);
         return -1;
     }
-    size_t body = *len - DPREC_RELEASE_DIGEST_SIZE, sig_len = 72, got = 0;
-    unsigned char digest[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
-    for (int attempt = 0; attempt < 64; attempt++) {
-        buf[44] = 1; /* sig_alg: ECDSA P-256 over SHA-256 */
-        buf[45] = 0;
-        buf[46] = (unsigned char)sig_len;
-        buf[47] = 0;
-#if MBEDTLS_VERSION_NUMBER >= 0x03000000
-        rc = mbedtls_sha256(buf, body, digest, 0);
-        if (rc == 0)
-            rc = mbedtls_pk_sign(&s.pk, MBEDTLS_MD_SHA256, digest, 32, sig, sizeof sig, &got, mbedtls_ctr_drbg_random,
-                                 &s.drbg);
-#else
-        rc = mbedtls_sha256_ret(buf, body, digest, 0);
-        if (rc == 0) rc = mbedtls_pk_sign(&s.pk, MBEDTLS_MD_SHA256, digest, 32, sig, &got, mbedtls_ctr_drbg_random, &s.drbg);
-#endif
-        if (rc != 0 || got == sig_len) break;
-        sig_len = got;
-    }
+    (void)cap; /* the caller left DPREC_RELEASE_MAX_SIG bytes after the release */
+    rc = tool_sign_release(&s.pk, mbedtls_ctr_drbg_random, &s.drbg, buf, len);
     signer_free(&s);
-    if (rc != 0 || got != sig_len || body + DPREC_RELEASE_DIGEST_SIZE + sig_len > cap) {
+    if (rc != 0) {
         fprintf(stderr, "dprec-mkrelease: cannot sign the release (mbedTLS -0x%04x)\n", (unsigned)-rc);
         return -1;
     }
-    memcpy(buf + body, digest, 32);
-    memcpy(buf + body + DPREC_RELEASE_DIGEST_SIZE, sig, sig_len);
-    *len = body + DPREC_RELEASE_DIGEST_SIZE + sig_len;
     if (dprec_release_check(buf, *len, info) != DPREC_OK) {
         fprintf(stderr, "dprec-mkrelease: the signed release does not check (a bug)\n");
         return -1;
