@@ -32,7 +32,6 @@
 #include <math.h>
 #include <string.h>
 
-
 #include "bytes.h"
 #include "client_priv.h"
 #include "dprec/sync.h"
