@@ -25,8 +25,10 @@ native()  { run native build -DCMAKE_BUILD_TYPE=RelWithDebInfo; }
 asan()    { run asan+ubsan build-asan -DCMAKE_BUILD_TYPE=Debug -DDPREC_SANITIZE=ON; }
 # The device side of sync, JSON and ECDSA must run on ARM too (issue 19): their tests are part of every cross run.
 device_tests_ran() { # build dir
+  local listed
+  listed=$(cd "$1" && ctest -N)  # captured first: grep -q closing a pipe early would fail the pipeline
   for t in test_sync test_sync_json test_sync_malicious test_verify fuzz_sync_corpus; do
-    (cd "$1" && ctest -N) | grep -q " $t\$" || { echo "test.sh: $t is not among $1's tests" >&2; exit 1; }
+    grep -q " $t\$" <<< "$listed" || { echo "test.sh: $t is not among $1's tests" >&2; exit 1; }
   done
 }
 cross()   {
