@@ -121,14 +121,14 @@ static double score_row(const double *ud, const unsigned char *q, uint32_t d, in
         q += 4;
     }
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    uint32_t k = 0;
-    for (; k + 4u <= d; k += 4u, q += 16) {
-        s0 += ud[k] * (double)load_value(q);
-        s1 += ud[k + 1u] * (double)load_value(q + 4);
-        s2 += ud[k + 2u] * (double)load_value(q + 8);
-        s3 += ud[k + 3u] * (double)load_value(q + 12);
+    const double *w = ud, *end4 = ud + (d & ~3u), *end = ud + d;
+    for (; w < end4; w += 4, q += 16) {
+        s0 += w[0] * (double)load_value(q);
+        s1 += w[1] * (double)load_value(q + 4);
+        s2 += w[2] * (double)load_value(q + 8);
+        s3 += w[3] * (double)load_value(q + 12);
     }
-    for (; k < d; k++, q += 4) s0 += ud[k] * (double)load_value(q);
+    for (; w < end; w++, q += 4) s0 += w[0] * (double)load_value(q);
     return mu + (double)bias + ((s0 + s1) + (s2 + s3));
 }
 
