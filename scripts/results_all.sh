@@ -50,7 +50,7 @@ def key(p): return order.index(p) if p in order else len(order)
 sets = list(dict.fromkeys(r["data"] for r in rows))
 if plot:
     cmds = ["set terminal pngcairo size 1400,%d noenhanced" % (520 * len(sets)), f"set output '{plot}'",
-            f"set multiplot layout {len(sets)},1", "set logscale x", "set xtics (0.5, 1, 2, 5, 10)",
+            f"set multiplot layout {len(sets)},1", "set logscale x", "set xrange [0.4:12]", "set xtics (0.5, 1, 2, 5, 10)",
             "set xlabel 'epsilon (user level)'", "set ylabel 'test RMSE'", "set grid", "set key outside right"]
     for d in sets:
         sel = [r for r in rows if r["data"] == d]
