@@ -20,10 +20,9 @@
 #include "dprec/privacy.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
+#include "dprec/version.h"
 
 DPREC_BEGIN_DECLS
-
-#define DPREC_VERSION_STRING "0.1.0"
 
 /* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, and the sync
  * state: a 4 KiB JSON response buffer and its tokens), rounded up. A test holds sizeof of the real fixed
