@@ -249,17 +249,30 @@ static int reader_fail(dprec_release_reader *r, int err) {
     return err;
 }
 
+/* A reader placed by an app built against headers whose reader is smaller than ours cannot hold our state: only
+ * its struct_size is written, and every call refuses it. */
+static int reader_usable(const dprec_release_reader *r) {
+    return r->struct_size >= sizeof *r;
+}
+
 /* Re-initialising a reader in the middle of a stream (or abandoning one) is allowed: an mbedTLS SHA-256
  * context owns no heap memory, so dropping a live one leaks nothing. */
-void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user) {
-    if (r == NULL) {
-        return;
+int dprec_release_reader_init_sized(dprec_release_reader *r, size_t size, dprec_release_row_fn on_row, void *user) {
+    if (r == NULL || size < sizeof r->struct_size) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (size < sizeof *r || size > UINT32_MAX) {
+        uint32_t n = size < sizeof *r ? (uint32_t)size : 0u;
+        memcpy(&r->struct_size, &n, sizeof n);
+        return DPREC_ERR_STRUCT_SIZE;
     }
     memset(r, 0, sizeof *r);
+    r->struct_size = (uint32_t)size;
     r->on_row = on_row;
     r->user = user;
     r->state = ST_HEADER;
     mbedtls_sha256_init(reader_sha(r)); /* started once the header is known good */
+    return DPREC_OK;
 }
 
 /* Validates the collected header and starts hashing it. */
@@ -330,6 +343,9 @@ int dprec_release_reader_feed(dprec_release_reader *r, const void *chunk, size_t
     if (r == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
+    if (!reader_usable(r)) {
+        return DPREC_ERR_STRUCT_SIZE;
+    }
     if (r->state == ST_FAILED) {
         return r->error;
     }
@@ -397,6 +413,9 @@ int dprec_release_reader_feed(dprec_release_reader *r, const void *chunk, size_t
 int dprec_release_reader_finish(dprec_release_reader *r) {
     if (r == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (!reader_usable(r)) {
+        return DPREC_ERR_STRUCT_SIZE;
     }
     if (r->state == ST_FAILED) {
         return r->error;

@@ -23,15 +23,12 @@
 #include <mbedtls/pk.h>
 #include <mbedtls/sha256.h>
 
+#include "abi.h"
 #include "bytes.h"
 #include "client_priv.h"
 #include "mbedtls_compat.h"
 
 #define TRUST_SECTION_DATA (8u + DPREC_RELEASE_HEADER_SIZE + DPREC_RELEASE_DIGEST_SIZE)
-
-void dprec_verify_config_init(dprec_verify_config *vc) {
-    if (vc != NULL) memset(vc, 0, sizeof *vc);
-}
 
 /* ---- capture of a streamed release's header and signature --------------------------------------------- */
 
@@ -107,9 +104,16 @@ static int has_key(const dprec_verify_config *vc) {
 
 /* Refuses before any work what can never verify: no key and no permission to go without one. */
 static int config_usable(const dprec_verify_config *vc) {
-    if (vc == NULL || (vc->flags & ~DPREC_VERIFY_INSECURE_UNSIGNED) != 0) return DPREC_ERR_INVALID_ARGUMENT;
+    if ((vc->flags & ~DPREC_VERIFY_INSECURE_UNSIGNED) != 0) return DPREC_ERR_INVALID_ARGUMENT;
     if (!has_key(vc) && !(vc->flags & DPREC_VERIFY_INSECURE_UNSIGNED)) return DPREC_ERR_INVALID_ARGUMENT;
     return DPREC_OK;
+}
+
+/* The app's verify configuration, read by the size it was compiled with (abi.h), then checked. */
+static int config_in(const dprec_verify_config *app, dprec_verify_config *vc) {
+    if (app == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = DPREC_ABI_COPY_IN(vc, app);
+    return rc == DPREC_OK ? config_usable(vc) : rc;
 }
 
 int dprec_release_origin(dprec_client *c, const dprec_verify_config *vc, const dprec_release_info *info,
@@ -149,11 +153,12 @@ static int trust(dprec_client *c, const unsigned char *head, const dprec_release
     return rc;
 }
 
-int dprec_release_verify(dprec_client *c, const void *release, size_t len, const dprec_verify_config *vc,
+int dprec_release_verify(dprec_client *c, const void *release, size_t len, const dprec_verify_config *app_vc,
                          dprec_release_info *info) {
     if (c == NULL || release == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
-    int rc = config_usable(vc);
+    dprec_verify_config local, *vc = &local;
+    int rc = config_in(app_vc, vc);
     if (rc != DPREC_OK) return rc;
     dprec_release_info got;
     rc = dprec_release_check(release, len, &got);
@@ -188,11 +193,12 @@ int dprec_verify_feed(dprec_client *c, const void *chunk, size_t len) {
     return rc;
 }
 
-int dprec_verify_end(dprec_client *c, const dprec_verify_config *vc, dprec_release_info *info) {
+int dprec_verify_end(dprec_client *c, const dprec_verify_config *app_vc, dprec_release_info *info) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_VERIFY) return DPREC_ERR_STATE;
     c->stream = STREAM_NONE;
-    int rc = config_usable(vc);
+    dprec_verify_config local, *vc = &local;
+    int rc = config_in(app_vc, vc);
     if (rc == DPREC_OK) rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
     const dprec_release_info *got = &c->reader.info;

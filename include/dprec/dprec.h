@@ -60,6 +60,7 @@ DPREC_BEGIN_DECLS
 #define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)
 
 typedef struct dprec_config {
+    uint32_t struct_size;     /* sizeof(dprec_config) as the app was compiled (dprec_config_default sets it) */
     uint32_t num_items;       /* m, the catalogue size; item ids are 0 .. m-1 (1 .. DPREC_MAX_ITEMS) */
     uint32_t dim;             /* d, the latent dimension (1 .. DPREC_MAX_DIM) */
     uint32_t rating_capacity; /* the most ratings the store holds (1 .. 1,000,000) */
@@ -83,17 +84,22 @@ typedef struct dprec_config {
     uint32_t fw_max_ratings;
 } dprec_config;
 
-/* Fills *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1, 8 ledger
- * lines, 1 pending slot of 4096 bytes, privacy caps 0 (no private report); num_items is left 0 and must be
- * set. */
-DPREC_API void dprec_config_default(dprec_config *cfg);
+/* Fills the size bytes at *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1,
+ * 8 ledger lines, 1 pending slot of 4096 bytes, privacy caps 0 (no private report); num_items is left 0 and must
+ * be set. Sets struct_size to size (the app's sizeof). DPREC_ERR_STRUCT_SIZE (nothing written) for a size this
+ * library cannot fill. Call it through dprec_config_default, which passes the app's sizeof. */
+DPREC_API int dprec_config_default_sized(dprec_config *cfg, size_t size);
+static inline void dprec_config_default(dprec_config *cfg) {
+    (void)dprec_config_default_sized(cfg, sizeof *cfg);
+}
 
 /* Bytes of memory a client with this configuration needs (0 if cfg is invalid). */
 DPREC_API size_t dprec_client_required_size(const dprec_config *cfg);
 
 /* Allocator hooks: alloc(user, size) returns memory aligned for any type or NULL; free(user, ptr).
- * The SDK never asks for more than cap bytes in total. */
+ * The SDK never asks for more than cap bytes in total. Fill with DPREC_STRUCT_INIT(&a) first. */
 typedef struct dprec_allocator {
+    uint32_t struct_size; /* sizeof(dprec_allocator) as the app was compiled (0: the 0.2.0 layout) */
     void *(*alloc)(void *user, size_t size);
     void (*free)(void *user, void *ptr);
     void *user;
@@ -190,6 +196,7 @@ DPREC_API int dprec_store_at(const dprec_client *c, uint32_t index, dprec_rating
 /* How a release's origin is checked. Fill with dprec_verify_config_init, then set what you need: a later
  * version may add members, which init sets to their defaults. */
 typedef struct dprec_verify_config {
+    uint32_t struct_size; /* sizeof(dprec_verify_config) as the app was compiled (dprec_verify_config_init sets it) */
     /* The aggregator's release-signing public key (DER SubjectPublicKeyInfo, ECDSA P-256), pinned by the app;
      * what `dprec-aggregator serve` serves and prints. Borrowed for the call. */
     const unsigned char *release_key;
@@ -206,8 +213,10 @@ typedef struct dprec_verify_config {
  * is checked (a key given, a signed release) must still verify. */
 #define DPREC_VERIFY_INSECURE_UNSIGNED 0x0001u
 
-/* Fills *vc with the defaults: no key, no flags, no memo. */
-DPREC_API void dprec_verify_config_init(dprec_verify_config *vc);
+/* Fills *vc with the defaults: no key, no flags, no memo, and struct_size. */
+static inline void dprec_verify_config_init(dprec_verify_config *vc) {
+    dprec_struct_init(vc, sizeof *vc);
+}
 
 /* Verifies a release held in memory (header, exact size, values, digest, then the signature under
  * vc->release_key) and makes it the client's trusted release. A loaded store (dprec_store_load) saves it, so

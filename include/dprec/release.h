@@ -17,6 +17,7 @@
 
 #include "dprec/export.h"
 #include "dprec/status.h"
+#include "dprec/version.h"
 
 DPREC_BEGIN_DECLS
 
@@ -73,8 +74,11 @@ DPREC_API int dprec_release_row(const void *buf, const dprec_release_info *info,
  * during the call). A non-zero return stops the stream and is returned by the feed call. */
 typedef int (*dprec_release_row_fn)(void *user, uint32_t item, float bias, const float *row, uint32_t dim);
 
-/* Streaming reader. Place it anywhere (no allocation); its size is fixed. */
+/* Streaming reader. Place it anywhere (no allocation). Its size may change between minor versions: init records
+ * the app's sizeof, and a reader smaller than this library's is refused (DPREC_ERR_STRUCT_SIZE). Apart from info
+ * (complete after a successful finish), its fields are private. */
 typedef struct dprec_release_reader {
+    uint32_t struct_size;      /* set by init: sizeof(dprec_release_reader) as the app was compiled */
     dprec_release_info info;
     uint64_t consumed;         /* bytes fed so far */
     uint32_t next_row;
@@ -88,8 +92,14 @@ typedef struct dprec_release_reader {
     float row[DPREC_MAX_DIM];
 } dprec_release_reader;
 
-/* Starts a stream. on_row may be NULL (validate only). */
-DPREC_API void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user);
+/* Starts a stream over the size bytes at *r. on_row may be NULL (validate only). DPREC_ERR_STRUCT_SIZE if size is
+ * below this library's reader (then feed and finish return it too). Call it through dprec_release_reader_init,
+ * which passes the app's sizeof. */
+DPREC_API int dprec_release_reader_init_sized(dprec_release_reader *r, size_t size, dprec_release_row_fn on_row,
+                                              void *user);
+static inline void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user) {
+    (void)dprec_release_reader_init_sized(r, sizeof *r, on_row, user);
+}
 
 /* Feeds the next len bytes (any chunk size, including 0). Rows are delivered as soon as they are complete;
  * a header error is reported on the call that completes the header. Once an error is returned, every later

@@ -10,6 +10,8 @@
 #ifndef DPREC_VERSION_H
 #define DPREC_VERSION_H
 
+#include <stddef.h>
+
 #include "dprec/export.h"
 
 DPREC_BEGIN_DECLS
@@ -26,6 +28,19 @@ DPREC_API const char *dprec_version(void);
 
 /* The same as a number, major * 10000 + minor * 100 + patch. */
 DPREC_API unsigned dprec_version_number(void);
+
+/* ---- structs an app fills carry their size ------------------------------------------------------------------
+ * dprec_config, dprec_allocator, dprec_port, dprec_verify_config, dprec_sync_config, dprec_transport,
+ * dprec_curl_options and dprec_release_reader start with `uint32_t struct_size`: the sizeof the app was compiled
+ * with. A library then reads only the fields the app knows (the others take their defaults), and refuses
+ * (DPREC_ERR_STRUCT_SIZE) a struct from newer headers in which the app set a field this library does not have.
+ * struct_size 0 means the layout of 0.2.0, the first with the member (so a struct zeroed with memset keeps
+ * working); set it, with the init functions or DPREC_STRUCT_INIT, to use a field added later. docs/sdk.md,
+ * "Compatibility". */
+
+/* Zeroes size bytes at s and sets its leading uint32_t struct_size to size. */
+DPREC_API void dprec_struct_init(void *s, size_t size);
+#define DPREC_STRUCT_INIT(ptr) dprec_struct_init((ptr), sizeof *(ptr))
 
 DPREC_END_DECLS
 
