@@ -2,7 +2,8 @@
  * figures depend on the machine; docs/benchmarks.md records them with the machine named).
  *
  * Prints, as median of repeated runs:
- *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64, n = 100/1000;
+ *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64/256, n = 100/1000, with
+ *     the normal equations accumulated row by row and in blocks (the SDK's kernel, sdk/linalg.c);
  *   - a release verified once (SHA-256, values, ECDSA P-256 signature), then dprec_recommend and
  *     dprec_predict on it as a buffer (no second hash), for m = 1682 and m = 100,000;
  *   - dprec_fit and top-K over the same release streamed in 64 KiB chunks (each pass hashed);
@@ -105,32 +106,54 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
     return buf;
 }
 
+/* One least-squares solve over n rows (stride d + 1 floats, as the client keeps them): the normal equations
+ * accumulated row by row (dprec_normal_add, the SDK's kernel before 0.2.0) or in blocks (dprec_normal_add_block, what
+ * dprec_fit does), then Cholesky. */
+static void ls_once(int blocked, uint32_t d, uint32_t n, const float *rows, double *a, double *b, double *scratch) {
+    dprec_normal_init(a, b, d, 0.1);
+    if (blocked) {
+        for (uint32_t j = 0; j < n; j += DPREC_GRAM_BLOCK) {
+            uint32_t nb = n - j < DPREC_GRAM_BLOCK ? n - j : DPREC_GRAM_BLOCK;
+            double t[DPREC_GRAM_BLOCK];
+            for (uint32_t k = 0; k < nb; k++) t[k] = 1.0 + 0.001 * (j + k);
+            dprec_normal_add_block(a, b, d, rows + (size_t)j * (d + 1), d + 1, t, nb, scratch);
+        }
+    } else {
+        for (uint32_t j = 0; j < n; j++) dprec_normal_add(a, b, d, rows + (size_t)j * (d + 1), 1.0 + 0.001 * j);
+    }
+    if (dprec_cholesky_solve(a, b, d) != DPREC_OK) {
+        fprintf(stderr, "bench: singular system\n");
+        exit(1);
+    }
+}
+
 static void bench_least_squares(void) {
-    printf("\n## local least squares (normal equations + Cholesky), median of 200 runs\n");
-    printf("| d | ratings | time (us) |\n|---|---|---|\n");
-    const uint32_t ds[] = {16, 32, 64};
+    printf("\n## local least squares (normal equations + Cholesky), median of 201 runs, the two kernels alternating\n");
+    printf("| d | ratings | row by row (us) | blocked, dprec_fit's (us) | ratio |\n|---|---|---|---|---|\n");
+    const uint32_t ds[] = {16, 32, 64, 256};
     const uint32_t ns[] = {100, 1000};
-    for (int di = 0; di < 3; di++) {
+    for (int di = 0; di < 4; di++) {
         for (int ni = 0; ni < 2; ni++) {
             uint32_t d = ds[di], n = ns[ni];
-            float *v = malloc(sizeof(float) * n * d);
-            for (size_t i = 0; i < (size_t)n * d; i++) v[i] = frand();
+            float *v = malloc(sizeof(float) * n * (d + 1));
+            for (size_t i = 0; i < (size_t)n * (d + 1); i++) v[i] = frand();
             double *a = malloc(sizeof(double) * d * d), *b = malloc(sizeof(double) * d);
-            double t[200];
-            for (int rep = 0; rep < 200; rep++) {
-                double t0 = now_s();
-                dprec_normal_init(a, b, d, 0.1);
-                for (uint32_t j = 0; j < n; j++) dprec_normal_add(a, b, d, v + (size_t)j * d, 1.0 + 0.001 * j);
-                if (dprec_cholesky_solve(a, b, d) != DPREC_OK) {
-                    fprintf(stderr, "bench: singular system\n");
-                    exit(1);
+            double *scratch = malloc(sizeof(double) * DPREC_GRAM_SCRATCH(d));
+            double t[2][201];
+            int reps = d == 256 ? 21 : 201;
+            for (int rep = 0; rep < reps; rep++) {
+                for (int k = 0; k < 2; k++) { /* alternating, so that both see the same machine load */
+                    double t0 = now_s();
+                    ls_once(k, d, n, v, a, b, scratch);
+                    t[k][rep] = now_s() - t0;
                 }
-                t[rep] = now_s() - t0;
             }
-            printf("| %u | %u | %.1f |\n", d, n, median(t, 200) * 1e6);
+            double rows = median(t[0], reps) * 1e6, blocked = median(t[1], reps) * 1e6;
+            printf("| %u | %u | %.1f | %.1f | %.2f |\n", d, n, rows, blocked, rows / blocked);
             free(v);
             free(a);
             free(b);
+            free(scratch);
         }
     }
 }

@@ -91,7 +91,7 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_IMAGE] = dprec_store_image_size(cfg);
     sizes[BLK_A] = d * d * sizeof(double);
     sizes[BLK_B] = d * sizeof(double);
-    sizes[BLK_U] = d * sizeof(double) + d * sizeof(float); /* the fit's scratch row, u */
+    sizes[BLK_U] = DPREC_GRAM_SCRATCH(d) * sizeof(double) + d * sizeof(float); /* the fit's scratch (a block), u */
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
@@ -159,7 +159,7 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->a = (double *)blocks[BLK_A];
     c->b = (double *)blocks[BLK_B];
     c->scratch = (double *)blocks[BLK_U];
-    c->u = (float *)(void *)(c->scratch + cfg->dim);
+    c->u = (float *)(void *)(c->scratch + DPREC_GRAM_SCRATCH(cfg->dim));
     c->topk_slots = (dprec_recommendation *)blocks[BLK_TOPK];
     c->ledger = (ledger_line *)blocks[BLK_LEDGER];
     c->pending = (unsigned char *)blocks[BLK_PENDING];

@@ -102,7 +102,8 @@ struct dprec_client {
     /* local step */
     double *a;       /* d*d normal equations */
     double *b;       /* d */
-    double *scratch; /* d doubles: the scratch row of the fit's QR fallback (recommend.c); holds nothing between calls */
+    double *scratch; /* DPREC_GRAM_SCRATCH(d) doubles: a block of rows for the fit's accumulation, the scratch row of
+                      * its QR fallback, u in doubles for a top-K (recommend.c); holds nothing between calls */
     float *u;        /* d: the fitted user vector */
     int fitted;
     unsigned char fitted_digest[DPREC_RELEASE_DIGEST_SIZE];

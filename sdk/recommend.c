@@ -134,15 +134,28 @@ static double score_row(const double *ud, const unsigned char *q, uint32_t d, in
 
 /* ---- fit ------------------------------------------------------------------------------------------- */
 
-/* Liu, Wang, Smola (RecSys 2015) eq. (5), with the release's biases: each rated item adds v_j v_j^T to the
- * normal matrix and (r_j - mu - b_j) v_j to the right-hand side; its row is kept (ratings[at]). */
-static void fit_add(dprec_client *c, int64_t at, float bias, const float *row, float mu) {
+/* Keeps the row of a rated item (ratings[at]): v_j and b_j, for the accumulation below and the private protocols. */
+static void fit_keep(dprec_client *c, int64_t at, float bias, const float *row) {
     uint32_t d = c->cfg.dim;
-    double target = (double)c->ratings[at].value - (double)mu - (double)bias;
-    dprec_normal_add(c->a, c->b, d, row, target);
     float *keep = c->rows + (size_t)at * (d + 1u);
     memcpy(keep, row, d * sizeof(float));
     keep[d] = bias;
+}
+
+/* Liu, Wang, Smola (RecSys 2015) eq. (5), with the release's biases: each rated item adds v_j v_j^T to the
+ * normal matrix and (r_j - mu - b_j) v_j to the right-hand side, from the kept rows, DPREC_GRAM_BLOCK at a time
+ * (linalg.c: A is read and written once per block; the client's scratch holds the block in doubles). */
+static void fit_accumulate(dprec_client *c, float mu) {
+    uint32_t d = c->cfg.dim;
+    dprec_normal_init(c->a, c->b, d, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i += DPREC_GRAM_BLOCK) {
+        uint32_t n = c->count - i < DPREC_GRAM_BLOCK ? c->count - i : DPREC_GRAM_BLOCK;
+        const float *rows = c->rows + (size_t)i * (d + 1u);
+        double targets[DPREC_GRAM_BLOCK];
+        for (uint32_t k = 0; k < n; k++)
+            targets[k] = (double)c->ratings[i + k].value - (double)mu - (double)rows[(size_t)k * (d + 1u) + d];
+        dprec_normal_add_block(c->a, c->b, d, rows, d + 1u, targets, n, c->scratch);
+    }
 }
 
 /* The fallback when the Cholesky guard refuses the normal equations: with lambda > 0 the system is definite,
@@ -163,6 +176,7 @@ static int fit_by_qr(dprec_client *c, float mu) {
 /* Solves the accumulated system and, if the solution is usable, makes it the user vector of release `digest`. */
 static int fit_solve(dprec_client *c, float mu, const unsigned char digest[DPREC_RELEASE_DIGEST_SIZE]) {
     uint32_t d = c->cfg.dim;
+    fit_accumulate(c, mu);
     int rc = dprec_cholesky_solve(c->a, c->b, d);
     if (rc == DPREC_ERR_SINGULAR) rc = fit_by_qr(c, mu);
     if (rc != DPREC_OK) return rc;
@@ -182,14 +196,13 @@ static int fit_row(void *user, uint32_t item, float bias, const float *row, uint
     (void)dim;
     if (item == 0 && !release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
     int64_t at = cursor_match(c, item);
-    if (at >= 0) fit_add(c, at, bias, row, c->reader.info.global_mean);
+    if (at >= 0) fit_keep(c, at, bias, row);
     return DPREC_OK;
 }
 
 int dprec_fit_begin(dprec_client *c) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     dprec_release_reader_init(&c->reader, fit_row, c);
-    dprec_normal_init(c->a, c->b, c->cfg.dim, (double)c->cfg.lambda);
     c->cursor = 0;
     c->stream = STREAM_FIT;
     return DPREC_OK;
@@ -227,12 +240,11 @@ int dprec_fit_end_verified(dprec_client *c) {
 /* The fit on a trusted buffer: only the rated items' rows are read. */
 static int fit_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info) {
     float row[DPREC_MAX_DIM];
-    dprec_normal_init(c->a, c->b, c->cfg.dim, (double)c->cfg.lambda);
     for (uint32_t i = 0; i < c->count; i++) {
         float bias = 0.0f;
         int rc = buffer_row(p, info, c->ratings[i].item, &bias, row);
         if (rc != DPREC_OK) return rc;
-        fit_add(c, (int64_t)i, bias, row, info->global_mean);
+        fit_keep(c, (int64_t)i, bias, row);
     }
     return fit_solve(c, info->global_mean, info->digest);
 }
