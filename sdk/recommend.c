@@ -18,6 +18,7 @@
 #include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
+#include "release_priv.h"
 
 /* The largest |u_k| a fit accepts. Release values are at most 2^20 and d at most 2^8, so every prediction
  * mu + b_j + u.v_j stays below 2^20 (2 + 2^8 2^96) < 2^125: it fits a float (a double converted to a float
@@ -65,8 +66,14 @@ static int trusted_buffer(const dprec_client *c, const unsigned char *p, size_t 
 /* The first byte of row j of a trusted buffer. j < m and the whole release fits the buffer's size_t length,
  * so the offset cannot wrap, even on a 32-bit target. */
 static const unsigned char *buffer_row_at(const unsigned char *p, const dprec_release_info *info, uint32_t j) {
-    size_t rb = 4u * ((size_t)info->dim + ((info->flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u));
+    size_t rb = dprec_release_row_size(info->dim, info->flags);
     return p + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
+}
+
+/* Whether the release has float32 rows (format 1), which the local step reads straight from the bytes; a compact
+ * release's rows are decoded first (release.c). */
+static int float_rows(const dprec_release_info *info) {
+    return (info->flags & DPREC_RELEASE_ENC_MASK) == 0u;
 }
 
 /* Whether this host stores a float's bytes as the release does (little-endian): then a row is one memcpy. */
@@ -90,8 +97,9 @@ static int buffer_floats(const unsigned char *q, uint32_t n, float *out) {
     return ok ? DPREC_OK : DPREC_ERR_RELEASE_VALUE;
 }
 
-/* Row j of a trusted buffer: its bias (0 without biases) and v_j, checked. */
+/* Row j of a trusted buffer: its bias (0 without biases) and v_j, checked (and decoded, for a compact release). */
 static int buffer_row(const unsigned char *p, const dprec_release_info *info, uint32_t j, float *bias, float *row) {
+    if (!float_rows(info)) return dprec_release_decode_row(buffer_row_at(p, info, j), info->dim, info->flags, bias, row);
     float tmp[DPREC_MAX_DIM + 1];
     int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
     int rc = buffer_floats(buffer_row_at(p, info, j), info->dim + (has_bias ? 1u : 0u), tmp);
@@ -324,7 +332,9 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
     dprec_topk_reset(&c->topk, c->topk_slots, k);
     uint32_t d = info->dim;
     int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
-    size_t rb = 4u * ((size_t)d + (has_bias ? 1u : 0u));
+    size_t rb = dprec_release_row_size(d, info->flags);
+    int floats = float_rows(info);
+    float row[DPREC_MAX_DIM];
     double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
     for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
     double mu = (double)info->global_mean;
@@ -337,7 +347,15 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
             next = rated < c->count ? c->ratings[rated].item : UINT32_MAX;
             continue;
         }
-        double s = score_row(ud, q, d, has_bias, mu);
+        double s;
+        if (floats) {
+            s = score_row(ud, q, d, has_bias, mu);
+        } else { /* decoded, then the streaming top-K's arithmetic (topk_row), so both rank identically */
+            float bias = 0.0f;
+            int rc = dprec_release_decode_row(q, d, info->flags, &bias, row);
+            if (rc != DPREC_OK) return rc;
+            s = mu + (double)bias + dprec_dot_f32(c->u, row, d);
+        }
         /* Every value was checked when the release was verified; what is checked here, at the cost of one
          * comparison a row instead of d + 1, is the score: a NaN or infinite value in the bytes since (NaN and
          * infinity survive any sum), or one so large that no verified release can give the score (|s| <
