@@ -7,6 +7,8 @@
  *   - a release verified once (SHA-256, values, ECDSA P-256 signature), then dprec_recommend and
  *     dprec_predict on it as a buffer (no second hash), for m = 1682 and m = 100,000;
  *   - dprec_fit and top-K over the same release streamed in 64 KiB chunks (each pass hashed);
+ *   - the bytes of a 100,000 x 32 release in each encoding (float32, compact q16 and q8) and the cost of verifying
+ *     it and recommending and predicting from it;
  *   - top-K scoring alone over 100,000 x 32 floats (no parsing, no digest), the floor;
  *   - the client's memory for those configurations;
  *   - the exact noise samplers on ldp-rr's hot path: CTR_DRBG output per request size, and a Laplace draw of
@@ -79,7 +81,7 @@ static void key_init(void) {
     bench_pub_len = (size_t)n;
 }
 
-static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
+static unsigned char *make_release_enc(uint32_t m, uint32_t d, uint16_t encoding, size_t *len) {
     float *v = malloc(sizeof(float) * m * d), *b = malloc(sizeof(float) * m);
     for (size_t i = 0; i < (size_t)m * d; i++) v[i] = frand() * 0.3f;
     for (uint32_t j = 0; j < m; j++) b[j] = frand() * 0.5f;
@@ -90,7 +92,7 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
     info.rating_min = 1.0f;
     info.rating_max = 5.0f;
     info.global_mean = 3.5f;
-    info.flags = DPREC_RELEASE_HAS_BIASES;
+    info.flags = (uint16_t)(DPREC_RELEASE_HAS_BIASES | encoding);
     size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
     unsigned char *buf = malloc(cap + DPREC_RELEASE_MAX_SIG);
     if (dprec_release_write(buf, cap, &info, v, b, len) != DPREC_OK) {
@@ -104,6 +106,10 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
     free(v);
     free(b);
     return buf;
+}
+
+static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
+    return make_release_enc(m, d, 0, len);
 }
 
 /* One least-squares solve over n rows (stride d + 1 floats, as the client keeps them): the normal equations
@@ -307,6 +313,51 @@ static void bench_release_paths(const char *dir) {
     printf("| top-K scoring only (no parsing, no digest) | %u | %u | - | %u | %.2f | - |\n", m, d, k,
            median(t, 15) * 1e3);
     free(v);
+
+    /* Compact releases (format 2) at 100,000 x 32, 1,000 ratings, K = 10: their bytes, and what a verification and a
+     * recommend cost on each (a compact row is decoded before it is scored) */
+    printf("\n## release bytes at 100,000 x 32 with biases (signed) and the local step on each encoding, median of 15 runs\n");
+    printf("| encoding | bytes | of float32 | verify once (ms) | recommend, K = 10 (ms) | predict (ms) |\n|---|---|---|---|---|---|\n");
+    const uint16_t encs[3] = {0, DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    const char *enc_names[3] = {"f32 (format 1)", "q16 (format 2)", "q8 (format 2)"};
+    size_t f32_bytes = 0;
+    for (int e = 0; e < 3; e++) {
+        size_t len, need;
+        unsigned char *rel = make_release_enc(100000, 32, encs[e], &len);
+        if (e == 0) f32_bytes = len;
+        mem_port p;
+        void *mem;
+        dprec_client *c = open_client(&p, dir, 100000, 32, 1000, 10, &mem, &need);
+        fill_ratings(c, 100000, 1000);
+        dprec_verify_config vc;
+        dprec_verify_config_init(&vc);
+        vc.release_key = bench_pub;
+        vc.release_key_len = bench_pub_len;
+        dprec_recommendation out[10];
+        uint32_t got = 0;
+        double tv[15], tr[15], tp[15];
+        for (int rep = 0; rep < 15; rep++) {
+            double t0 = now_s();
+            if (dprec_release_verify(c, rel, len, &vc, NULL) != DPREC_OK) exit(1);
+            tv[rep] = now_s() - t0;
+        }
+        for (int rep = 0; rep < 15; rep++) {
+            double t0 = now_s();
+            if (dprec_recommend(c, rel, len, 10, out, &got) != DPREC_OK) exit(1);
+            tr[rep] = now_s() - t0;
+        }
+        for (int rep = 0; rep < 15; rep++) {
+            float score;
+            double t0 = now_s();
+            if (dprec_predict(c, rel, len, out[(uint32_t)rep % got].item, &score) != DPREC_OK) exit(1);
+            tp[rep] = now_s() - t0;
+        }
+        printf("| %s | %zu | %.2f | %.2f | %.2f | %.4f |\n", enc_names[e], len, (double)len / (double)f32_bytes,
+               median(tv, 15) * 1e3, median(tr, 15) * 1e3, median(tp, 15) * 1e3);
+        dprec_client_free(c);
+        free(mem);
+        free(rel);
+    }
 }
 
 /* ns per draw, median of 15 runs of `draws` draws; mode 0: Laplace, one call each; 1: Laplace from a stream;

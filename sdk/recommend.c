@@ -76,18 +76,10 @@ static int float_rows(const dprec_release_info *info) {
     return (info->flags & DPREC_RELEASE_ENC_MASK) == 0u;
 }
 
-/* Whether this host stores a float's bytes as the release does (little-endian): then a row is one memcpy. */
-static int host_is_little_endian(void) {
-    const uint32_t one = 1;
-    unsigned char first;
-    memcpy(&first, &one, 1);
-    return first == 1;
-}
-
 /* Decodes the n floats at q (a row: its bias, if any, then d values) into out, and checks each against the
  * public bound: a value past it (the bytes changed since they were verified) is never used. */
 static int buffer_floats(const unsigned char *q, uint32_t n, float *out) {
-    if (host_is_little_endian()) {
+    if (dprec_host_is_little_endian()) {
         memcpy(out, q, (size_t)n * sizeof(float));
     } else {
         for (uint32_t k = 0; k < n; k++) out[k] = dprec_ldf32(q + 4u * k);
@@ -110,7 +102,7 @@ static int buffer_row(const unsigned char *p, const dprec_release_info *info, ui
 
 /* One float of a row, by the host's own load where its byte order is the release's (the test folds away). */
 static float load_value(const unsigned char *q) {
-    if (host_is_little_endian()) {
+    if (dprec_host_is_little_endian()) {
         float f;
         memcpy(&f, q, sizeof f);
         return f;
@@ -137,6 +129,40 @@ static double score_row(const double *ud, const unsigned char *q, uint32_t d, in
         s3 += w[3] * (double)load_value(q + 12);
     }
     for (; w < end; w++, q += 4) s0 += w[0] * (double)load_value(q);
+    return mu + (double)bias + ((s0 + s1) + (s2 + s3));
+}
+
+/* score_row for a compact row (release format 2): the row decoded as every reader decodes it, v_k = q_k s as a float32
+ * product (stored to a float, so rounded to one on every target), in a loop the compiler vectorizes; then the same
+ * sums as score_row and dprec_dot_f32, so this ranks as the streaming top-K over the decoded rows does. Checks
+ * nothing itself either: a scale or a value changed since verification shows in the score (topk_buffer). */
+static double score_row_compact(const double *ud, const unsigned char *q, uint32_t d, int has_bias, int wide,
+                                double mu) {
+    float bias = 0.0f, v[DPREC_MAX_DIM];
+    if (has_bias) {
+        bias = load_value(q);
+        q += 4;
+    }
+    float s = load_value(q);
+    q += 4;
+    if (!wide) {
+        for (uint32_t k = 0; k < d; k++) v[k] = (float)(int8_t)q[k] * s;
+    } else if (dprec_host_is_little_endian()) {
+        int16_t qi[DPREC_MAX_DIM];
+        memcpy(qi, q, 2u * d);
+        for (uint32_t k = 0; k < d; k++) v[k] = (float)qi[k] * s;
+    } else {
+        for (uint32_t k = 0; k < d; k++) v[k] = (float)(int16_t)dprec_ld16(q + 2u * k) * s;
+    }
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    uint32_t k = 0;
+    for (; k + 4 <= d; k += 4) {
+        s0 += ud[k] * (double)v[k];
+        s1 += ud[k + 1] * (double)v[k + 1];
+        s2 += ud[k + 2] * (double)v[k + 2];
+        s3 += ud[k + 3] * (double)v[k + 3];
+    }
+    for (; k < d; k++) s0 += ud[k] * (double)v[k];
     return mu + (double)bias + ((s0 + s1) + (s2 + s3));
 }
 
@@ -333,8 +359,7 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
     uint32_t d = info->dim;
     int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
     size_t rb = dprec_release_row_size(d, info->flags);
-    int floats = float_rows(info);
-    float row[DPREC_MAX_DIM];
+    int floats = float_rows(info), wide = (info->flags & DPREC_RELEASE_ENC_Q16) != 0;
     double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
     for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
     double mu = (double)info->global_mean;
@@ -347,15 +372,7 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
             next = rated < c->count ? c->ratings[rated].item : UINT32_MAX;
             continue;
         }
-        double s;
-        if (floats) {
-            s = score_row(ud, q, d, has_bias, mu);
-        } else { /* decoded, then the streaming top-K's arithmetic (topk_row), so both rank identically */
-            float bias = 0.0f;
-            int rc = dprec_release_decode_row(q, d, info->flags, &bias, row);
-            if (rc != DPREC_OK) return rc;
-            s = mu + (double)bias + dprec_dot_f32(c->u, row, d);
-        }
+        double s = floats ? score_row(ud, q, d, has_bias, mu) : score_row_compact(ud, q, d, has_bias, wide, mu);
         /* Every value was checked when the release was verified; what is checked here, at the cost of one
          * comparison a row instead of d + 1, is the score: a NaN or infinite value in the bytes since (NaN and
          * infinity survive any sum), or one so large that no verified release can give the score (|s| <

@@ -134,8 +134,8 @@ static int row_values_ok(const unsigned char *p, uint32_t dim, uint16_t flags) {
     int ok = 1;
     if (qmax == 127) {
         for (uint32_t k = 0; k < dim; k++) ok &= p[k] != 0x80u; /* -128 */
-    } else {
-        for (uint32_t k = 0; k < dim; k++) ok &= dprec_ld16(p + 2u * k) != 0x8000u; /* -32768 */
+    } else { /* -32768: its high byte is 0x80 and its low byte 0, in either byte order of the test */
+        for (uint32_t k = 0; k < dim; k++) ok &= (p[2u * k] | (p[2u * k + 1u] ^ 0x80u)) != 0u;
     }
     return ok;
 }
@@ -156,6 +156,11 @@ static void row_decode(const unsigned char *p, uint32_t dim, uint16_t flags, flo
     p += 4;
     if (qmax == 127) {
         for (uint32_t k = 0; k < dim; k++) row[k] = (float)(int8_t)p[k] * s;
+    } else if (dprec_host_is_little_endian()) { /* the integers as the host stores them: one copy, then a loop the
+                                                 * compiler vectorizes */
+        int16_t q[DPREC_MAX_DIM];
+        memcpy(q, p, 2u * dim);
+        for (uint32_t k = 0; k < dim; k++) row[k] = (float)q[k] * s;
     } else {
         for (uint32_t k = 0; k < dim; k++) row[k] = (float)(int16_t)dprec_ld16(p + 2u * k) * s;
     }
