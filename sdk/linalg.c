@@ -121,8 +121,14 @@ void dprec_normal_add(double *a, double *b, uint32_t d, const float *v, double t
 /* x[k * d + i] = rows[k * stride + i] for the n rows of the block, and b += targets[k] x_k row after row (the order
  * of dprec_normal_add: b is d entries, read once a row either way). Both loops run along a row: the compiler
  * vectorizes them. */
-static void block_load(double *restrict x, double *restrict b, uint32_t d, const float *restrict rows, size_t stride,
-                       const double *restrict targets, uint32_t n)
+#if DPREC_HAVE_VECTOR_EXT
+#define DPREC_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define DPREC_ALWAYS_INLINE inline
+#endif
+static DPREC_ALWAYS_INLINE void block_load(double *restrict x, double *restrict b, uint32_t d,
+                                           const float *restrict rows, size_t stride, const double *restrict targets,
+                                           uint32_t n)
 {
     for (uint32_t k = 0; k < n; k++) {
         const float *restrict v = rows + (size_t)k * stride;
@@ -237,6 +243,14 @@ typedef double dprec_v4d __attribute__((vector_size(32)));
         memcpy((p), &t_, sizeof t_);                                                                               \
     } while (0)
 
+/* block_load, compiled for AVX (four conversions and multiply-adds a step) */
+__attribute__((target("avx"))) static void block_load_avx(double *restrict x, double *restrict b, uint32_t d,
+                                                          const float *restrict rows, size_t stride,
+                                                          const double *restrict targets, uint32_t n)
+{
+    block_load(x, b, d, rows, stride, targets, n);
+}
+
 __attribute__((target("avx"))) static void block_tiles_avx(double *restrict a, uint32_t d, const double *restrict x,
                                                            uint32_t n, uint32_t d4)
 {
@@ -295,16 +309,19 @@ void dprec_normal_add_block(double *a, double *b, uint32_t d, const float *rows,
                             uint32_t n, double *scratch)
 {
     uint32_t d4 = d & ~3u;
-    block_load(scratch, b, d, rows, stride, targets, n);
 #if DPREC_AVX_TILES
     if (__builtin_cpu_supports("avx")) {
+        block_load_avx(scratch, b, d, rows, stride, targets, n);
         block_tiles_avx(a, d, scratch, n, d4);
     } else {
+        block_load(scratch, b, d, rows, stride, targets, n);
         block_tiles_vector(a, d, scratch, n, d4);
     }
 #elif DPREC_HAVE_VECTOR_EXT
+    block_load(scratch, b, d, rows, stride, targets, n);
     block_tiles_vector(a, d, scratch, n, d4);
 #else
+    block_load(scratch, b, d, rows, stride, targets, n);
     block_tiles_portable(a, d, scratch, n, d4);
 #endif
     block_rest(a, d, scratch, n, d4);

@@ -18,7 +18,7 @@ void dprec_normal_init(double *a, double *b, uint32_t d, double lambda);
 void dprec_normal_add(double *a, double *b, uint32_t d, const float *v, double target);
 
 /* The rows a blocked accumulation takes at once, and the scratch it needs: DPREC_GRAM_BLOCK * d doubles. */
-#define DPREC_GRAM_BLOCK 8u
+#define DPREC_GRAM_BLOCK 16u
 #define DPREC_GRAM_SCRATCH(d) ((size_t)DPREC_GRAM_BLOCK * (size_t)(d))
 
 /* A += sum_k v_k v_k^T and b += sum_k targets[k] v_k over n <= DPREC_GRAM_BLOCK rows v_k = rows + k * stride (d

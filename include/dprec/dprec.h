@@ -34,7 +34,7 @@ DPREC_BEGIN_DECLS
  *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
  *   ratings, sorted by item                      16 * cap
  *   normal equations (double), user vector       8 * d * d + 8 * d + 4 * d
- *   the fit's scratch: 8 rows of d doubles       64 * d  (its blocked accumulation, sdk/linalg.c)
+ *   the fit's scratch: 16 rows of d doubles     128 * d  (its blocked accumulation, sdk/linalg.c)
  *   gauss-gd's gradient-mode state               16 + 12 * d (+ 15 alignment)
  *   rows of the rated items kept by a fit        4 * cap * (d + 1)
  *   top-K heap                                   8 * k
@@ -47,7 +47,7 @@ DPREC_BEGIN_DECLS
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
     ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
      8u * (size_t)(d) * (size_t)(d) +                                                                      \
-     88u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
+     152u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
      464u + 176u + 32u)
 
 /* The extra memory of a client that keeps private-fw state (cfg.fw_max_ratings = xi > 0; 0 costs nothing):
