@@ -138,13 +138,13 @@ run() { # protocol eps
       "${extra[@]}" || return 1
   fi
   local log=$job_log last rmse pub model rounds users items ratings glob item user
-  last=$(printf '%s\n' "$log" | tail -1)
+  last=$(printf '%s\n' "$log" | grep '^final: ' | tail -1) # not tail -1: a progress line on stderr may land after it
   rmse=$(printf '%s\n' "$last" | sed -n 's/.*test_rmse=\([^ ]*\).*/\1/p')
   pub=$(printf '%s\n' "$last" | sed -n 's/.*epsilon=\([^ ]*\).*/\1/p')
   rounds=$(printf '%s\n' "$last" | sed -n 's/.*rounds=\([^ ]*\).*/\1/p')
   model=$(printf '%s\n' "$log" | sed -n 's/^guarantee: job [0-9]* ([^)]*): user-level \([a-z]*\) DP.*/\1/p' | head -1)
   [ -n "$model" ] || model=none
-  read -r users items ratings < <(printf '%s\n' "$log" | sed -n 's/^data: [^:]*: \([0-9]*\) users, \([0-9]*\) items, \([0-9]*\) ratings.*/\1 \2 \3/p')
+  read -r users items ratings < <(printf '%s\n' "$log" | sed -n 's/^data: .*: \([0-9]*\) users, \([0-9]*\) items, \([0-9]*\) ratings.*/\1 \2 \3/p')
   glob=$(printf '%s\n' "$log" | sed -n 's/^baselines: global mean [0-9.]* -> test RMSE \([0-9.]*\);.*/\1/p')
   item=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*item mean test RMSE \([0-9.]*\);.*/\1/p')
   user=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*user mean test RMSE \([0-9.]*\) .*/\1/p')
@@ -152,7 +152,7 @@ run() { # protocol eps
   echo "$data $p eps=$e ($((SECONDS - t0)) s): $last"
 }
 
-run plain inf
 for p in $protocols; do
   for e in $epss; do run "$p" "$e"; done
 done
+run plain inf # last: the costliest baseline (12 rounds of every device's ratings) waits for the private rows
