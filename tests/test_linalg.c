@@ -842,7 +842,7 @@ static void test_blocked_accumulation_equals_row_by_row_updates(void **state)
     const uint32_t ds[] = {1, 3, 4, 6, 16, 32, 37};
     for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
         uint32_t d = ds[di];
-        const uint32_t n = 203; /* 25 full blocks and a partial one */
+        const uint32_t n = 203; /* no multiple of the block: full blocks and a partial one */
         float *rows = malloc(sizeof(float) * d * n);
         double *t = malloc(sizeof(double) * n);
         double *a1 = malloc(sizeof(double) * d * d), *a2 = malloc(sizeof(double) * d * d);
