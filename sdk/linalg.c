@@ -118,14 +118,16 @@ void dprec_normal_add(double *a, double *b, uint32_t d, const float *v, double t
 
 /* ---- the blocked accumulation ---------------------------------------------------------------------------- */
 
-/* x[k * d + i] = rows[k * stride + i] for the n rows of the block, and b += targets[k] x_k row after row (the order
- * of dprec_normal_add: b is d entries, read once a row either way). Both loops run along a row: the compiler
- * vectorizes them. */
+/* block_load is inlined where the vector extensions exist, so that block_load_avx compiles its own copy for AVX. */
 #if DPREC_HAVE_VECTOR_EXT
 #define DPREC_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define DPREC_ALWAYS_INLINE inline
 #endif
+
+/* x[k * d + i] = rows[k * stride + i] for the n rows of the block, and b += targets[k] x_k row after row (the order
+ * of dprec_normal_add: b is d entries, read once a row either way). Both loops run along a row: the compiler
+ * vectorizes them. */
 static DPREC_ALWAYS_INLINE void block_load(double *restrict x, double *restrict b, uint32_t d,
                                            const float *restrict rows, size_t stride, const double *restrict targets,
                                            uint32_t n)
