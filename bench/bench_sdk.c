@@ -2,10 +2,13 @@
  * figures depend on the machine; docs/benchmarks.md records them with the machine named).
  *
  * Prints, as median of repeated runs:
- *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64, n = 100/1000;
+ *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64/256, n = 100/1000, with
+ *     the normal equations accumulated row by row and in blocks (the SDK's kernel, sdk/linalg.c);
  *   - a release verified once (SHA-256, values, ECDSA P-256 signature), then dprec_recommend and
  *     dprec_predict on it as a buffer (no second hash), for m = 1682 and m = 100,000;
  *   - dprec_fit and top-K over the same release streamed in 64 KiB chunks (each pass hashed);
+ *   - the bytes of a 100,000 x 32 release in each encoding (float32, compact q16 and q8) and the cost of verifying
+ *     it and recommending and predicting from it;
  *   - top-K scoring alone over 100,000 x 32 floats (no parsing, no digest), the floor;
  *   - the client's memory for those configurations;
  *   - the exact noise samplers on ldp-rr's hot path: CTR_DRBG output per request size, and a Laplace draw of
@@ -78,7 +81,7 @@ static void key_init(void) {
     bench_pub_len = (size_t)n;
 }
 
-static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
+static unsigned char *make_release_enc(uint32_t m, uint32_t d, uint16_t encoding, size_t *len) {
     float *v = malloc(sizeof(float) * m * d), *b = malloc(sizeof(float) * m);
     for (size_t i = 0; i < (size_t)m * d; i++) v[i] = frand() * 0.3f;
     for (uint32_t j = 0; j < m; j++) b[j] = frand() * 0.5f;
@@ -89,7 +92,7 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
     info.rating_min = 1.0f;
     info.rating_max = 5.0f;
     info.global_mean = 3.5f;
-    info.flags = DPREC_RELEASE_HAS_BIASES;
+    info.flags = (uint16_t)(DPREC_RELEASE_HAS_BIASES | encoding);
     size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
     unsigned char *buf = malloc(cap + DPREC_RELEASE_MAX_SIG);
     if (dprec_release_write(buf, cap, &info, v, b, len) != DPREC_OK) {
@@ -105,32 +108,58 @@ static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
     return buf;
 }
 
+static unsigned char *make_release(uint32_t m, uint32_t d, size_t *len) {
+    return make_release_enc(m, d, 0, len);
+}
+
+/* One least-squares solve over n rows (stride d + 1 floats, as the client keeps them): the normal equations
+ * accumulated row by row (dprec_normal_add, the SDK's kernel before 0.2.0) or in blocks (dprec_normal_add_block, what
+ * dprec_fit does), then Cholesky. */
+static void ls_once(int blocked, uint32_t d, uint32_t n, const float *rows, double *a, double *b, double *scratch) {
+    dprec_normal_init(a, b, d, 0.1);
+    if (blocked) {
+        for (uint32_t j = 0; j < n; j += DPREC_GRAM_BLOCK) {
+            uint32_t nb = n - j < DPREC_GRAM_BLOCK ? n - j : DPREC_GRAM_BLOCK;
+            double t[DPREC_GRAM_BLOCK];
+            for (uint32_t k = 0; k < nb; k++) t[k] = 1.0 + 0.001 * (j + k);
+            dprec_normal_add_block(a, b, d, rows + (size_t)j * (d + 1), d + 1, t, nb, scratch);
+        }
+    } else {
+        for (uint32_t j = 0; j < n; j++) dprec_normal_add(a, b, d, rows + (size_t)j * (d + 1), 1.0 + 0.001 * j);
+    }
+    if (dprec_cholesky_solve(a, b, d) != DPREC_OK) {
+        fprintf(stderr, "bench: singular system\n");
+        exit(1);
+    }
+}
+
 static void bench_least_squares(void) {
-    printf("\n## local least squares (normal equations + Cholesky), median of 200 runs\n");
-    printf("| d | ratings | time (us) |\n|---|---|---|\n");
-    const uint32_t ds[] = {16, 32, 64};
+    printf("\n## local least squares (normal equations + Cholesky), median of 201 runs, the two kernels alternating\n");
+    printf("| d | ratings | row by row (us) | blocked, dprec_fit's (us) | ratio |\n|---|---|---|---|---|\n");
+    const uint32_t ds[] = {16, 32, 64, 256};
     const uint32_t ns[] = {100, 1000};
-    for (int di = 0; di < 3; di++) {
+    for (int di = 0; di < 4; di++) {
         for (int ni = 0; ni < 2; ni++) {
             uint32_t d = ds[di], n = ns[ni];
-            float *v = malloc(sizeof(float) * n * d);
-            for (size_t i = 0; i < (size_t)n * d; i++) v[i] = frand();
+            float *v = malloc(sizeof(float) * n * (d + 1));
+            for (size_t i = 0; i < (size_t)n * (d + 1); i++) v[i] = frand();
             double *a = malloc(sizeof(double) * d * d), *b = malloc(sizeof(double) * d);
-            double t[200];
-            for (int rep = 0; rep < 200; rep++) {
-                double t0 = now_s();
-                dprec_normal_init(a, b, d, 0.1);
-                for (uint32_t j = 0; j < n; j++) dprec_normal_add(a, b, d, v + (size_t)j * d, 1.0 + 0.001 * j);
-                if (dprec_cholesky_solve(a, b, d) != DPREC_OK) {
-                    fprintf(stderr, "bench: singular system\n");
-                    exit(1);
+            double *scratch = malloc(sizeof(double) * DPREC_GRAM_SCRATCH(d));
+            double t[2][201];
+            int reps = d == 256 ? 21 : 201;
+            for (int rep = 0; rep < reps; rep++) {
+                for (int k = 0; k < 2; k++) { /* alternating, so that both see the same machine load */
+                    double t0 = now_s();
+                    ls_once(k, d, n, v, a, b, scratch);
+                    t[k][rep] = now_s() - t0;
                 }
-                t[rep] = now_s() - t0;
             }
-            printf("| %u | %u | %.1f |\n", d, n, median(t, 200) * 1e6);
+            double rows = median(t[0], reps) * 1e6, blocked = median(t[1], reps) * 1e6;
+            printf("| %u | %u | %.1f | %.1f | %.2f |\n", d, n, rows, blocked, rows / blocked);
             free(v);
             free(a);
             free(b);
+            free(scratch);
         }
     }
 }
@@ -284,6 +313,51 @@ static void bench_release_paths(const char *dir) {
     printf("| top-K scoring only (no parsing, no digest) | %u | %u | - | %u | %.2f | - |\n", m, d, k,
            median(t, 15) * 1e3);
     free(v);
+
+    /* Compact releases (format 2) at 100,000 x 32, 1,000 ratings, K = 10: their bytes, and what a verification and a
+     * recommend cost on each (a compact row is decoded before it is scored) */
+    printf("\n## release bytes at 100,000 x 32 with biases (signed) and the local step on each encoding, median of 15 runs\n");
+    printf("| encoding | bytes | of float32 | verify once (ms) | recommend, K = 10 (ms) | predict (ms) |\n|---|---|---|---|---|---|\n");
+    const uint16_t encs[3] = {0, DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    const char *enc_names[3] = {"f32 (format 1)", "q16 (format 2)", "q8 (format 2)"};
+    size_t f32_bytes = 0;
+    for (int e = 0; e < 3; e++) {
+        size_t len, need;
+        unsigned char *rel = make_release_enc(100000, 32, encs[e], &len);
+        if (e == 0) f32_bytes = len;
+        mem_port p;
+        void *mem;
+        dprec_client *c = open_client(&p, dir, 100000, 32, 1000, 10, &mem, &need);
+        fill_ratings(c, 100000, 1000);
+        dprec_verify_config vc;
+        dprec_verify_config_init(&vc);
+        vc.release_key = bench_pub;
+        vc.release_key_len = bench_pub_len;
+        dprec_recommendation out[10];
+        uint32_t got = 0;
+        double tv[15], tr[15], tp[15];
+        for (int rep = 0; rep < 15; rep++) {
+            double t0 = now_s();
+            if (dprec_release_verify(c, rel, len, &vc, NULL) != DPREC_OK) exit(1);
+            tv[rep] = now_s() - t0;
+        }
+        for (int rep = 0; rep < 15; rep++) {
+            double t0 = now_s();
+            if (dprec_recommend(c, rel, len, 10, out, &got) != DPREC_OK) exit(1);
+            tr[rep] = now_s() - t0;
+        }
+        for (int rep = 0; rep < 15; rep++) {
+            float score;
+            double t0 = now_s();
+            if (dprec_predict(c, rel, len, out[(uint32_t)rep % got].item, &score) != DPREC_OK) exit(1);
+            tp[rep] = now_s() - t0;
+        }
+        printf("| %s | %zu | %.2f | %.2f | %.2f | %.4f |\n", enc_names[e], len, (double)len / (double)f32_bytes,
+               median(tv, 15) * 1e3, median(tr, 15) * 1e3, median(tp, 15) * 1e3);
+        dprec_client_free(c);
+        free(mem);
+        free(rel);
+    }
 }
 
 /* ns per draw, median of 15 runs of `draws` draws; mode 0: Laplace, one call each; 1: Laplace from a stream;

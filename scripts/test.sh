@@ -21,7 +21,16 @@ run() { # name, build dir, cmake args...
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 }
 
-native()  { run native build -DCMAKE_BUILD_TYPE=RelWithDebInfo; }
+# The SDK as apps take it (issue 20): the installed-tree consumer and the JVM binding must be among the native tests,
+# so that a missing JDK or JUnit fails CI instead of skipping them.
+native_tests_ran() { # build dir
+  local listed
+  listed=$(cd "$1" && ctest -N)
+  for t in sdk_consumer_installed jvm_binding; do
+    grep -q " $t\$" <<< "$listed" || { echo "test.sh: $t is not among $1's tests (bash scripts/setup.sh installs the JDK and JUnit)" >&2; exit 1; }
+  done
+}
+native()  { run native build -DCMAKE_BUILD_TYPE=RelWithDebInfo; native_tests_ran build; }
 asan()    { run asan+ubsan build-asan -DCMAKE_BUILD_TYPE=Debug -DDPREC_SANITIZE=ON; }
 # The device side of sync, JSON and ECDSA must run on ARM too (issue 19): their tests are part of every cross run.
 device_tests_ran() { # build dir

@@ -46,6 +46,14 @@ static inline int dprec_nan_f64(double x) {
 static inline int dprec_bounded_bits(uint32_t u) {
     return (u & 0x7fffffffu) <= DPREC_VALUE_MAX_BITS;
 }
+/* Whether this host stores integers and floats in the byte order of the formats (little-endian): then a run of them
+ * is one memcpy. The test folds away at compile time. */
+static inline int dprec_host_is_little_endian(void) {
+    const uint32_t one = 1;
+    unsigned char first;
+    memcpy(&first, &one, 1);
+    return first == 1;
+}
 static inline void dprec_st16(unsigned char *p, uint16_t v) {
     p[0] = (unsigned char)v;
     p[1] = (unsigned char)(v >> 8);

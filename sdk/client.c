@@ -1,14 +1,19 @@
 /* dprec — client lifecycle: configuration, memory layout, CSPRNG and storage key. */
 #include <string.h>
 
+#include "abi.h"
 #include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
 #include "protocol.h"
 
-void dprec_config_default(dprec_config *cfg) {
-    if (cfg == NULL) return;
-    memset(cfg, 0, sizeof *cfg);
+int dprec_config_default_sized(dprec_config *cfg, size_t size) {
+    if (cfg == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    /* the app's struct is size bytes: write all of them (zero: the defaults of fields newer than this library)
+     * and our fields, which come first in every later layout */
+    if (size < sizeof *cfg || size > sizeof *cfg + DPREC_ABI_MAX_GROWTH) return DPREC_ERR_STRUCT_SIZE;
+    memset(cfg, 0, size);
+    cfg->struct_size = (uint32_t)size;
     cfg->dim = 16;
     cfg->rating_capacity = 1000;
     cfg->max_k = 100;
@@ -18,6 +23,7 @@ void dprec_config_default(dprec_config *cfg) {
     cfg->ledger_jobs = 8;
     cfg->pending_slots = 1;
     cfg->max_report_bytes = 4096;
+    return DPREC_OK;
 }
 
 static int is_cap(double x) {
@@ -29,7 +35,6 @@ static int is_finite(float x) {
 }
 
 static int config_check(const dprec_config *cfg) {
-    if (cfg == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (cfg->num_items == 0 || cfg->num_items > DPREC_MAX_ITEMS) return DPREC_ERR_CONFIG;
     if (cfg->dim == 0 || cfg->dim > DPREC_MAX_DIM) return DPREC_ERR_CONFIG;
     if (cfg->rating_capacity == 0 || cfg->rating_capacity > DPREC_MAX_CAPACITY) return DPREC_ERR_CONFIG;
@@ -58,6 +63,13 @@ static int config_check(const dprec_config *cfg) {
     return DPREC_OK;
 }
 
+/* The app's configuration, read by the size it was compiled with (abi.h), then checked. */
+static int config_in(const dprec_config *app, dprec_config *cfg) {
+    if (app == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = DPREC_ABI_COPY_IN(cfg, app);
+    return rc == DPREC_OK ? config_check(cfg) : rc;
+}
+
 /* The blocks a client takes, in allocation order. required_size and init both walk this list, so the
  * size the app is told and the memory init takes cannot drift apart. */
 enum { BLK_CLIENT, BLK_RATINGS, BLK_IMAGE, BLK_A, BLK_B, BLK_U, BLK_TOPK, BLK_LEDGER, BLK_PENDING, BLK_ROWS, BLK_COUNT };
@@ -79,7 +91,7 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_IMAGE] = dprec_store_image_size(cfg);
     sizes[BLK_A] = d * d * sizeof(double);
     sizes[BLK_B] = d * sizeof(double);
-    sizes[BLK_U] = d * sizeof(double) + d * sizeof(float); /* the fit's scratch row, u */
+    sizes[BLK_U] = DPREC_GRAM_SCRATCH(d) * sizeof(double) + d * sizeof(float); /* the fit's scratch (a block), u */
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
@@ -94,13 +106,17 @@ _Static_assert(sizeof(dprec_recommendation) == 8, "the memory bound counts 8 byt
 _Static_assert(BLK_COUNT <= 10, "the memory bound's slack covers 10 blocks");
 _Static_assert(sizeof(ledger_line) == 88, "the memory bound counts 88 bytes a ledger line");
 
-size_t dprec_client_required_size(const dprec_config *cfg) {
-    if (config_check(cfg) != DPREC_OK) return 0;
+static size_t required_size(const dprec_config *cfg) {
     size_t sizes[BLK_COUNT];
     client_layout(cfg, sizes);
     size_t total = DPREC_HEAP_ALIGN - 1; /* the app's buffer may start unaligned */
     for (int i = 0; i < BLK_COUNT; i++) total += dprec_heap_round(sizes[i]);
     return total;
+}
+
+size_t dprec_client_required_size(const dprec_config *app) {
+    dprec_config cfg;
+    return config_in(app, &cfg) == DPREC_OK ? required_size(&cfg) : 0;
 }
 
 int dprec_client_port_error(dprec_client *c, int status) {
@@ -143,7 +159,7 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->a = (double *)blocks[BLK_A];
     c->b = (double *)blocks[BLK_B];
     c->scratch = (double *)blocks[BLK_U];
-    c->u = (float *)(void *)(c->scratch + cfg->dim);
+    c->u = (float *)(void *)(c->scratch + DPREC_GRAM_SCRATCH(cfg->dim));
     c->topk_slots = (dprec_recommendation *)blocks[BLK_TOPK];
     c->ledger = (ledger_line *)blocks[BLK_LEDGER];
     c->pending = (unsigned char *)blocks[BLK_PENDING];
@@ -182,38 +198,49 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     return DPREC_OK;
 }
 
-static int port_check(const dprec_port *port) {
-    if (port == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+/* The app's port table, read by the size it was compiled with (a port of older headers has the newer, optional
+ * functions NULL), then checked. */
+static int port_in(const dprec_port *app, dprec_port *port) {
+    if (app == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = DPREC_ABI_COPY_IN(port, app);
+    if (rc != DPREC_OK) return rc;
     if (!port->open || !port->read || !port->write || !port->sync || !port->close || !port->rename ||
         !port->remove || !port->entropy)
         return DPREC_ERR_PORT_MISSING;
     return DPREC_OK;
 }
 
-int dprec_client_init(dprec_client **out, const dprec_config *cfg, const dprec_port *port, void *mem,
+int dprec_client_init(dprec_client **out, const dprec_config *app_cfg, const dprec_port *app_port, void *mem,
                       size_t mem_size) {
     if (out == NULL || mem == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    int rc = config_check(cfg);
-    if (rc == DPREC_OK) rc = port_check(port);
+    dprec_config cfg;
+    dprec_port port;
+    int rc = config_in(app_cfg, &cfg);
+    if (rc == DPREC_OK) rc = port_in(app_port, &port);
     if (rc != DPREC_OK) return rc;
-    if (mem_size < dprec_client_required_size(cfg)) return DPREC_ERR_NO_MEMORY;
+    if (mem_size < required_size(&cfg)) return DPREC_ERR_NO_MEMORY;
     dprec_heap heap;
     dprec_heap_init_arena(&heap, mem, mem_size);
-    return client_create(out, cfg, port, &heap);
+    return client_create(out, &cfg, &port, &heap);
 }
 
-int dprec_client_init_with_allocator(dprec_client **out, const dprec_config *cfg, const dprec_port *port,
-                                     const dprec_allocator *alloc) {
-    if (out == NULL || alloc == NULL || alloc->alloc == NULL || alloc->free == NULL)
-        return DPREC_ERR_INVALID_ARGUMENT;
+int dprec_client_init_with_allocator(dprec_client **out, const dprec_config *app_cfg, const dprec_port *app_port,
+                                     const dprec_allocator *app_alloc) {
+    if (out == NULL || app_alloc == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    int rc = config_check(cfg);
-    if (rc == DPREC_OK) rc = port_check(port);
+    dprec_allocator alloc;
+    dprec_config cfg;
+    dprec_port port;
+    int rc = DPREC_ABI_COPY_IN(&alloc, app_alloc);
+    if (rc != DPREC_OK) return rc;
+    if (alloc.alloc == NULL || alloc.free == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    rc = config_in(app_cfg, &cfg);
+    if (rc == DPREC_OK) rc = port_in(app_port, &port);
     if (rc != DPREC_OK) return rc;
     dprec_heap heap;
-    dprec_heap_init_hooks(&heap, alloc);
-    return client_create(out, cfg, port, &heap);
+    dprec_heap_init_hooks(&heap, &alloc);
+    return client_create(out, &cfg, &port, &heap);
 }
 
 void dprec_client_free(dprec_client *c) {

@@ -102,7 +102,8 @@ struct dprec_client {
     /* local step */
     double *a;       /* d*d normal equations */
     double *b;       /* d */
-    double *scratch; /* d doubles: the scratch row of the fit's QR fallback (recommend.c); holds nothing between calls */
+    double *scratch; /* DPREC_GRAM_SCRATCH(d) doubles: a block of rows for the fit's accumulation, the scratch row of
+                      * its QR fallback, u in doubles for a top-K (recommend.c); holds nothing between calls */
     float *u;        /* d: the fitted user vector */
     int fitted;
     unsigned char fitted_digest[DPREC_RELEASE_DIGEST_SIZE];
@@ -186,11 +187,14 @@ int dprec_ledger_decide(dprec_client *c, const dprec_charge *ch, unsigned decisi
 #define DPREC_SECTION_FW 5u
 
 /* The trusted release's store section (verify.c): non-critical (an SDK that does not know it drops it, and its
- * app verifies again). Numbered away from the protocols' sections (5 upwards). */
+ * app verifies again). Numbered away from the protocols' sections (5 upwards). A compact release (format 2) is kept
+ * in section 33 instead: an SDK of 0.1 would read its header as a damaged section 32 and call the store corrupt,
+ * where it skips an unknown section 33. */
 #define DPREC_SECTION_TRUST 32u
+#define DPREC_SECTION_TRUST_COMPACT 33u
 size_t dprec_trust_section_max(void);
 unsigned char *dprec_trust_encode(const dprec_client *c, unsigned char *p);
-int dprec_trust_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+int dprec_trust_decode(dprec_client *c, uint16_t type, const unsigned char *d, uint32_t len, int commit);
 
 /* Releases (verify.c). capture_reset/capture keep the header and the signature bytes of a release as it streams
  * past (the reader skips the signature). origin checks the signature of a release whose digest is known good

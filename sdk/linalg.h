@@ -5,6 +5,7 @@
 #ifndef DPREC_LINALG_H
 #define DPREC_LINALG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "config_check.h"
 
@@ -12,8 +13,25 @@
 void dprec_normal_init(double *a, double *b, uint32_t d, double lambda);
 
 /* A += v v^T and b += target * v. Only the lower triangle of A (a[i*d + j], j <= i) is kept up to date;
- * the solver reads nothing else. */
+ * the solver reads nothing else. One rank-1 update: A is read and written once per row, so a fit over many rows
+ * should use dprec_normal_add_block. */
 void dprec_normal_add(double *a, double *b, uint32_t d, const float *v, double target);
+
+/* The rows a blocked accumulation takes at once, and the scratch it needs: DPREC_GRAM_BLOCK * d doubles. */
+#define DPREC_GRAM_BLOCK 16u
+#define DPREC_GRAM_SCRATCH(d) ((size_t)DPREC_GRAM_BLOCK * (size_t)(d))
+
+/* A += sum_k v_k v_k^T and b += sum_k targets[k] v_k over n <= DPREC_GRAM_BLOCK rows v_k = rows + k * stride (d
+ * floats each). The same sums as n calls of dprec_normal_add: b in the same order, A in another — each entry of A
+ * gets the exact products of the block summed in row order from zero, then added once, so A is read and written once
+ * per block instead of once per row. The lower triangle is kept up to date; entries just above the diagonal (within
+ * 4 of it) may be written too, and are never read. scratch: DPREC_GRAM_SCRATCH(d) doubles, not aliasing a or b.
+ * Results are the same, bit for bit, on every target and with or without the vector kernels (a test holds it). */
+void dprec_normal_add_block(double *a, double *b, uint32_t d, const float *rows, size_t stride, const double *targets,
+                            uint32_t n, double *scratch);
+/* The same in plain C, without the compiler's vector extensions: the reference the vector kernel is tested against. */
+void dprec_normal_add_block_portable(double *a, double *b, uint32_t d, const float *rows, size_t stride,
+                                     const double *targets, uint32_t n, double *scratch);
 
 /* Solves A x = b in place by Cholesky (A's lower triangle becomes L, b becomes x; a and b must not
  * overlap). Returns DPREC_OK, or DPREC_ERR_SINGULAR if A is not numerically positive definite: a pivot that

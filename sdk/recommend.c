@@ -18,6 +18,7 @@
 #include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
+#include "release_priv.h"
 
 /* The largest |u_k| a fit accepts. Release values are at most 2^20 and d at most 2^8, so every prediction
  * mu + b_j + u.v_j stays below 2^20 (2 + 2^8 2^96) < 2^125: it fits a float (a double converted to a float
@@ -65,22 +66,20 @@ static int trusted_buffer(const dprec_client *c, const unsigned char *p, size_t 
 /* The first byte of row j of a trusted buffer. j < m and the whole release fits the buffer's size_t length,
  * so the offset cannot wrap, even on a 32-bit target. */
 static const unsigned char *buffer_row_at(const unsigned char *p, const dprec_release_info *info, uint32_t j) {
-    size_t rb = 4u * ((size_t)info->dim + ((info->flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u));
+    size_t rb = dprec_release_row_size(info->dim, info->flags);
     return p + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
 }
 
-/* Whether this host stores a float's bytes as the release does (little-endian): then a row is one memcpy. */
-static int host_is_little_endian(void) {
-    const uint32_t one = 1;
-    unsigned char first;
-    memcpy(&first, &one, 1);
-    return first == 1;
+/* Whether the release has float32 rows (format 1), which the local step reads straight from the bytes; a compact
+ * release's rows are decoded first (release.c). */
+static int float_rows(const dprec_release_info *info) {
+    return (info->flags & DPREC_RELEASE_ENC_MASK) == 0u;
 }
 
 /* Decodes the n floats at q (a row: its bias, if any, then d values) into out, and checks each against the
  * public bound: a value past it (the bytes changed since they were verified) is never used. */
 static int buffer_floats(const unsigned char *q, uint32_t n, float *out) {
-    if (host_is_little_endian()) {
+    if (dprec_host_is_little_endian()) {
         memcpy(out, q, (size_t)n * sizeof(float));
     } else {
         for (uint32_t k = 0; k < n; k++) out[k] = dprec_ldf32(q + 4u * k);
@@ -90,8 +89,9 @@ static int buffer_floats(const unsigned char *q, uint32_t n, float *out) {
     return ok ? DPREC_OK : DPREC_ERR_RELEASE_VALUE;
 }
 
-/* Row j of a trusted buffer: its bias (0 without biases) and v_j, checked. */
+/* Row j of a trusted buffer: its bias (0 without biases) and v_j, checked (and decoded, for a compact release). */
 static int buffer_row(const unsigned char *p, const dprec_release_info *info, uint32_t j, float *bias, float *row) {
+    if (!float_rows(info)) return dprec_release_decode_row(buffer_row_at(p, info, j), info->dim, info->flags, bias, row);
     float tmp[DPREC_MAX_DIM + 1];
     int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
     int rc = buffer_floats(buffer_row_at(p, info, j), info->dim + (has_bias ? 1u : 0u), tmp);
@@ -102,7 +102,7 @@ static int buffer_row(const unsigned char *p, const dprec_release_info *info, ui
 
 /* One float of a row, by the host's own load where its byte order is the release's (the test folds away). */
 static float load_value(const unsigned char *q) {
-    if (host_is_little_endian()) {
+    if (dprec_host_is_little_endian()) {
         float f;
         memcpy(&f, q, sizeof f);
         return f;
@@ -132,17 +132,64 @@ static double score_row(const double *ud, const unsigned char *q, uint32_t d, in
     return mu + (double)bias + ((s0 + s1) + (s2 + s3));
 }
 
+/* score_row for a compact row (release format 2): the row decoded as every reader decodes it, v_k = q_k s as a float32
+ * product (stored to a float, so rounded to one on every target), in a loop the compiler vectorizes; then the same
+ * sums as score_row and dprec_dot_f32, so this ranks as the streaming top-K over the decoded rows does. Checks
+ * nothing itself either: a scale or a value changed since verification shows in the score (topk_buffer). */
+static double score_row_compact(const double *ud, const unsigned char *q, uint32_t d, int has_bias, int wide,
+                                double mu) {
+    float bias = 0.0f, v[DPREC_MAX_DIM];
+    if (has_bias) {
+        bias = load_value(q);
+        q += 4;
+    }
+    float s = load_value(q);
+    q += 4;
+    if (!wide) {
+        for (uint32_t k = 0; k < d; k++) v[k] = (float)(int8_t)q[k] * s;
+    } else if (dprec_host_is_little_endian()) {
+        int16_t qi[DPREC_MAX_DIM];
+        memcpy(qi, q, 2u * d);
+        for (uint32_t k = 0; k < d; k++) v[k] = (float)qi[k] * s;
+    } else {
+        for (uint32_t k = 0; k < d; k++) v[k] = (float)(int16_t)dprec_ld16(q + 2u * k) * s;
+    }
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    uint32_t k = 0;
+    for (; k + 4 <= d; k += 4) {
+        s0 += ud[k] * (double)v[k];
+        s1 += ud[k + 1] * (double)v[k + 1];
+        s2 += ud[k + 2] * (double)v[k + 2];
+        s3 += ud[k + 3] * (double)v[k + 3];
+    }
+    for (; k < d; k++) s0 += ud[k] * (double)v[k];
+    return mu + (double)bias + ((s0 + s1) + (s2 + s3));
+}
+
 /* ---- fit ------------------------------------------------------------------------------------------- */
 
-/* Liu, Wang, Smola (RecSys 2015) eq. (5), with the release's biases: each rated item adds v_j v_j^T to the
- * normal matrix and (r_j - mu - b_j) v_j to the right-hand side; its row is kept (ratings[at]). */
-static void fit_add(dprec_client *c, int64_t at, float bias, const float *row, float mu) {
+/* Keeps the row of a rated item (ratings[at]): v_j and b_j, for the accumulation below and the private protocols. */
+static void fit_keep(dprec_client *c, int64_t at, float bias, const float *row) {
     uint32_t d = c->cfg.dim;
-    double target = (double)c->ratings[at].value - (double)mu - (double)bias;
-    dprec_normal_add(c->a, c->b, d, row, target);
     float *keep = c->rows + (size_t)at * (d + 1u);
     memcpy(keep, row, d * sizeof(float));
     keep[d] = bias;
+}
+
+/* Liu, Wang, Smola (RecSys 2015) eq. (5), with the release's biases: each rated item adds v_j v_j^T to the
+ * normal matrix and (r_j - mu - b_j) v_j to the right-hand side, from the kept rows, DPREC_GRAM_BLOCK at a time
+ * (linalg.c: A is read and written once per block; the client's scratch holds the block in doubles). */
+static void fit_accumulate(dprec_client *c, float mu) {
+    uint32_t d = c->cfg.dim;
+    dprec_normal_init(c->a, c->b, d, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i += DPREC_GRAM_BLOCK) {
+        uint32_t n = c->count - i < DPREC_GRAM_BLOCK ? c->count - i : DPREC_GRAM_BLOCK;
+        const float *rows = c->rows + (size_t)i * (d + 1u);
+        double targets[DPREC_GRAM_BLOCK];
+        for (uint32_t k = 0; k < n; k++)
+            targets[k] = (double)c->ratings[i + k].value - (double)mu - (double)rows[(size_t)k * (d + 1u) + d];
+        dprec_normal_add_block(c->a, c->b, d, rows, d + 1u, targets, n, c->scratch);
+    }
 }
 
 /* The fallback when the Cholesky guard refuses the normal equations: with lambda > 0 the system is definite,
@@ -163,6 +210,7 @@ static int fit_by_qr(dprec_client *c, float mu) {
 /* Solves the accumulated system and, if the solution is usable, makes it the user vector of release `digest`. */
 static int fit_solve(dprec_client *c, float mu, const unsigned char digest[DPREC_RELEASE_DIGEST_SIZE]) {
     uint32_t d = c->cfg.dim;
+    fit_accumulate(c, mu);
     int rc = dprec_cholesky_solve(c->a, c->b, d);
     if (rc == DPREC_ERR_SINGULAR) rc = fit_by_qr(c, mu);
     if (rc != DPREC_OK) return rc;
@@ -182,14 +230,13 @@ static int fit_row(void *user, uint32_t item, float bias, const float *row, uint
     (void)dim;
     if (item == 0 && !release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
     int64_t at = cursor_match(c, item);
-    if (at >= 0) fit_add(c, at, bias, row, c->reader.info.global_mean);
+    if (at >= 0) fit_keep(c, at, bias, row);
     return DPREC_OK;
 }
 
 int dprec_fit_begin(dprec_client *c) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     dprec_release_reader_init(&c->reader, fit_row, c);
-    dprec_normal_init(c->a, c->b, c->cfg.dim, (double)c->cfg.lambda);
     c->cursor = 0;
     c->stream = STREAM_FIT;
     return DPREC_OK;
@@ -227,12 +274,11 @@ int dprec_fit_end_verified(dprec_client *c) {
 /* The fit on a trusted buffer: only the rated items' rows are read. */
 static int fit_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info) {
     float row[DPREC_MAX_DIM];
-    dprec_normal_init(c->a, c->b, c->cfg.dim, (double)c->cfg.lambda);
     for (uint32_t i = 0; i < c->count; i++) {
         float bias = 0.0f;
         int rc = buffer_row(p, info, c->ratings[i].item, &bias, row);
         if (rc != DPREC_OK) return rc;
-        fit_add(c, (int64_t)i, bias, row, info->global_mean);
+        fit_keep(c, (int64_t)i, bias, row);
     }
     return fit_solve(c, info->global_mean, info->digest);
 }
@@ -312,7 +358,8 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
     dprec_topk_reset(&c->topk, c->topk_slots, k);
     uint32_t d = info->dim;
     int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
-    size_t rb = 4u * ((size_t)d + (has_bias ? 1u : 0u));
+    size_t rb = dprec_release_row_size(d, info->flags);
+    int floats = float_rows(info), wide = (info->flags & DPREC_RELEASE_ENC_Q16) != 0;
     double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
     for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
     double mu = (double)info->global_mean;
@@ -325,7 +372,7 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
             next = rated < c->count ? c->ratings[rated].item : UINT32_MAX;
             continue;
         }
-        double s = score_row(ud, q, d, has_bias, mu);
+        double s = floats ? score_row(ud, q, d, has_bias, mu) : score_row_compact(ud, q, d, has_bias, wide, mu);
         /* Every value was checked when the release was verified; what is checked here, at the cost of one
          * comparison a row instead of d + 1, is the score: a NaN or infinite value in the bytes since (NaN and
          * infinity survive any sum), or one so large that no verified release can give the score (|s| <

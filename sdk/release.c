@@ -1,4 +1,5 @@
-/* dprec — release format v1: header parsing, whole-buffer check, row access, streaming reader, writer.
+/* dprec — release formats 1 (float32 rows) and 2 (compact: quantized rows): header parsing, whole-buffer check,
+ * row access, streaming reader, writer.
  *
  * docs/release-format.md is the format description. Two rules shape this file:
  *  - The whole-buffer check and the streaming reader report the same status for the same bytes, whatever
@@ -15,6 +16,7 @@
 
 #include "bytes.h"
 #include "mbedtls_compat.h"
+#include "release_priv.h"
 
 /* The reader stores an mbedtls_sha256_context in storage declared in the public header, so that header
  * needs no mbedTLS include. These fail the build if an mbedTLS version (or an _ALT implementation) grows
@@ -41,7 +43,24 @@ enum {
     OFF_RESERVED = 48
 };
 
-#define KNOWN_FLAGS DPREC_RELEASE_HAS_BIASES
+#define KNOWN_FLAGS (DPREC_RELEASE_HAS_BIASES | DPREC_RELEASE_ENC_MASK)
+
+/* The format a release with these flags has (1 or 2), or 0 for flags no release may carry: an unknown bit, or both
+ * compact encodings. */
+static uint16_t format_of(uint16_t flags) {
+    uint16_t enc = flags & DPREC_RELEASE_ENC_MASK;
+    if ((flags & ~KNOWN_FLAGS) != 0u || enc == DPREC_RELEASE_ENC_MASK) return 0;
+    return enc == 0u ? (uint16_t)DPREC_RELEASE_FORMAT_VERSION : (uint16_t)DPREC_RELEASE_FORMAT_COMPACT;
+}
+
+/* The largest |q| of a compact encoding (the scale's multiplier), 0 for float32 rows. */
+static int32_t q_max(uint16_t flags) {
+    switch (flags & DPREC_RELEASE_ENC_MASK) {
+    case DPREC_RELEASE_ENC_Q16: return 32767;
+    case DPREC_RELEASE_ENC_Q8: return 127;
+    default: return 0;
+    }
+}
 
 /* Reader states. The SHA-256 context is live (initialised, not yet freed) exactly in the states below
  * ST_SIGNATURE; every transition out of them frees it once, so no path frees it twice. */
@@ -73,14 +92,89 @@ static int bounded_f32(float f) {
     return bounded_bits(u);
 }
 
-/* Bytes per body row: the optional bias, then d values. Callers pass a validated d. */
+/* Bytes per body row: the optional bias, then v_j: d floats, or a compact encoding's scale and d integers. Callers
+ * pass a validated d. At most 4 (d + 1) for d >= 2 (and 10 bytes at d = 1): the reader's row buffer holds any. */
 static uint32_t row_bytes(uint32_t dim, uint16_t flags) {
-    return 4u * (dim + ((flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u));
+    uint32_t bias = (flags & DPREC_RELEASE_HAS_BIASES) ? 4u : 0u;
+    switch (flags & DPREC_RELEASE_ENC_MASK) {
+    case DPREC_RELEASE_ENC_Q16: return bias + 4u + 2u * dim;
+    case DPREC_RELEASE_ENC_Q8: return bias + 4u + dim;
+    default: return bias + 4u * dim;
+    }
+}
+
+uint32_t dprec_release_row_size(uint32_t dim, uint16_t flags) {
+    return row_bytes(dim, flags);
+}
+
+/* The scale of a compact row: finite, not negative (its sign bit clear), and s * Q <= 2^20 in float32, so that
+ * every decoded value, |q| s with |q| <= Q, is within the public bound (rounding is monotone). */
+static int scale_ok(uint32_t bits, int32_t qmax) {
+    if ((bits & 0x80000000u) != 0u || !dprec_bounded_bits(bits)) return 0;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    return s * (float)qmax <= DPREC_RELEASE_VALUE_MAX;
+}
+
+/* Checks the values of the row at p (rule 4 of docs/release-format.md): the bias and float32 values within the
+ * bound, or a compact row's bias, scale and integers q in [-Q, Q]. */
+static int row_values_ok(const unsigned char *p, uint32_t dim, uint16_t flags) {
+    if (flags & DPREC_RELEASE_HAS_BIASES) {
+        if (!bounded_bits(dprec_ld32(p))) return 0;
+        p += 4;
+    }
+    int32_t qmax = q_max(flags);
+    if (qmax == 0) {
+        int ok = 1;
+        for (uint32_t k = 0; k < dim; k++) ok &= bounded_bits(dprec_ld32(p + 4u * k));
+        return ok;
+    }
+    if (!scale_ok(dprec_ld32(p), qmax)) return 0;
+    p += 4;
+    int ok = 1;
+    if (qmax == 127) {
+        for (uint32_t k = 0; k < dim; k++) ok &= p[k] != 0x80u; /* -128 */
+    } else { /* -32768: its high byte is 0x80 and its low byte 0, in either byte order of the test */
+        for (uint32_t k = 0; k < dim; k++) ok &= (p[2u * k] | (p[2u * k + 1u] ^ 0x80u)) != 0u;
+    }
+    return ok;
+}
+
+/* Decodes the row at p, whose values are known good, into *bias (0 without biases) and row[0..d). */
+static void row_decode(const unsigned char *p, uint32_t dim, uint16_t flags, float *bias, float *row) {
+    *bias = 0.0f;
+    if (flags & DPREC_RELEASE_HAS_BIASES) {
+        *bias = dprec_ldf32(p);
+        p += 4;
+    }
+    int32_t qmax = q_max(flags);
+    if (qmax == 0) {
+        for (uint32_t k = 0; k < dim; k++) row[k] = dprec_ldf32(p + 4u * k);
+        return;
+    }
+    float s = dprec_ldf32(p);
+    p += 4;
+    if (qmax == 127) {
+        for (uint32_t k = 0; k < dim; k++) row[k] = (float)(int8_t)p[k] * s;
+    } else if (dprec_host_is_little_endian()) { /* the integers as the host stores them: one copy, then a loop the
+                                                 * compiler vectorizes */
+        int16_t q[DPREC_MAX_DIM];
+        memcpy(q, p, 2u * dim);
+        for (uint32_t k = 0; k < dim; k++) row[k] = (float)q[k] * s;
+    } else {
+        for (uint32_t k = 0; k < dim; k++) row[k] = (float)(int16_t)dprec_ld16(p + 2u * k) * s;
+    }
+}
+
+int dprec_release_decode_row(const unsigned char *p, uint32_t dim, uint16_t flags, float *bias, float *row) {
+    if (!row_values_ok(p, dim, flags)) return DPREC_ERR_RELEASE_VALUE;
+    row_decode(p, dim, flags, bias, row);
+    return DPREC_OK;
 }
 
 uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len) {
-    if (num_items < 1u || num_items > DPREC_MAX_ITEMS || dim < 1u || dim > DPREC_MAX_DIM ||
-        (flags & ~KNOWN_FLAGS) != 0u || sig_len > DPREC_RELEASE_MAX_SIG) {
+    if (num_items < 1u || num_items > DPREC_MAX_ITEMS || dim < 1u || dim > DPREC_MAX_DIM || format_of(flags) == 0u ||
+        sig_len > DPREC_RELEASE_MAX_SIG) {
         return 0;
     }
     /* at most 64 + 2^24 * 257 * 4 + 32 + 128 < 2^35: no overflow in 64 bits */
@@ -106,7 +200,7 @@ int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *
     }
     memset(&h, 0, sizeof h);
     h.format_version = dprec_ld16(p + OFF_FORMAT_VERSION);
-    if (h.format_version != DPREC_RELEASE_FORMAT_VERSION) {
+    if (h.format_version != DPREC_RELEASE_FORMAT_VERSION && h.format_version != DPREC_RELEASE_FORMAT_COMPACT) {
         return DPREC_ERR_RELEASE_VERSION;
     }
     h.flags = dprec_ld16(p + OFF_FLAGS);
@@ -123,8 +217,10 @@ int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *
     h.sig_alg = dprec_ld16(p + OFF_SIG_ALG);
     h.sig_len = dprec_ld16(p + OFF_SIG_LEN);
 
-    if ((h.flags & ~KNOWN_FLAGS) != 0u) {
-        return DPREC_ERR_RELEASE_HEADER; /* a flag we do not understand may change the body's layout */
+    if (format_of(h.flags) != h.format_version) {
+        /* a flag we do not understand may change the body's layout; format 1 has float32 rows, format 2 exactly
+         * one compact encoding */
+        return DPREC_ERR_RELEASE_HEADER;
     }
     if (h.num_items < 1u || h.num_items > DPREC_MAX_ITEMS || h.dim < 1u || h.dim > DPREC_MAX_DIM) {
         return DPREC_ERR_RELEASE_HEADER;
@@ -178,10 +274,18 @@ int dprec_release_check(const void *buf, size_t len, dprec_release_info *info) {
     if (rows_present > h.num_items) {
         rows_present = h.num_items;
     }
-    nvals = rows_present * (rb / 4u);
-    for (i = 0; i < nvals; i++) {
-        if (!bounded_bits(dprec_ld32(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * 4u))) {
-            return DPREC_ERR_RELEASE_VALUE;
+    if (h.format_version == DPREC_RELEASE_FORMAT_VERSION) { /* float32 rows: every word is a value */
+        nvals = rows_present * (rb / 4u);
+        for (i = 0; i < nvals; i++) {
+            if (!bounded_bits(dprec_ld32(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * 4u))) {
+                return DPREC_ERR_RELEASE_VALUE;
+            }
+        }
+    } else {
+        for (i = 0; i < rows_present; i++) {
+            if (!row_values_ok(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * rb, h.dim, h.flags)) {
+                return DPREC_ERR_RELEASE_VALUE;
+            }
         }
     }
     if ((uint64_t)len > h.total_size) {
@@ -209,24 +313,16 @@ int dprec_release_check(const void *buf, size_t len, dprec_release_info *info) {
 int dprec_release_row(const void *buf, const dprec_release_info *info, uint32_t j, float *row,
                       float *bias) {
     const unsigned char *p;
-    uint32_t k, rb;
-    int has_bias;
+    float b;
 
     if (buf == NULL || info == NULL || row == NULL || info->dim < 1u || info->dim > DPREC_MAX_DIM ||
-        j >= info->num_items) {
+        j >= info->num_items || format_of(info->flags) == 0u) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
-    has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
-    rb = row_bytes(info->dim, info->flags);
-    p = (const unsigned char *)buf + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
+    p = (const unsigned char *)buf + DPREC_RELEASE_HEADER_SIZE + (size_t)j * row_bytes(info->dim, info->flags);
+    row_decode(p, info->dim, info->flags, &b, row);
     if (bias != NULL) {
-        *bias = has_bias ? dprec_ldf32(p) : 0.0f;
-    }
-    if (has_bias) {
-        p += 4;
-    }
-    for (k = 0; k < info->dim; k++) {
-        row[k] = dprec_ldf32(p + 4u * k);
+        *bias = b;
     }
     return DPREC_OK;
 }
@@ -249,17 +345,30 @@ static int reader_fail(dprec_release_reader *r, int err) {
     return err;
 }
 
+/* A reader placed by an app built against headers whose reader is smaller than ours cannot hold our state: only
+ * its struct_size is written, and every call refuses it. */
+static int reader_usable(const dprec_release_reader *r) {
+    return r->struct_size >= sizeof *r;
+}
+
 /* Re-initialising a reader in the middle of a stream (or abandoning one) is allowed: an mbedTLS SHA-256
  * context owns no heap memory, so dropping a live one leaks nothing. */
-void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user) {
-    if (r == NULL) {
-        return;
+int dprec_release_reader_init_sized(dprec_release_reader *r, size_t size, dprec_release_row_fn on_row, void *user) {
+    if (r == NULL || size < sizeof r->struct_size) {
+        return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (size < sizeof *r || size > UINT32_MAX) {
+        uint32_t n = size < sizeof *r ? (uint32_t)size : 0u;
+        memcpy(&r->struct_size, &n, sizeof n);
+        return DPREC_ERR_STRUCT_SIZE;
     }
     memset(r, 0, sizeof *r);
+    r->struct_size = (uint32_t)size;
     r->on_row = on_row;
     r->user = user;
     r->state = ST_HEADER;
     mbedtls_sha256_init(reader_sha(r)); /* started once the header is known good */
+    return DPREC_OK;
 }
 
 /* Validates the collected header and starts hashing it. */
@@ -280,25 +389,15 @@ static int reader_header_done(dprec_release_reader *r) {
  * caller's chunk, the chunk itself: that saves a copy for large chunks). */
 static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
     uint32_t rb = row_bytes(r->info.dim, r->info.flags);
-    uint32_t nvals = rb / 4u, k;
-    int has_bias = (r->info.flags & DPREC_RELEASE_HAS_BIASES) != 0;
     float bias = 0.0f;
 
-    for (k = 0; k < nvals; k++) {
-        if (!bounded_bits(dprec_ld32(p + 4u * k))) {
-            return DPREC_ERR_RELEASE_VALUE;
-        }
+    if (!row_values_ok(p, r->info.dim, r->info.flags)) {
+        return DPREC_ERR_RELEASE_VALUE;
     }
     if (dprec_sha256_update(reader_sha(r), p, rb) != 0) {
         return DPREC_ERR_CRYPTO;
     }
-    if (has_bias) {
-        bias = dprec_ldf32(p);
-        p += 4;
-    }
-    for (k = 0; k < r->info.dim; k++) {
-        r->row[k] = dprec_ldf32(p + 4u * k);
-    }
+    row_decode(p, r->info.dim, r->info.flags, &bias, r->row);
     if (r->on_row != NULL) {
         int rc = r->on_row(r->user, r->next_row, bias, r->row, r->info.dim);
         if (rc != 0) {
@@ -329,6 +428,9 @@ int dprec_release_reader_feed(dprec_release_reader *r, const void *chunk, size_t
 
     if (r == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    if (!reader_usable(r)) {
+        return DPREC_ERR_STRUCT_SIZE;
     }
     if (r->state == ST_FAILED) {
         return r->error;
@@ -398,6 +500,9 @@ int dprec_release_reader_finish(dprec_release_reader *r) {
     if (r == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
+    if (!reader_usable(r)) {
+        return DPREC_ERR_STRUCT_SIZE;
+    }
     if (r->state == ST_FAILED) {
         return r->error;
     }
@@ -412,6 +517,44 @@ int dprec_release_reader_finish(dprec_release_reader *r) {
 }
 
 /* ---- writer ------------------------------------------------------------------------------------------- */
+
+/* The nearest integer to x, halves away from zero, clamped to [-qmax, qmax]. */
+static int32_t quantize(double x, int32_t qmax) {
+    double r = x >= 0.0 ? x + 0.5 : x - 0.5;
+    if (r >= (double)qmax) return qmax;
+    if (r <= -(double)qmax) return -qmax;
+    return (int32_t)r; /* truncation toward zero of x +- 0.5 */
+}
+
+/* One compact row at q: the scale s = max_k |v_k| / Q (lowered by an ulp until s * Q <= 2^20 in float32, the rule a
+ * reader checks), then each q_k = round(v_k / s). Every v_k is within the bound (the caller checked), so the largest
+ * decoding error is about s / 2 plus a float rounding. Returns the end of the row. */
+static unsigned char *write_compact_row(unsigned char *q, const float *v, uint32_t dim, int32_t qmax) {
+    float mx = 0.0f;
+    for (uint32_t k = 0; k < dim; k++) {
+        float a = v[k] < 0.0f ? -v[k] : v[k];
+        if (a > mx) mx = a;
+    }
+    float s = mx / (float)qmax;
+    while (s > 0.0f && !(s * (float)qmax <= DPREC_RELEASE_VALUE_MAX)) {
+        uint32_t bits;
+        memcpy(&bits, &s, sizeof bits);
+        bits--; /* the next float toward zero (s > 0) */
+        memcpy(&s, &bits, sizeof s);
+    }
+    dprec_stf32(q, s);
+    q += 4;
+    for (uint32_t k = 0; k < dim; k++) {
+        int32_t n = s > 0.0f ? quantize((double)v[k] / (double)s, qmax) : 0;
+        if (qmax == 127) {
+            *q++ = (unsigned char)(uint8_t)(int8_t)n;
+        } else {
+            dprec_st16(q, (uint16_t)(int16_t)n);
+            q += 2;
+        }
+    }
+    return q;
+}
 
 /* Builds the header from *info and validates it with the readers' own parser before touching out, so the
  * writer can never produce a header they refuse. Values are checked as they are written; on error the
@@ -433,13 +576,14 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
     if (out == NULL || info == NULL || v == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
-    if ((info->flags & ~KNOWN_FLAGS) != 0u) {
+    if (format_of(info->flags) == 0u) {
         return DPREC_ERR_RELEASE_HEADER;
     }
-    /* The biases pointer, not the caller's flag, decides the layout: they cannot disagree. */
-    flags = item_bias != NULL ? (uint16_t)DPREC_RELEASE_HAS_BIASES : (uint16_t)0u;
+    /* The biases pointer, not the caller's flag, decides the layout: they cannot disagree. The encoding is the
+     * caller's. */
+    flags = (uint16_t)((item_bias != NULL ? DPREC_RELEASE_HAS_BIASES : 0u) | (info->flags & DPREC_RELEASE_ENC_MASK));
     memcpy(hdr + OFF_MAGIC, DPREC_RELEASE_MAGIC, 4);
-    dprec_st16(hdr + OFF_FORMAT_VERSION, (uint16_t)DPREC_RELEASE_FORMAT_VERSION);
+    dprec_st16(hdr + OFF_FORMAT_VERSION, format_of(flags));
     dprec_st16(hdr + OFF_FLAGS, flags);
     dprec_st64(hdr + OFF_RELEASE_VERSION, info->release_version);
     dprec_st64(hdr + OFF_JOB_ID, info->job_id);
@@ -461,6 +605,7 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
     memcpy(o, hdr, sizeof hdr);
     q = o + DPREC_RELEASE_HEADER_SIZE;
     for (j = 0; j < h.num_items; j++) {
+        const float *vj = v + (size_t)j * h.dim;
         if (item_bias != NULL) {
             if (!bounded_f32(item_bias[j])) {
                 return DPREC_ERR_RELEASE_VALUE;
@@ -469,12 +614,17 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
             q += 4;
         }
         for (k = 0; k < h.dim; k++) {
-            float x = v[(size_t)j * h.dim + k];
-            if (!bounded_f32(x)) {
+            if (!bounded_f32(vj[k])) {
                 return DPREC_ERR_RELEASE_VALUE;
             }
-            dprec_stf32(q, x);
-            q += 4;
+        }
+        if (q_max(flags) == 0) {
+            for (k = 0; k < h.dim; k++) {
+                dprec_stf32(q, vj[k]);
+                q += 4;
+            }
+        } else {
+            q = write_compact_row(q, vj, h.dim, q_max(flags));
         }
     }
     /* cap >= total_size, so every size below fits in size_t */

@@ -19,6 +19,7 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_STATE, "call not valid in the current state"),
     E(DPREC_ERR_CRYPTO, "cryptographic library error"),
     E(DPREC_ERR_INTERNAL, "internal error (please report)"),
+    E(DPREC_ERR_STRUCT_SIZE, "struct_size of a struct the app filled does not match this library (built against other headers?)"),
     E(DPREC_ERR_IO, "storage I/O error"),
     E(DPREC_ERR_NOT_FOUND, "file not found"),
     E(DPREC_ERR_NO_SPACE, "device storage full"),

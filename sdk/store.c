@@ -174,16 +174,18 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         const unsigned char *d = s + off;
         int rc = DPREC_OK;
         const dprec_proto_state *st = state_of_section(type);
-        if (type >= 1 && type < sizeof seen && (type <= DPREC_SECTION_SYNC || type == DPREC_SECTION_TRUST || st != NULL)) {
-            /* a known section: once at most */
-            if (seen[type]) return DPREC_ERR_STORE_CORRUPT;
-            seen[type] = 1;
+        int trust = type == DPREC_SECTION_TRUST || type == DPREC_SECTION_TRUST_COMPACT;
+        if (type >= 1 && type < sizeof seen && (type <= DPREC_SECTION_SYNC || trust || st != NULL)) {
+            /* a known section: once at most (the trusted release in one of its two sections) */
+            uint16_t once = trust ? (uint16_t)DPREC_SECTION_TRUST : type;
+            if (seen[once]) return DPREC_ERR_STORE_CORRUPT;
+            seen[once] = 1;
         }
         if (type == SECTION_RATINGS) rc = ratings_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_LEDGER) rc = dprec_ledger_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_PENDING) rc = dprec_pending_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_SYNC) rc = dprec_sync_decode(c, d, slen, commit);
-        else if (type == DPREC_SECTION_TRUST) rc = dprec_trust_decode(c, d, slen, commit);
+        else if (trust) rc = dprec_trust_decode(c, type, d, slen, commit);
         else if (st != NULL) rc = st->decode(c, d, slen, commit);
         else if (sflags & SECTION_CRITICAL) rc = DPREC_ERR_STORE_VERSION; /* a newer SDK's data we must not drop */
         if (rc != DPREC_OK) return rc;

@@ -32,6 +32,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "abi.h"
 #include "bytes.h"
 #include "client_priv.h"
 #include "dprec/sync.h"
@@ -641,11 +642,9 @@ static void done_ok(dprec_client *c, dprec_sync_result *result, dprec_sync_outco
     result->last_error = 0;
 }
 
-int dprec_client_sync(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
-                      dprec_sync_result *result) {
-    if (c == NULL || t == NULL || t->request == NULL || cfg == NULL || result == NULL || cfg->release_key == NULL ||
-        cfg->release_key_len == 0)
-        return DPREC_ERR_INVALID_ARGUMENT;
+static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
+                       dprec_sync_result *result) {
+    if (t->request == NULL || cfg->release_key == NULL || cfg->release_key_len == 0) return DPREC_ERR_INVALID_ARGUMENT;
     memset(result, 0, sizeof *result);
     result->outcome = DPREC_SYNC_RETRY_LATER;
     if (c->stream != STREAM_NONE || !c->loaded) return DPREC_ERR_STATE;
@@ -742,4 +741,15 @@ int dprec_client_sync(dprec_client *c, const dprec_transport *t, const dprec_syn
     if (rc != DPREC_OK || retry) return rc;
     done_ok(c, result, acked_round == job.round ? DPREC_SYNC_REPORTED : DPREC_SYNC_NOTHING_TO_DO, wait);
     return DPREC_OK;
+}
+
+/* The transport and the configuration are read by the size the app compiled them with (abi.h). */
+int dprec_client_sync(dprec_client *c, const dprec_transport *app_t, const dprec_sync_config *app_cfg,
+                      dprec_sync_result *result) {
+    if (c == NULL || app_t == NULL || app_cfg == NULL || result == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    dprec_transport t;
+    dprec_sync_config cfg;
+    int rc = DPREC_ABI_COPY_IN(&t, app_t);
+    if (rc == DPREC_OK) rc = DPREC_ABI_COPY_IN(&cfg, app_cfg);
+    return rc == DPREC_OK ? client_sync(c, &t, &cfg, result) : rc;
 }

@@ -12,6 +12,7 @@
  *
  * The trusted release lives in the client and in store section 32 (non-critical), little-endian, 104 bytes:
  *   [how u32: 1 signed, 2 insecure][0 u32][the release's 64-byte header][its 32-byte digest]
+ * or, for a compact release (format 2), the same in section 33, which an SDK that cannot read format 2 skips.
  * so an app restarted on the same store recommends from its stored release without verifying it again.
  *
  * The signature check is the one exception to "no allocation after init" besides sync: mbedTLS's bignum and
@@ -23,15 +24,12 @@
 #include <mbedtls/pk.h>
 #include <mbedtls/sha256.h>
 
+#include "abi.h"
 #include "bytes.h"
 #include "client_priv.h"
 #include "mbedtls_compat.h"
 
 #define TRUST_SECTION_DATA (8u + DPREC_RELEASE_HEADER_SIZE + DPREC_RELEASE_DIGEST_SIZE)
-
-void dprec_verify_config_init(dprec_verify_config *vc) {
-    if (vc != NULL) memset(vc, 0, sizeof *vc);
-}
 
 /* ---- capture of a streamed release's header and signature --------------------------------------------- */
 
@@ -107,9 +105,16 @@ static int has_key(const dprec_verify_config *vc) {
 
 /* Refuses before any work what can never verify: no key and no permission to go without one. */
 static int config_usable(const dprec_verify_config *vc) {
-    if (vc == NULL || (vc->flags & ~DPREC_VERIFY_INSECURE_UNSIGNED) != 0) return DPREC_ERR_INVALID_ARGUMENT;
+    if ((vc->flags & ~DPREC_VERIFY_INSECURE_UNSIGNED) != 0) return DPREC_ERR_INVALID_ARGUMENT;
     if (!has_key(vc) && !(vc->flags & DPREC_VERIFY_INSECURE_UNSIGNED)) return DPREC_ERR_INVALID_ARGUMENT;
     return DPREC_OK;
+}
+
+/* The app's verify configuration, read by the size it was compiled with (abi.h), then checked. */
+static int config_in(const dprec_verify_config *app, dprec_verify_config *vc) {
+    if (app == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = DPREC_ABI_COPY_IN(vc, app);
+    return rc == DPREC_OK ? config_usable(vc) : rc;
 }
 
 int dprec_release_origin(dprec_client *c, const dprec_verify_config *vc, const dprec_release_info *info,
@@ -149,11 +154,12 @@ static int trust(dprec_client *c, const unsigned char *head, const dprec_release
     return rc;
 }
 
-int dprec_release_verify(dprec_client *c, const void *release, size_t len, const dprec_verify_config *vc,
+int dprec_release_verify(dprec_client *c, const void *release, size_t len, const dprec_verify_config *app_vc,
                          dprec_release_info *info) {
     if (c == NULL || release == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
-    int rc = config_usable(vc);
+    dprec_verify_config local, *vc = &local;
+    int rc = config_in(app_vc, vc);
     if (rc != DPREC_OK) return rc;
     dprec_release_info got;
     rc = dprec_release_check(release, len, &got);
@@ -188,11 +194,12 @@ int dprec_verify_feed(dprec_client *c, const void *chunk, size_t len) {
     return rc;
 }
 
-int dprec_verify_end(dprec_client *c, const dprec_verify_config *vc, dprec_release_info *info) {
+int dprec_verify_end(dprec_client *c, const dprec_verify_config *app_vc, dprec_release_info *info) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_VERIFY) return DPREC_ERR_STATE;
     c->stream = STREAM_NONE;
-    int rc = config_usable(vc);
+    dprec_verify_config local, *vc = &local;
+    int rc = config_in(app_vc, vc);
     if (rc == DPREC_OK) rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
     const dprec_release_info *got = &c->reader.info;
@@ -224,9 +231,15 @@ size_t dprec_trust_section_max(void) {
     return DPREC_STORE_SECTION_HEADER + TRUST_SECTION_DATA;
 }
 
+/* The section a trusted release's header goes in, by its format. */
+static uint16_t trust_section_of(const unsigned char *head) {
+    return dprec_ld16(head + 4) == DPREC_RELEASE_FORMAT_VERSION ? (uint16_t)DPREC_SECTION_TRUST
+                                                                 : (uint16_t)DPREC_SECTION_TRUST_COMPACT;
+}
+
 unsigned char *dprec_trust_encode(const dprec_client *c, unsigned char *p) {
     if (c->trusted.how == 0) return p; /* nothing trusted: no section */
-    dprec_st16(p, DPREC_SECTION_TRUST);
+    dprec_st16(p, trust_section_of(c->trusted.head));
     dprec_st16(p + 2, 0); /* not critical */
     dprec_st32(p + 4, TRUST_SECTION_DATA);
     unsigned char *d = p + DPREC_STORE_SECTION_HEADER;
@@ -237,13 +250,15 @@ unsigned char *dprec_trust_encode(const dprec_client *c, unsigned char *p) {
     return d + TRUST_SECTION_DATA;
 }
 
-int dprec_trust_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit) {
+int dprec_trust_decode(dprec_client *c, uint16_t type, const unsigned char *d, uint32_t len, int commit) {
     if (len != TRUST_SECTION_DATA) return DPREC_ERR_STORE_CORRUPT;
     uint32_t how = dprec_ld32(d);
     if ((how != DPREC_TRUST_SIGNED && how != DPREC_TRUST_INSECURE) || dprec_ld32(d + 4) != 0)
         return DPREC_ERR_STORE_CORRUPT;
     dprec_release_info info;
-    if (dprec_release_parse_header(d + 8, DPREC_RELEASE_HEADER_SIZE, &info) != DPREC_OK) return DPREC_ERR_STORE_CORRUPT;
+    if (dprec_release_parse_header(d + 8, DPREC_RELEASE_HEADER_SIZE, &info) != DPREC_OK ||
+        trust_section_of(d + 8) != type)
+        return DPREC_ERR_STORE_CORRUPT;
     if (commit) {
         /* kept even when it does not match this client's d or scale (a tool that opens the store for a rating
          * need not know d): the local step refuses such a release anyway, and the next save keeps the record */

@@ -138,11 +138,12 @@ class Server:
             raise SystemExit("register failed: %s %s" % (status, body))
         return body["token"]
 
-    def create_job(self, d=4, m=10, min_reports=100, rounds=3, round_seconds=3600, protocol="plain", params=None):
+    def create_job(self, d=4, m=10, min_reports=100, rounds=3, round_seconds=3600, protocol="plain", params=None,
+                   timeout=30):
         spec = {"protocol": protocol, "d": d, "m": m, "rating_min": 1, "rating_max": 5, "rounds": rounds,
                 "min_reports": min_reports, "round_seconds": round_seconds, "participation": 1.0,
                 "params": params if params is not None else {"lambda": 0.1, "seed": 1}}
-        status, body = self.admin("POST", "/v1/admin/jobs", body=json.dumps(spec).encode())
+        status, body = self.admin("POST", "/v1/admin/jobs", body=json.dumps(spec).encode(), timeout=timeout)
         if status != 201:
             raise SystemExit("create job failed: %s %s" % (status, body))
         return body["job"]
@@ -406,7 +407,8 @@ def check_connections(tmp):
 
 def slow_round(srv):
     """A job whose round takes a while to finalize (m = 200,000, d = 64: a 51 MB release) with one report in it."""
-    job = srv.create_job(d=64, m=200000, min_reports=1000, rounds=2)
+    # its first release is built and signed before the answer: 30 s was too little beside other tests under load
+    job = srv.create_job(d=64, m=200000, min_reports=1000, rounds=2, timeout=120)
     token = srv.register()
     report = plain_report(job, 1, 64, [(5, 4.0), (1000, 3.0)])
     status, body = srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=report, token=token,

@@ -1,6 +1,7 @@
 # Runs dprec-fleet on a small synthetic fleet and checks its contract: the last line's format, an RMSE that
 # decreases over the rounds and ends below the global-mean baseline, and the CSV.
-#   cmake -DBIN=path/to/dprec-fleet -DMODE=in-process|https -DWORK=dir -P fleet_run.cmake
+#   cmake -DBIN=path/to/dprec-fleet -DMODE=in-process|https -DWORK=dir [-DENCODING=q16|q8] -P fleet_run.cmake
+# With ENCODING the job asks for compact releases (docs/release-format.md, format 2), and the run must say it got them.
 if(NOT BIN OR NOT MODE OR NOT WORK)
   message(FATAL_ERROR "usage: -DBIN=... -DMODE=in-process|https -DWORK=... -P fleet_run.cmake")
 endif()
@@ -13,6 +14,9 @@ else()
   set(args --protocol plain --synthetic 60,40,1500 --rounds 2 --rank 4 --threads 2)
   set(rounds 2)
 endif()
+if(ENCODING)
+  list(APPEND args --release-encoding ${ENCODING})
+endif()
 execute_process(COMMAND ${BIN} ${args} --seed 7 --quiet --csv ${WORK}/fleet.csv
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
 message(STATUS "dprec-fleet output:\n${out}${err}")
@@ -20,6 +24,9 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "dprec-fleet exited with ${rc}")
 endif()
 
+if(ENCODING AND NOT out MATCHES "releases: ${ENCODING} \\(release format 2\\), [0-9]+ bytes each")
+  message(FATAL_ERROR "the run does not say it got ${ENCODING} releases")
+endif()
 string(STRIP "${out}" out_stripped)
 string(REGEX MATCH "[^\n]*$" last "${out_stripped}")
 if(NOT last MATCHES "^final: protocol=plain rounds=${rounds} test_rmse=([0-9]+\\.[0-9]+) epsilon=inf delta=0$")

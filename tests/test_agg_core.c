@@ -432,6 +432,73 @@ static void test_agg_a_job_built_on_another_starts_from_its_biases(void **state)
     expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
 }
 
+/* A job that asks for compact releases ("release_encoding", docs/protocol.md): every release, the first and the ones
+ * its rounds publish, also after a restart, is format 2 in that encoding, signed like the others; the job view names
+ * the encoding; an unknown encoding is refused. */
+static void test_agg_a_job_with_compact_releases_publishes_them_signed(void **state) {
+    env *e = *state;
+    const char *names[2] = {"q16", "q8"};
+    const uint16_t encs[2] = {DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    char tok[2][65];
+    register_device(e->a, tok[0]);
+    register_device(e->a, tok[1]);
+    for (int k = 0; k < 2; k++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"protocol\":\"plain\",\"d\":4,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+                 "\"min_reports\":2,\"round_seconds\":600,\"release_encoding\":\"%s\",\"params\":{\"lambda\":0.1}}",
+                 names[k]);
+        cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+        int64_t job = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+        cJSON_Delete(o);
+        for (uint64_t round = 1; round <= 2; round++) {
+            if (round == 2) { /* the job's encoding survives a restart */
+                dprec_agg_close(e->a);
+                e->a = NULL;
+                assert_int_equal(open_agg(e), 0);
+            }
+            float u[4] = {0.2f, -0.1f, 0.3f, 0.4f};
+            uint32_t items[2] = {1, 17};
+            float ratings[2] = {4.0f, 2.0f};
+            for (int i = 0; i < 2; i++) {
+                size_t len;
+                unsigned char *r = make_report((uint64_t)job, round, (uint8_t)(0x40 + i), 4, u, 2, items, ratings, &len);
+                assert_int_equal(post_report(e->a, job, tok[i], r, len, NULL), 200);
+                free(r);
+            }
+            char version[8];
+            snprintf(version, sizeof version, "%llu", (unsigned long long)round + 1);
+            for (int v = 0; v < 2; v++) {
+                size_t len = 0;
+                unsigned char *rel = get_release(e->a, job, v ? version : "1", tok[0], &len);
+                assert_non_null(rel);
+                check_signed_release(e->a, rel, len, v ? round + 1 : 1);
+                dprec_release_info info;
+                assert_int_equal(dprec_release_check(rel, len, &info), DPREC_OK);
+                assert_int_equal(info.format_version, DPREC_RELEASE_FORMAT_COMPACT);
+                assert_int_equal(info.flags & DPREC_RELEASE_ENC_MASK, encs[k]);
+                assert_int_equal(len, dprec_release_size(30, 4, info.flags, info.sig_len));
+                free(rel);
+            }
+        }
+        char path[64];
+        snprintf(path, sizeof path, "/v1/admin/jobs/%lld", (long long)job);
+        o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", path, ADMIN, NULL, 200);
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(o, "release_encoding");
+        assert_true(cJSON_IsString(re));
+        assert_string_equal(re->valuestring, names[k]);
+        cJSON_Delete(o);
+    }
+    const char *bad[] = {"\"q4\"", "8", "\"F32\""};
+    for (int i = 0; i < 3; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"protocol\":\"plain\",\"d\":4,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+                 "\"min_reports\":2,\"round_seconds\":600,\"release_encoding\":%s}", bad[i]);
+        expect_error(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, strlen(spec), 400, "bad_field");
+    }
+}
+
 /* keep_report_payloads = 1: the payloads of a finalized round stay, byte for byte. */
 static void test_agg_keeps_report_payloads_when_configured(void **state) {
     env *e = *state;
@@ -1058,6 +1125,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_starts_from_its_biases, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_job_with_compact_releases_publishes_them_signed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),

@@ -456,6 +456,120 @@ static void test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking(
     fake_port_free(&fake);
 }
 
+/* A compact release (format 2, docs/release-format.md) is used as the float32 release of its decoded values: the same
+ * user vector and the same top-K, buffer and stream, bit for bit; it stays trusted across a restart (store section
+ * 33); and its predictions differ from the original float32 release's by about a quantization step only. */
+static void test_a_compact_release_is_used_as_its_decoded_float_release(void **state) {
+    (void)state;
+    const uint32_t m = 150, d = 12, k = 9;
+    const uint16_t encs[2] = {DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    for (int e = 0; e < 2; e++) {
+        dprec_config cfg;
+        cfg_for(&cfg, m, d, 30, k);
+        fake_port fake;
+        dprec_port port;
+        fake_port_init(&fake, &port);
+        size_t need = dprec_client_required_size(&cfg), flen = 0, dlen = 0, qlen = 0;
+        void *mem = malloc(need);
+        dprec_client *c = NULL;
+        assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+        assert_int_equal(dprec_store_load(c), DPREC_OK);
+        for (uint32_t i = 0; i < 30; i++) assert_int_equal(dprec_store_put(c, i * 4 + 1, 1.0f + (float)(i % 5), 1), DPREC_OK);
+
+        float *v = NULL, *bias = NULL;
+        unsigned char *f32 = test_make_release(m, d, 1, 99, &flen, &v, &bias);
+        dprec_release_info info;
+        memset(&info, 0, sizeof info);
+        info.release_version = 7;
+        info.job_id = 42;
+        info.num_items = m;
+        info.dim = d;
+        info.rating_min = 1.0f;
+        info.rating_max = 5.0f;
+        info.global_mean = 3.5f;
+        info.flags = encs[e];
+        qlen = (size_t)dprec_release_size(m, d, DPREC_RELEASE_HAS_BIASES | encs[e], 0);
+        unsigned char *q = malloc(qlen);
+        size_t written = 0;
+        assert_int_equal(dprec_release_write(q, qlen, &info, v, bias, &written), DPREC_OK);
+        assert_int_equal(written, qlen);
+        assert_true(qlen < flen);
+        /* the float32 release of the decoded values */
+        float *dv = malloc(sizeof(float) * m * d), *db = malloc(sizeof(float) * m);
+        for (uint32_t j = 0; j < m; j++) assert_int_equal(dprec_release_row(q, &info, j, dv + (size_t)j * d, &db[j]), DPREC_OK);
+        unsigned char *dec = test_write_release(m, d, dv, db, 3.5f, &dlen);
+        assert_non_null(dec);
+
+        dprec_recommendation rq[9], rd[9], rf[9], rs[9];
+        uint32_t nq = 0, nd = 0, nf = 0, ns = 0;
+        float uq[12], ud[12];
+        assert_int_equal(test_trust(c, dec, dlen), DPREC_OK);
+        assert_int_equal(dprec_recommend(c, dec, dlen, k, rd, &nd), DPREC_OK);
+        assert_int_equal(dprec_user_vector(c, ud, d), DPREC_OK);
+        assert_int_equal(test_trust(c, f32, flen), DPREC_OK);
+        assert_int_equal(dprec_recommend(c, f32, flen, k, rf, &nf), DPREC_OK);
+        assert_int_equal(test_trust(c, q, qlen), DPREC_OK);
+        assert_int_equal(dprec_recommend(c, q, qlen, k, rq, &nq), DPREC_OK);
+        assert_int_equal(dprec_user_vector(c, uq, d), DPREC_OK);
+        assert_memory_equal(uq, ud, sizeof uq);
+        assert_int_equal(nq, nd);
+        assert_memory_equal(rq, rd, sizeof rq[0] * nq);
+        double worst = 0.0; /* against the original floats: a quantization step's worth */
+        for (uint32_t i = 0; i < nq; i++) {
+            float sq = 0.0f, sf = 0.0f;
+            assert_int_equal(dprec_predict(c, q, qlen, rq[i].item, &sq), DPREC_OK);
+            assert_true(sq == rq[i].score);
+            assert_int_equal(test_trust(c, f32, flen), DPREC_OK);
+            assert_int_equal(dprec_fit(c, f32, flen), DPREC_OK);
+            assert_int_equal(dprec_predict(c, f32, flen, rq[i].item, &sf), DPREC_OK);
+            assert_int_equal(test_trust(c, q, qlen), DPREC_OK);
+            assert_int_equal(dprec_fit(c, q, qlen), DPREC_OK);
+            worst = fmax(worst, fabs((double)sq - (double)sf));
+        }
+        assert_true(worst < (encs[e] == DPREC_RELEASE_ENC_Q16 ? 1e-3 : 0.1));
+        /* streamed: the same, for a few chunkings */
+        const size_t chunks[] = {1, 7, 64, 100000};
+        for (size_t ci = 0; ci < 4; ci++) {
+            size_t step = chunks[ci];
+            assert_int_equal(dprec_fit_begin(c), DPREC_OK);
+            for (size_t off = 0; off < qlen; off += step)
+                assert_int_equal(dprec_fit_feed(c, q + off, qlen - off < step ? qlen - off : step), DPREC_OK);
+            assert_int_equal(dprec_fit_end(c), DPREC_OK);
+            assert_int_equal(dprec_user_vector(c, uq, d), DPREC_OK);
+            assert_memory_equal(uq, ud, sizeof uq);
+            assert_int_equal(dprec_topk_begin(c, k), DPREC_OK);
+            for (size_t off = 0; off < qlen; off += step)
+                assert_int_equal(dprec_topk_feed(c, q + off, qlen - off < step ? qlen - off : step), DPREC_OK);
+            assert_int_equal(dprec_topk_end(c, rs, &ns), DPREC_OK);
+            assert_int_equal(ns, nq);
+            assert_memory_equal(rs, rq, sizeof rq[0] * nq);
+        }
+        /* a restart keeps the compact release trusted (store section 33) */
+        dprec_client_free(c);
+        c = NULL;
+        assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+        assert_int_equal(dprec_store_load(c), DPREC_OK);
+        dprec_release_info t;
+        assert_int_equal(dprec_release_trusted(c, &t, NULL), DPREC_OK);
+        assert_int_equal(t.format_version, DPREC_RELEASE_FORMAT_COMPACT);
+        assert_int_equal(t.flags, DPREC_RELEASE_HAS_BIASES | encs[e]);
+        assert_int_equal(dprec_recommend(c, q, qlen, k, rs, &ns), DPREC_OK);
+        assert_memory_equal(rs, rq, sizeof rq[0] * nq);
+        (void)nf;
+        (void)rf;
+        free(f32);
+        free(q);
+        free(dec);
+        free(v);
+        free(bias);
+        free(dv);
+        free(db);
+        dprec_client_free(c);
+        free(mem);
+        fake_port_free(&fake);
+    }
+}
+
 /* A release whose rows are huge against the ridge (entries up to 1e6, near the public bound 2^20, as a local-DP
  * protocol's noise can make them) with fewer ratings than d: the normal equations are refused by the Cholesky guard, and the fit falls
  * back to Givens QR on the rows it kept. The result is the ridge solution, checked through the n x n dual
@@ -723,6 +837,7 @@ int main(void) {
         cmocka_unit_test(test_client_init_fails_cleanly_when_the_nth_allocation_fails),
         cmocka_unit_test(test_recommend_equals_brute_force_sort_on_random_problems),
         cmocka_unit_test(test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking),
+        cmocka_unit_test(test_a_compact_release_is_used_as_its_decoded_float_release),
         cmocka_unit_test(test_fit_solves_a_release_of_huge_rows_by_qr),
         cmocka_unit_test(test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_vector),
         cmocka_unit_test(test_extreme_bounded_releases_give_finite_scores_and_full_lists),

@@ -775,6 +775,163 @@ static void test_qr_solve_refuses_a_zero_diagonal_and_nan(void **state)
     problem_free(&p);
 }
 
+/* ---- the blocked accumulation -------------------------------------------------------------------------- */
+
+/* Fills A (d x d, all of it) and b with the ridge start and the given junk above the diagonal. */
+static void blocked_start(double *a, double *b, uint32_t d, double upper)
+{
+    dprec_normal_init(a, b, d, 0.25);
+    for (uint32_t i = 0; i < d; i++) {
+        for (uint32_t j = i + 1; j < d; j++) {
+            a[(size_t)i * d + j] = upper;
+        }
+    }
+}
+
+/* The vector kernel and the plain one compute every entry as the same sum in the same order, so they agree bit for
+ * bit, for every d (tile remainders included) and every block size; the same must hold on arm64 and armhf, where
+ * this test also runs (under qemu-user in CI). */
+static void test_blocked_accumulation_equals_the_portable_kernel_bit_for_bit(void **state)
+{
+    (void)state;
+    uint64_t seed = 20260101u;
+    const uint32_t ds[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 64, 100, 256};
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+        uint32_t d = ds[di];
+        size_t stride = (size_t)d + 1u; /* as the client keeps its rows: v_j then b_j */
+        float *rows = malloc(sizeof(float) * stride * DPREC_GRAM_BLOCK);
+        double *a1 = malloc(sizeof(double) * d * d), *a2 = malloc(sizeof(double) * d * d);
+        double *b1 = malloc(sizeof(double) * d), *b2 = malloc(sizeof(double) * d);
+        double *scratch = malloc(sizeof(double) * DPREC_GRAM_SCRATCH(d));
+        for (uint32_t n = 1; n <= DPREC_GRAM_BLOCK; n++) {
+            double targets[DPREC_GRAM_BLOCK];
+            for (size_t i = 0; i < stride * DPREC_GRAM_BLOCK; i++) rows[i] = (float)lcg_range(&seed, -3.0, 3.0);
+            for (uint32_t k = 0; k < DPREC_GRAM_BLOCK; k++) targets[k] = lcg_range(&seed, -2.0, 2.0);
+            blocked_start(a1, b1, d, 0.0);
+            blocked_start(a2, b2, d, 0.0);
+            for (int round = 0; round < 3; round++) { /* several blocks into the same A */
+                dprec_normal_add_block(a1, b1, d, rows, stride, targets, n, scratch);
+                dprec_normal_add_block_portable(a2, b2, d, rows, stride, targets, n, scratch);
+            }
+            for (uint32_t i = 0; i < d; i++) {
+                for (uint32_t j = 0; j <= i; j++) {
+                    if (memcmp(&a1[(size_t)i * d + j], &a2[(size_t)i * d + j], sizeof(double)) != 0) {
+                        fail_msg("d %u n %u: A[%u][%u] %.17g (vector) != %.17g (portable)", d, n, i, j,
+                                 a1[(size_t)i * d + j], a2[(size_t)i * d + j]);
+                    }
+                }
+            }
+            assert_memory_equal(b1, b2, sizeof(double) * d);
+        }
+        free(rows);
+        free(a1);
+        free(a2);
+        free(b1);
+        free(b2);
+        free(scratch);
+    }
+}
+
+/* The blocked sums are the row-by-row sums in another order: equal up to rounding (each entry's error is a few ulps
+ * of the sum of the magnitudes of its products), and exactly equal where every partial sum is exact (small integers).
+ * What is above the diagonal is left for the solver to ignore. */
+static void test_blocked_accumulation_equals_row_by_row_updates(void **state)
+{
+    (void)state;
+    uint64_t seed = 77u;
+    const uint32_t ds[] = {1, 3, 4, 6, 16, 32, 37};
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+        uint32_t d = ds[di];
+        const uint32_t n = 203; /* no multiple of the block: full blocks and a partial one */
+        float *rows = malloc(sizeof(float) * d * n);
+        double *t = malloc(sizeof(double) * n);
+        double *a1 = malloc(sizeof(double) * d * d), *a2 = malloc(sizeof(double) * d * d);
+        double *m = malloc(sizeof(double) * d * d);
+        double *b1 = malloc(sizeof(double) * d), *b2 = malloc(sizeof(double) * d);
+        double *scratch = malloc(sizeof(double) * DPREC_GRAM_SCRATCH(d));
+        for (int integers = 0; integers < 2; integers++) {
+            for (size_t i = 0; i < (size_t)d * n; i++)
+                rows[i] = integers ? (float)(int)lcg_range(&seed, -8.0, 8.0) : (float)lcg_range(&seed, -1.0, 1.0);
+            for (uint32_t k = 0; k < n; k++) t[k] = integers ? (double)(int)lcg_range(&seed, 1.0, 6.0) : lcg_range(&seed, -2.0, 2.0);
+            blocked_start(a1, b1, d, 0.0);
+            blocked_start(a2, b2, d, 0.0);
+            memset(m, 0, sizeof(double) * d * d);
+            for (uint32_t k = 0; k < n; k++) {
+                dprec_normal_add(a1, b1, d, rows + (size_t)k * d, t[k]);
+                for (uint32_t i = 0; i < d; i++)
+                    for (uint32_t j = 0; j <= i; j++)
+                        m[(size_t)i * d + j] += fabs((double)rows[(size_t)k * d + i] * (double)rows[(size_t)k * d + j]);
+            }
+            for (uint32_t k = 0; k < n; k += DPREC_GRAM_BLOCK) {
+                uint32_t nb = n - k < DPREC_GRAM_BLOCK ? n - k : DPREC_GRAM_BLOCK;
+                dprec_normal_add_block(a2, b2, d, rows + (size_t)k * d, d, t + k, nb, scratch);
+            }
+            for (uint32_t i = 0; i < d; i++) {
+                for (uint32_t j = 0; j <= i; j++) {
+                    double x = a1[(size_t)i * d + j], y = a2[(size_t)i * d + j];
+                    double tol = integers ? 0.0 : 8.0 * (double)n * DBL_EPSILON * (m[(size_t)i * d + j] + 0.25);
+                    if (!(fabs(x - y) <= tol)) fail_msg("d %u: A[%u][%u] %.17g != %.17g", d, i, j, x, y);
+                }
+                if (integers) assert_true(b1[i] == b2[i]);
+                else assert_true(fabs(b1[i] - b2[i]) <= 1e-12 * (double)n);
+            }
+        }
+        free(rows);
+        free(t);
+        free(a1);
+        free(a2);
+        free(m);
+        free(b1);
+        free(b2);
+        free(scratch);
+    }
+}
+
+/* Accumulated in blocks and solved, the system is the one the naive dense solve of this file gives. */
+static void test_blocked_accumulation_solves_like_the_naive_dense_solve(void **state)
+{
+    (void)state;
+    uint64_t seed = 4242u;
+    for (int trial = 0; trial < 40; trial++) {
+        uint32_t d = 1u + (uint32_t)(lcg_uniform(&seed) * 40.0);
+        uint32_t n = 1u + (uint32_t)(lcg_uniform(&seed) * 120.0);
+        float *v = malloc(sizeof(float) * d * n);
+        double *t = malloc(sizeof(double) * n);
+        for (size_t i = 0; i < (size_t)d * n; i++) v[i] = (float)lcg_range(&seed, -1.0, 1.0);
+        for (uint32_t k = 0; k < n; k++) t[k] = lcg_range(&seed, 1.0, 5.0);
+        double *a = malloc(sizeof(double) * d * d), *b = malloc(sizeof(double) * d);
+        double *scratch = malloc(sizeof(double) * DPREC_GRAM_SCRATCH(d));
+        double *full = malloc(sizeof(double) * d * d), *rhs = malloc(sizeof(double) * d);
+        double *x = malloc(sizeof(double) * d);
+        dprec_normal_init(a, b, d, 0.5);
+        for (uint32_t k = 0; k < n; k += DPREC_GRAM_BLOCK) {
+            uint32_t nb = n - k < DPREC_GRAM_BLOCK ? n - k : DPREC_GRAM_BLOCK;
+            dprec_normal_add_block(a, b, d, v + (size_t)k * d, d, t + k, nb, scratch);
+        }
+        assert_int_equal(dprec_cholesky_solve(a, b, d), DPREC_OK);
+        for (uint32_t i = 0; i < d; i++) {
+            rhs[i] = 0.0;
+            for (uint32_t j = 0; j < d; j++) full[(size_t)i * d + j] = i == j ? 0.5 : 0.0;
+        }
+        for (uint32_t k = 0; k < n; k++)
+            for (uint32_t i = 0; i < d; i++) {
+                rhs[i] += t[k] * (double)v[(size_t)k * d + i];
+                for (uint32_t j = 0; j < d; j++)
+                    full[(size_t)i * d + j] += (double)v[(size_t)k * d + i] * (double)v[(size_t)k * d + j];
+            }
+        assert_int_equal(naive_solve(full, rhs, d, x), 0);
+        for (uint32_t i = 0; i < d; i++) assert_true(fabs(b[i] - x[i]) <= 1e-9 * (1.0 + fabs(x[i])));
+        free(x);
+        free(v);
+        free(t);
+        free(a);
+        free(b);
+        free(scratch);
+        free(full);
+        free(rhs);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -800,6 +957,9 @@ int main(void)
         cmocka_unit_test(test_qr_solve_matches_naive_dense_solve_on_random_problems),
         cmocka_unit_test(test_qr_solves_huge_rows_that_the_cholesky_guard_refuses),
         cmocka_unit_test(test_qr_solve_refuses_a_zero_diagonal_and_nan),
+        cmocka_unit_test(test_blocked_accumulation_equals_the_portable_kernel_bit_for_bit),
+        cmocka_unit_test(test_blocked_accumulation_equals_row_by_row_updates),
+        cmocka_unit_test(test_blocked_accumulation_solves_like_the_naive_dense_solve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

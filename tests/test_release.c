@@ -1,5 +1,5 @@
-/* Tests for sdk/release.c: the v1 release format, its whole-buffer check, row access, streaming reader and
- * writer. Test data comes from a fixed-seed LCG, so every run sees the same bytes. */
+/* Tests for sdk/release.c: the release formats (1, float32 rows; 2, compact rows), the whole-buffer check, row
+ * access, streaming reader and writer. Test data comes from a fixed-seed LCG, so every run sees the same bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +41,9 @@ typedef struct fixture {
     size_t len;
 } fixture;
 
+/* The encoding fixture_make writes (0: float32 rows; DPREC_RELEASE_ENC_Q16 or _Q8: a compact release). */
+static uint16_t fixture_encoding;
+
 /* Writes a release with LCG values; the caller frees with fixture_free. */
 static void fixture_make(fixture *f, uint32_t m, uint32_t d, int biases, uint32_t seed) {
     lcg g = {seed};
@@ -66,7 +69,8 @@ static void fixture_make(fixture *f, uint32_t m, uint32_t d, int biases, uint32_
     f->info.rating_min = 1.0f;
     f->info.rating_max = 5.0f;
     f->info.global_mean = biases ? 3.25f : 0.0f;
-    total = dprec_release_size(m, d, biases ? DPREC_RELEASE_HAS_BIASES : 0, 0);
+    f->info.flags = fixture_encoding;
+    total = dprec_release_size(m, d, (uint16_t)((biases ? DPREC_RELEASE_HAS_BIASES : 0) | fixture_encoding), 0);
     assert_true(total > 0);
     f->buf = malloc((size_t)total);
     assert_non_null(f->buf);
@@ -86,7 +90,11 @@ static void fixture_free(fixture *f) {
  * before its digest is looked at). */
 static void rehash(unsigned char *buf, size_t cap) {
     uint64_t m = dprec_ld32(buf + 24), d = dprec_ld32(buf + 28);
-    uint64_t rb = 4u * (d + ((dprec_ld16(buf + 6) & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u));
+    uint16_t flags = dprec_ld16(buf + 6);
+    uint64_t rb = (flags & DPREC_RELEASE_HAS_BIASES) ? 4u : 0u;
+    if (flags & DPREC_RELEASE_ENC_Q16) rb += 4u + 2u * d;
+    else if (flags & DPREC_RELEASE_ENC_Q8) rb += 4u + d;
+    else rb += 4u * d;
     uint64_t body_end = 64u + m * rb;
 
     if (body_end + 32u > cap) return;
@@ -379,8 +387,15 @@ static void test_release_size_follows_the_layout(void **state) {
     assert_int_equal(dprec_release_size(4, 0, 0, 0), 0);
     assert_int_equal(dprec_release_size(DPREC_MAX_ITEMS + 1, 4, 0, 0), 0);
     assert_int_equal(dprec_release_size(4, DPREC_MAX_DIM + 1, 0, 0), 0);
-    assert_int_equal(dprec_release_size(4, 4, 0x0002, 0), 0);
+    assert_int_equal(dprec_release_size(4, 4, 0x0008, 0), 0);                  /* an unknown flag */
+    assert_int_equal(dprec_release_size(4, 4, DPREC_RELEASE_ENC_MASK, 0), 0);  /* both encodings */
     assert_int_equal(dprec_release_size(4, 4, 0, DPREC_RELEASE_MAX_SIG + 1), 0);
+    /* compact rows: [bias] scale, then d int16 or int8 */
+    assert_int_equal(dprec_release_size(10, 4, DPREC_RELEASE_ENC_Q16, 0), 64 + 10 * (4 + 8) + 32);
+    assert_int_equal(dprec_release_size(10, 4, DPREC_RELEASE_ENC_Q8 | DPREC_RELEASE_HAS_BIASES, 0), 64 + 10 * (8 + 4) + 32);
+    assert_int_equal(dprec_release_size(100000, 32, DPREC_RELEASE_HAS_BIASES, 72), 13200168);
+    assert_int_equal(dprec_release_size(100000, 32, DPREC_RELEASE_HAS_BIASES | DPREC_RELEASE_ENC_Q16, 72), 7200168);
+    assert_int_equal(dprec_release_size(100000, 32, DPREC_RELEASE_HAS_BIASES | DPREC_RELEASE_ENC_Q8, 72), 4000168);
 }
 
 /* ---- header validation -------------------------------------------------------------------------------- */
@@ -408,8 +423,10 @@ static void test_release_rejects_inconsistent_headers(void **state) {
         {"bad magic", 0, 1, 'X', 0, DPREC_ERR_RELEASE_MAGIC},
         {"bad magic (last byte)", 3, 1, 'W', 0, DPREC_ERR_RELEASE_MAGIC},
         {"version 0", 4, 2, 0, 0, DPREC_ERR_RELEASE_VERSION},
-        {"version 2", 4, 2, 2, 0, DPREC_ERR_RELEASE_VERSION},
-        {"unknown flag 0x0002", 6, 2, 0x0002, 0, DPREC_ERR_RELEASE_HEADER},
+        {"version 3", 4, 2, 3, 0, DPREC_ERR_RELEASE_VERSION},
+        {"version 2 with float32 rows", 4, 2, 2, 0, DPREC_ERR_RELEASE_HEADER},
+        {"version 1 with a compact encoding", 6, 2, DPREC_RELEASE_ENC_Q16, 0, DPREC_ERR_RELEASE_HEADER},
+        {"unknown flag 0x0008", 6, 2, 0x0008, 0, DPREC_ERR_RELEASE_HEADER},
         {"unknown flag 0x8000", 6, 2, 0x8000, 0, DPREC_ERR_RELEASE_HEADER},
         {"m = 0", 24, 4, 0, 0, DPREC_ERR_RELEASE_HEADER},
         {"m > DPREC_MAX_ITEMS", 24, 4, DPREC_MAX_ITEMS + 1, 0, DPREC_ERR_RELEASE_HEADER},
@@ -663,7 +680,10 @@ static void test_release_write_refuses_invalid_content(void **state) {
     info.rating_min = NAN;
     assert_int_equal(dprec_release_write(out, f.len, &info, f.v, f.bias, &written), DPREC_ERR_RELEASE_HEADER);
     info = f.info;
-    info.flags = 0x0004;
+    info.flags = 0x0008;
+    assert_int_equal(dprec_release_write(out, f.len, &info, f.v, f.bias, &written), DPREC_ERR_RELEASE_HEADER);
+    info = f.info;
+    info.flags = DPREC_RELEASE_ENC_MASK; /* both encodings */
     assert_int_equal(dprec_release_write(out, f.len, &info, f.v, f.bias, &written), DPREC_ERR_RELEASE_HEADER);
     info = f.info;
     assert_int_equal(dprec_release_write(NULL, f.len, &info, f.v, f.bias, &written), DPREC_ERR_INVALID_ARGUMENT);
@@ -688,18 +708,157 @@ static void test_release_write_refuses_invalid_content(void **state) {
     fixture_free(&f);
 }
 
+/* ---- compact releases (format 2) ------------------------------------------------------------------------- */
+
+/* Writes m x d values (LCG, times `scale`, row j also times 2^(j mod 5) so that rows have different scales) in the
+ * encoding, checks the layout and header, and that every decoded value is within half a quantization step of the
+ * original (the step s_j = max_k |v_jk| / Q of its row, plus a float rounding). Biases stay exact. */
+static void compact_round_trip(uint16_t enc, uint32_t m, uint32_t d, int biases, float scale) {
+    int32_t qmax = enc == DPREC_RELEASE_ENC_Q16 ? 32767 : 127;
+    size_t wbytes = enc == DPREC_RELEASE_ENC_Q16 ? 2u : 1u;
+    fixture_encoding = enc;
+    fixture f;
+    fixture_make(&f, m, d, biases, 4321u + m + d);
+    fixture_encoding = 0;
+    for (uint32_t j = 0; j < m; j++) /* rescale and rewrite: the fixture's values are in [-1, 1) */
+        for (uint32_t k = 0; k < d; k++) f.v[(size_t)j * d + k] *= scale * (float)(1u << (j % 5u));
+    for (uint32_t k = 0; k < d; k++) f.v[k] = 0.0f; /* row 0 all zero: scale 0 */
+    size_t written = 0;
+    f.info.flags = enc;
+    assert_int_equal(dprec_release_write(f.buf, f.len, &f.info, f.v, f.bias, &written), DPREC_OK);
+    assert_int_equal(written, 64u + (size_t)m * ((biases ? 4u : 0u) + 4u + wbytes * d) + 32u);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_check(f.buf, f.len, &info), DPREC_OK);
+    assert_int_equal(info.format_version, DPREC_RELEASE_FORMAT_COMPACT);
+    assert_int_equal(info.flags, (biases ? DPREC_RELEASE_HAS_BIASES : 0) | enc);
+    assert_memory_equal(&info, &f.info, offsetof(dprec_release_info, digest));
+    float row[DPREC_MAX_DIM], b;
+    for (uint32_t j = 0; j < m; j++) {
+        const float *v = f.v + (size_t)j * d;
+        float mx = 0.0f;
+        for (uint32_t k = 0; k < d; k++) mx = fmaxf(mx, fabsf(v[k]));
+        assert_int_equal(dprec_release_row(f.buf, &info, j, row, &b), DPREC_OK);
+        assert_true(b == (biases ? f.bias[j] : 0.0f));
+        for (uint32_t k = 0; k < d; k++) {
+            double err = fabs((double)row[k] - (double)v[k]), step = (double)mx / qmax;
+            if (!(err <= 0.5 * step * (1.0 + 1e-5) + (double)mx * 1e-7))
+                fail_msg("enc %u row %u k %u: %.9g decoded as %.9g (step %.3g)", enc, j, k, v[k], row[k], step);
+        }
+        if (j == 0) for (uint32_t k = 0; k < d; k++) assert_true(row[k] == 0.0f);
+    }
+    fixture_free(&f);
+}
+
+static void test_compact_releases_round_trip_within_half_a_step(void **state) {
+    (void)state;
+    uint16_t encs[2] = {DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    for (int e = 0; e < 2; e++) {
+        compact_round_trip(encs[e], 1, 1, 0, 1.0f);
+        compact_round_trip(encs[e], 17, 5, 1, 1.0f);
+        compact_round_trip(encs[e], 40, 32, 1, 0.01f);
+        compact_round_trip(encs[e], 6, DPREC_MAX_DIM, 0, 1000.0f);
+        compact_round_trip(encs[e], 5, 3, 1, 65536.0f); /* up to 2^20: the scale rule decides */
+    }
+}
+
+/* A row whose largest value is the bound itself: the writer lowers the scale until s * Q <= 2^20, the rule every
+ * reader checks, and the value still decodes within a step of 2^20 and never past it. */
+static void test_compact_writer_keeps_the_scale_rule_at_the_bound(void **state) {
+    (void)state;
+    float v[3] = {DPREC_RELEASE_VALUE_MAX, -DPREC_RELEASE_VALUE_MAX, 0.5f};
+    uint16_t encs[2] = {DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    for (int e = 0; e < 2; e++) {
+        dprec_release_info info;
+        memset(&info, 0, sizeof info);
+        info.num_items = 1;
+        info.dim = 3;
+        info.rating_min = 1.0f;
+        info.rating_max = 5.0f;
+        info.flags = encs[e];
+        unsigned char buf[256];
+        size_t written = 0;
+        assert_int_equal(dprec_release_write(buf, sizeof buf, &info, v, NULL, &written), DPREC_OK);
+        float s = dprec_ldf32(buf + 64), qmax = encs[e] == DPREC_RELEASE_ENC_Q16 ? 32767.0f : 127.0f;
+        assert_true(s > 0.0f && s * qmax <= DPREC_RELEASE_VALUE_MAX);
+        float row[3];
+        assert_int_equal(dprec_release_check(buf, written, &info), DPREC_OK);
+        assert_int_equal(dprec_release_row(buf, &info, 0, row, NULL), DPREC_OK);
+        assert_true(row[0] <= DPREC_RELEASE_VALUE_MAX && row[0] >= DPREC_RELEASE_VALUE_MAX - s);
+        assert_true(row[1] == -row[0]);
+    }
+}
+
+static void test_compact_reader_delivers_identical_rows_for_any_chunking(void **state) {
+    (void)state;
+    fixture_encoding = DPREC_RELEASE_ENC_Q8;
+    reader_matches_check(1, 1, 0);
+    reader_matches_check(13, 6, 1);
+    reader_matches_check(5, DPREC_MAX_DIM, 1);
+    fixture_encoding = DPREC_RELEASE_ENC_Q16;
+    reader_matches_check(1, 1, 1); /* a 10-byte row, longer than the float32 row of d = 1 */
+    reader_matches_check(13, 7, 0);
+    reader_matches_check(5, DPREC_MAX_DIM, 1);
+    fixture_encoding = 0;
+}
+
+/* Rule 4 for compact rows: a scale that is negative, not finite, or with s * Q past 2^20, and the one integer outside
+ * [-Q, Q] (-128, -32768), are refused by check and reader alike, digest recomputed. */
+static void test_compact_rows_past_their_rules_are_refused(void **state) {
+    (void)state;
+    uint16_t encs[2] = {DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    for (int e = 0; e < 2; e++) {
+        fixture_encoding = encs[e];
+        fixture f;
+        fixture_make(&f, 5, 3, 1, 31u);
+        fixture_encoding = 0;
+        uint32_t q = encs[e] == DPREC_RELEASE_ENC_Q16 ? 32767u : 127u;
+        size_t rb = 4u + 4u + (encs[e] == DPREC_RELEASE_ENC_Q16 ? 6u : 3u);
+        size_t scale_at = 64u + 2u * rb + 4u, int_at = scale_at + 4u; /* row 2 */
+        float bad_scales[] = {-1.0f, -0.0f, NAN, INFINITY, DPREC_RELEASE_VALUE_MAX / (float)q * 1.001f, 2e20f};
+        for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
+            unsigned char *p = dup_buf(f.buf, f.len, 0);
+            dprec_stf32(p + scale_at, bad_scales[i]);
+            rehash(p, f.len);
+            expect_everywhere(p, f.len, DPREC_ERR_RELEASE_VALUE);
+            free(p);
+        }
+        unsigned char *p = dup_buf(f.buf, f.len, 0); /* the largest scale the rule allows is fine */
+        dprec_stf32(p + scale_at, DPREC_RELEASE_VALUE_MAX / (float)q * 0.999f);
+        rehash(p, f.len);
+        expect_everywhere(p, f.len, DPREC_OK);
+        free(p);
+        p = dup_buf(f.buf, f.len, 0);
+        if (encs[e] == DPREC_RELEASE_ENC_Q16) dprec_st16(p + int_at + 2, 0x8000u);
+        else p[int_at + 1] = 0x80u;
+        rehash(p, f.len);
+        expect_everywhere(p, f.len, DPREC_ERR_RELEASE_VALUE);
+        free(p);
+        fixture_free(&f);
+    }
+}
+
+/* The 2000 mutations of test_release_parsers_agree_on_random_mutations, on compact releases. */
+static void parsers_agree_on_mutations_of(uint16_t enc, uint32_t seed);
+
+static void test_compact_parsers_agree_on_random_mutations(void **state) {
+    (void)state;
+    parsers_agree_on_mutations_of(DPREC_RELEASE_ENC_Q16, 20260601u);
+    parsers_agree_on_mutations_of(DPREC_RELEASE_ENC_Q8, 20260602u);
+}
+
 /* ---- fuzz --------------------------------------------------------------------------------------------- */
 
 /* 2000 mutations of a small valid release, fed to both parsers. The reader must return exactly what check
  * returns, whatever the chunking (release.c reports errors in stream order for that reason), and a release
  * check accepts must stream without error. Half the mutants get a recomputed digest so that mutations
  * reach the value and size rules instead of all dying at the digest. */
-static void test_release_parsers_agree_on_random_mutations(void **state) {
+static void parsers_agree_on_mutations_of(uint16_t enc, uint32_t seed) {
     fixture f;
-    lcg g = {20240601u};
+    lcg g = {seed};
     int iter, ok = 0;
-    (void)state;
+    fixture_encoding = enc;
     fixture_make(&f, 4, 3, 1, 23u);
+    fixture_encoding = 0;
     for (iter = 0; iter < 2000; iter++) {
         size_t cap = f.len + 64, len = f.len;
         unsigned char *p = dup_buf(f.buf, f.len, 64);
@@ -732,8 +891,13 @@ static void test_release_parsers_agree_on_random_mutations(void **state) {
         free(p);
     }
     /* the mutations are not all fatal: some mutants (release_version, signature bytes, ...) stay valid */
-    print_message("fuzz: %d of 2000 mutants were valid releases\n", ok);
+    print_message("fuzz (encoding %u): %d of 2000 mutants were valid releases\n", enc, ok);
     fixture_free(&f);
+}
+
+static void test_release_parsers_agree_on_random_mutations(void **state) {
+    (void)state;
+    parsers_agree_on_mutations_of(0, 20240601u);
 }
 
 /* The bit test every reader uses (bytes.h) is the public bound's own bit pattern, and orders as the values do. */
@@ -752,6 +916,11 @@ static void test_the_value_bound_bits_are_the_public_bound(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_value_bound_bits_are_the_public_bound),
+        cmocka_unit_test(test_compact_releases_round_trip_within_half_a_step),
+        cmocka_unit_test(test_compact_writer_keeps_the_scale_rule_at_the_bound),
+        cmocka_unit_test(test_compact_reader_delivers_identical_rows_for_any_chunking),
+        cmocka_unit_test(test_compact_rows_past_their_rules_are_refused),
+        cmocka_unit_test(test_compact_parsers_agree_on_random_mutations),
         cmocka_unit_test(test_release_round_trips_without_biases),
         cmocka_unit_test(test_release_round_trips_with_biases),
         cmocka_unit_test(test_release_row_refuses_item_out_of_range),

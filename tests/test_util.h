@@ -21,10 +21,11 @@ static inline double test_uniform(test_rng *r) { /* [0, 1) */
     return (double)test_next(r) / 4294967296.0;
 }
 
-/* A release of the given m x d matrix v and item biases b (NULL: none, and mu must be 0), global mean mu.
- * Returns a malloc'd buffer (NULL if the writer refused) and its size in *len. */
-static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const float *v, const float *b, float mu,
-                                                size_t *len) {
+/* A release of the given m x d matrix v and item biases b (NULL: none, and mu must be 0), global mean mu, in the
+ * encoding (0: float32; DPREC_RELEASE_ENC_Q16 or _Q8: compact). Returns a malloc'd buffer (NULL if the writer
+ * refused) and its size in *len. */
+static inline unsigned char *test_write_release_enc(uint32_t m, uint32_t d, const float *v, const float *b, float mu,
+                                                    uint16_t encoding, size_t *len) {
     dprec_release_info info;
     memset(&info, 0, sizeof info);
     info.release_version = 7;
@@ -34,7 +35,7 @@ static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const fl
     info.rating_min = 1.0f;
     info.rating_max = 5.0f;
     info.global_mean = mu;
-    info.flags = b ? DPREC_RELEASE_HAS_BIASES : 0;
+    info.flags = (uint16_t)((b ? DPREC_RELEASE_HAS_BIASES : 0) | encoding);
     size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0);
     unsigned char *buf = malloc(cap);
     size_t written = 0;
@@ -44,6 +45,12 @@ static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const fl
     }
     *len = written;
     return buf;
+}
+
+/* The same in float32 (release format 1). */
+static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const float *v, const float *b, float mu,
+                                                size_t *len) {
+    return test_write_release_enc(m, d, v, b, mu, 0, len);
 }
 
 /* Makes an unsigned test release the client's trusted release: dprec_release_verify with

@@ -243,6 +243,7 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON_AddNumberToObject(o, "deadline", (double)j->deadline);
     cJSON_AddNumberToObject(o, "participation", j->participation);
     if (j->base_job > 0) cJSON_AddNumberToObject(o, "base_job", (double)j->base_job);
+    if (j->release_encoding != 0) cJSON_AddStringToObject(o, "release_encoding", agg_release_encoding_name(j->release_encoding));
     cJSON *params = cJSON_Parse(j->params);
     cJSON_AddItemToObject(o, "params", params != NULL ? params : cJSON_CreateObject());
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
@@ -510,6 +511,11 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     else if (cJSON_GetObjectItemCaseSensitive(o, "base_job") != NULL &&
              get_int(o, "base_job", 1, INT64_MAX, &s.base_job) != 1)
         snprintf(err, sizeof err, "base_job must be a job id");
+    else if (cJSON_GetObjectItemCaseSensitive(o, "release_encoding") != NULL &&
+             (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "release_encoding")) ||
+              agg_release_encoding_parse(cJSON_GetObjectItemCaseSensitive(o, "release_encoding")->valuestring,
+                                         &s.release_encoding) != 0))
+        snprintf(err, sizeof err, "release_encoding must be \"f32\", \"q16\" or \"q8\"");
     if (err[0] == '\0') {
         s.d = (uint32_t)d;
         s.m = (uint32_t)m;

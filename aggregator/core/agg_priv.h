@@ -43,6 +43,9 @@ typedef struct agg_job {
      * biases release 1 starts from (docs/protocol.md, "Jobs built on another"), e.g. the private bias model. */
     int64_t base_job;
     const struct agg_model *base; /* at creation only (initial_model): that release's model; NULL otherwise */
+    /* The encoding of the job's releases (spec field "release_encoding": "f32", the default, "q16" or "q8"):
+     * 0 or one of DPREC_RELEASE_ENC_* (docs/release-format.md, compact releases). Post-processing of the model. */
+    uint16_t release_encoding;
 } agg_job;
 
 void agg_job_free(agg_job *j);
@@ -343,6 +346,10 @@ int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64
 int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x);
 /* Clamps every value of x to the public bound DPREC_RELEASE_VALUE_MAX (dprec/release.h), as devices require. */
 void agg_model_clamp(agg_model *x);
+/* A job's release encoding by its spec name ("f32", "q16", "q8") into *enc (0 or DPREC_RELEASE_ENC_*): 0, or -1
+ * for another name. And back: the name of an encoding. */
+int agg_release_encoding_parse(const char *name, uint16_t *enc);
+const char *agg_release_encoding_name(uint16_t enc);
 
 /* 1 when the job's rounds may close at min_reports before the deadline (local and non-private protocols). */
 int agg_closes_early(const agg_job *j);

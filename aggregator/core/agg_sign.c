@@ -130,9 +130,23 @@ static int sign_digest(dprec_agg *a, const unsigned char digest[32], unsigned ch
     return rc;
 }
 
+int agg_release_encoding_parse(const char *name, uint16_t *enc) {
+    if (strcmp(name, "f32") == 0) *enc = 0;
+    else if (strcmp(name, "q16") == 0) *enc = DPREC_RELEASE_ENC_Q16;
+    else if (strcmp(name, "q8") == 0) *enc = DPREC_RELEASE_ENC_Q8;
+    else return -1;
+    return 0;
+}
+
+const char *agg_release_encoding_name(uint16_t enc) {
+    return enc == DPREC_RELEASE_ENC_Q16 ? "q16" : enc == DPREC_RELEASE_ENC_Q8 ? "q8" : "f32";
+}
+
+/* The release is written in the job's encoding: a compact one (format 2) quantizes each row of V in
+ * dprec_release_write, after the model was clamped to the public bound: post-processing, no privacy cost. */
 int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
                       size_t *out_len, char *err, size_t errcap) {
-    uint16_t flags = x->bias != NULL ? DPREC_RELEASE_HAS_BIASES : 0;
+    uint16_t flags = (uint16_t)((x->bias != NULL ? DPREC_RELEASE_HAS_BIASES : 0u) | j->release_encoding);
     uint64_t unsigned_size = dprec_release_size(x->m, x->d, flags, 0);
     if (unsigned_size == 0) {
         snprintf(err, errcap, "release size out of range");

@@ -309,6 +309,8 @@ static int job_load_row(agg_conn *c, int64_t id, agg_job *out) {
     cJSON *sj = spec != NULL ? cJSON_Parse((const char *)spec) : NULL;
     const cJSON *bj = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "base_job") : NULL;
     if (cJSON_IsNumber(bj) && bj->valuedouble >= 1) out->base_job = (int64_t)bj->valuedouble;
+    const cJSON *re = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "release_encoding") : NULL;
+    if (cJSON_IsString(re)) (void)agg_release_encoding_parse(re->valuestring, &out->release_encoding);
     cJSON_Delete(sj);
     finish(c, st);
     if (out->params == NULL || out->proto == NULL) {

@@ -42,6 +42,7 @@ static int agg_transport_request(void *ctx, const dprec_http_request *req, dprec
 void dprec_agg_transport_init(dprec_transport *t, dprec_agg_transport *state, dprec_agg *a, size_t chunk) {
     state->agg = a;
     state->chunk = chunk;
+    DPREC_STRUCT_INIT(t);
     t->ctx = state;
     t->request = agg_transport_request;
 }

@@ -560,6 +560,7 @@ int fleet_conn_transport(fleet_conn *c, dprec_transport *t, char *err, size_t er
         snprintf(err, errcap, "curl_easy_init failed");
         return -1;
     }
+    DPREC_STRUCT_INIT(t);
     t->ctx = ft;
     t->request = fallback_request;
     return 0;

@@ -91,6 +91,9 @@ static const char help_tail[] =
     "devices and output:\n"
     "  --threads N              devices simulated in parallel (default: the number of CPUs)\n"
     "  --store-dir DIR          keep each device's store in DIR/user-N (POSIX port; default: in memory)\n"
+    "  --release-encoding E     f32 (default), q16 or q8: the jobs' releases as float32 or compact (16- or 8-bit\n"
+    "                           factors with a scale per row, docs/release-format.md); the devices predict from\n"
+    "                           what they receive, so the RMSE shows what the encoding costs\n"
     "  --verify-each            every device checks every release signature itself (default: the devices\n"
     "                           share one check per release through dprec_sync_config's memo, as one\n"
     "                           process may; each device still checks the digest of the bytes it streams)\n"
@@ -128,6 +131,7 @@ typedef struct options {
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
     int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
     int quiet, verbose, verify_each;
+    const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
     fleet_conn_options conn;
 } options;
 
@@ -704,6 +708,12 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--in-process") == 0) o->conn.in_process = 1;
         else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
         else if (strcmp(a, "--verify-each") == 0) o->verify_each = 1;
+        else if (strcmp(a, "--release-encoding") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "f32") != 0 && strcmp(v, "q16") != 0 && strcmp(v, "q8") != 0)
+                return fleet_flag_error("--release-encoding must be f32, q16 or q8:", v);
+            o->release_encoding = v;
+        }
         else if (strcmp(a, "--verbose") == 0) o->verbose = o->conn.verbose = 1;
         else if (strcmp(a, "--rounds") == 0) {
             NEED_VALUE();
@@ -879,6 +889,12 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
 
     static char spec[16384];
     o->proto->spec(&o->c, &f->data, spec, sizeof spec);
+    if (o->release_encoding != NULL && strcmp(o->release_encoding, "f32") != 0 && spec[0] == '{') { /* in the spec */
+        static char with[sizeof spec + 64];
+        snprintf(with, sizeof with, "{\"release_encoding\":\"%s\",%s", o->release_encoding, spec + 1);
+        memcpy(spec, with, sizeof spec - 1);
+        spec[sizeof spec - 1] = '\0';
+    }
     j = call_json(f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
     if (j == NULL) {
         fprintf(stderr, "dprec-fleet: creating the %s job: %s\n", o->proto->name, err);
@@ -925,6 +941,9 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
     }
+    if (main_job && o->release_encoding != NULL)
+        printf("releases: %s (release format %u), %zu bytes each\n", o->release_encoding,
+               (unsigned)f->release_info.format_version, f->release_len);
     if (main_job) printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
     double rmse = NAN;
     if (main_job && o->eval_every > 0) {

@@ -3,6 +3,7 @@
  *
  *   dprec-mkrelease --out FILE (--matrix TEXTFILE | --random M D [--seed S]) [--scale MIN MAX]
  *                   [--global-mean MU --biases BIASFILE] [--release-version N] [--job-id N] [--sign KEY.pem]
+ *                   [--encoding f32|q16|q8]
  *   dprec-mkrelease --new-key KEY.pem PUB.der
  *   dprec-mkrelease --dump FILE
  *
@@ -34,7 +35,7 @@
 static const char usage_text[] =
     "usage: dprec-mkrelease --out FILE (--matrix TEXTFILE | --random M D [--seed S])\n"
     "                       [--scale MIN MAX] [--global-mean MU --biases BIASFILE]\n"
-    "                       [--release-version N] [--job-id N] [--sign KEY.pem]\n"
+    "                       [--release-version N] [--job-id N] [--sign KEY.pem] [--encoding E]\n"
     "       dprec-mkrelease --new-key KEY.pem PUB.der\n"
     "       dprec-mkrelease --dump FILE\n"
     "       dprec-mkrelease --help\n"
@@ -54,6 +55,9 @@ static const char usage_text[] =
     "  --biases BIASFILE     M item biases, one float per line (needs --global-mean)\n"
     "  --release-version N   the release version (default 1)\n"
     "  --job-id N            the aggregator job id (default 0: made offline)\n"
+    "  --encoding E          f32 (default: float32 factors, format 1), or a compact release (format 2):\n"
+    "                        q16 or q8, 16- or 8-bit factors with a float32 scale per item (biases stay\n"
+    "                        float32); devices of SDK 0.1 refuse compact releases (RELEASE_VERSION)\n"
     "  --sign KEY.pem        sign the release with this ECDSA P-256 private key (PEM or DER), as the\n"
     "                        aggregator signs with its signing-key.pem; devices verify it with the public key\n"
     "  --new-key KEY.pem PUB.der\n"
@@ -360,8 +364,10 @@ static int dump(const char *path) {
     }
     printf("file:            %s (%lu bytes)\n", path, (unsigned long)len);
     printf("format_version:  %u\n", (unsigned)info.format_version);
-    printf("flags:           0x%04x%s\n", (unsigned)info.flags,
-           (info.flags & DPREC_RELEASE_HAS_BIASES) ? " (biases)" : "");
+    printf("flags:           0x%04x%s%s\n", (unsigned)info.flags,
+           (info.flags & DPREC_RELEASE_HAS_BIASES) ? " (biases)" : "",
+           (info.flags & DPREC_RELEASE_ENC_Q16) ? " (q16: 16-bit factors, a scale per item)"
+           : (info.flags & DPREC_RELEASE_ENC_Q8) ? " (q8: 8-bit factors, a scale per item)" : "");
     printf("release_version: %llu\n", (unsigned long long)info.release_version);
     printf("job_id:          %llu\n", (unsigned long long)info.job_id);
     printf("num_items (m):   %lu\n", (unsigned long)info.num_items);
@@ -495,6 +501,7 @@ static int sign_release(const char *key_path, unsigned char *buf, size_t *len, s
 typedef struct options {
     const char *out, *matrix, *biases, *dump, *sign, *new_key, *new_pub;
     int random, have_mean, have_scale;
+    uint16_t encoding; /* 0 or DPREC_RELEASE_ENC_* */
     uint64_t random_m, random_d, seed, release_version, job_id;
     float rating_min, rating_max, global_mean;
 } options;
@@ -535,6 +542,16 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--sign") == 0) {
             NEED(1);
             o->sign = argv[++i];
+        } else if (strcmp(a, "--encoding") == 0) {
+            NEED(1);
+            const char *e = argv[++i];
+            if (strcmp(e, "f32") == 0) o->encoding = 0;
+            else if (strcmp(e, "q16") == 0) o->encoding = DPREC_RELEASE_ENC_Q16;
+            else if (strcmp(e, "q8") == 0) o->encoding = DPREC_RELEASE_ENC_Q8;
+            else {
+                usage_error("--encoding: '%s' is not f32, q16 or q8", e);
+                return EXIT_USAGE;
+            }
         } else if (strcmp(a, "--new-key") == 0) {
             NEED(2);
             o->new_key = argv[i + 1];
@@ -593,7 +610,7 @@ static int parse_args(int argc, char **argv, options *o) {
 #undef NEED
     }
     if (o->dump != NULL || o->new_key != NULL) {
-        if (o->out || o->matrix || o->random || o->biases || o->have_mean || o->have_scale || o->sign ||
+        if (o->out || o->matrix || o->random || o->biases || o->have_mean || o->have_scale || o->sign || o->encoding ||
             (o->dump != NULL && o->new_key != NULL)) {
             usage_error("%s", o->dump != NULL ? "--dump takes no other option" : "--new-key takes no other option");
             return EXIT_USAGE;
@@ -691,8 +708,9 @@ int main(int argc, char **argv) {
     info.num_items = m;
     info.dim = d;
     info.global_mean = o.have_mean ? o.global_mean : 0.0f;
+    info.flags = o.encoding;
 
-    total = dprec_release_size(m, d, b.v != NULL ? DPREC_RELEASE_HAS_BIASES : 0u, 0);
+    total = dprec_release_size(m, d, (uint16_t)((b.v != NULL ? DPREC_RELEASE_HAS_BIASES : 0u) | o.encoding), 0);
     if (total == 0 || total > SIZE_MAX) {
         fprintf(stderr, "dprec-mkrelease: a release of m=%lu d=%lu is too large for this host\n",
                 (unsigned long)m, (unsigned long)d);

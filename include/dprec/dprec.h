@@ -20,10 +20,9 @@
 #include "dprec/privacy.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
+#include "dprec/version.h"
 
 DPREC_BEGIN_DECLS
-
-#define DPREC_VERSION_STRING "0.1.0"
 
 /* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, and the sync
  * state: a 4 KiB JSON response buffer and its tokens), rounded up. A test holds sizeof of the real fixed
@@ -35,7 +34,7 @@ DPREC_BEGIN_DECLS
  *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
  *   ratings, sorted by item                      16 * cap
  *   normal equations (double), user vector       8 * d * d + 8 * d + 4 * d
- *   the fit's scratch row                        8 * d
+ *   the fit's scratch: 16 rows of d doubles     128 * d  (its blocked accumulation, sdk/linalg.c)
  *   gauss-gd's gradient-mode state               16 + 12 * d (+ 15 alignment)
  *   rows of the rated items kept by a fit        4 * cap * (d + 1)
  *   top-K heap                                   8 * k
@@ -48,7 +47,7 @@ DPREC_BEGIN_DECLS
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
     ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
      8u * (size_t)(d) * (size_t)(d) +                                                                      \
-     32u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
+     152u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
      464u + 176u + 32u)
 
 /* The extra memory of a client that keeps private-fw state (cfg.fw_max_ratings = xi > 0; 0 costs nothing):
@@ -61,6 +60,7 @@ DPREC_BEGIN_DECLS
 #define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)
 
 typedef struct dprec_config {
+    uint32_t struct_size;     /* sizeof(dprec_config) as the app was compiled (dprec_config_default sets it) */
     uint32_t num_items;       /* m, the catalogue size; item ids are 0 .. m-1 (1 .. DPREC_MAX_ITEMS) */
     uint32_t dim;             /* d, the latent dimension (1 .. DPREC_MAX_DIM) */
     uint32_t rating_capacity; /* the most ratings the store holds (1 .. 1,000,000) */
@@ -84,17 +84,22 @@ typedef struct dprec_config {
     uint32_t fw_max_ratings;
 } dprec_config;
 
-/* Fills *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1, 8 ledger
- * lines, 1 pending slot of 4096 bytes, privacy caps 0 (no private report); num_items is left 0 and must be
- * set. */
-DPREC_API void dprec_config_default(dprec_config *cfg);
+/* Fills the size bytes at *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1,
+ * 8 ledger lines, 1 pending slot of 4096 bytes, privacy caps 0 (no private report); num_items is left 0 and must
+ * be set. Sets struct_size to size (the app's sizeof). DPREC_ERR_STRUCT_SIZE (nothing written) for a size this
+ * library cannot fill. Call it through dprec_config_default, which passes the app's sizeof. */
+DPREC_API int dprec_config_default_sized(dprec_config *cfg, size_t size);
+static inline void dprec_config_default(dprec_config *cfg) {
+    (void)dprec_config_default_sized(cfg, sizeof *cfg);
+}
 
 /* Bytes of memory a client with this configuration needs (0 if cfg is invalid). */
 DPREC_API size_t dprec_client_required_size(const dprec_config *cfg);
 
 /* Allocator hooks: alloc(user, size) returns memory aligned for any type or NULL; free(user, ptr).
- * The SDK never asks for more than cap bytes in total. */
+ * The SDK never asks for more than cap bytes in total. Fill with DPREC_STRUCT_INIT(&a) first. */
 typedef struct dprec_allocator {
+    uint32_t struct_size; /* sizeof(dprec_allocator) as the app was compiled (0: the 0.2.0 layout) */
     void *(*alloc)(void *user, size_t size);
     void (*free)(void *user, void *ptr);
     void *user;
@@ -191,6 +196,7 @@ DPREC_API int dprec_store_at(const dprec_client *c, uint32_t index, dprec_rating
 /* How a release's origin is checked. Fill with dprec_verify_config_init, then set what you need: a later
  * version may add members, which init sets to their defaults. */
 typedef struct dprec_verify_config {
+    uint32_t struct_size; /* sizeof(dprec_verify_config) as the app was compiled (dprec_verify_config_init sets it) */
     /* The aggregator's release-signing public key (DER SubjectPublicKeyInfo, ECDSA P-256), pinned by the app;
      * what `dprec-aggregator serve` serves and prints. Borrowed for the call. */
     const unsigned char *release_key;
@@ -207,8 +213,10 @@ typedef struct dprec_verify_config {
  * is checked (a key given, a signed release) must still verify. */
 #define DPREC_VERIFY_INSECURE_UNSIGNED 0x0001u
 
-/* Fills *vc with the defaults: no key, no flags, no memo. */
-DPREC_API void dprec_verify_config_init(dprec_verify_config *vc);
+/* Fills *vc with the defaults: no key, no flags, no memo, and struct_size. */
+static inline void dprec_verify_config_init(dprec_verify_config *vc) {
+    dprec_struct_init(vc, sizeof *vc);
+}
 
 /* Verifies a release held in memory (header, exact size, values, digest, then the signature under
  * vc->release_key) and makes it the client's trusted release. A loaded store (dprec_store_load) saves it, so

@@ -16,6 +16,7 @@
 
 #include "dprec/export.h"
 #include "dprec/status.h"
+#include "dprec/version.h"
 
 DPREC_BEGIN_DECLS
 
@@ -35,6 +36,9 @@ typedef enum dprec_log_level {
 } dprec_log_level;
 
 typedef struct dprec_port {
+    /* sizeof(dprec_port) as the app was compiled (DPREC_STRUCT_INIT sets it; 0: the 0.2.0 layout). Functions
+     * added later go at the end, and a port that does not know them has them NULL. */
+    uint32_t struct_size;
     void *ctx; /* passed back to every function; owned by the app */
 
     /* Files. open returns a handle in *file. read returns in *got the bytes read (0 at end of file). */

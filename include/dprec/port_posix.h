@@ -15,10 +15,14 @@ typedef struct dprec_port_posix {
     unsigned char key[32];            /* storage key set by dprec_port_posix_set_key, if any */
 } dprec_port_posix;
 
-/* Fills *port with the POSIX functions over state *posix, files kept in `dir` (created if missing, mode
- * 0700). Returns DPREC_ERR_INVALID_ARGUMENT for a NULL or too-long dir, DPREC_ERR_IO if it cannot be
- * created or is not a directory. */
-DPREC_API int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char *dir);
+/* Fills *port (port_size bytes: the app's sizeof(dprec_port)) with the POSIX functions over state *posix, files
+ * kept in `dir` (created if missing, mode 0700). Returns DPREC_ERR_INVALID_ARGUMENT for a NULL or too-long dir,
+ * DPREC_ERR_IO if it cannot be created or is not a directory, DPREC_ERR_STRUCT_SIZE for a port_size this library
+ * cannot fill. Call it through dprec_port_posix_init, which passes the app's sizeof. */
+DPREC_API int dprec_port_posix_init_sized(dprec_port *port, size_t port_size, dprec_port_posix *posix, const char *dir);
+static inline int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char *dir) {
+    return dprec_port_posix_init_sized(port, sizeof *port, posix, dir);
+}
 
 /* Gives the port a 32-byte storage key (for encryption at rest); it is copied. For tests and for apps
  * that manage the key themselves; a production app should supply get_storage_key from its keystore. */

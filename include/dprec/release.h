@@ -1,9 +1,10 @@
-/* dprec — releases of item profiles V (format v1), read from a buffer or as a stream of chunks.
+/* dprec — releases of item profiles V (formats 1 and 2), read from a buffer or as a stream of chunks.
  *
  * Layout (all integers and floats little-endian; docs/release-format.md is the full description):
  *   header   64 bytes   magic "DPRV", format version, flags, release version, job id, m, d, rating scale,
  *                       global mean, signature algorithm and length, reserved zeros
- *   body     m rows     row j = [item bias b_j if DPREC_RELEASE_HAS_BIASES] then v_j (d float32)
+ *   body     m rows     row j = [item bias b_j if DPREC_RELEASE_HAS_BIASES] then v_j: d float32 (format 1), or
+ *                       (format 2, a compact release) a float32 scale s_j and d int16 or int8 q_jk, v_jk = q_jk s_j
  *   digest   32 bytes   SHA-256 of header || body
  *   signature sig_len bytes over the digest (ECDSA P-256, added by the aggregator; 0 bytes = unsigned)
  *
@@ -17,11 +18,13 @@
 
 #include "dprec/export.h"
 #include "dprec/status.h"
+#include "dprec/version.h"
 
 DPREC_BEGIN_DECLS
 
 #define DPREC_RELEASE_MAGIC "DPRV"
-#define DPREC_RELEASE_FORMAT_VERSION 1u
+#define DPREC_RELEASE_FORMAT_VERSION 1u  /* float32 rows */
+#define DPREC_RELEASE_FORMAT_COMPACT 2u  /* quantized rows: one of the DPREC_RELEASE_ENC_* flags */
 #define DPREC_RELEASE_HEADER_SIZE 64u
 #define DPREC_RELEASE_DIGEST_SIZE 32u
 #define DPREC_RELEASE_MAX_SIG 128u   /* the largest signature a v1 release may carry */
@@ -35,14 +38,21 @@ DPREC_BEGIN_DECLS
 
 /* header flags */
 #define DPREC_RELEASE_HAS_BIASES 0x0001u /* each row starts with the item bias b_j */
+/* Compact encodings (format 2; exactly one of them, and never in format 1). A row's v_j is a float32 scale s_j >= 0
+ * then d integers q_jk in [-Q, Q]; v_jk is the float32 product q_jk * s_j, and s_j * Q <= 2^20. The item bias and
+ * the global mean stay float32. Written by dprec_release_write when info->flags asks for one; a reader of format 1
+ * only refuses such a release (DPREC_ERR_RELEASE_VERSION). */
+#define DPREC_RELEASE_ENC_Q16 0x0002u  /* int16, Q = 32767: 2 d + 4 bytes for v_j instead of 4 d */
+#define DPREC_RELEASE_ENC_Q8 0x0004u   /* int8, Q = 127: d + 4 bytes */
+#define DPREC_RELEASE_ENC_MASK 0x0006u
 
 /* signature algorithms */
 #define DPREC_SIG_NONE 0u
 #define DPREC_SIG_ECDSA_P256_SHA256 1u /* DER-encoded ECDSA signature over the digest */
 
 typedef struct dprec_release_info {
-    uint16_t format_version;
-    uint16_t flags;
+    uint16_t format_version;  /* 1, or 2 for a compact release */
+    uint16_t flags;           /* DPREC_RELEASE_HAS_BIASES, and a compact release's DPREC_RELEASE_ENC_* */
     uint64_t release_version; /* increases with each release of a job */
     uint64_t job_id;          /* the aggregator's job (0 for a release made offline) */
     uint32_t num_items;       /* m */
@@ -64,17 +74,20 @@ DPREC_API int dprec_release_parse_header(const void *buf, size_t len, dprec_rele
  * (dprec.h) and dprec_client_sync verify it (ECDSA P-256 over the digest) against the key the app pinned. */
 DPREC_API int dprec_release_check(const void *buf, size_t len, dprec_release_info *info);
 
-/* Reads row j of a release already validated by dprec_release_check: v_j into row[0..d) and the item
- * bias into *bias (0 when the release has none; bias may be NULL). */
+/* Reads row j of a release already validated by dprec_release_check: v_j into row[0..d) (decoded, for a compact
+ * release) and the item bias into *bias (0 when the release has none; bias may be NULL). */
 DPREC_API int dprec_release_row(const void *buf, const dprec_release_info *info, uint32_t j,
                                 float *row, float *bias);
 
-/* Called by the reader for each complete row: item j, its bias (0 if none) and v_j (d floats, valid only
- * during the call). A non-zero return stops the stream and is returned by the feed call. */
+/* Called by the reader for each complete row: item j, its bias (0 if none) and v_j (d floats, decoded for a compact
+ * release, valid only during the call). A non-zero return stops the stream and is returned by the feed call. */
 typedef int (*dprec_release_row_fn)(void *user, uint32_t item, float bias, const float *row, uint32_t dim);
 
-/* Streaming reader. Place it anywhere (no allocation); its size is fixed. */
+/* Streaming reader. Place it anywhere (no allocation). Its size may change between minor versions: init records
+ * the app's sizeof, and a reader smaller than this library's is refused (DPREC_ERR_STRUCT_SIZE). Apart from info
+ * (complete after a successful finish), its fields are private. */
 typedef struct dprec_release_reader {
+    uint32_t struct_size;      /* set by init: sizeof(dprec_release_reader) as the app was compiled */
     dprec_release_info info;
     uint64_t consumed;         /* bytes fed so far */
     uint32_t next_row;
@@ -84,12 +97,18 @@ typedef struct dprec_release_reader {
     dprec_release_row_fn on_row;
     void *user;
     union { unsigned char bytes[128]; uint64_t align; } sha; /* SHA-256 context storage (internal) */
-    unsigned char buf[4 * (DPREC_MAX_DIM + 1) + DPREC_RELEASE_HEADER_SIZE]; /* a partial row or header */
+    unsigned char buf[4 * (DPREC_MAX_DIM + 1) + DPREC_RELEASE_HEADER_SIZE]; /* a partial row (of any encoding) or header */
     float row[DPREC_MAX_DIM];
 } dprec_release_reader;
 
-/* Starts a stream. on_row may be NULL (validate only). */
-DPREC_API void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user);
+/* Starts a stream over the size bytes at *r. on_row may be NULL (validate only). DPREC_ERR_STRUCT_SIZE if size is
+ * below this library's reader (then feed and finish return it too). Call it through dprec_release_reader_init,
+ * which passes the app's sizeof. */
+DPREC_API int dprec_release_reader_init_sized(dprec_release_reader *r, size_t size, dprec_release_row_fn on_row,
+                                              void *user);
+static inline void dprec_release_reader_init(dprec_release_reader *r, dprec_release_row_fn on_row, void *user) {
+    (void)dprec_release_reader_init_sized(r, sizeof *r, on_row, user);
+}
 
 /* Feeds the next len bytes (any chunk size, including 0). Rows are delivered as soon as they are complete;
  * a header error is reported on the call that completes the header. Once an error is returned, every later
@@ -100,13 +119,15 @@ DPREC_API int dprec_release_reader_feed(dprec_release_reader *r, const void *chu
  * r->info is complete. Rows delivered before a failing finish must be discarded by the caller. */
 DPREC_API int dprec_release_reader_finish(dprec_release_reader *r);
 
-/* Writer for tools, tests and the aggregator. The size in bytes of a release with these parameters,
- * including a signature of sig_len bytes; 0 if they are out of range. */
+/* Writer for tools, tests and the aggregator. The size in bytes of a release with these parameters (flags: biases
+ * and the encoding), including a signature of sig_len bytes; 0 if they are out of range. */
 DPREC_API uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len);
 
 /* Writes an unsigned release into out (cap bytes). v is m*d floats row-major; item_bias is m floats or
  * NULL (then no biases are stored and global_mean must be 0). Header fields come from *info (format_version,
- * total_size, sig_* and digest are set by the writer, which also fills info->digest). *written gets the size. */
+ * total_size, sig_* and digest are set by the writer, which also fills info->digest). info->flags may ask for a
+ * compact encoding (DPREC_RELEASE_ENC_Q16 or _Q8: format 2, each row scaled by its largest |v_jk| / Q and rounded
+ * to the nearest q); DPREC_RELEASE_HAS_BIASES there is ignored (item_bias decides). *written gets the size. */
 DPREC_API int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const float *v,
                                   const float *item_bias, size_t *written);
 

@@ -20,6 +20,7 @@ typedef enum dprec_status {
     DPREC_ERR_STATE = -5,            /* the call is not valid in the object's current state */
     DPREC_ERR_CRYPTO = -6,           /* mbedTLS failed; dprec_client_last_cause() has its code */
     DPREC_ERR_INTERNAL = -7,         /* a broken internal invariant: please report it */
+    DPREC_ERR_STRUCT_SIZE = -8,      /* a struct's struct_size is one this library cannot use (other headers) */
 
     /* platform port: -100 .. -199 */
     DPREC_ERR_IO = -100,            /* a read, write, fsync or rename failed; the cause is kept */

@@ -14,6 +14,7 @@
 #include "dprec/export.h"
 #include "dprec/privacy.h"
 #include "dprec/status.h"
+#include "dprec/version.h"
 
 DPREC_BEGIN_DECLS
 
@@ -38,6 +39,7 @@ typedef struct dprec_http_response {
 } dprec_http_response;
 
 typedef struct dprec_transport {
+    uint32_t struct_size; /* sizeof(dprec_transport) as the app was compiled (DPREC_STRUCT_INIT; 0: the 0.2.0 layout) */
     void *ctx;
     /* Performs one request. DPREC_OK once a response arrived (whatever its status), DPREC_ERR_NETWORK if none
      * did (connection, DNS, timeout), DPREC_ERR_TLS if the peer failed verification or pinning. */
@@ -46,6 +48,7 @@ typedef struct dprec_transport {
 } dprec_transport;
 
 typedef struct dprec_sync_config {
+    uint32_t struct_size; /* sizeof(dprec_sync_config) as the app was compiled (DPREC_STRUCT_INIT; 0: the 0.2.0 layout) */
     uint64_t job_id;
     /* The aggregator's release-signing public key (DER SubjectPublicKeyInfo, ECDSA P-256), pinned by the app.
      * Releases whose signature does not verify under it are refused (DPREC_ERR_RELEASE_SIGNATURE). */

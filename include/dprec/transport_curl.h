@@ -16,6 +16,7 @@
 DPREC_BEGIN_DECLS
 
 typedef struct dprec_curl_options {
+    uint32_t struct_size; /* sizeof(dprec_curl_options) as the app was compiled (DPREC_STRUCT_INIT; 0: the 0.2.0 layout) */
     /* PEM file of the CA(s) to trust instead of the system store, e.g. the aggregator's self-signed
      * STATE/tls-cert.pem. NULL: the system CA store. */
     const char *ca_file;
@@ -40,12 +41,18 @@ typedef struct dprec_transport_curl {
     long last_tls_verify;     /* CURLINFO_SSL_VERIFYRESULT of the last request */
 } dprec_transport_curl;
 
-/* Sets *t up to send requests to base_url ("https://host:port", no trailing path needed) through *state with
- * the options in *opt (NULL: defaults). base_url must be https:// unless opt->allow_insecure_for_tests.
- * Returns DPREC_OK, DPREC_ERR_INVALID_ARGUMENT (NULL argument, http:// URL, URL too long) or
- * DPREC_ERR_NO_MEMORY (libcurl failed to initialise). On failure nothing needs cleaning up. */
-DPREC_API int dprec_transport_curl_init(dprec_transport *t, dprec_transport_curl *state, const char *base_url,
-                                        const dprec_curl_options *opt);
+/* Sets *t (t_size bytes: the app's sizeof) up to send requests to base_url ("https://host:port", no trailing path
+ * needed) through *state with the options in *opt (NULL: defaults; read by their struct_size). base_url must be
+ * https:// unless opt->allow_insecure_for_tests. Returns DPREC_OK, DPREC_ERR_INVALID_ARGUMENT (NULL argument,
+ * http:// URL, URL too long), DPREC_ERR_STRUCT_SIZE (t or opt from headers this library cannot use) or
+ * DPREC_ERR_NO_MEMORY (libcurl failed to initialise). On failure nothing needs cleaning up. Call it through
+ * dprec_transport_curl_init, which passes the app's sizeof. */
+DPREC_API int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_transport_curl *state,
+                                              const char *base_url, const dprec_curl_options *opt);
+static inline int dprec_transport_curl_init(dprec_transport *t, dprec_transport_curl *state, const char *base_url,
+                                            const dprec_curl_options *opt) {
+    return dprec_transport_curl_init_sized(t, sizeof *t, state, base_url, opt);
+}
 
 /* Closes the connection and releases libcurl's resources. NULL and a second call are no-ops. */
 DPREC_API void dprec_transport_curl_cleanup(dprec_transport_curl *state);

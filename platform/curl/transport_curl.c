@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 
 #include "dprec/dprec.h"
+#include "abi.h"
 #include "dprec/transport_curl.h"
 
 typedef struct sink_ctx {
@@ -162,15 +163,22 @@ static int curl_request(void *ctx, const dprec_http_request *req, dprec_http_sin
     return result;
 }
 
-int dprec_transport_curl_init(dprec_transport *t, dprec_transport_curl *state, const char *base_url,
-                              const dprec_curl_options *opt)
+/* t_size is the app's sizeof(dprec_transport), all of it written; the options are read by the size the app
+ * compiled them with (sdk/abi.h). */
+int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_transport_curl *state,
+                                    const char *base_url, const dprec_curl_options *app_opt)
 {
-    static const dprec_curl_options defaults = {NULL, NULL, 0, 0, 0};
     if (t == NULL || state == NULL || base_url == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
-    if (opt == NULL) {
-        opt = &defaults;
+    if (t_size < sizeof *t || t_size > sizeof *t + DPREC_ABI_MAX_GROWTH) {
+        return DPREC_ERR_STRUCT_SIZE;
+    }
+    dprec_curl_options options;
+    const dprec_curl_options *opt = &options;
+    DPREC_STRUCT_INIT(&options);
+    if (app_opt != NULL && DPREC_ABI_COPY_IN(&options, app_opt) != DPREC_OK) {
+        return DPREC_ERR_STRUCT_SIZE;
     }
     memset(state, 0, sizeof *state);
     int https = strncmp(base_url, "https://", 8) == 0;
@@ -229,6 +237,8 @@ int dprec_transport_curl_init(dprec_transport *t, dprec_transport_curl *state, c
         return DPREC_ERR_INVALID_ARGUMENT;
     }
     state->easy = easy;
+    memset(t, 0, t_size);
+    t->struct_size = (uint32_t)t_size;
     t->ctx = state;
     t->request = curl_request;
     return DPREC_OK;

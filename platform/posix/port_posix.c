@@ -214,8 +214,11 @@ void dprec_port_posix_set_key(dprec_port_posix *posix, const unsigned char key[3
     posix->has_key = 1;
 }
 
-int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char *dir) {
+/* port_size is the app's sizeof(dprec_port): all of it is written (the functions of newer headers NULL), so a port
+ * from headers at most 1 KiB newer than ours works, as the SDK reads it (sdk/abi.c). */
+int dprec_port_posix_init_sized(dprec_port *port, size_t port_size, dprec_port_posix *posix, const char *dir) {
     if (port == NULL || posix == NULL || dir == NULL || dir[0] == '\0') return DPREC_ERR_INVALID_ARGUMENT;
+    if (port_size < sizeof *port || port_size > sizeof *port + 1024u) return DPREC_ERR_STRUCT_SIZE;
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
     if (n >= sizeof posix->dir) return DPREC_ERR_INVALID_ARGUMENT;
@@ -229,7 +232,8 @@ int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char 
         errno = ENOTDIR;
         return fail(posix, DPREC_ERR_IO);
     }
-    memset(port, 0, sizeof *port);
+    memset(port, 0, port_size);
+    port->struct_size = (uint32_t)port_size;
     port->ctx = posix;
     port->open = posix_open;
     port->read = posix_read;

@@ -31,6 +31,6 @@ static void ca_free(void *user, void *ptr) {
 }
 
 dprec_allocator counting_alloc_hooks(counting_alloc *c, size_t cap) {
-    dprec_allocator a = {ca_alloc, ca_free, c, cap};
+    dprec_allocator a = {sizeof(dprec_allocator), ca_alloc, ca_free, c, cap};
     return a;
 }

@@ -288,6 +288,7 @@ static int fake_request(void *ctx, const dprec_http_request *req, dprec_http_sin
 }
 
 void fake_agg_transport(fake_agg *a, dprec_transport *t) {
+    DPREC_STRUCT_INIT(t);
     t->ctx = a;
     t->request = fake_request;
 }

@@ -55,6 +55,15 @@ static void release_seeds(fake_signer *key) {
             put("fuzz_release", n++, &chunk, 1, sig, slen);
             free(sig);
         }
+        /* the same values as compact releases (format 2) */
+        for (uint16_t enc = DPREC_RELEASE_ENC_Q16; enc <= DPREC_RELEASE_ENC_Q8; enc = (uint16_t)(enc << 1)) {
+            size_t clen = 0;
+            unsigned char *crel = test_write_release_enc(shapes[i].m, shapes[i].d, v, b, b ? 3.5f : 0.0f, enc, &clen);
+            if (crel == NULL) abort();
+            chunk = (unsigned char)(i * 11u + enc);
+            put("fuzz_release", n++, &chunk, 1, crel, clen);
+            free(crel);
+        }
         free(rel);
         free(v);
         free(b);
@@ -75,7 +84,9 @@ static int build_report(void *user, const unsigned char id[DPREC_REPORT_ID_SIZE]
 
 static void store_seeds(void) {
     int n = 0;
-    for (int encrypted = 0; encrypted < 2; encrypted++) {
+    /* plain, encrypted, and plain with a compact trusted release (store section 33) */
+    for (int variant = 0; variant < 3; variant++) {
+        int encrypted = variant == 1;
         fake_port fp;
         dprec_port port;
         fake_port_init(&fp, &port);
@@ -99,9 +110,16 @@ static void store_seeds(void) {
         unsigned char id[DPREC_REPORT_ID_SIZE];
         if (dprec_report_prepare(c, &ch, build_report, NULL, id) != DPREC_OK) abort();
         size_t rlen = 0;
-        unsigned char *rel = test_make_release(100, 4, 1, 5, &rlen, NULL, NULL);
-        if (test_trust(c, rel, rlen) != DPREC_OK) abort();
+        float *rv = NULL, *rb = NULL;
+        unsigned char *rel = test_make_release(100, 4, 1, 5, &rlen, &rv, &rb);
+        if (variant == 2) {
+            free(rel);
+            rel = test_write_release_enc(100, 4, rv, rb, 3.5f, DPREC_RELEASE_ENC_Q8, &rlen);
+        }
+        if (rel == NULL || test_trust(c, rel, rlen) != DPREC_OK) abort();
         free(rel);
+        free(rv);
+        free(rb);
         for (int slot = 0; slot < 2; slot++) {
             fake_file *ff = fake_port_file(&fp, slot ? "dprec-ratings.1" : "dprec-ratings.0");
             if (ff == NULL) continue;
@@ -185,7 +203,7 @@ static void sync_seed(fake_signer *key, const char *protocol, const char *params
     recorder *r = calloc(1, sizeof *r);
     r->json_seeds = *json_seeds;
     fake_agg_transport(&agg, &r->inner);
-    dprec_transport t = {r, recording};
+    dprec_transport t = {sizeof(dprec_transport), r, recording};
     fake_port fp;
     dprec_port port;
     fake_port_init(&fp, &port);
@@ -239,7 +257,7 @@ static void agg_seeds(void) {
     report_tap t;
     memset(&t, 0, sizeof t);
     dprec_agg_transport_init(&t.inner, &state, e->a, 0);
-    dprec_transport tt = {&t, tap};
+    dprec_transport tt = {sizeof(dprec_transport), &t, tap};
     for (size_t i = 0; i < AGG_JOBS; i++) {
         if (!e->job_ok[i]) continue;
         cJSON *spec = cJSON_Parse(AGG_JOB_SPECS[i]);

@@ -1,0 +1,60 @@
+# The SDK as an app developer consumes it: `cmake --install` of this build into a fresh prefix, then the project in
+# tests/consumer/ built against that prefix twice — with find_package(dprec CONFIG) and with pkg-config — and run.
+#   cmake -DBUILD=<dprec build dir> -DSRC=<tests/consumer> -DWORK=<scratch dir> -DCC=<C compiler> -P consumer.cmake
+foreach(v BUILD SRC WORK CC)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "consumer.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK})
+set(prefix ${WORK}/prefix)
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer: ${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(last_out "${out}" PARENT_SCOPE)
+endfunction()
+
+run("install" ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix})
+foreach(f include/dprec/dprec.h include/dprec/version.h)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "consumer: ${f} was not installed")
+  endif()
+endforeach()
+file(GLOB_RECURSE pcs ${prefix}/*/dprec.pc)
+file(GLOB_RECURSE configs ${prefix}/*/dprecConfig.cmake)
+if(NOT pcs OR NOT configs)
+  message(FATAL_ERROR "consumer: no dprec.pc or dprecConfig.cmake under ${prefix}")
+endif()
+
+# 1. CMake: find_package(dprec CONFIG), dprec::port_posix and dprec::dprec
+run("configure with find_package" ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/cmake-build -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_C_COMPILER=${CC} -DCMAKE_BUILD_TYPE=Release)
+run("build with find_package" ${CMAKE_COMMAND} --build ${WORK}/cmake-build)
+run("the CMake-built consumer" ${WORK}/cmake-build/consumer ${WORK}/store-cmake)
+message(STATUS "find_package: ${last_out}")
+if(NOT last_out MATCHES "^consumer: ok ")
+  message(FATAL_ERROR "consumer: unexpected output ${last_out}")
+endif()
+
+# 2. pkg-config: the .pc files of the installed tree, found through PKG_CONFIG_PATH only
+find_program(PKG_CONFIG pkg-config REQUIRED)
+list(GET pcs 0 pc)
+get_filename_component(pcdir ${pc} DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} ${pcdir})
+set(ENV{PKG_CONFIG_LIBDIR} ${pcdir})
+run("pkg-config --modversion" ${PKG_CONFIG} --modversion dprec-port-posix)
+string(STRIP "${last_out}" version)
+run("pkg-config --cflags" ${PKG_CONFIG} --cflags dprec-port-posix)
+separate_arguments(cflags UNIX_COMMAND "${last_out}")
+run("pkg-config --libs" ${PKG_CONFIG} --libs dprec-port-posix)
+separate_arguments(libs UNIX_COMMAND "${last_out}")
+run("compile with pkg-config" ${CC} -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror ${cflags}
+    ${SRC}/main.c -o ${WORK}/consumer-pc ${libs})
+run("the pkg-config-built consumer" ${WORK}/consumer-pc ${WORK}/store-pc)
+message(STATUS "pkg-config (${version}): ${last_out}")
+if(NOT last_out MATCHES "^consumer: ok ${version} ")
+  message(FATAL_ERROR "consumer: pkg-config says ${version}; the consumer printed ${last_out}")
+endif()
