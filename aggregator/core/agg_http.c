@@ -222,6 +222,7 @@ static const char *model_name(dprec_model m) {
     case DPREC_MODEL_CENTRAL: return "central";
     case DPREC_MODEL_JOINT: return "joint";
     case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-heuristic";
+    case DPREC_MODEL_DISTRIBUTED: return "distributed";
     default: return "none";
     }
 }
@@ -247,8 +248,8 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
     if (priv != NULL) {
         cJSON_AddStringToObject(priv, "unit", unit_name(j->proto->unit_of != NULL ? j->proto->unit_of(j) : j->proto->unit));
-        cJSON_AddStringToObject(priv, "model", model_name(j->proto->model));
-        if (j->proto->model == DPREC_MODEL_NONE) {
+        cJSON_AddStringToObject(priv, "model", model_name(agg_job_model(j)));
+        if (agg_job_model(j) == DPREC_MODEL_NONE) {
             cJSON_AddStringToObject(priv, "epsilon", "inf");
             cJSON_AddNumberToObject(priv, "delta", 0);
         } else {
@@ -851,4 +852,26 @@ int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_respo
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
     return rc;
+}
+
+/* ---- helpers other HTTP-independent cores share (the relay: relay/relay.c) --------------------------------------- */
+
+int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg) {
+    return respond_error(resp, status, code, msg);
+}
+
+int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o) {
+    return respond_json(resp, status, o);
+}
+
+cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty) {
+    return parse_object(req, allow_empty);
+}
+
+const char *agg_bearer(const char *authorization) {
+    return bearer(authorization);
+}
+
+int64_t agg_parse_id(const char *s) {
+    return parse_id(s);
 }

@@ -1006,7 +1006,8 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         if (cJSON_IsString(model)) {
             static const struct { const char *name; dprec_model m; } models[] = {
                 {"none", DPREC_MODEL_NONE}, {"local", DPREC_MODEL_LOCAL}, {"central", DPREC_MODEL_CENTRAL},
-                {"joint", DPREC_MODEL_JOINT}, {"posterior-sampling heuristic", DPREC_MODEL_POSTERIOR_HEURISTIC}};
+                {"joint", DPREC_MODEL_JOINT}, {"posterior-sampling heuristic", DPREC_MODEL_POSTERIOR_HEURISTIC},
+                {"distributed", DPREC_MODEL_DISTRIBUTED}};
             for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
                 if (strcmp(model->valuestring, models[k].name) == 0) g.model = models[k].m;
         }
