@@ -231,8 +231,7 @@ static int dpmf_validate_job(const agg_job *shape, const cJSON *params, char *er
     }
     if (p.mode != DPREC_DPMF_TRUSTED) {
         if (p.relay_key_len == 0 || !relay_key_ok(&p)) {
-            snprintf(err, errcap, "dpmf mode %s needs params.relay_key: the relay's signing key, an EC P-256 "
-                     "SubjectPublicKeyInfo (DER) in hex (dprec-relay serve writes it to STATE/relay-key.der)",
+            snprintf(err, errcap, "dpmf mode %s needs params.relay_key: the hex of the relay's STATE/relay-key.der",
                      dprec_dpmf_mode_name(p.mode));
             return -1;
         }
@@ -252,10 +251,8 @@ static int dpmf_validate_job(const agg_job *shape, const cJSON *params, char *er
     double lambda = p.lambda;
     if (p.mode == DPREC_DPMF_TRUSTED && !(lambda > 0.0) && eps > 0.0) lambda = dprec_dpmf_default_lambda(p.max_items, p.u_clip, eps);
     if (!(eps > 0.0) || dprec_dpmf_mechanism(p.mode, shape->d, p.max_items, p.huber, p.u_clip, lambda, eps, &m) != DPREC_OK) {
-        snprintf(err, errcap, "dpmf: no mechanism for epsilon %g a round (budget / rounds): it must be in (0, %g], a "
-                 "trusted job's lambda must keep k log(1 + X2 / lambda) within half of it, and a relay job's rounding "
-                 "allowance k (d + 1) 2^-19 within half of it",
-                 eps, DPREC_DPMF_MAX_ROUND_EPSILON);
+        snprintf(err, errcap, "dpmf: %g a round (budget / rounds) fits no mechanism: it must be in (0, 1024] and leave half "
+                 "to the noise (trusted: raise lambda; relay: lower max_items)", eps);
         return -1;
     }
     return 0;
