@@ -260,12 +260,14 @@ static void sleep_ms(uint32_t ms) {
     nanosleep(&ts, NULL);
 }
 
-static void device_sync(fleet *f, uint32_t u, const dprec_transport *t) {
+static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dprec_transport *relay) {
     device *dv = &f->dev[u];
+    dprec_sync_config sc = f->scfg;
+    sc.relay = relay; /* a protocol's relay (fleet_proto.h, worker_relay), or NULL */
     for (int attempt = 0; attempt < FLEET_MAX_SYNC_ATTEMPTS; attempt++) {
         dprec_sync_result res;
         memset(&res, 0, sizeof res);
-        int rc = dprec_client_sync(dv->client, t, &f->scfg, &res);
+        int rc = dprec_client_sync(dv->client, t, &sc, &res);
         if (rc != DPREC_OK) {
             note_error(f, u, "sync", rc);
             return;
@@ -380,6 +382,7 @@ typedef struct worker {
     fleet *f;
     int index;
     dprec_transport t;
+    const dprec_transport *relay; /* the job's protocol's relay transport for this worker (or NULL) */
 } worker;
 
 static void *worker_main(void *arg) {
@@ -398,7 +401,7 @@ static void *worker_main(void *arg) {
                 note_error(f, (uint32_t)u, "load", rc);
             }
         } else if (!dv->failed) {
-            if (f->phase == 1) device_sync(f, (uint32_t)u, &w->t);
+            if (f->phase == 1) device_sync(f, (uint32_t)u, &w->t, w->relay);
             else device_eval(f, (uint32_t)u);
         }
         uint64_t done = atomic_fetch_add(&f->done, 1) + 1;
@@ -850,18 +853,30 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     res->epsilon = INFINITY;
 
     static char spec[16384];
+    const fleet_job_hooks *hooks = fleet_proto_hooks(o->proto);
+    if (hooks != NULL) { /* a service of the protocol's own (dpmf's relay), started as the aggregator was */
+        if (hooks->job_begin(&o->c, &o->conn, nthreads, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: %s: %s\n", o->proto->name, err);
+            goto out;
+        }
+        for (unsigned i = 0; i < nthreads; i++) ws[i].relay = hooks->worker_relay(i);
+    }
     o->proto->spec(&o->c, &f->data, spec, sizeof spec);
     j = call_json(f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
     if (j == NULL) {
         fprintf(stderr, "dprec-fleet: creating the %s job: %s\n", o->proto->name, err);
-        return -1;
+        goto out;
     }
     f->job = (uint64_t)json_num(j, "job", 0);
     cJSON_Delete(j);
     j = NULL;
     if (f->job == 0) {
         fprintf(stderr, "dprec-fleet: creating the job: no job id in the response\n");
-        return -1;
+        goto out;
+    }
+    if (hooks != NULL && hooks->job_created(&o->c, f->job, err, sizeof err) != 0) {
+        fprintf(stderr, "dprec-fleet: %s: %s\n", o->proto->name, err);
+        goto out;
     }
     f->scfg.job_id = f->job;
 
@@ -921,6 +936,10 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         res->failures += errors;
         if (errors > 0)
             fprintf(stderr, "dprec-fleet: round %u: %llu devices failed; first: %s\n", r, errors, f->first_error);
+        if (hooks != NULL && hooks->round_end(&o->c, f->conn, token, f->job, r, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: round %u: %s\n", r, err);
+            goto out;
+        }
         /* the round closes by itself when every device has reported (min_reports); if some did not, close it */
         snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
         j = call_json(f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
@@ -1068,6 +1087,8 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
 out:
     cJSON_Delete(j);
     if (csv) fclose(csv);
+    if (hooks != NULL) hooks->job_end();
+    for (unsigned i = 0; i < nthreads; i++) ws[i].relay = NULL;
     return ok;
 }
 
