@@ -94,6 +94,7 @@ struct dprec_relay {
     relay_op *q_head, *q_tail;
     int stopping, writer_running;
     pthread_t writer;
+    int64_t seq;                /* the writer's: the last share's sequence number (arrival order within a round) */
     pthread_mutex_t rng_mu, sign_mu;
     dprec_rng rng;
     mbedtls_pk_context key;
@@ -234,6 +235,11 @@ static int load_state(dprec_relay *r, char *err, size_t errcap) {
         if (sqlite3_column_bytes(st, 1) != 32 || tok_put(r, sqlite3_column_blob(st, 1), sqlite3_column_int64(st, 0)) != 0)
             goto fail;
     }
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(r->db, "SELECT COALESCE(MAX(seq), 0) FROM shares", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW)
+        goto fail;
+    r->seq = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     if (sqlite3_prepare_v2(r->db, "SELECT id, mode, m, coords, shares, max_shares, rounds, round FROM jobs ORDER BY id",
                            -1, &st, NULL) != SQLITE_OK)
@@ -660,14 +666,7 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&r->q_mu);
         if (stop) break;
         size_t nsc = 0;
-        int64_t seq = 0;
-        {
-            sqlite3_stmt *st = NULL;
-            if (sqlite3_prepare_v2(r->db, "SELECT COALESCE(MAX(seq), 0) FROM shares", -1, &st, NULL) == SQLITE_OK &&
-                sqlite3_step(st) == SQLITE_ROW)
-                seq = sqlite3_column_int64(st, 0);
-            sqlite3_finalize(st);
-        }
+        int64_t seq = r->seq;
         int ok = exec_sql(r->db, "BEGIN IMMEDIATE") == 0;
         for (relay_op *op = batch; ok && op != NULL; op = op->next) ok = apply(r, op, sc, &nsc, SC, &seq) == 0;
         for (size_t i = 0; ok && i < nsc; i++) ok = write_round(r, &sc[i]) == 0;
@@ -685,6 +684,7 @@ static void *writer_main(void *arg) {
             }
         pthread_mutex_lock(&r->mu);
         if (ok) {
+            r->seq = seq;
             r->met.commits++;
             for (size_t i = 0; i < nsc; i++) { /* the committed state becomes the state in memory */
                 scratch *s = &sc[i];

@@ -48,7 +48,8 @@ static double x2_of(uint32_t d, double u_clip) {
 }
 
 double dprec_dpmf_default_lambda(uint32_t k, double u_clip, double eps_round) {
-    return x2_of(2, u_clip) / expm1(eps_round / (2.0 * (double)k));
+    double l = x2_of(2, u_clip) / expm1(eps_round / (2.0 * (double)k));
+    return l > DPREC_DPMF_MIN_LAMBDA ? l : DPREC_DPMF_MIN_LAMBDA;
 }
 
 int dprec_dpmf_mechanism(int mode, uint32_t d, uint32_t k, double huber, double u_clip, double lambda,

@@ -111,7 +111,10 @@ int dprec_dpmf_mechanism(int mode, uint32_t d, uint32_t k, double huber, double 
                          double eps_round, dprec_dpmf_mech *out);
 
 /* The trusted mode's default ridge: the lambda whose Jacobian term is exactly half the round's epsilon,
- * X2 / expm1(eps_round / (2 k)) (Chaudhuri, Monteleoni, Sarwate 2011, Alg. 2, which spends eps'/2 so). */
+ * X2 / expm1(eps_round / (2 k)) (Chaudhuri, Monteleoni, Sarwate 2011, Alg. 2, which spends eps'/2 so), and at least
+ * DPREC_DPMF_MIN_LAMBDA (at a large epsilon the privacy term asks for almost no ridge, and an item rated by fewer
+ * users than it has coefficients would then be fitted to them; a larger lambda only shrinks the Jacobian term). */
+#define DPREC_DPMF_MIN_LAMBDA 5.0
 double dprec_dpmf_default_lambda(uint32_t k, double u_clip, double eps_round);
 
 /* ---- fixed point (relay modes) ---------------------------------------------------------------------------- */
