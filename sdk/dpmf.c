@@ -47,9 +47,16 @@ static double x2_of(uint32_t d, double u_clip) {
     return (d > 1u ? u_clip * u_clip : 0.0) + 1.0;
 }
 
-double dprec_dpmf_default_lambda(uint32_t k, double u_clip, double eps_round) {
+double dprec_dpmf_privacy_lambda(uint32_t k, double u_clip, double eps_round) {
     double l = x2_of(2, u_clip) / expm1(eps_round / (2.0 * (double)k));
     return l > DPREC_DPMF_MIN_LAMBDA ? l : DPREC_DPMF_MIN_LAMBDA;
+}
+
+double dprec_dpmf_default_lambda(uint32_t d, uint32_t k, double huber, double u_clip, double eps_round) {
+    double l = dprec_dpmf_privacy_lambda(k, u_clip, eps_round);
+    dprec_dpmf_mech m;
+    if (dprec_dpmf_mechanism(DPREC_DPMF_TRUSTED, d, k, huber, u_clip, l, eps_round, &m) != DPREC_OK) return l;
+    return DPREC_DPMF_LAMBDA_PER_B * m.b > l ? DPREC_DPMF_LAMBDA_PER_B * m.b : l;
 }
 
 int dprec_dpmf_mechanism(int mode, uint32_t d, uint32_t k, double huber, double u_clip, double lambda,

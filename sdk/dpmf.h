@@ -110,12 +110,17 @@ typedef struct dprec_dpmf_mech {
 int dprec_dpmf_mechanism(int mode, uint32_t d, uint32_t k, double huber, double u_clip, double lambda,
                          double eps_round, dprec_dpmf_mech *out);
 
-/* The trusted mode's default ridge: the lambda whose Jacobian term is exactly half the round's epsilon,
+/* The trusted mode's ridges. The privacy one: the lambda whose Jacobian term is exactly half the round's epsilon,
  * X2 / expm1(eps_round / (2 k)) (Chaudhuri, Monteleoni, Sarwate 2011, Alg. 2, which spends eps'/2 so), and at least
  * DPREC_DPMF_MIN_LAMBDA (at a large epsilon the privacy term asks for almost no ridge, and an item rated by fewer
- * users than it has coefficients would then be fitted to them; a larger lambda only shrinks the Jacobian term). */
+ * users than it has coefficients would then be fitted to them). The default: the larger of it and
+ * DPREC_DPMF_LAMBDA_PER_B times the Laplace scale b at the privacy ridge, so that an item few users rated is shrunk
+ * toward 0 rather than released as its noise over lambda (8 b was the best of 2, 8 and 25 b on the synthetic fleets:
+ * docs/results.md, "dpmf"). Any lambda at least the privacy one only shrinks the Jacobian term. */
 #define DPREC_DPMF_MIN_LAMBDA 5.0
-double dprec_dpmf_default_lambda(uint32_t k, double u_clip, double eps_round);
+#define DPREC_DPMF_LAMBDA_PER_B 8.0
+double dprec_dpmf_privacy_lambda(uint32_t k, double u_clip, double eps_round);
+double dprec_dpmf_default_lambda(uint32_t d, uint32_t k, double huber, double u_clip, double eps_round);
 
 /* ---- fixed point (relay modes) ---------------------------------------------------------------------------- */
 

@@ -77,7 +77,7 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpmf_job
     double eps = job->round_epsilon;
     if (!(eps > 0.0 && eps <= DPREC_DPMF_MAX_ROUND_EPSILON)) return DPREC_ERR_JOB_PARAMS;
     if (p->mode == DPREC_DPMF_TRUSTED) {
-        double dflt = dprec_dpmf_default_lambda(p->k, p->u_clip, eps);
+        double dflt = dprec_dpmf_default_lambda(c->cfg.dim, p->k, p->huber, p->u_clip, eps);
         if (num_param(doc, "params.lambda", dflt, 0.0, 1e12, &p->lambda) != DPREC_OK) return DPREC_ERR_JOB_PARAMS;
     }
     if (c->cfg.dim < 1 || c->cfg.dim > DPREC_DPMF_MAX_D) return DPREC_ERR_JOB_PARAMS;

@@ -250,7 +250,7 @@ static void test_dpmf_refuses_parameters_that_could_wrap(void **state) {
     assert_int_equal(dprec_dpmf_mechanism(DPREC_DPMF_RELAY, 10, 1000, 1.0, 1.0, 0.0, 1.99 * 1000 * 11 * 0x1p-19, &m),
                      DPREC_ERR_INVALID_ARGUMENT);
     /* the trusted Jacobian term may take at most half */
-    double lam = dprec_dpmf_default_lambda(20, 1.0, 1.0);
+    double lam = dprec_dpmf_privacy_lambda(20, 1.0, 1.0);
     assert_int_equal(dprec_dpmf_mechanism(DPREC_DPMF_TRUSTED, 10, 20, 1.0, 1.0, lam, 1.0, &m), DPREC_OK);
     assert_true(fabs(m.jacobian - 0.5) < 1e-12);
     assert_int_equal(dprec_dpmf_mechanism(DPREC_DPMF_TRUSTED, 10, 20, 1.0, 1.0, lam * 0.99, 1.0, &m),

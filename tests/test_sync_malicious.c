@@ -563,7 +563,7 @@ static char dpmf_privacy[512], dpmf_params[256];
 static void use_dpmf(world *w, const char *mode, double round_eps, uint64_t rounds, double scale) {
     dprec_dpmf_mech m;
     int md = dprec_dpmf_mode_of(mode);
-    double lambda = dprec_dpmf_default_lambda(10, 1.0, round_eps);
+    double lambda = dprec_dpmf_default_lambda(D, 10, 1.0, 1.0, round_eps);
     assert_int_equal(dprec_dpmf_mechanism(md, D, 10, 1.0, 1.0, lambda, round_eps, &m), DPREC_OK);
     w->agg.protocol = "dpmf";
     snprintf(dpmf_params, sizeof dpmf_params, "{\"mode\": \"%s\", \"max_items\": 10, \"%s\": 3}", mode,

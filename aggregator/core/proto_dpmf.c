@@ -142,7 +142,8 @@ static int mechanism(const agg_job *job, const dpmf_params *p, dprec_dpmf_mech *
     double eps = round_epsilon(job);
     if (!(eps > 0.0)) return -1;
     double lambda = p->lambda;
-    if (p->mode == DPREC_DPMF_TRUSTED && !(lambda > 0.0)) lambda = dprec_dpmf_default_lambda(p->max_items, p->u_clip, eps);
+    if (p->mode == DPREC_DPMF_TRUSTED && !(lambda > 0.0))
+        lambda = dprec_dpmf_default_lambda(job->d, p->max_items, p->huber, p->u_clip, eps);
     if (dprec_dpmf_mechanism(p->mode, job->d, p->max_items, p->huber, p->u_clip, lambda, eps, m) != DPREC_OK) return -1;
     if (p->mode != DPREC_DPMF_TRUSTED) m->lambda = p->lambda > 0.0 ? p->lambda : 2.0 * m->b; /* the step's damping */
     return 0;
@@ -249,7 +250,8 @@ static int dpmf_validate_job(const agg_job *shape, const cJSON *params, char *er
     dprec_dpmf_mech m;
     double eps = round_epsilon(shape);
     double lambda = p.lambda;
-    if (p.mode == DPREC_DPMF_TRUSTED && !(lambda > 0.0) && eps > 0.0) lambda = dprec_dpmf_default_lambda(p.max_items, p.u_clip, eps);
+    if (p.mode == DPREC_DPMF_TRUSTED && !(lambda > 0.0) && eps > 0.0)
+        lambda = dprec_dpmf_default_lambda(shape->d, p.max_items, p.huber, p.u_clip, eps);
     if (!(eps > 0.0) || dprec_dpmf_mechanism(p.mode, shape->d, p.max_items, p.huber, p.u_clip, lambda, eps, &m) != DPREC_OK) {
         snprintf(err, errcap, "dpmf: %g a round (budget / rounds) fits no mechanism: it must be in (0, 1024] and leave half "
                  "to the noise (trusted: raise lambda; relay: lower max_items)", eps);

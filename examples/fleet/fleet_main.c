@@ -164,6 +164,7 @@ typedef struct device {
     fleet_memport *mp;
     fleet_posix *posix;
     double sse;       /* squared error over the test ratings of the last evaluation */
+    double sae;       /* absolute error (the MAE: seed 004's metric compares it with the non-private model's) */
     int failed;       /* a permanent error: the device is out of the fleet */
 } device;
 
@@ -180,6 +181,7 @@ typedef struct fleet {
     uint32_t check_stride; /* every check_stride-th device compares with dprec_predict (~100 a round) */
     /* work distribution */
     atomic_uint_fast64_t next, done, reported, errors;
+    double mae; /* the last evaluation's mean absolute error */
     int phase; /* 0 load, 1 sync, 2 evaluate */
     char first_error[512];
     pthread_mutex_t lock;
@@ -313,6 +315,7 @@ static void device_eval_own(fleet *f, uint32_t u) {
         if (s > (double)d->rating_max) s = (double)d->rating_max;
         double e = s - (double)d->ratings[i].value;
         dv->sse += e * e;
+        dv->sae += fabs(e);
     }
 }
 
@@ -320,6 +323,7 @@ static void device_eval(fleet *f, uint32_t u) {
     const fleet_data *d = &f->data;
     device *dv = &f->dev[u];
     dv->sse = 0;
+    dv->sae = 0;
     if (f->o->proto->own_vector != NULL) {
         device_eval_own(f, u);
         return;
@@ -373,6 +377,7 @@ static void device_eval(fleet *f, uint32_t u) {
         }
         double e = (double)score - (double)d->ratings[i].value;
         dv->sse += e * e;
+        dv->sae += fabs(e);
     }
 }
 
@@ -492,13 +497,14 @@ static int fetch_release(fleet *f, const char *token, char *err, size_t errcap) 
 
 static double evaluate(fleet *f, worker *ws, unsigned nthreads, size_t ntest) {
     run_phase(f, 2, "evaluating", ws, nthreads);
-    double sse = 0;
+    double sse = 0, sae = 0;
     for (uint32_t u = 0; u < f->data.num_users; u++) /* in device order: the same sum for any --threads */
-        if (!f->dev[u].failed) sse += f->dev[u].sse;
+        if (!f->dev[u].failed) sse += f->dev[u].sse, sae += f->dev[u].sae;
     size_t n = 0;
     for (uint32_t u = 0; u < f->data.num_users; u++)
         if (!f->dev[u].failed) n += f->data.off[u + 1] - f->data.off[u] - f->data.ntrain[u];
     (void)ntest;
+    f->mae = n ? sae / (double)n : NAN;
     return n ? sqrt(sse / (double)n) : NAN;
 }
 
@@ -1004,6 +1010,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         csv = NULL;
     }
     if (main_job && o->plot != NULL) draw_plot(o, csv_path, gm, im);
+    if (main_job) printf("mae: test MAE %.4f after round %u (the mean absolute prediction error)\n", f->mae, res->rounds);
 
     /* the job's guarantee, as the aggregator states it */
     snprintf(path, sizeof path, "/v1/jobs/%llu", (unsigned long long)f->job);
