@@ -686,6 +686,9 @@ static void test_dpmf_relay_refuses_anything_but_a_well_formed_masked_share(void
     memcpy(bad, b, len);
     dprec_st32(bad + DPREC_ENVELOPE_HEADER + 8, C + 1);
     assert_int_equal(post_share(&w, job, t1, bad, len, code), 400);
+    memcpy(bad, b, len); /* a consistent envelope around a share one number short of the job's */
+    dprec_st32(bad + 48, dprec_ld32(bad + 48) - 8u);
+    assert_int_equal(post_share(&w, job, t1, bad, len - 8, code), 400);
     memcpy(bad, b, len);
     bad[DPREC_ENVELOPE_HEADER] = 'X';
     assert_int_equal(post_share(&w, job, t1, bad, len, code), 400);
