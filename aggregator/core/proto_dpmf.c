@@ -21,7 +21,7 @@
  *     shares the relay summed off the sum and decodes
  *         G_j = sum_i -psi(e_ij) x_i + eta_j,   n_j = #raters + eta'_j      (eta, eta' Laplace(b) per coordinate)
  *     then steps theta_j <- theta_j - lr (G_j + lambda theta_j) / (max(n_j, 0) + lambda) (a gradient step scaled by
- *     the noisy count: the paper's Scenario 2 update with a step size per item; lambda, default 2 b, damps the items
+ *     the noisy count: the paper's Scenario 2 update with a step size per item; lambda, default 20 b, damps the items
  *     whose count the noise hides). Post-processing of the Laplace mechanism: k (l1_item + 1) / b per round.
  * Rounds compose by addition (the job's budget is pure: delta = 0). */
 #include <math.h>
@@ -145,7 +145,8 @@ static int mechanism(const agg_job *job, const dpmf_params *p, dprec_dpmf_mech *
     if (p->mode == DPREC_DPMF_TRUSTED && !(lambda > 0.0))
         lambda = dprec_dpmf_default_lambda(job->d, p->max_items, p->huber, p->u_clip, eps);
     if (dprec_dpmf_mechanism(p->mode, job->d, p->max_items, p->huber, p->u_clip, lambda, eps, m) != DPREC_OK) return -1;
-    if (p->mode != DPREC_DPMF_TRUSTED) m->lambda = p->lambda > 0.0 ? p->lambda : 2.0 * m->b; /* the step's damping */
+    if (p->mode != DPREC_DPMF_TRUSTED) /* the step's damping */
+        m->lambda = p->lambda > 0.0 ? p->lambda : DPREC_DPMF_DAMPING_PER_B * m->b;
     return 0;
 }
 

@@ -232,7 +232,8 @@ const fleet_proto fleet_proto_dpmf = {
     "  --u-clip G               norm bound of the reported user factor (default 1)\n"
     "  --huber C                threshold of the pseudo-Huber loss, in rating units (default 1)\n"
     "  --item-lambda L          trusted: the ridge of the item objectives (default: the one whose Jacobian term\n"
-    "                           is half the round's epsilon); relay modes: the step's damping (default 2 b)\n"
+    "                           is half the round's epsilon, or 8 b if more); relay modes: the step's damping\n"
+    "                           (default 20 b, b the noise scale)\n"
     "  --lr R                   relay modes: the step size (default 1)\n"
     "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n"
     "  (defaults: --rank 3, --rounds 2 trusted and 3 in the relay modes; the budget is pure: delta 0)\n",
