@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -781,21 +780,6 @@ void dprec_relay_config_default(dprec_relay_config *cfg) {
     cfg->sync_full = 1;
 }
 
-static int os_entropy(void *ctx, unsigned char *buf, size_t len) {
-    (void)ctx;
-    while (len > 0) {
-        ssize_t got = getrandom(buf, len, 0);
-        if (got < 0) {
-            if (errno == EINTR) continue;
-            return DPREC_ERR_ENTROPY;
-        }
-        buf += got;
-        len -= (size_t)got;
-    }
-    return DPREC_OK;
-}
-
-static const dprec_port os_port = {.entropy = os_entropy};
 
 int dprec_relay_open(const dprec_relay_config *cfg, dprec_relay **out, char *err, size_t errcap) {
     *out = NULL;
@@ -826,7 +810,7 @@ int dprec_relay_open(const dprec_relay_config *cfg, dprec_relay **out, char *err
         for (int i = 0; i < 8; i++) seed[i] = (unsigned char)(cfg->seed >> (8 * i));
         rc = dprec_rng_init(&r->rng, NULL, seed, sizeof seed, "relay");
     } else {
-        rc = dprec_rng_init(&r->rng, &os_port, NULL, 0, "relay");
+        rc = dprec_rng_init(&r->rng, &agg_os_port, NULL, 0, "relay");
     }
     if (r->admin_token == NULL || rc != DPREC_OK) {
         snprintf(err, errcap, "could not seed the CSPRNG");

@@ -328,6 +328,7 @@ struct dprec_agg {
 };
 
 /* agg.c */
+extern const dprec_port agg_os_port; /* the kernel's CSPRNG (getrandom) as a dprec port: every service's entropy */
 void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields); /* takes ownership of fields */
 int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
 void agg_count_reject(dprec_agg *a, const char *code);
