@@ -253,6 +253,14 @@ static void device_open(device *dv, int seed) {
     dv->fake.wall = (int64_t)time(NULL);
 }
 
+/* The device restarted: a new client on the same storage. */
+static void device_reopen(device *dv) {
+    dprec_client_free(dv->c);
+    size_t need = dprec_client_required_size(&dv->cfg);
+    assert_int_equal(dprec_client_init(&dv->c, &dv->cfg, &dv->port, dv->mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(dv->c), DPREC_OK);
+}
+
 static void device_close(device *dv) {
     dprec_client_free(dv->c);
     free(dv->mem);
@@ -402,6 +410,8 @@ static void test_dpmf_relay_unmasked_sum_equals_the_true_noisy_sum_exactly(void 
     device dev[K];
     for (uint32_t i = 0; i < K; i++) device_open(&dev[i], (int)i);
     for (uint64_t round = 1; round <= 2; round++) {
+        if (round == 2) /* every device restarts: its relay registration is durable, it does not register again */
+            for (uint32_t i = 0; i < K; i++) device_reopen(&dev[i]);
         rec_free(&ra);
         rec_free(&rr);
         for (uint32_t i = 0; i < K; i++) {
@@ -422,6 +432,9 @@ static void test_dpmf_relay_unmasked_sum_equals_the_true_noisy_sum_exactly(void 
             }
         assert_int_equal(heads, (int)K);
         assert_int_equal(shares, (int)K);
+        int regs = 0;
+        for (int i = 0; i < rr.n; i++) regs += strcmp(rr.path[i], "/v1/register") == 0;
+        assert_int_equal(regs, round == 1 ? (int)K : 0);
         size_t sum_len = 0;
         unsigned char *sum = operator_round(&w, job, round, op, &sum_len);
         assert_int_equal(sum_len, dprec_dpmf_sum_size(DPREC_DPMF_RELAY, M, C, K, K, dprec_ld32(sum + 44)));
