@@ -1218,7 +1218,7 @@ int dprec_relay_handle_async(dprec_relay *r, const dprec_agg_request *req, const
     case R_ROUND: {
         pthread_mutex_lock(&r->mu);
         rjob *j = job_find(r, p.job);
-        int open = j != NULL && j->round == p.round, seeded = open && j->has_seed;
+        int open = j != NULL && j->round == p.round && p.round <= j->rounds, seeded = open && j->has_seed;
         pthread_mutex_unlock(&r->mu);
         if (j == NULL) return refuse(r, resp, 404, "not_found", "no such job on the relay"), 0;
         if (!open) return refuse(r, resp, 409, "round_closed", "that round is not open on the relay"), 0;
