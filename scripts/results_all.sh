@@ -5,8 +5,11 @@
 # finish, and rows already there are skipped, so an interrupted run resumes where it stopped.
 #
 #   bash scripts/results_all.sh [--data ml100k|ml10m[:F]] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
-#   bash scripts/results_all.sh --table [--out FILE]              the markdown tables of OUT
-#   bash scripts/results_all.sh --plot FILE.png --data D [--out FILE]   RMSE against epsilon for data set D
+#   bash scripts/results_all.sh --table [--out FILE]          the markdown tables of OUT
+#   bash scripts/results_all.sh --plot FILE.png [--out FILE]  RMSE against epsilon, one panel per data set
+#   bash scripts/results_all.sh --publish [--out FILE]        both into docs/ (the block between the
+#                                                             results-all markers of docs/results.md,
+#                                                             docs/leaderboard.png, docs/results-all.csv)
 #
 # --data ml100k: MovieLens 100K (../shared/data/ml-100k/u.data, 943 users); ml10m: the MovieLens-10M-shaped fleet
 # of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three).
@@ -19,7 +22,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 fleet="${DPREC_FLEET:-$here/build/examples/fleet/dprec-fleet}"
 . "$here/scripts/fleet_job.sh"
-data=ml100k epss="0.5 1 2 5 10" protocols="" out="" table=0 plot=""
+data=ml100k epss="0.5 1 2 5 10" protocols="" out="" table=0 plot="" publish=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data=$2; shift 2;;
@@ -28,46 +31,46 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2;;
     --table) table=1; shift;;
     --plot) plot=$2; shift 2;;
+    --publish) publish=1; shift;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0;;
     *) echo "results_all.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
 out=${out:-"$here/build/results-all.csv"}
 
-if [ "$table" = 1 ] || [ -n "$plot" ]; then
+if [ "$table" = 1 ] || [ -n "$plot" ] || [ "$publish" = 1 ]; then
   [ -f "$out" ] || { echo "results_all.sh: no results in $out" >&2; exit 1; }
-  python3 - "$out" "$data" "$plot" <<'PY'
-import csv, math, subprocess, sys, tempfile
-path, only, plot = sys.argv[1], sys.argv[2], sys.argv[3]
+  if [ "$publish" = 1 ]; then plot="$here/docs/leaderboard.png"; fi
+  md=$(python3 - "$out" "$plot" <<'PY'
+import csv, subprocess, sys, tempfile
+path, plot = sys.argv[1], sys.argv[2]
 rows = list(csv.DictReader(open(path)))
 order = ["bias", "dpals", "gauss-gd", "private-fw", "ldp-gd", "ldp-gddr", "ldp-rr"]
 def key(p): return order.index(p) if p in order else len(order)
-def sets():
-    return list(dict.fromkeys(r["data"] for r in rows))
+sets = list(dict.fromkeys(r["data"] for r in rows))
 if plot:
-    sel = [r for r in rows if r["data"] == only]
-    if not sel: sys.exit(f"results_all.sh: no rows for {only} in {path}")
-    base = sel[0]
-    plain = [r for r in sel if r["protocol"] == "plain"]
-    protos = sorted({r["protocol"] for r in sel if r["protocol"] != "plain"}, key=key)
-    with tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False) as f:
+    cmds = ["set terminal pngcairo size 1400,%d noenhanced" % (520 * len(sets)), f"set output '{plot}'",
+            f"set multiplot layout {len(sets)},1", "set logscale x", "set xtics (0.5, 1, 2, 5, 10)",
+            "set xlabel 'epsilon (user level)'", "set ylabel 'test RMSE'", "set grid", "set key outside right"]
+    for d in sets:
+        sel = [r for r in rows if r["data"] == d]
+        base, plain = sel[0], [r for r in sel if r["protocol"] == "plain"]
+        protos = sorted({r["protocol"] for r in sel if r["protocol"] != "plain"}, key=key)
+        f = tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False)
         for p in protos:
             pts = sorted((float(r["eps"]), float(r["rmse"])) for r in sel if r["protocol"] == p and r["rmse"])
-            f.write(f'"{p}"\n' + "".join(f"{e} {v}\n" for e, v in pts) + "\n\n")
-        dat = f.name
-    lines = [f"'{dat}' index {i} using 1:2 with linespoints lw 2 pt {i + 5} title '{p}'" for i, p in enumerate(protos)]
-    for label, val, dt in (("plain (no privacy)", plain[0]["rmse"] if plain else "", 1), ("item mean", base["item"], 2),
-                           ("user mean (free)", base["user"], 4), ("global mean", base["global"], 3)):
-        if val: lines.append(f"{float(val)} with lines dt {dt} lw 1.5 lc rgb 'gray30' title '{label}'")
-    gp = ("set terminal pngcairo size 960,600 noenhanced\n"
-          f"set output '{plot}'\nset logscale x\nset xtics (0.5, 1, 2, 5, 10)\n"
-          f"set title 'dprec leaderboard: {only}, user-level epsilon, delta = 1e-6 (test RMSE, lower is better)'\n"
-          "set xlabel 'epsilon (user level)'\nset ylabel 'test RMSE'\nset grid\nset key outside right\n"
-          "plot " + ", ".join(lines) + "\n")
-    subprocess.run(["gnuplot"], input=gp.encode(), check=True)
-    print(f"plot: {plot}")
-    sys.exit(0)
-for d in sets():
+            f.write("".join(f"{e} {v}\n" for e, v in pts) + "\n\n")
+        f.close()
+        lines = [f"'{f.name}' index {i} using 1:2 with linespoints lw 2 pt {i + 5} title '{p}'" for i, p in enumerate(protos)]
+        for label, val, dt in (("plain (no privacy)", plain[-1]["rmse"] if plain else "", 1), ("item mean", base["item"], 2),
+                               ("user mean (free)", base["user"], 4), ("global mean", base["global"], 3)):
+            if val: lines.append(f"{float(val)} with lines dt {dt} lw 1.5 lc rgb 'gray30' title '{label}'")
+        cmds.append(f"set title '{d} ({base['users']} users, {base['items']} items): test RMSE against user-level epsilon,"
+                    " delta = 1e-6 (lower is better)'")
+        cmds.append("plot " + ", ".join(lines))
+    cmds.append("unset multiplot")
+    subprocess.run(["gnuplot"], input=("\n".join(cmds) + "\n").encode(), check=True)
+for d in sets:
     sel = [r for r in rows if r["data"] == d]
     base = sel[0]
     eps = sorted({float(r["eps"]) for r in sel if r["protocol"] != "plain"})
@@ -77,8 +80,7 @@ for d in sets():
     print("| protocol | model | " + " | ".join(f"ε = {e:g}" for e in eps) + " |")
     print("|---|---|" + "---|" * len(eps))
     for p in sorted({r["protocol"] for r in sel if r["protocol"] != "plain"}, key=key):
-        cells = []
-        model = ""
+        cells, model = [], ""
         for e in eps:
             m = [r for r in sel if r["protocol"] == p and float(r["eps"]) == e]
             if m and m[-1]["rmse"]:
@@ -92,6 +94,22 @@ for d in sets():
                      ("global mean (no privacy)", "global")):
         print(f"| {label} | — | " + " | ".join(f"{float(base[k]):.4f}" for _ in eps) + " |")
 PY
+)
+  if [ "$publish" = 1 ]; then # the block between the markers of docs/results.md, and the raw rows beside it
+    MD="$md" python3 - "$here/docs/results.md" <<'PY'
+import os, sys
+p = sys.argv[1]
+s = open(p).read()
+a, b = "<!-- results-all -->\n", "<!-- /results-all -->"
+i, j = s.index(a) + len(a), s.index(b)
+open(p, "w").write(s[:i] + os.environ["MD"].strip("\n") + "\n" + s[j:])
+PY
+    cp "$out" "$here/docs/results-all.csv"
+    echo "results_all.sh: docs/results.md, docs/leaderboard.png and docs/results-all.csv written"
+  else
+    [ "$table" = 1 ] && printf '%s\n' "$md"
+    [ -n "$plot" ] && echo "plot: $plot"
+  fi
   exit 0
 fi
 
@@ -134,7 +152,7 @@ run() { # protocol eps
   echo "$data $p eps=$e ($((SECONDS - t0)) s): $last"
 }
 
-run plain inf
 for p in $protocols; do
   for e in $epss; do run "$p" "$e"; done
 done
+run plain inf # last: the costliest baseline (12 rounds of every device's ratings) waits for the private rows

@@ -359,6 +359,79 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     free(late);
 }
 
+/* A job built on another ("base_job", docs/protocol.md): release 1 carries the global mean and item biases of the
+ * base job's last release (here a finished plain job, whose round learned them), with its own random V; the job
+ * view names the base. A running base, a base whose releases carry no biases (private-fw), other items and an
+ * unknown id are refused. */
+static void test_agg_a_job_built_on_another_starts_from_its_biases(void **state) {
+    env *e = *state;
+    dprec_agg *a = e->a;
+    int64_t base = create_job(a, 4, 20, 1, 3, NULL);
+    char tok[3][65];
+    for (int i = 0; i < 3; i++) register_device(a, tok[i]);
+    float u[4] = {0.1f, -0.2f, 0.3f, 0.05f};
+    uint32_t items[3] = {0, 5, 19};
+    float ratings[3] = {4.0f, 1.0f, 5.0f};
+    char spec[640];
+    /* still running: refused */
+    snprintf(spec, sizeof spec,
+             "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":20,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,"
+             "\"min_reports\":1,\"round_seconds\":600,\"participation\":1.0,\"base_job\":%lld,"
+             "\"params\":{\"noise_multiplier\":2,\"max_ratings\":8},\"budget\":{\"epsilon\":50,\"delta\":1e-6}}",
+             (long long)base);
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, strlen(spec), 400, "bad_field");
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        unsigned char *r = make_report((uint64_t)base, 1, (uint8_t)(0x10 + i), 4, u, 3, items, ratings, &len);
+        assert_int_equal(post_report(a, base, tok[i], r, len, NULL), 200);
+        free(r);
+    }
+    assert_int_equal(job_field(a, base, "rounds_done"), 1); /* one round: the base job is done */
+    size_t bl = 0, rl = 0;
+    unsigned char *brel = get_release(a, base, "latest", tok[0], &bl);
+    assert_non_null(brel);
+    dprec_release_info binfo;
+    assert_int_equal(dprec_release_check(brel, bl, &binfo), DPREC_OK);
+    assert_true(binfo.flags & DPREC_RELEASE_HAS_BIASES);
+    cJSON *o = call_json(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+    int64_t job = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+    cJSON_Delete(o);
+    assert_int_equal(job_field(a, job, "base_job"), base);
+    unsigned char *rel = get_release(a, job, "1", tok[0], &rl);
+    assert_non_null(rel);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_check(rel, rl, &info), DPREC_OK);
+    assert_true(info.global_mean == binfo.global_mean);
+    int nonzero = 0;
+    for (uint32_t j = 0; j < 20; j++) {
+        float vb[4], v[3], bb = 0, b = 0;
+        assert_int_equal(dprec_release_row(brel, &binfo, j, vb, &bb), DPREC_OK);
+        assert_int_equal(dprec_release_row(rel, &info, j, v, &b), DPREC_OK);
+        assert_true(b == bb);
+        nonzero += bb != 0.0f;
+        assert_true(v[0] == 1.0f); /* gauss-gd's own release 1: the pinned user-bias column */
+    }
+    assert_true(nonzero >= 3); /* the rated items' biases were learned */
+    free(rel);
+    free(brel);
+    /* refusals: unknown id, other items, a protocol whose releases carry no biases */
+    char bad[640];
+    snprintf(bad, sizeof bad, "%s", spec);
+    char *at = strstr(bad, "\"base_job\":");
+    assert_non_null(at);
+    memcpy(at, "\"base_job\":9", 12); /* job 9 does not exist (the id keeps its digits' room) */
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    snprintf(bad, sizeof bad,
+             "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":21,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,"
+             "\"min_reports\":1,\"round_seconds\":600,\"participation\":1.0,\"base_job\":%lld,"
+             "\"params\":{\"noise_multiplier\":2},\"budget\":{\"epsilon\":50,\"delta\":1e-6}}",
+             (long long)base);
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    snprintf(bad, sizeof bad, "{\"protocol\":\"plain\",\"d\":3,\"m\":20,\"rating_min\":1,\"rating_max\":5,"
+             "\"rounds\":2,\"min_reports\":1,\"round_seconds\":600,\"base_job\":\"one\"}");
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+}
+
 /* keep_report_payloads = 1: the payloads of a finalized round stay, byte for byte. */
 static void test_agg_keeps_report_payloads_when_configured(void **state) {
     env *e = *state;
@@ -984,6 +1057,7 @@ static void test_agg_survives_mutated_reports_and_json(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_starts_from_its_biases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),

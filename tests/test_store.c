@@ -211,6 +211,55 @@ static void test_store_survives_failure_of_any_storage_call(void **state) {
     f->fake.tear_writes = 0;
 }
 
+/* dprec_store_put_many: the ratings applied in order (the last of an item wins), one durable write; a bad rating
+ * anywhere refuses the whole batch with nothing changed; a batch that overfills the store, or whose write fails
+ * at any storage call, leaves the store as before, in memory and after a restart. */
+static void test_store_put_many_is_one_write_and_all_or_nothing(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 10, 1.0f, 1), DPREC_OK);
+    int writes_before = f->fake.renames;
+    dprec_rating batch[5] = {{40, 2.0f, 5}, {10, 3.0f, 5}, {20, 4.0f, 5}, {40, 5.0f, 6}, {30, 1.5f, DPREC_TIMESTAMP_NOW}};
+    assert_int_equal(dprec_store_put_many(f->c, batch, 5), DPREC_OK);
+    assert_int_equal(f->fake.renames - writes_before, 1); /* one save (five puts would be five) */
+    uint32_t items[] = {10, 20, 30, 40};
+    float values[] = {3.0f, 4.0f, 1.5f, 5.0f};
+    expect_ratings(f, items, values, 4);
+    assert_int_equal(reopen(f), DPREC_OK);
+    expect_ratings(f, items, values, 4);
+    /* a bad rating refuses the batch, whatever its place in it */
+    dprec_rating bad[3] = {{50, 2.0f, 1}, {51, 9.0f, 1}, {52, 2.0f, 1}};
+    assert_int_equal(dprec_store_put_many(f->c, bad, 3), DPREC_ERR_VALUE_OUT_OF_SCALE);
+    bad[1].value = 2.0f;
+    bad[2].item = 100;
+    assert_int_equal(dprec_store_put_many(f->c, bad, 3), DPREC_ERR_ITEM_OUT_OF_RANGE);
+    bad[2].item = 52;
+    bad[0].timestamp = -5;
+    assert_int_equal(dprec_store_put_many(f->c, bad, 3), DPREC_ERR_BAD_TIMESTAMP);
+    assert_int_equal(dprec_store_put_many(f->c, NULL, 1), DPREC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dprec_store_put_many(f->c, NULL, 0), DPREC_OK);
+    expect_ratings(f, items, values, 4);
+    /* more new items than the capacity (8) holds: refused, the store as before */
+    dprec_rating many[6];
+    for (uint32_t i = 0; i < 6; i++) many[i] = (dprec_rating){60 + i, 2.0f, 1};
+    assert_int_equal(dprec_store_put_many(f->c, many, 6), DPREC_ERR_STORE_FULL);
+    expect_ratings(f, items, values, 4);
+    /* a failing storage call at any point of the write: the store as before, in memory and after a restart */
+    for (int kind = 0; kind < 4; kind++)
+        for (int nth = 1; nth <= 2; nth++) {
+            fake_port_arm(&f->fake, kind == 0 ? nth : 0, kind == 1 ? nth : 0, kind == 2 ? nth : 0, kind == 3 ? nth : 0);
+            int rc = dprec_store_put_many(f->c, many, 3);
+            fake_port_arm(&f->fake, 0, 0, 0, 0);
+            if (rc == DPREC_OK) { /* the fault came after the batch was durable: undo it for the next round */
+                for (uint32_t i = 0; i < 3; i++) assert_int_equal(dprec_store_remove(f->c, many[i].item), DPREC_OK);
+                continue;
+            }
+            assert_int_equal(rc, DPREC_ERR_IO);
+            expect_ratings(f, items, values, 4);
+            assert_int_equal(reopen(f), DPREC_OK);
+            expect_ratings(f, items, values, 4);
+        }
+}
+
 static void test_store_reports_no_space_distinctly(void **state) {
     fixture *f = *state;
     f->fake.no_space = 1;
@@ -413,6 +462,79 @@ static void test_store_init_fails_without_key_when_encryption_is_required(void *
     f->cfg.encrypt_at_rest = 0;
 }
 
+/* One client per store (issue 19, point 1; test_port_posix.c plays it on a real directory): a second client on
+ * the same storage is refused at its load (it reads nothing and can write nothing) until the first is freed;
+ * another store name is another lock; a lock the port cannot take is an I/O error; a port without a lock works
+ * as before (the app then keeps to one client per store itself). */
+static void test_store_refuses_a_second_client_until_the_first_is_freed(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 3, 4.0f, 1), DPREC_OK);
+    size_t need = dprec_client_required_size(&f->cfg);
+    void *mem = malloc(need);
+    dprec_client *second = NULL;
+    assert_int_equal(dprec_client_init(&second, &f->cfg, &f->port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(second), DPREC_ERR_STORE_LOCKED);
+    assert_int_equal(dprec_store_count(second), 0);
+    assert_int_equal(dprec_store_put(second, 4, 1.0f, 1), DPREC_ERR_STATE);
+    assert_int_equal(dprec_store_flush(second), DPREC_ERR_STATE);
+    dprec_config other = f->cfg;
+    other.store_name = "another-store";
+    void *mem2 = malloc(dprec_client_required_size(&other));
+    dprec_client *third = NULL;
+    assert_int_equal(dprec_client_init(&third, &other, &f->port, mem2, dprec_client_required_size(&other)), DPREC_OK);
+    assert_int_equal(dprec_store_load(third), DPREC_OK);
+    dprec_client_free(third);
+    dprec_client_free(f->c);
+    f->c = NULL;
+    assert_int_equal(dprec_store_load(second), DPREC_OK); /* the first is gone */
+    assert_int_equal(dprec_store_count(second), 1);
+    assert_int_equal(dprec_store_put(second, 4, 1.0f, 1), DPREC_OK);
+    dprec_client_free(second);
+    f->fake.fail_lock = 1;
+    assert_int_equal(reopen(f), DPREC_ERR_IO);
+    assert_int_equal(dprec_store_put(f->c, 5, 1.0f, 1), DPREC_ERR_STATE);
+    f->fake.fail_lock = 0;
+    dprec_client_free(f->c);
+    f->c = NULL;
+    fake_port_set_no_lock(&f->fake, &f->port);
+    assert_int_equal(reopen(f), DPREC_OK);
+    assert_int_equal(dprec_store_count(f->c), 2);
+    free(mem);
+    free(mem2);
+}
+
+/* The status of a load says whether writes are allowed (dprec.h): a slot refused for a reason that blocks
+ * writes (here another catalogue's file) is reported even when the other slot is merely damaged. Found by
+ * tests/fuzz/fuzz_store.c (its input is in tests/fuzz/regressions/fuzz_store/): the load returned
+ * DPREC_ERR_STORE_CORRUPT, and the put it promised was refused with DPREC_ERR_STATE. */
+static void test_store_load_reports_the_refusal_that_blocks_writes(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 3, 4.0f, 1), DPREC_OK); /* generation 1, slot 1 */
+    assert_int_equal(dprec_store_put(f->c, 5, 4.0f, 1), DPREC_OK); /* generation 2, slot 0 */
+    fake_file *slot0 = fake_port_file(&f->fake, "dprec-ratings.0");
+    assert_non_null(slot0);
+    slot0->data[60] ^= 0x40; /* damage */
+    dprec_config other = f->cfg;
+    other.num_items = 50; /* another catalogue writes slot 1 */
+    fake_port fp2;
+    dprec_port port2;
+    fake_port_init(&fp2, &port2);
+    void *mem = malloc(dprec_client_required_size(&other));
+    dprec_client *c2 = NULL;
+    assert_int_equal(dprec_client_init(&c2, &other, &port2, mem, dprec_client_required_size(&other)), DPREC_OK);
+    assert_int_equal(dprec_store_load(c2), DPREC_OK);
+    assert_int_equal(dprec_store_put(c2, 1, 2.0f, 1), DPREC_OK); /* generation 1: slot 1 */
+    fake_file *foreign = fake_port_file(&fp2, "dprec-ratings.1");
+    assert_non_null(foreign);
+    fake_port_set_file(&f->fake, "dprec-ratings.1", foreign->data, foreign->len);
+    dprec_client_free(c2);
+    free(mem);
+    fake_port_free(&fp2);
+    int rc = reopen(f);
+    assert_int_equal(rc, DPREC_ERR_STORE_MISMATCH);
+    assert_int_equal(dprec_store_put(f->c, 4, 1.0f, 1), DPREC_ERR_STATE);
+}
+
 static void test_store_encrypted_round_trip_survives_many_saves(void **state) {
     fixture *f = *state;
     f->fake.has_key = 1;
@@ -449,6 +571,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_rejects_every_bad_input_and_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_reports_full_and_still_accepts_updates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_survives_failure_of_any_storage_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_put_many_is_one_write_and_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_reports_no_space_distinctly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_ignores_temp_file_left_by_crash_before_rename, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_detects_every_flipped_byte_and_keeps_last_good_state, setup,
@@ -468,6 +591,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_init_fails_without_key_when_encryption_is_required, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_store_encrypted_round_trip_survives_many_saves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_refuses_a_second_client_until_the_first_is_freed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_load_reports_the_refusal_that_blocks_writes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -243,6 +243,7 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON_AddNumberToObject(o, "rounds", (double)j->rounds);
     cJSON_AddNumberToObject(o, "deadline", (double)j->deadline);
     cJSON_AddNumberToObject(o, "participation", j->participation);
+    if (j->base_job > 0) cJSON_AddNumberToObject(o, "base_job", (double)j->base_job);
     cJSON *params = cJSON_Parse(j->params);
     cJSON_AddItemToObject(o, "params", params != NULL ? params : cJSON_CreateObject());
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
@@ -507,6 +508,9 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         snprintf(err, sizeof err, "budget must be {\"epsilon\": > 0, \"delta\": in [0, 1)}");
     else if (budget == NULL && s.proto->needs_budget)
         snprintf(err, sizeof err, "protocol %s needs a budget", s.proto->name);
+    else if (cJSON_GetObjectItemCaseSensitive(o, "base_job") != NULL &&
+             get_int(o, "base_job", 1, INT64_MAX, &s.base_job) != 1)
+        snprintf(err, sizeof err, "base_job must be a job id");
     if (err[0] == '\0') {
         s.d = (uint32_t)d;
         s.m = (uint32_t)m;
@@ -524,9 +528,32 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         }
         cJSON_Delete(empty);
     }
+    /* a job built on another (docs/protocol.md, "Jobs built on another"): release 1 takes the global mean and item
+     * biases of the base job's last release, a finished job of the same items and scale whose protocol's
+     * releases carry a model's biases */
+    agg_model base;
+    memset(&base, 0, sizeof base);
+    if (err[0] == '\0' && s.base_job > 0) {
+        agg_job b;
+        unsigned char *rel = NULL;
+        size_t rel_len = 0;
+        int got = agg_job_get(a, s.base_job, &b, NULL);
+        if (got != 1) snprintf(err, sizeof err, "base_job %lld: no such job", (long long)s.base_job);
+        else if (!b.done) snprintf(err, sizeof err, "base_job %lld is still running: only a finished job's release is final", (long long)s.base_job);
+        else if (!b.proto->releases_biases)
+            snprintf(err, sizeof err, "base_job %lld (%s): its releases carry no item biases to start from", (long long)s.base_job, b.proto->name);
+        else if (b.m != s.m || b.rating_min != s.rating_min || b.rating_max != s.rating_max)
+            snprintf(err, sizeof err, "base_job %lld has other items (m) or another rating scale", (long long)s.base_job);
+        else if (agg_release_get(a, s.base_job, 0, &rel, &rel_len) != 1 ||
+                 agg_release_to_model(rel, rel_len, &base) != 0 || base.bias == NULL || base.m != s.m)
+            snprintf(err, sizeof err, "base_job %lld: its last release could not be read", (long long)s.base_job);
+        free(rel);
+        if (got == 1) agg_job_free(&b);
+    }
     if (err[0] != '\0') {
         cJSON_Delete(o);
         free(s.params);
+        agg_model_free(&base);
         return respond_error(resp, 400, "bad_field", err);
     }
     char *spec = cJSON_PrintUnformatted(o);
@@ -535,6 +562,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     if (c == NULL) {
         free(spec);
         free(s.params);
+        agg_model_free(&base);
         return respond_error(resp, 500, "internal", "out of memory");
     }
     c->spec = s; /* the call owns s.params now */
@@ -544,8 +572,12 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     agg_model x;
     memset(&x, 0, sizeof x);
     size_t rel_len = 0;
-    if (c->spec.proto->initial_model(&c->spec, &x, err, sizeof err) != 0 ||
-        (agg_model_clamp(&x), agg_release_build(a, &c->spec, &x, 1, &c->release, &rel_len, err, sizeof err)) != 0) {
+    c->spec.base = s.base_job > 0 ? &base : NULL;
+    int built = c->spec.proto->initial_model(&c->spec, &x, err, sizeof err) == 0 &&
+                (agg_model_clamp(&x), agg_release_build(a, &c->spec, &x, 1, &c->release, &rel_len, err, sizeof err)) == 0;
+    c->spec.base = NULL;
+    agg_model_free(&base);
+    if (!built) {
         agg_model_free(&x);
         call_free(c);
         return respond_error(resp, 500, "internal", err[0] ? err : "could not build release 1");

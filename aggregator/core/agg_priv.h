@@ -39,6 +39,10 @@ typedef struct agg_job {
     int done;
     int64_t round;         /* the open round; equals the latest release version */
     int64_t deadline;      /* unix seconds */
+    /* The job's base (spec field "base_job", 0: none): a finished job whose last release's global mean and item
+     * biases release 1 starts from (docs/protocol.md, "Jobs built on another"), e.g. the private bias model. */
+    int64_t base_job;
+    const struct agg_model *base; /* at creation only (initial_model): that release's model; NULL otherwise */
 } agg_job;
 
 void agg_job_free(agg_job *j);
@@ -54,7 +58,8 @@ typedef struct agg_model {
 void agg_model_free(agg_model *x);
 
 /* A release-1 model: V uniform in [-scale, scale) from the public seed (splitmix64; not privacy noise), item
- * biases 0, global mean mu (proto_plain.c). 0 or -1. */
+ * biases 0 and global mean mu, or, for a job with a base, the base's item biases and global mean
+ * (proto_plain.c). 0 or -1. */
 int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
                      size_t errcap);
 
@@ -94,6 +99,9 @@ typedef struct agg_protocol {
     dprec_model (*model_of)(const agg_job *job);
     /* Optional: adds protocol-specific fields to the job view's "privacy" object (e.g. seed 001's eps_opt). */
     void (*privacy_extra)(const agg_job *job, cJSON *privacy);
+    /* 1: the item biases and global mean of this protocol's releases are a model's (a job may take them as its
+     * base); 0: they mean something else (private-fw's subset indicator) or are not learned (seed 000). */
+    int releases_biases;
     /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
      * from d, m and the params. The front end refuses a longer body before reading it (413). */
     uint64_t (*max_payload)(const agg_job *job);

@@ -276,7 +276,7 @@ int agg_job_ids(dprec_agg *a, int64_t **ids, size_t *n) {
 static int job_load_row(agg_conn *c, int64_t id, agg_job *out) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st = prep(c, "SELECT proto_id, d, m, rating_min, rating_max, rounds, min_reports, round_seconds,"
-                               " participation, params, budget_epsilon, budget_delta, state, round, deadline"
+                               " participation, params, budget_epsilon, budget_delta, state, round, deadline, spec"
                                " FROM jobs WHERE id = ?");
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, id);
@@ -305,6 +305,11 @@ static int job_load_row(agg_conn *c, int64_t id, agg_job *out) {
     out->done = state != NULL && strcmp((const char *)state, "done") == 0;
     out->round = sqlite3_column_int64(st, 13);
     out->deadline = sqlite3_column_int64(st, 14);
+    const unsigned char *spec = sqlite3_column_text(st, 15);
+    cJSON *sj = spec != NULL ? cJSON_Parse((const char *)spec) : NULL;
+    const cJSON *bj = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "base_job") : NULL;
+    if (cJSON_IsNumber(bj) && bj->valuedouble >= 1) out->base_job = (int64_t)bj->valuedouble;
+    cJSON_Delete(sj);
     finish(c, st);
     if (out->params == NULL || out->proto == NULL) {
         agg_job_free(out);

@@ -469,6 +469,7 @@ const agg_protocol agg_protocol_dpals = {
     .unit = DPREC_UNIT_USER,
     .model = DPREC_MODEL_JOINT,
     .needs_budget = 1,
+    .releases_biases = 1,
     .validate_job = dpals_validate_job,
     .validate_payload = dpals_validate_payload,
     .max_payload = dpals_max_payload,

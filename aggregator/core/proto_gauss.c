@@ -446,6 +446,7 @@ const agg_protocol agg_protocol_gauss_gd = {
     .unit = DPREC_UNIT_USER, /* the default; unit_of gives the job's */
     .model = DPREC_MODEL_CENTRAL,
     .needs_budget = 1,
+    .releases_biases = 1,
     .validate_job = gauss_validate_job,
     .validate_payload = gauss_validate_payload,
     .max_payload = gauss_max_payload,

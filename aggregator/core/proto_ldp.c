@@ -416,6 +416,7 @@ static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_
     next->mu = prev->mu;
     next->v = malloc(sizeof(float) * (size_t)m * d);
     next->bias = calloc(m, sizeof(float));
+    if (next->bias != NULL && prev->bias != NULL) memcpy(next->bias, prev->bias, sizeof(float) * m); /* not learned */
     size_t gcells = (size_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp.q : m) * d;
     double *grad = calloc(gcells > 0 ? gcells : 1, sizeof(double));
     double *gv = NULL;

@@ -187,6 +187,10 @@ int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu,
         out->v[k] = (float)(scale * (2.0 * u - 1.0));
     }
     out->mu = (float)mu;
+    if (job->base != NULL && job->base->m == job->m) { /* a job built on another starts from its biases */
+        out->mu = job->base->mu;
+        if (job->base->bias != NULL) memcpy(out->bias, job->base->bias, sizeof(float) * job->m);
+    }
     return 0;
 }
 
@@ -327,6 +331,7 @@ const agg_protocol agg_protocol_plain = {
     .unit = DPREC_UNIT_USER,
     .model = DPREC_MODEL_NONE,
     .needs_budget = 0,
+    .releases_biases = 1,
     .validate_job = plain_validate_job,
     .validate_payload = plain_validate_payload,
     .max_payload = plain_max_payload,

@@ -17,6 +17,7 @@ static int bias_finish(fleet_common *o) {
     /* one round: the devices' own biases are fitted on release 1 (b = 0) and the item biases once from them; a
      * second round re-estimates the same biases with fresh noise at a larger multiplier (docs/results.md) */
     if (!o->rounds_set) o->rounds = 1;
+    o->rounds_set = 1; /* dpals's own default (3 rounds) is for the factors */
     return fleet_proto_dpals.finish(o);
 }
 
