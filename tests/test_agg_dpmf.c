@@ -408,6 +408,7 @@ static void test_dpmf_relay_unmasked_sum_equals_the_true_noisy_sum_exactly(void 
     dprec_sync_config sc = {.job_id = job, .release_key = w.pub, .release_key_len = w.pub_len};
     sc.relay = &tr;
     device dev[K];
+    unsigned wire_bins[16] = {0};
     for (uint32_t i = 0; i < K; i++) device_open(&dev[i], (int)i);
     for (uint64_t round = 1; round <= 2; round++) {
         if (round == 2) /* every device restarts: its relay registration is durable, it does not register again */
@@ -456,7 +457,14 @@ static void test_dpmf_relay_unmasked_sum_equals_the_true_noisy_sum_exactly(void 
             assert_non_null(head);
             assert_non_null(share);
             unmasked_share(head, share, 0, phi, NULL);
-            for (size_t c = 0; c < (size_t)M * C; c++) want[c] += phi[c];
+            for (size_t c = 0; c < (size_t)M * C; c++) {
+                want[c] += phi[c];
+                /* under the mask: an encoded gradient (at most 2^30 steps) plus a noise share (at most 2^40) */
+                int64_t v = (int64_t)phi[c];
+                assert_true(v <= ((int64_t)1 << 41) && v >= -((int64_t)1 << 41));
+                /* on the wire: the top 4 bits of every masked number, for the uniformity check below */
+                wire_bins[dprec_ld64(share + DPREC_ENVELOPE_HEADER + 16 + 8 * c) >> 60]++;
+            }
         }
         assert_memory_equal(got, want, sizeof got);
         /* and it carries noise: its count coordinates are not the integer counts */
@@ -472,6 +480,15 @@ static void test_dpmf_relay_unmasked_sum_equals_the_true_noisy_sum_exactly(void 
         agg_job_free(&j);
         free(sum);
     }
+    /* What the relay received is uniform mod 2^64: the masked numbers of the K devices' shares of both rounds
+     * (2 K M (d + 1) = 768 of them, their values under the masks all below 2^41) fall into the 16 bins of their top
+     * 4 bits by chi-square with 15 degrees of freedom below 56.5, its 1 - 1e-6 quantile (the fake port's entropy
+     * is fixed, so the test is deterministic; 1e-6 is its false-failure probability over the devices' seeds). An
+     * unmasked share would put every number in bin 0 or 15. */
+    double chi = 0, e = 2.0 * K * M * C / 16.0;
+    for (int b = 0; b < 16; b++) chi += (wire_bins[b] - e) * (wire_bins[b] - e) / e;
+    print_message("masked shares on the wire: chi2 %.1f over 16 bins (bound 56.5)\n", chi);
+    assert_true(chi < 56.5);
     for (uint32_t i = 0; i < K; i++) {
         dprec_ledger_entry line;
         assert_int_equal(dprec_ledger_job(dev[i].c, job, &line), DPREC_OK);
