@@ -771,6 +771,73 @@ static void test_dpmf_relay_refuses_anything_but_a_well_formed_masked_share(void
     world_close(&w);
 }
 
+/* The fixed point's no-wrap bound (sdk/dpmf.h) holds for at most 2^20 shares a round, m (d + 1) <= 2^20 numbers a share
+ * and a round's epsilon <= 1024: both services refuse a job past any of them, and take one at the boundary; and the
+ * relay refuses a dynamic round's share past the job's max_shares. */
+static int agg_job_status(world *w, const char *mode, uint32_t m, uint32_t d, const char *count, uint32_t n,
+                          double eps, int rounds) {
+    char rk[600], spec[2048];
+    hex(w->rpub, w->rpub_len, rk);
+    snprintf(spec, sizeof spec,
+             "{\"protocol\":\"dpmf\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":%d,"
+             "\"min_reports\":1,\"round_seconds\":3600,\"participation\":1,"
+             "\"params\":{\"mode\":\"%s\",\"max_items\":6,\"relay_key\":\"%s\",\"%s\":%u},"
+             "\"budget\":{\"epsilon\":%.17g,\"delta\":0}}",
+             d, m, rounds, mode, rk, count, n, eps);
+    unsigned char *out = NULL;
+    int st = call(w, 0, 1, "POST", "/v1/admin/jobs", ADMIN_TOKEN, (const unsigned char *)spec, strlen(spec), &out, NULL);
+    free(out);
+    return st;
+}
+
+static int relay_job_status(world *w, uint64_t job, const char *mode, uint32_t m, uint32_t d, uint32_t shares,
+                            uint32_t max_shares) {
+    char rs[256];
+    snprintf(rs, sizeof rs, "{\"job\":%llu,\"mode\":\"%s\",\"m\":%u,\"d\":%u,\"shares\":%u,\"max_shares\":%u,\"rounds\":1}",
+             (unsigned long long)job, mode, m, d, shares, max_shares);
+    unsigned char *out = NULL;
+    int st = call(w, 1, 1, "POST", "/v1/admin/jobs", ADMIN_TOKEN, (const unsigned char *)rs, strlen(rs), &out, NULL);
+    free(out);
+    return st;
+}
+
+static void test_dpmf_jobs_that_could_wrap_are_refused_by_both_services(void **state) {
+    (void)state;
+    world w;
+    world_open(&w);
+    const uint32_t S = DPREC_DPMF_MAX_SHARES; /* 2^20 */
+    /* the aggregator: shares a round (relay's cohort, dynamic's noise shares), numbers a share, epsilon a round */
+    assert_int_equal(agg_job_status(&w, "relay", M, D, "cohort", S, 8, 1), 201);
+    assert_int_equal(agg_job_status(&w, "relay", M, D, "cohort", S + 1u, 8, 1), 400);
+    assert_int_equal(agg_job_status(&w, "dynamic", M, D, "noise_shares", S, 8, 1), 201);
+    assert_int_equal(agg_job_status(&w, "dynamic", M, D, "noise_shares", S + 1u, 8, 1), 400);
+    assert_int_equal(agg_job_status(&w, "relay", (1u << 20) / (D + 1u), D, "cohort", 4, 8, 1), 201);
+    assert_int_equal(agg_job_status(&w, "relay", (1u << 20) / (D + 1u) + 1u, D, "cohort", 4, 8, 1), 400);
+    assert_int_equal(agg_job_status(&w, "relay", M, D, "cohort", 4, 2048, 2), 201);    /* 1024 a round */
+    assert_int_equal(agg_job_status(&w, "relay", M, D, "cohort", 4, 2049, 2), 400);    /* 1024.5 a round */
+    /* the relay: the same bounds on its own job (it trusts nothing the aggregator decided) */
+    assert_int_equal(relay_job_status(&w, 101, "relay", M, D, S, S), 201);
+    assert_int_equal(relay_job_status(&w, 102, "relay", M, D, S + 1u, S), 400);
+    assert_int_equal(relay_job_status(&w, 103, "dynamic", M, D, 4, S + 1u), 400);
+    assert_int_equal(relay_job_status(&w, 104, "dynamic", (1u << 20) / (D + 1u), D, 4, 8), 201);
+    assert_int_equal(relay_job_status(&w, 105, "dynamic", (1u << 20) / (D + 1u) + 1u, D, 4, 8), 400);
+    /* a dynamic round takes at most max_shares shares, whatever their noise */
+    assert_int_equal(relay_job_status(&w, 106, "dynamic", M, D, 1, 2), 201);
+    char *t[3];
+    static unsigned char b[16384];
+    char code[32], path[96];
+    for (int i = 0; i < 3; i++) t[i] = relay_register(&w);
+    snprintf(path, sizeof path, "/v1/jobs/106/rounds/1");
+    assert_int_equal(call(&w, 1, 0, "GET", path, t[0], NULL, 0, NULL, NULL), 200);
+    for (int i = 0; i < 3; i++) {
+        size_t len = make_share(106, 1, (unsigned char)(i + 1), DPREC_DPMF_DYNAMIC, M, C, b);
+        assert_int_equal(post_share(&w, 106, t[i], b, len, code), i < 2 ? 200 : 409);
+        if (i == 2) assert_string_equal(code, "cohort_full");
+        free(t[i]);
+    }
+    world_close(&w);
+}
+
 /* A relay restarted mid-round (kill -9: the state is what was committed) keeps every acknowledged share. */
 static void test_dpmf_relay_keeps_acknowledged_shares_across_a_restart(void **state) {
     (void)state;
@@ -992,6 +1059,7 @@ int main(void) {
         cmocka_unit_test(test_dpmf_dynamic_round_survives_a_device_that_drops_out),
         cmocka_unit_test(test_dpmf_relay_refuses_anything_but_a_well_formed_masked_share),
         cmocka_unit_test(test_dpmf_relay_keeps_acknowledged_shares_across_a_restart),
+        cmocka_unit_test(test_dpmf_jobs_that_could_wrap_are_refused_by_both_services),
         cmocka_unit_test(test_dpmf_trusted_minimizer_is_exact),
         cmocka_unit_test(test_dpmf_trusted_noise_is_laplace_of_the_published_scale),
         cmocka_unit_test(test_dpmf_trusted_job_refuses_a_lambda_whose_jacobian_takes_the_budget),
