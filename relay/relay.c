@@ -1274,35 +1274,13 @@ int dprec_relay_handle_async(dprec_relay *r, const dprec_agg_request *req, const
     }
 }
 
-typedef struct sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} sync_wait;
-
-static void sync_done(void *user) {
-    sync_wait *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
 int dprec_relay_handle(dprec_relay *r, const dprec_agg_request *req, dprec_agg_response *resp) {
-    sync_wait w;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    w.done = 0;
+    agg_sync_wait w;
+    agg_sync_wait_init(&w);
     memset(resp, 0, sizeof *resp);
-    int rc = dprec_relay_handle_async(r, req, NULL, resp, sync_done, &w);
-    if (rc == PENDING) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-        rc = resp->status != 0 ? 0 : -1;
-    }
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    int rc = dprec_relay_handle_async(r, req, NULL, resp, agg_sync_wait_done, &w);
+    agg_sync_wait_end(&w, rc == PENDING);
+    if (rc == PENDING) rc = resp->status != 0 ? 0 : -1;
     return rc;
 }
 
@@ -1348,33 +1326,14 @@ char *dprec_relay_metrics(dprec_relay *r) {
 
 /* ---- in-process transport ---------------------------------------------------------------------------------- */
 
+static int relay_handler(void *core, const dprec_agg_request *req, dprec_agg_response *resp) {
+    return dprec_relay_handle(core, req, resp);
+}
+
 static int relay_transport_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
                                    dprec_http_response *resp) {
     const dprec_relay_transport *st = ctx;
-    char auth[160];
-    dprec_agg_request r;
-    memset(&r, 0, sizeof r);
-    r.listener = DPREC_LISTENER_DEVICE;
-    r.method = req->method;
-    r.path = req->path;
-    if (req->bearer != NULL) {
-        int n = snprintf(auth, sizeof auth, "Bearer %s", req->bearer);
-        if (n < 0 || (size_t)n >= sizeof auth) return DPREC_ERR_INVALID_ARGUMENT;
-        r.authorization = auth;
-    }
-    r.body = req->body;
-    r.body_len = req->body_len;
-    dprec_agg_response out;
-    if (dprec_relay_handle(st->relay, &r, &out) != 0) {
-        dprec_agg_response_free(&out);
-        return DPREC_ERR_NETWORK;
-    }
-    resp->status = out.status;
-    resp->retry_after = out.retry_after;
-    int rc = DPREC_OK;
-    if (sink != NULL && out.body_len > 0) rc = sink(sink_user, out.body, out.body_len);
-    dprec_agg_response_free(&out);
-    return rc;
+    return agg_transport_forward(relay_handler, st->relay, 0, req, sink, sink_user, resp);
 }
 
 void dprec_relay_transport_init(dprec_transport *t, dprec_relay_transport *state, dprec_relay *r) {

@@ -855,34 +855,36 @@ int dprec_agg_handle_async(dprec_agg *a, const dprec_agg_request *req, const dpr
     return handle(a, req, origin, resp, done, user, 0);
 }
 
-typedef struct sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} sync_wait;
+void agg_sync_wait_init(agg_sync_wait *w) {
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = 0;
+}
 
-static void sync_done(void *user) {
-    sync_wait *w = user;
+void agg_sync_wait_done(void *user) {
+    agg_sync_wait *w = user;
     pthread_mutex_lock(&w->mu);
     w->done = 1;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
-int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
-    sync_wait w;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    w.done = 0;
-    int rc = handle(a, req, NULL, resp, sync_done, &w, 1);
-    if (rc == PENDING) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-        rc = resp->body != NULL || resp->status < 500 ? 0 : -1;
+void agg_sync_wait_end(agg_sync_wait *w, int pending) {
+    if (pending) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
     }
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
+    agg_sync_wait w;
+    agg_sync_wait_init(&w);
+    int rc = handle(a, req, NULL, resp, agg_sync_wait_done, &w, 1);
+    agg_sync_wait_end(&w, rc == PENDING);
+    if (rc == PENDING) rc = resp->body != NULL || resp->status < 500 ? 0 : -1;
     return rc;
 }
 

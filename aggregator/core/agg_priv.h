@@ -357,6 +357,22 @@ int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o);
 cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty);
 const char *agg_bearer(const char *authorization);
 int64_t agg_parse_id(const char *s);
+/* A blocking call of a core's asynchronous handler: agg_sync_wait_init, the handler with agg_sync_wait_done and the
+ * wait as its done callback, then agg_sync_wait_end (pending: the handler answered PENDING, so wait for its done
+ * callback first), which frees the wait. */
+typedef struct agg_sync_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} agg_sync_wait;
+void agg_sync_wait_init(agg_sync_wait *w);
+void agg_sync_wait_done(void *user);
+void agg_sync_wait_end(agg_sync_wait *w, int pending);
+/* agg_transport.c: an in-process transport's request, handed to a core's blocking handler (dprec_agg_handle, or
+ * the relay's); the response body goes to the sink in pieces of chunk bytes (0: whole). A dprec status. */
+int agg_transport_forward(int (*handler)(void *core, const dprec_agg_request *, dprec_agg_response *), void *core,
+                          size_t chunk, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                          dprec_http_response *resp);
 /* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
  * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
 int64_t agg_now(dprec_agg *a);
