@@ -2,11 +2,13 @@
  * real relay core (relay/relay.h), each with its own SQLite state and key. Every request the devices send to either
  * service is recorded, so that the test can check, outside the protocol, what each party received:
  *   - relay mode (static users): the recommender's unmasked sum equals, exactly (mod 2^64), the sum of what the
- *     devices put under their masks (their encoded gradients and noise shares);
+ *     devices put under their masks (their encoded gradients and noise shares), and what the relay received is
+ *     masked (uniform on the wire, small under the masks);
  *   - dynamic mode: a device that drops out after its head reached the aggregator leaves a correct round: the sum is
  *     the reporting devices' gradients plus the first K noise shares, exactly, and each device's gradient is the one
  *     the test computes itself from its ratings and the release;
- *   - the relay refuses anything that is not a well-formed masked share of the job's open round;
+ *   - the relay refuses anything that is not a well-formed masked share of the job's open round, and both services
+ *     refuse jobs past the fixed point's no-wrap bounds;
  *   - trusted mode: the aggregator's minimizer is exact (against the closed form of the squared loss) and its noise
  *     is Laplace of the published scale. */
 #include <setjmp.h>
