@@ -138,11 +138,12 @@ class Server:
             raise SystemExit("register failed: %s %s" % (status, body))
         return body["token"]
 
-    def create_job(self, d=4, m=10, min_reports=100, rounds=3, round_seconds=3600, protocol="plain", params=None):
+    def create_job(self, d=4, m=10, min_reports=100, rounds=3, round_seconds=3600, protocol="plain", params=None,
+                   timeout=30):
         spec = {"protocol": protocol, "d": d, "m": m, "rating_min": 1, "rating_max": 5, "rounds": rounds,
                 "min_reports": min_reports, "round_seconds": round_seconds, "participation": 1.0,
                 "params": params if params is not None else {"lambda": 0.1, "seed": 1}}
-        status, body = self.admin("POST", "/v1/admin/jobs", body=json.dumps(spec).encode())
+        status, body = self.admin("POST", "/v1/admin/jobs", body=json.dumps(spec).encode(), timeout=timeout)
         if status != 201:
             raise SystemExit("create job failed: %s %s" % (status, body))
         return body["job"]
@@ -405,12 +406,14 @@ def check_connections(tmp):
 
 
 def slow_round(srv):
-    """A job whose round takes a while to finalize (m = 200,000, d = 64: a 51 MB release) with one report in it."""
-    job = srv.create_job(d=64, m=200000, min_reports=1000, rounds=2)
+    """A job whose round takes a while to finalize (m = 200,000, d = 64: a 51 MB release) with one report in it.
+    Its creation builds and signs release 1 (51 MB): on a loaded 2-core machine that took more than 30 s (CI of
+    branch dpmf, beside four other engineers' fleets), so its calls wait up to 120 s."""
+    job = srv.create_job(d=64, m=200000, min_reports=1000, rounds=2, timeout=120)
     token = srv.register()
     report = plain_report(job, 1, 64, [(5, 4.0), (1000, 3.0)])
     status, body = srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=report, token=token,
-                            ctype="application/octet-stream")
+                            ctype="application/octet-stream", timeout=120)
     if status != 200:
         raise SystemExit("report to the big job: %s %s" % (status, body))
     return job, token
@@ -482,7 +485,7 @@ def check_drain_on_sigterm(tmp):
           else "the round close in flight at SIGTERM got its answer: 200, round %s" % r[1].get("round"))
     check(rc == 0, "the server exited 0 after draining (exit %s)" % rc)
     srv2 = Server(tmp).start()
-    status, body = srv2.admin("GET", "/v1/admin/jobs/%d" % job)
+    status, body = srv2.admin("GET", "/v1/admin/jobs/%d" % job, timeout=120)
     check(status == 200 and body.get("round") == 2, "after a restart the round is closed, once (%s)" %
           (body.get("round") if body else None))
     srv2.stop()
