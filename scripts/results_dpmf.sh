@@ -85,7 +85,7 @@ run() { # protocol eps
   local t0=$SECONDS
   fleet_job "$data $p eps=$e" "${src[@]}" "${args[@]}" --in-process --eval-every 0 --compare none || return 1
   local log=$job_log last rmse pub model rounds users items ratings glob item user mae delta
-  last=$(printf '%s\n' "$log" | tail -1)
+  last=$(printf '%s\n' "$log" | grep '^final: ' | tail -1) # not tail -1: a progress line on stderr may land after it
   rmse=$(printf '%s\n' "$last" | sed -n 's/.*test_rmse=\([^ ]*\).*/\1/p')
   pub=$(printf '%s\n' "$last" | sed -n 's/.*epsilon=\([^ ]*\).*/\1/p')
   delta=$(printf '%s\n' "$last" | sed -n 's/.*delta=\([^ ]*\).*/\1/p')
