@@ -585,15 +585,24 @@ int dprec_sample_discrete_laplace(dprec_rng *r, uint64_t s, uint64_t t, int64_t 
     return rc;
 }
 
+static int dgauss_args_ok(uint64_t num, uint64_t den) {
+    if (num == 0 || den == 0) return 0;
+    if (u128_mul64(num, den).hi != 0) return 0; /* num den < 2^64 */
+    return num <= ((uint64_t)1 << 53);          /* implies sigma2 <= 2^53 < 2^80 */
+}
+
 int dprec_sample_discrete_gaussian(dprec_rng *r, uint64_t num, uint64_t den, int64_t *out) {
-    if (r == NULL || out == NULL || num == 0 || den == 0) return DPREC_ERR_INVALID_ARGUMENT;
-    if (u128_mul64(num, den).hi != 0) return DPREC_ERR_INVALID_ARGUMENT; /* num den < 2^64 */
-    if (num > ((uint64_t)1 << 53)) return DPREC_ERR_INVALID_ARGUMENT;     /* implies sigma2 <= 2^53 < 2^80 */
+    if (r == NULL || out == NULL || !dgauss_args_ok(num, den)) return DPREC_ERR_INVALID_ARGUMENT;
     bitsrc b;
     bs_init(&b, r);
     int rc = dgauss(&b, num, den, out);
     bs_wipe(&b);
     return rc;
+}
+
+int dprec_sample_discrete_gaussian_stream(dprec_noise_stream *s, uint64_t num, uint64_t den, int64_t *out) {
+    if (s == NULL || out == NULL || !dgauss_args_ok(num, den)) return DPREC_ERR_INVALID_ARGUMENT;
+    return dgauss(s, num, den, out);
 }
 
 /* ---- real-valued noise on a grid [GDP] ---------------------------------------------------------------- */

@@ -68,6 +68,8 @@ int dprec_sample_discrete_laplace(dprec_rng *r, uint64_t s, uint64_t t, int64_t 
  * (CKS Algorithm 3). Requires num, den >= 1, num * den < 2^64 and num <= 2^53 (so sigma2 <= 2^53; this
  * bound keeps the acceptance test's exact rational below 2^108 / 2^128, see noise.c). */
 int dprec_sample_discrete_gaussian(dprec_rng *r, uint64_t num, uint64_t den, int64_t *out);
+/* The same draw from a stream (s initialized, not NULL), for a long run of draws (dpmf's noise shares). */
+int dprec_sample_discrete_gaussian_stream(dprec_noise_stream *s, uint64_t num, uint64_t den, int64_t *out);
 
 /* Real-valued noise on a grid of granularity g = 2^k, for a statistic x with L1 (Laplace) or L2 (Gaussian)
  * sensitivity `sensitivity` per coordinate-set:

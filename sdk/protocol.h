@@ -20,6 +20,17 @@ typedef struct dprec_client dprec_client;
 
 #define DPREC_SYNC_PROTOCOL_NAME_MAX 24
 
+/* What a relay says of a job's open round (GET /v1/jobs/{job}/rounds/{round} on the relay, docs/protocol.md): the
+ * public randomness it drew for the round (the seed its devices expand, never shown to the aggregator) and the number
+ * of shares whose noise makes the round's total. Fetched by sync.c, over the app's relay transport, for a job whose
+ * policy says its reports go through a relay. */
+typedef struct dprec_relay_round {
+    uint64_t round;
+    int mode;                  /* the protocol's mode as the relay runs the job (dpmf: sdk/dpmf.h) */
+    uint32_t shares;           /* K */
+    unsigned char seed[32];
+} dprec_relay_round;
+
 /* A job as GET /v1/jobs/{job} describes it (docs/protocol.md). Every field comes from the aggregator: the
  * device believes none of those its guarantee depends on until its protocol's policy checked them. */
 typedef struct dprec_sync_job {
@@ -39,6 +50,7 @@ typedef struct dprec_sync_job {
      * only ever uses these to refuse a job whose published figures understate what the device computes. */
     double epsilon, delta, user_epsilon, user_delta, round_epsilon;
     const dprec_json_doc *doc; /* the whole job object (token 0), for protocol parameters ("params.*") */
+    const dprec_relay_round *relay; /* the relay's view of the open round (policy relay = 1; NULL in the policy) */
 } dprec_sync_job;
 
 /* What a job is allowed to cost, computed on the device (docs/privacy.md, "The device's policy"). */
@@ -55,6 +67,10 @@ typedef struct dprec_job_policy {
      * draw. 0: a round costs only when a report is sent. */
     int charge_sit_outs;
     size_t report_bytes;   /* every report's exact size (envelope included); 0 for `plain`, whose size varies */
+    /* 1: the report goes partly through the relay (dprec_sync_config.relay): build writes two envelopes back to
+     * back, the head for the aggregator and the tail for the relay, and sync.c fetches the relay's round
+     * (job->relay) before the build. Not part of the fingerprint (report_bytes and the model differ anyway). */
+    int relay;
 } dprec_job_policy;
 
 /* A protocol's durable state on the device (private-fw's sample and row coefficients), if it has one: the
@@ -144,5 +160,6 @@ int dprec_fw_state_get(const dprec_client *c, uint64_t *job, uint64_t *round, ui
                        uint32_t *n);
 
 extern const dprec_proto dprec_proto_dpals;                                              /* protocol_dpals.c */
+extern const dprec_proto dprec_proto_dpmf;                                               /* protocol_dpmf.c */
 
 #endif /* DPREC_PROTOCOL_H */

@@ -21,6 +21,7 @@ const char *dprec_model_name(dprec_model model) {
     case DPREC_MODEL_CENTRAL: return "central";
     case DPREC_MODEL_JOINT: return "joint";
     case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-sampling heuristic";
+    case DPREC_MODEL_DISTRIBUTED: return "distributed";
     }
     return "unknown";
 }
@@ -163,12 +164,15 @@ static const char *caveat(const dprec_guarantee *g) {
         return "holds only for an exact posterior sample; SGLD gives (epsilon, (1+e^epsilon) delta') with delta' "
                "the unknown distance to the target";
     if (g->model == DPREC_MODEL_NONE) return "no privacy: exact statistics leave the device";
+    if (g->model == DPREC_MODEL_DISTRIBUTED)
+        return "holds against the recommender while the relay does not collude with it and no device it controls "
+               "learns the round's noise scales (docs/privacy.md, dpmf)";
     return NULL;
 }
 
 static int check(const dprec_guarantee *g, char *out, size_t cap) {
     if (g == NULL || out == NULL || cap == 0) return DPREC_ERR_INVALID_ARGUMENT;
-    if ((g->unit != DPREC_UNIT_RATING && g->unit != DPREC_UNIT_USER) || (unsigned)g->model > DPREC_MODEL_POSTERIOR_HEURISTIC)
+    if ((g->unit != DPREC_UNIT_RATING && g->unit != DPREC_UNIT_USER) || (unsigned)g->model > DPREC_MODEL_DISTRIBUTED)
         return DPREC_ERR_INVALID_ARGUMENT;
     if (g->epsilon != g->epsilon || g->epsilon < 0.0 || g->delta != g->delta || g->delta < 0.0)
         return DPREC_ERR_INVALID_ARGUMENT;

@@ -26,6 +26,8 @@
  * Sync store section (type 4, critical), little-endian, 88 bytes of data:
  *   [flags u32: bit 0 registered][0 u32][device id u64][token: 64 ASCII hex bytes, zeros if unregistered]
  *   [0 u32][0 u32]
+ * and, once the device registered with a relay (dprec_sync_config.relay), 80 more (168 in all):
+ *   [flags u32: 1][0 u32][relay device id u64][relay token: 64 ASCII hex bytes]
  * SDK 0.1.0 wrote 184 bytes: the same, with [memo count u32 = 4][0 u32] and 4 participation decisions
  * [job u64][round u64][decision u32][0 u32]. Such a file still loads: a decision newer than its job's ledger
  * line is moved into the line (ledger.c keeps the decisions now); one for a job without a line is dropped. */
@@ -41,6 +43,8 @@
 #include "report.h"
 
 #define SYNC_SECTION_DATA 88u
+#define SYNC_SECTION_DATA_RELAY 168u /* with a relay registration */
+#define SYNC_RELAY_OFF 88u
 #define SYNC_SECTION_DATA_V0 184u /* SDK 0.1.0, with a memo of 4 participation decisions */
 #define SYNC_MEMO_V0 4u
 #define SYNC_MEMO_OFF_V0 88u
@@ -57,27 +61,36 @@
 /* ---- the store section ------------------------------------------------------------------------------ */
 
 size_t dprec_sync_section_max(void) {
-    return DPREC_STORE_SECTION_HEADER + SYNC_SECTION_DATA;
+    return DPREC_STORE_SECTION_HEADER + SYNC_SECTION_DATA_RELAY;
 }
 
 void dprec_sync_reset(dprec_client *c) {
     c->registered = 0;
     c->device_id = 0;
     memset(c->token, 0, sizeof c->token);
+    c->relay_registered = 0;
+    c->relay_device_id = 0;
+    memset(c->relay_token, 0, sizeof c->relay_token);
 }
 
 unsigned char *dprec_sync_encode(const dprec_client *c, unsigned char *p) {
+    uint32_t len = c->relay_registered ? SYNC_SECTION_DATA_RELAY : SYNC_SECTION_DATA;
     dprec_st16(p, DPREC_SECTION_SYNC);
     dprec_st16(p + 2, SECTION_CRITICAL);
-    dprec_st32(p + 4, SYNC_SECTION_DATA);
+    dprec_st32(p + 4, len);
     unsigned char *d = p + DPREC_STORE_SECTION_HEADER;
-    memset(d, 0, SYNC_SECTION_DATA);
+    memset(d, 0, len);
     dprec_st32(d, c->registered ? 1u : 0u);
     if (c->registered) {
         dprec_st64(d + 8, c->device_id);
         memcpy(d + 16, c->token, DPREC_SYNC_TOKEN_LEN);
     }
-    return d + SYNC_SECTION_DATA;
+    if (c->relay_registered) {
+        dprec_st32(d + SYNC_RELAY_OFF, 1u);
+        dprec_st64(d + SYNC_RELAY_OFF + 8, c->relay_device_id);
+        memcpy(d + SYNC_RELAY_OFF + 16, c->relay_token, DPREC_SYNC_TOKEN_LEN);
+    }
+    return d + len;
 }
 
 static int is_hex(unsigned char ch) {
@@ -95,7 +108,16 @@ static void migrate_decision(dprec_client *c, uint64_t job, uint64_t round, uint
 }
 
 int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit) {
-    if (len != SYNC_SECTION_DATA && len != SYNC_SECTION_DATA_V0) return DPREC_ERR_STORE_CORRUPT;
+    if (len != SYNC_SECTION_DATA && len != SYNC_SECTION_DATA_V0 && len != SYNC_SECTION_DATA_RELAY)
+        return DPREC_ERR_STORE_CORRUPT;
+    int relay = len == SYNC_SECTION_DATA_RELAY;
+    if (relay) {
+        const unsigned char *r = d + SYNC_RELAY_OFF;
+        if (dprec_ld32(r) != 1u || dprec_ld32(r + 4) != 0u) return DPREC_ERR_STORE_CORRUPT;
+        for (uint32_t i = 0; i < DPREC_SYNC_TOKEN_LEN; i++)
+            if (!is_hex(r[16 + i])) return DPREC_ERR_STORE_CORRUPT;
+        len = SYNC_SECTION_DATA; /* the rest is the 88-byte section */
+    }
     uint32_t flags = dprec_ld32(d), memo = len == SYNC_SECTION_DATA_V0 ? SYNC_MEMO_V0 : 0u;
     if ((flags & ~1u) != 0 || dprec_ld32(d + 4) != 0 || dprec_ld32(d + 80) != memo || dprec_ld32(d + 84) != 0)
         return DPREC_ERR_STORE_CORRUPT;
@@ -116,6 +138,12 @@ int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int
             c->device_id = dprec_ld64(d + 8);
             memcpy(c->token, d + 16, DPREC_SYNC_TOKEN_LEN);
             c->token[DPREC_SYNC_TOKEN_LEN] = '\0';
+        }
+        if (relay) {
+            c->relay_registered = 1;
+            c->relay_device_id = dprec_ld64(d + SYNC_RELAY_OFF + 8);
+            memcpy(c->relay_token, d + SYNC_RELAY_OFF + 16, DPREC_SYNC_TOKEN_LEN);
+            c->relay_token[DPREC_SYNC_TOKEN_LEN] = '\0';
         }
         for (uint32_t i = 0; i < memo; i++) { /* the ledger section comes first in every file: it is loaded */
             const unsigned char *m = d + SYNC_MEMO_OFF_V0 + (size_t)i * SYNC_MEMO_SIZE_V0;
@@ -312,12 +340,214 @@ static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_res
     return DPREC_OK;
 }
 
+/* ---- the relay ---------------------------------------------------------------------------------------- */
+
+/* The relay's JSON answers are small: they go into a buffer of their own, so that the job's JSON (c->resp, which
+ * the build still reads) stays intact. */
+#define RELAY_RESP_MAX 768u
+#define RELAY_JSON_TOKENS 32u
+typedef struct relay_buf {
+    unsigned char b[RELAY_RESP_MAX];
+    size_t n;
+    int overflow;
+} relay_buf;
+
+static int relay_sink(void *user, const unsigned char *chunk, size_t len) {
+    relay_buf *rb = (relay_buf *)user;
+    if (len > RELAY_RESP_MAX - rb->n) {
+        rb->overflow = 1;
+        return DPREC_ERR_PROTOCOL;
+    }
+    memcpy(rb->b + rb->n, chunk, len);
+    rb->n += len;
+    return 0;
+}
+
+static int relay_exchange(dprec_client *c, const dprec_transport *t, const char *method, const char *path, int auth,
+                          const char *content_type, const unsigned char *body, size_t body_len,
+                          dprec_http_response *resp, relay_buf *rb) {
+    dprec_http_request req = {method, path, auth ? c->relay_token : NULL, content_type, body, body_len};
+    rb->n = 0;
+    rb->overflow = 0;
+    memset(resp, 0, sizeof *resp);
+    int rc = t->request(t->ctx, &req, relay_sink, rb, resp);
+    if (rb->overflow) return DPREC_ERR_PROTOCOL;
+    return rc;
+}
+
+/* The relay no longer knows this device's relay token: forget it durably, register again on the next call. */
+static int relay_token_refused(dprec_client *c, dprec_sync_result *result) {
+    dprec_client_log(c, DPREC_LOG_WARN, "sync: the relay refused its token; registering with it again", "");
+    c->relay_registered = 0;
+    int rc = dprec_store_save(c);
+    if (rc != DPREC_OK) {
+        c->relay_registered = 1;
+        return rc;
+    }
+    c->relay_device_id = 0;
+    dprec_wipe(c->relay_token, sizeof c->relay_token);
+    return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
+}
+
+/* Registers with the relay (POST /v1/register there); the token is durable before it is used. */
+static int relay_register(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, int *retry) {
+    static const unsigned char body[] = "{}";
+    dprec_http_response resp;
+    relay_buf rb;
+    *retry = 0;
+    int rc = relay_exchange(c, t, "POST", "/v1/register", 0, "application/json", body, sizeof body - 1, &resp, &rb);
+    if (rc != DPREC_OK) {
+        *retry = 1;
+        return transport_failure(c, result, rc);
+    }
+    if (transient_status(resp.status)) {
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+    }
+    if (resp.status != 201 && resp.status != 200) return DPREC_ERR_PROTOCOL;
+    dprec_json_token tok[RELAY_JSON_TOKENS];
+    dprec_json_doc doc;
+    uint64_t id = 0;
+    char token[DPREC_SYNC_TOKEN_LEN + 1];
+    size_t token_len = 0;
+    rc = dprec_json_parse(&doc, (const char *)rb.b, rb.n, tok, RELAY_JSON_TOKENS);
+    if (rc == DPREC_OK && tok[0].type != DPREC_JSON_OBJECT) rc = DPREC_ERR_PROTOCOL;
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "device_id", &id);
+    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "token", token, sizeof token, &token_len);
+    if (rc != DPREC_OK || token_len != DPREC_SYNC_TOKEN_LEN) return DPREC_ERR_PROTOCOL;
+    for (size_t i = 0; i < token_len; i++)
+        if (!is_hex((unsigned char)token[i])) return DPREC_ERR_PROTOCOL;
+    c->relay_registered = 1;
+    c->relay_device_id = id;
+    memcpy(c->relay_token, token, sizeof token);
+    dprec_wipe(token, sizeof token);
+    rc = dprec_store_save(c);
+    if (rc != DPREC_OK) {
+        c->relay_registered = 0;
+        c->relay_device_id = 0;
+        dprec_wipe(c->relay_token, sizeof c->relay_token);
+        return rc;
+    }
+    log_u64(c, DPREC_LOG_INFO, "sync: registered with the relay as device ", id);
+    return DPREC_OK;
+}
+
+static int hex_nibble(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* The relay's view of the job's open round (GET /v1/jobs/{job}/rounds/{round} there). A relay that has not opened
+ * that round (another round, 404, 409) -> retry later: the two services advance together. */
+static int relay_round(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job, dprec_relay_round *rr,
+                       dprec_sync_result *result, int *retry) {
+    path_buf path;
+    path_job(&path, job->job_id, "/rounds/");
+    path_u64(&path, job->round);
+    dprec_http_response resp;
+    relay_buf rb;
+    *retry = 0;
+    int rc = relay_exchange(c, t, "GET", path.s, 1, NULL, NULL, 0, &resp, &rb);
+    if (rc != DPREC_OK) {
+        *retry = 1;
+        return transport_failure(c, result, rc);
+    }
+    if (transient_status(resp.status) || resp.status == 404 || resp.status == 409) {
+        *retry = 1;
+        return retry_later(c, result, resp.status == 404 || resp.status == 409 ? DPREC_ERR_PROTOCOL : DPREC_ERR_NETWORK,
+                           resp.retry_after);
+    }
+    if (resp.status == 401) {
+        *retry = 1;
+        return relay_token_refused(c, result);
+    }
+    if (resp.status != 200) return DPREC_ERR_PROTOCOL;
+    dprec_json_token tok[RELAY_JSON_TOKENS];
+    dprec_json_doc doc;
+    uint64_t job_id = 0, shares = 0;
+    char mode[16], seed[2 * sizeof rr->seed + 1];
+    size_t seed_len = 0;
+    memset(rr, 0, sizeof *rr);
+    rc = dprec_json_parse(&doc, (const char *)rb.b, rb.n, tok, RELAY_JSON_TOKENS);
+    if (rc == DPREC_OK && tok[0].type != DPREC_JSON_OBJECT) rc = DPREC_ERR_PROTOCOL;
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "job", &job_id);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "round", &rr->round);
+    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "shares", &shares);
+    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "mode", mode, sizeof mode, NULL);
+    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "seed", seed, sizeof seed, &seed_len);
+    if (rc != DPREC_OK || job_id != job->job_id || seed_len != 2 * sizeof rr->seed || shares > UINT32_MAX)
+        return DPREC_ERR_PROTOCOL;
+    for (size_t i = 0; i < sizeof rr->seed; i++) {
+        int hi = hex_nibble(seed[2 * i]), lo = hex_nibble(seed[2 * i + 1]);
+        if (hi < 0 || lo < 0) return DPREC_ERR_PROTOCOL;
+        rr->seed[i] = (unsigned char)(hi * 16 + lo);
+    }
+    dprec_wipe(seed, sizeof seed);
+    rr->shares = (uint32_t)shares;
+    rr->mode = strcmp(mode, "relay") == 0 ? 2 : strcmp(mode, "dynamic") == 0 ? 3 : 0; /* sdk/dpmf.h's modes */
+    if (rr->round != job->round) { /* the relay is on another round: come back once both are on the same */
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
+    }
+    return DPREC_OK;
+}
+
 /* ---- pending reports ---------------------------------------------------------------------------------- */
+
+/* A stored report may carry a tail for the relay after its first envelope (protocol.h, policy relay): the first
+ * envelope goes to the aggregator, the tail (another envelope) to the relay, in that order. */
+static size_t head_len(const dprec_pending_report *p) {
+    if (p->len < DPREC_ENVELOPE_HEADER) return p->len;
+    size_t n = DPREC_ENVELOPE_HEADER + (size_t)dprec_ld32(p->bytes + 48);
+    return n <= p->len ? n : p->len;
+}
+
+/* Sends the tail to the relay. 0 with *dead set when the relay will never take it (dropped, logged). */
+static int send_tail(dprec_client *c, const dprec_transport *relay, const dprec_pending_report *p, size_t head,
+                     dprec_sync_result *result, int *retry, int *dead) {
+    *dead = 0;
+    if (relay == NULL || relay->request == NULL) {
+        dprec_client_log(c, DPREC_LOG_ERROR, "sync: a stored report goes through a relay and none is configured", "");
+        return DPREC_ERR_CONFIG;
+    }
+    if (!c->relay_registered) {
+        int rc = relay_register(c, relay, result, retry);
+        if (rc != DPREC_OK || *retry) return rc;
+    }
+    path_buf path;
+    path_job(&path, p->job_id, "/shares");
+    dprec_http_response resp;
+    relay_buf rb;
+    int rc = relay_exchange(c, relay, "POST", path.s, 1, "application/octet-stream", p->bytes + head, p->len - head,
+                            &resp, &rb);
+    if (rc != DPREC_OK) {
+        *retry = 1;
+        return transport_failure(c, result, rc);
+    }
+    if (transient_status(resp.status)) {
+        *retry = 1;
+        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+    }
+    if (resp.status == 401) {
+        *retry = 1;
+        return relay_token_refused(c, result);
+    }
+    if (resp.status == 409 || resp.status == 400 || resp.status == 404 || resp.status == 413) {
+        /* the relay will never take these bytes (its round closed, its cohort is full, ...): as for the aggregator,
+         * the share is dropped and its charge stays */
+        dprec_client_log(c, DPREC_LOG_WARN, "sync: the relay refused the share for good, dropped", "");
+        *dead = 1;
+        return DPREC_OK;
+    }
+    return resp.status == 200 ? DPREC_OK : DPREC_ERR_PROTOCOL;
+}
 
 /* Sends every pending report, oldest first, each with its stored bytes. *acked_round gets the round of an
  * acknowledged report of job `job` (UINT64_MAX if none). Stops at the first failure. */
-static int send_pending(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, uint64_t job,
-                        uint64_t *acked_round, int *retry) {
+static int send_pending(dprec_client *c, const dprec_transport *t, const dprec_transport *relay,
+                        dprec_sync_result *result, uint64_t job, uint64_t *acked_round, int *retry) {
     *retry = 0;
     while (c->pending_count > 0) {
         int rc;
@@ -331,7 +561,8 @@ static int send_pending(dprec_client *c, const dprec_transport *t, dprec_sync_re
         path_buf path;
         path_job(&path, p.job_id, "/reports");
         dprec_http_response resp;
-        rc = exchange(c, t, "POST", path.s, 1, "application/octet-stream", p.bytes, p.len, &resp);
+        size_t head = head_len(&p);
+        rc = exchange(c, t, "POST", path.s, 1, "application/octet-stream", p.bytes, head, &resp);
         if (rc != DPREC_OK) {
             *retry = 1;
             return transport_failure(c, result, rc);
@@ -358,6 +589,10 @@ static int send_pending(dprec_client *c, const dprec_transport *t, dprec_sync_re
             dead = 1;
         } else if (resp.status != 200) {
             return DPREC_ERR_PROTOCOL;
+        }
+        if (!dead && head < p.len) { /* the aggregator holds the head (its masks): now the tail, to the relay */
+            rc = send_tail(c, relay, &p, head, result, retry, &dead);
+            if (rc != DPREC_OK || *retry) return rc;
         }
         unsigned char id[DPREC_REPORT_ID_SIZE];
         uint64_t p_job = p.job_id, p_round = p.round;
@@ -656,7 +891,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
         if (rc != DPREC_OK || retry) return rc;
     }
     uint64_t acked_round = UINT64_MAX;
-    rc = send_pending(c, t, result, cfg->job_id, &acked_round, &retry);
+    rc = send_pending(c, t, cfg->relay, result, cfg->job_id, &acked_round, &retry);
     if (rc != DPREC_OK || retry) return rc;
 
     /* 3. the job, and the device's own policy on it */
@@ -675,6 +910,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     if (proto == NULL) return DPREC_ERR_UNSUPPORTED;
     dprec_job_policy pol;
     rc = job_policy(c, proto, &job, &pol);
+    if (rc == DPREC_OK && pol.relay && (cfg->relay == NULL || cfg->relay->request == NULL)) rc = DPREC_ERR_CONFIG;
     if (rc != DPREC_OK) {
         dprec_client_log(c, DPREC_LOG_ERROR, "sync: job refused by the device's policy: ", dprec_status_name(rc));
         return rc;
@@ -715,6 +951,19 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
         if (rc != DPREC_OK) return rc;
     }
 
+    /* the relay's view of the round (its randomness and share count), for a report that goes through it; nothing
+     * here depends on the user's data */
+    dprec_relay_round rr;
+    if (pol.relay) {
+        if (!c->relay_registered) {
+            rc = relay_register(c, cfg->relay, result, &retry);
+            if (rc != DPREC_OK || retry) return rc;
+        }
+        rc = relay_round(c, cfg->relay, &job, &rr, result, &retry);
+        if (rc != DPREC_OK || retry) return rc;
+        job.relay = &rr;
+    }
+
     /* 4. the release, verified, into the fit; a fit that fails on the user's data is not an outcome anyone
      * may see: the report is then the fallback */
     rc = fetch_and_fit(c, t, cfg, &job, result, &retry);
@@ -726,6 +975,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     build_ctx b = {c, &job, &pol, proto, fit_failed};
     unsigned char id[DPREC_REPORT_ID_SIZE];
     rc = dprec_report_prepare(c, &ch, build_report, &b, id);
+    dprec_wipe(&rr, sizeof rr);
     if (rc == DPREC_ERR_ALREADY_REPORTED) {
         done_ok(c, result, DPREC_SYNC_NOTHING_TO_DO, wait);
         return DPREC_OK;
@@ -737,7 +987,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     }
 
     /* 6. send it; acknowledged -> done */
-    rc = send_pending(c, t, result, job.job_id, &acked_round, &retry);
+    rc = send_pending(c, t, cfg->relay, result, job.job_id, &acked_round, &retry);
     if (rc != DPREC_OK || retry) return rc;
     done_ok(c, result, acked_round == job.round ? DPREC_SYNC_REPORTED : DPREC_SYNC_NOTHING_TO_DO, wait);
     return DPREC_OK;

@@ -25,6 +25,7 @@
 #include <math.h>
 
 #include "accountant.h"
+#include "dpmf.h"
 #include "dprec/dprec.h"
 #include "dprec/sync.h"
 #include "fake_agg.h"
@@ -101,15 +102,59 @@ typedef struct trace {
     int n;
 } trace;
 
+/* dpmf's relay, in the same spirit as fake_agg: honest by default, malicious on demand; it records every request. */
+typedef struct fake_relay {
+    uint64_t round;       /* the round it says is open */
+    const char *mode;     /* "relay" or "dynamic" */
+    uint32_t shares;      /* the K it announces */
+    int share_status;     /* its answer to a share (200: accepted) */
+    int share_posts;
+    size_t last_share_len;
+    fake_agg_request log[64];
+    int nlog;
+} fake_relay;
+
 typedef struct world {
     fake_signer key;
     fake_agg agg;
+    fake_relay rel;
+    dprec_transport rt;
     dprec_transport t;
     dprec_sync_config sc;
     device dev;
     trace tr;
     int which; /* 0: device A, 1: device B */
 } world;
+
+static int fake_relay_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *user,
+                              dprec_http_response *resp) {
+    fake_relay *r = ctx;
+    if (r->nlog < 64) {
+        fake_agg_request *l = &r->log[r->nlog++];
+        snprintf(l->method, sizeof l->method, "%s", req->method);
+        snprintf(l->path, sizeof l->path, "%s", req->path);
+        l->body_len = req->body_len;
+    }
+    char body[512];
+    resp->retry_after = 0;
+    if (strcmp(req->path, "/v1/register") == 0) {
+        resp->status = 201;
+        snprintf(body, sizeof body, "{\"device_id\":\"5\",\"token\":\"%064d\"}", 7);
+    } else if (strstr(req->path, "/rounds/") != NULL) {
+        unsigned long long job = 0;
+        sscanf(req->path, "/v1/jobs/%llu/", &job);
+        resp->status = 200;
+        snprintf(body, sizeof body, "{\"job\":%llu,\"round\":%llu,\"mode\":\"%s\",\"shares\":%u,\"seed\":\"%064d\"}", job,
+                 (unsigned long long)r->round, r->mode, r->shares, 3);
+    } else {
+        r->share_posts++;
+        r->last_share_len = req->body_len;
+        resp->status = r->share_status;
+        snprintf(body, sizeof body, r->share_status == 200 ? "{\"accepted\":true,\"duplicate\":false,\"round\":1}"
+                                                         : "{\"error\":\"cohort_full\",\"message\":\"full\"}");
+    }
+    return sink != NULL ? sink(user, (const unsigned char *)body, strlen(body)) : DPREC_OK;
+}
 
 /* One sync call, recorded. */
 static int step(world *w) {
@@ -166,6 +211,12 @@ static void play(scenario s, const dprec_config *cfg) {
         fake_agg_init(&x->agg, &x->key, JOB, M, D);
         x->agg.deadline = 1700000030;
         fake_agg_transport(&x->agg, &x->t);
+        x->rel.round = 1;
+        x->rel.mode = "relay";
+        x->rel.shares = 3;
+        x->rel.share_status = 200;
+        x->rt.ctx = &x->rel;
+        x->rt.request = fake_relay_request; /* a scenario that uses the relay sets sc.relay */
         x->sc.job_id = JOB;
         x->sc.release_key = x->key.pub;
         x->sc.release_key_len = x->key.pub_len;
@@ -177,6 +228,13 @@ static void play(scenario s, const dprec_config *cfg) {
         if (w[0]->tr.rc[i] != w[1]->tr.rc[i] || w[0]->tr.outcome[i] != w[1]->tr.outcome[i])
             fail_msg("sync call %d: device A got %s/%d, device B %s/%d", i, dprec_status_name(w[0]->tr.rc[i]),
                      w[0]->tr.outcome[i], dprec_status_name(w[1]->tr.rc[i]), w[1]->tr.outcome[i]);
+    }
+    assert_int_equal(w[0]->rel.nlog, w[1]->rel.nlog);
+    for (int i = 0; i < w[0]->rel.nlog; i++) {
+        const fake_agg_request *a = &w[0]->rel.log[i], *b = &w[1]->rel.log[i];
+        if (strcmp(a->method, b->method) != 0 || strcmp(a->path, b->path) != 0 || a->body_len != b->body_len)
+            fail_msg("relay request %d: device A sent %s %s (%zu bytes), device B %s %s (%zu bytes)", i, a->method,
+                     a->path, a->body_len, b->method, b->path, b->body_len);
     }
     assert_int_equal(w[0]->agg.nlog, w[1]->agg.nlog);
     for (int i = 0; i < w[0]->agg.nlog; i++) {
@@ -497,6 +555,142 @@ static void test_dpals_understated_noise_is_refused(void **state) {
     play(attack_dpals_understated, &cfg);
 }
 
+/* ---- dpmf (seed 004) ------------------------------------------------------------------------------------------------ */
+
+static char dpmf_privacy[512], dpmf_params[256];
+
+/* A dpmf job of `rounds` rounds at round_eps each (the published total their sum), mode `mode`; its published Laplace
+ * scale is `scale` times the one the device computes (trusted mode). */
+static void use_dpmf(world *w, const char *mode, double round_eps, uint64_t rounds, double scale) {
+    dprec_dpmf_mech m;
+    int md = dprec_dpmf_mode_of(mode);
+    double lambda = dprec_dpmf_default_lambda(D, 10, 1.0, 1.0, round_eps);
+    assert_int_equal(dprec_dpmf_mechanism(md, D, 10, 1.0, 1.0, lambda, round_eps, &m), DPREC_OK);
+    w->agg.protocol = "dpmf";
+    snprintf(dpmf_params, sizeof dpmf_params, "{\"mode\": \"%s\", \"max_items\": 10, \"%s\": 3}", mode,
+             md == DPREC_DPMF_DYNAMIC ? "noise_shares" : "cohort");
+    w->agg.params = dpmf_params;
+    w->agg.rounds = rounds;
+    snprintf(dpmf_privacy, sizeof dpmf_privacy,
+             "{\"unit\": \"user\", \"model\": \"%s\", \"epsilon\": %.17g, \"delta\": 0, \"round_epsilon\": %.17g,"
+             " \"user_epsilon\": %.17g, \"laplace_scale\": %.17g}",
+             md == DPREC_DPMF_TRUSTED ? "central" : "distributed", round_eps * (double)rounds, round_eps,
+             round_eps * (double)rounds, scale * m.b);
+    w->agg.privacy = dpmf_privacy;
+    w->rel.mode = md == DPREC_DPMF_DYNAMIC ? "dynamic" : "relay";
+    if (md != DPREC_DPMF_TRUSTED) w->sc.relay = &w->rt;
+}
+
+/* Every mode: each device sends one report of the job's one size (trusted: k pairs; relay modes: the head to the
+ * aggregator and the masked share of every item to the relay, after the head was acknowledged), and is charged the
+ * round's epsilon per report at user level, in the model the mode states. */
+static void attack_count_by_size_dpmf(world *w) {
+    static const char *const modes[] = {"trusted", "relay", "dynamic"};
+    for (int k = 0; k < 3; k++) {
+        w->agg.job_id = JOB + (uint64_t)k;
+        w->sc.job_id = JOB + (uint64_t)k;
+        use_dpmf(w, modes[k], 0.5, 2, 1.0);
+        open_round(w, 1);
+        w->agg.accepted = 0; /* the fake keeps one job's reports: a new job */
+        int before = reports_posted(w), shares = w->rel.share_posts;
+        int rc = step(w);
+        if (rc != DPREC_OK) fail_msg("mode %s: %s", modes[k], dprec_status_name(rc));
+        assert_int_equal(w->tr.outcome[w->tr.n - 1], DPREC_SYNC_REPORTED);
+        assert_int_equal(reports_posted(w), before + 1);
+        if (k == 0) {
+            assert_int_equal(w->agg.last_post_len, 56u + dprec_dpmf_trusted_size(D, 10));
+        } else {
+            assert_int_equal(w->agg.last_post_len, 56u + DPREC_DPMF_HEAD_SIZE);
+            assert_int_equal(w->rel.share_posts, shares + 1);
+            assert_int_equal(w->rel.last_share_len, 56u + dprec_dpmf_share_size(k == 1 ? 2 : 3, M, D + 1));
+        }
+        dprec_ledger_entry e;
+        ledger_line(w, JOB + (uint64_t)k, &e);
+        assert_true(e.unit == DPREC_UNIT_USER && e.reports == 1 && e.epsilon == 0.5 &&
+                    e.model == (k == 0 ? DPREC_MODEL_CENTRAL : DPREC_MODEL_DISTRIBUTED));
+    }
+}
+
+static void test_dpmf_report_sizes_do_not_count_a_users_ratings(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.max_report_bytes = 8192;
+    play(attack_count_by_size_dpmf, &cfg);
+}
+
+/* A malicious recommender: a trusted job that declares less noise than its epsilon needs (its Laplace scale half the
+ * device's own figure) is refused before anything is fetched; a relay job whose cohort (the K every device's noise
+ * share is divided by) differs from the relay's, as a recommender would publish to make each share smaller, is refused
+ * before anything is charged or sent; a round's epsilon inflated to make the noise small is refused by the cap. */
+static void attack_dpmf_recommender(world *w) {
+    use_dpmf(w, "trusted", 0.5, 2, 0.5);
+    open_round(w, 1);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    assert_int_equal(w->agg.release_gets, 0);
+    use_dpmf(w, "relay", 0.5, 2, 1.0);
+    w->rel.shares = 1000; /* the relay's K; the job says 3 */
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    assert_int_equal(w->rel.share_posts, 0);
+    assert_int_equal(reports_posted(w), 0);
+    w->rel.shares = 3;
+    use_dpmf(w, "relay", 50.0, 2, 1.0); /* a consistent total of 100, past the user's cap of 5 */
+    assert_int_equal(step(w), DPREC_ERR_BUDGET_EXCEEDED);
+    assert_int_equal(w->rel.share_posts, 0);
+    dprec_ledger_entry e;
+    assert_true(dprec_ledger_job(w->dev.c, JOB, &e) != DPREC_OK || e.reports == 0);
+}
+
+static void test_dpmf_a_recommender_that_shrinks_the_noise_is_refused(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.max_report_bytes = 8192;
+    cfg.cap_user_epsilon = 5.0;
+    play(attack_dpmf_recommender, &cfg);
+}
+
+/* A malicious or lagging relay: no relay configured (the job is refused, nothing leaves); a relay that shows another
+ * round than the aggregator's (a replay of round 1 in round 2: the device waits, nothing is built or charged); a relay
+ * that refuses a share for good (the share is dropped, its charge stays: over-counted, never under). */
+static void attack_dpmf_relay(world *w) {
+    use_dpmf(w, "dynamic", 0.5, 3, 1.0);
+    w->sc.relay = NULL;
+    open_round(w, 1);
+    assert_int_equal(step(w), DPREC_ERR_CONFIG);
+    w->sc.relay = &w->rt;
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(w->tr.outcome[w->tr.n - 1], DPREC_SYNC_REPORTED);
+    open_round(w, 2);
+    w->rel.round = 1; /* the relay replays round 1 */
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(w->tr.outcome[w->tr.n - 1], DPREC_SYNC_RETRY_LATER);
+    assert_int_equal(reports_posted(w), 1);
+    w->rel.round = 2;
+    w->rel.share_status = 409;
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(reports_posted(w), 2);
+    assert_int_equal(w->rel.share_posts, 2);
+    assert_int_equal(dprec_report_pending_count(w->dev.c), 0); /* dropped, not retried forever */
+    dprec_ledger_entry e;
+    ledger_line(w, JOB, &e);
+    assert_true(e.reports == 2 && e.epsilon == 1.0);
+    /* the aggregator replays round 1 itself: nothing is drawn or sent */
+    open_round(w, 1);
+    w->rel.round = 1;
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(w->tr.outcome[w->tr.n - 1], DPREC_SYNC_NOTHING_TO_DO);
+    assert_int_equal(w->rel.share_posts, 2);
+}
+
+static void test_dpmf_a_relay_that_replays_or_refuses_costs_no_extra_privacy(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.max_report_bytes = 8192;
+    play(attack_dpmf_relay, &cfg);
+}
+
 /* ---- units ---------------------------------------------------------------------------------------------------------- */
 
 /* Point 5: the job starts at unit user and switches to unit rating (a weaker claim) in its second round under
@@ -756,6 +950,9 @@ int main(void) {
         cmocka_unit_test(test_private_fw_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpals_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpals_understated_noise_is_refused),
+        cmocka_unit_test(test_dpmf_report_sizes_do_not_count_a_users_ratings),
+        cmocka_unit_test(test_dpmf_a_recommender_that_shrinks_the_noise_is_refused),
+        cmocka_unit_test(test_dpmf_a_relay_that_replays_or_refuses_costs_no_extra_privacy),
         cmocka_unit_test(test_a_unit_switch_mid_job_is_refused),
         cmocka_unit_test(test_a_rating_level_job_counts_against_the_user_cap),
         cmocka_unit_test(test_a_rating_level_job_is_charged_its_group_bound),

@@ -38,7 +38,7 @@ static int os_entropy(void *ctx, unsigned char *buf, size_t len) {
     return DPREC_OK;
 }
 
-static const dprec_port os_port = {.entropy = os_entropy};
+const dprec_port agg_os_port = {.entropy = os_entropy};
 
 int agg_random(void *ctx, unsigned char *out, size_t len) {
     dprec_agg *a = ctx;
@@ -83,7 +83,7 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
         for (int i = 0; i < 8; i++) seed[i] = (unsigned char)(cfg->seed >> (8 * i));
         rc = dprec_rng_init(&a->rng, NULL, seed, sizeof seed, "agg");
     } else {
-        rc = dprec_rng_init(&a->rng, &os_port, NULL, 0, "agg");
+        rc = dprec_rng_init(&a->rng, &agg_os_port, NULL, 0, "agg");
     }
     if (a->admin_token == NULL || rc != DPREC_OK) {
         set_err(err, errcap, rc != DPREC_OK ? "could not seed the CSPRNG" : "out of memory");

@@ -222,6 +222,7 @@ static const char *model_name(dprec_model m) {
     case DPREC_MODEL_CENTRAL: return "central";
     case DPREC_MODEL_JOINT: return "joint";
     case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-heuristic";
+    case DPREC_MODEL_DISTRIBUTED: return "distributed";
     default: return "none";
     }
 }
@@ -249,8 +250,8 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
     if (priv != NULL) {
         cJSON_AddStringToObject(priv, "unit", unit_name(j->proto->unit_of != NULL ? j->proto->unit_of(j) : j->proto->unit));
-        cJSON_AddStringToObject(priv, "model", model_name(j->proto->model));
-        if (j->proto->model == DPREC_MODEL_NONE) {
+        cJSON_AddStringToObject(priv, "model", model_name(agg_job_model(j)));
+        if (agg_job_model(j) == DPREC_MODEL_NONE) {
             cJSON_AddStringToObject(priv, "epsilon", "inf");
             cJSON_AddNumberToObject(priv, "delta", 0);
         } else {
@@ -860,33 +861,57 @@ int dprec_agg_handle_async(dprec_agg *a, const dprec_agg_request *req, const dpr
     return handle(a, req, origin, resp, done, user, 0);
 }
 
-typedef struct sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} sync_wait;
+void agg_sync_wait_init(agg_sync_wait *w) {
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = 0;
+}
 
-static void sync_done(void *user) {
-    sync_wait *w = user;
+void agg_sync_wait_done(void *user) {
+    agg_sync_wait *w = user;
     pthread_mutex_lock(&w->mu);
     w->done = 1;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
-int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
-    sync_wait w;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    w.done = 0;
-    int rc = handle(a, req, NULL, resp, sync_done, &w, 1);
-    if (rc == PENDING) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-        rc = resp->body != NULL || resp->status < 500 ? 0 : -1;
+void agg_sync_wait_end(agg_sync_wait *w, int pending) {
+    if (pending) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
     }
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
+    agg_sync_wait w;
+    agg_sync_wait_init(&w);
+    int rc = handle(a, req, NULL, resp, agg_sync_wait_done, &w, 1);
+    agg_sync_wait_end(&w, rc == PENDING);
+    if (rc == PENDING) rc = resp->body != NULL || resp->status < 500 ? 0 : -1;
     return rc;
+}
+
+/* ---- helpers other HTTP-independent cores share (the relay: relay/relay.c) --------------------------------------- */
+
+int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg) {
+    return respond_error(resp, status, code, msg);
+}
+
+int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o) {
+    return respond_json(resp, status, o);
+}
+
+cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty) {
+    return parse_object(req, allow_empty);
+}
+
+const char *agg_bearer(const char *authorization) {
+    return bearer(authorization);
+}
+
+int64_t agg_parse_id(const char *s) {
+    return parse_id(s);
 }

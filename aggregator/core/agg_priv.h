@@ -98,6 +98,8 @@ typedef struct agg_protocol {
     /* Optional (NULL: `unit` above): the unit a job's guarantee protects, for a protocol whose unit is a
      * parameter of the job (ldp-rr's rr_unit, gauss-gd's unit). The job view publishes it as privacy.unit. */
     dprec_unit (*unit_of)(const agg_job *job);
+    /* Optional (NULL: `model` above): the model of a job whose model is a parameter (dpmf's mode). */
+    dprec_model (*model_of)(const agg_job *job);
     /* Optional: adds protocol-specific fields to the job view's "privacy" object (e.g. seed 001's eps_opt). */
     void (*privacy_extra)(const agg_job *job, cJSON *privacy);
     /* 1: the item biases and global mean of this protocol's releases are a model's (a job may take them as its
@@ -190,6 +192,22 @@ int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dpr
                     char *err, size_t errcap);
 int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
                    int noisy, agg_model *next, char *err, size_t errcap);
+
+extern const agg_protocol agg_protocol_dpmf;
+
+/* proto_dpmf.c (seed 004), exposed for tests. The round's mechanism (sdk/dpmf.h) as the job states it; the trusted
+ * mode's exact minimizer of one item's perturbed objective (xs: the reports' features, d doubles each; who/t: the
+ * item's n (report, target) pairs; theta: the start in, the minimizer out); its global step with or without noise
+ * (noisy 0: tests only); and the relay modes' unmasked round sum into acc (m (d + 1) numbers mod 2^64; *found 0
+ * when the round has no relay sum). All 0 or -1. */
+struct dprec_dpmf_mech;
+int agg_dpmf_mechanism(const agg_job *job, struct dprec_dpmf_mech *m);
+int agg_dpmf_minimize(const double *xs, const uint32_t *who, const float *t, uint32_t n, uint32_t d, const double *eta,
+                      double lambda, double huber, double *theta);
+int agg_dpmf_trusted_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                          dprec_rng *rng, int noisy, agg_model *next, char *err, size_t errcap);
+int agg_dpmf_unmask(const agg_job *job, const agg_report *reports, size_t n, uint64_t *acc, int *found, char *err,
+                    size_t errcap);
 
 /* ---- state: one writer thread, readers on their own connections (agg_state.c) ------------------------------
  *
@@ -321,6 +339,7 @@ struct dprec_agg {
 };
 
 /* agg.c */
+extern const dprec_port agg_os_port; /* the kernel's CSPRNG (getrandom) as a dprec port: every service's entropy */
 void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields); /* takes ownership of fields */
 int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
 void agg_count_reject(dprec_agg *a, const char *code);
@@ -333,12 +352,45 @@ int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, doubl
  * increasing and below m, values finite, then padding pairs (DPREC_PAD_ITEM, +0.0) to the end. *real gets the
  * number of real pairs. 0, or -1 with a message. */
 int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *real, char *err, size_t errcap);
+/* agg_http.c, for other HTTP-independent cores (the relay): an error body of docs/protocol.md; a JSON answer (takes
+ * ownership of o); a request's JSON object body (NULL when it is not one; an empty body is {} when allow_empty); the
+ * token of an "Authorization: Bearer" header (NULL when none); a decimal id in [1, 2^53] (0 when not one). */
+int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg);
+int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o);
+cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty);
+const char *agg_bearer(const char *authorization);
+int64_t agg_parse_id(const char *s);
+/* A blocking call of a core's asynchronous handler: agg_sync_wait_init, the handler with agg_sync_wait_done and the
+ * wait as its done callback, then agg_sync_wait_end (pending: the handler answered PENDING, so wait for its done
+ * callback first), which frees the wait. */
+typedef struct agg_sync_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} agg_sync_wait;
+void agg_sync_wait_init(agg_sync_wait *w);
+void agg_sync_wait_done(void *user);
+void agg_sync_wait_end(agg_sync_wait *w, int pending);
+/* agg_transport.c: an in-process transport's request, handed to a core's blocking handler (dprec_agg_handle, or
+ * the relay's); the response body goes to the sink in pieces of chunk bytes (0: whole). A dprec status. */
+int agg_transport_forward(int (*handler)(void *core, const dprec_agg_request *, dprec_agg_response *), void *core,
+                          size_t chunk, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
+                          dprec_http_response *resp);
 /* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
  * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
 int64_t agg_now(dprec_agg *a);
 
 /* agg_sign.c */
 int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap);
+/* The same for any service (the relay has its own key): loads the PEM EC P-256 key at path, or generates one there
+ * (0600), and writes its public key as DER SubjectPublicKeyInfo into pub_der (pub_cap bytes, *pub_len). 0 or -1. */
+int agg_signing_key_load_or_create(const char *path, mbedtls_pk_context *key, unsigned char *pub_der, size_t pub_cap,
+                                   size_t *pub_len, int (*f_rng)(void *, unsigned char *, size_t), void *p_rng,
+                                   char *err, size_t errcap);
+/* Randomized ECDSA over a SHA-256 digest with key (one signer at a time under mu), DER into out[0 .. cap). 0 or an
+ * mbedTLS error. */
+int agg_sign_digest(mbedtls_pk_context *key, pthread_mutex_t *mu, int (*f_rng)(void *, unsigned char *, size_t),
+                    void *p_rng, const unsigned char digest[32], unsigned char *out, size_t cap, size_t *out_len);
 /* Builds a signed release of model x as version `version` of job j; *out is malloc'd. 0 or -1. Any thread. */
 int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
                       size_t *out_len, char *err, size_t errcap);
@@ -350,6 +402,11 @@ void agg_model_clamp(agg_model *x);
  * for another name. And back: the name of an encoding. */
 int agg_release_encoding_parse(const char *name, uint16_t *enc);
 const char *agg_release_encoding_name(uint16_t enc);
+
+/* The privacy model of a job: its protocol's model_of, else its model. */
+static inline dprec_model agg_job_model(const agg_job *j) {
+    return j->proto->model_of != NULL ? j->proto->model_of(j) : j->proto->model;
+}
 
 /* 1 when the job's rounds may close at min_reports before the deadline (local and non-private protocols). */
 int agg_closes_early(const agg_job *j);

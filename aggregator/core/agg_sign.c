@@ -48,30 +48,32 @@ static int write_file_0600(const char *path, const unsigned char *buf, size_t le
     return close(fd);
 }
 
-int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap) {
-    const char *path = a->cfg.signing_key_path;
+int agg_signing_key_load_or_create(const char *path, mbedtls_pk_context *key, unsigned char *pub_der, size_t pub_cap,
+                                   size_t *pub_len, int (*f_rng)(void *, unsigned char *, size_t), void *p_rng,
+                                   char *err, size_t errcap) {
     struct stat st;
     int rc;
     if (stat(path, &st) == 0) {
 #if MBEDTLS_VERSION_NUMBER >= 0x03000000
-        rc = mbedtls_pk_parse_keyfile(&a->key, path, NULL, agg_random, a);
+        rc = mbedtls_pk_parse_keyfile(key, path, NULL, f_rng, p_rng);
 #else
-        rc = mbedtls_pk_parse_keyfile(&a->key, path, NULL);
+        (void)f_rng, (void)p_rng;
+        rc = mbedtls_pk_parse_keyfile(key, path, NULL);
 #endif
         if (rc != 0) {
             snprintf(err, errcap, "cannot read the signing key %s (mbedTLS -0x%04x)", path, (unsigned)-rc);
             return -1;
         }
-        if (!mbedtls_pk_can_do(&a->key, MBEDTLS_PK_ECDSA) ||
-            mbedtls_pk_ec(a->key)->MBEDTLS_PRIVATE(grp).id != MBEDTLS_ECP_DP_SECP256R1) {
+        if (!mbedtls_pk_can_do(key, MBEDTLS_PK_ECDSA) ||
+            mbedtls_pk_ec(*key)->MBEDTLS_PRIVATE(grp).id != MBEDTLS_ECP_DP_SECP256R1) {
             snprintf(err, errcap, "the signing key %s is not an EC P-256 key", path);
             return -1;
         }
     } else {
-        rc = mbedtls_pk_setup(&a->key, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY));
-        if (rc == 0) rc = mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(a->key), agg_random, a);
+        rc = mbedtls_pk_setup(key, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY));
+        if (rc == 0) rc = mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(*key), f_rng, p_rng);
         unsigned char pem[1024];
-        if (rc == 0) rc = mbedtls_pk_write_key_pem(&a->key, pem, sizeof pem);
+        if (rc == 0) rc = mbedtls_pk_write_key_pem(key, pem, sizeof pem);
         if (rc != 0) {
             snprintf(err, errcap, "cannot generate a signing key (mbedTLS -0x%04x)", (unsigned)-rc);
             return -1;
@@ -83,24 +85,29 @@ int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap) {
             return -1;
         }
     }
-    unsigned char der[sizeof a->pub_der];
-    rc = mbedtls_pk_write_pubkey_der(&a->key, der, sizeof der);
-    if (rc <= 0) {
+    unsigned char der[256];
+    rc = mbedtls_pk_write_pubkey_der(key, der, sizeof der);
+    if (rc <= 0 || (size_t)rc > pub_cap) {
         snprintf(err, errcap, "cannot encode the public key (mbedTLS -0x%04x)", (unsigned)-rc);
         return -1;
     }
     /* mbedtls_pk_write_pubkey_der writes at the end of the buffer */
-    a->pub_der_len = (size_t)rc;
-    memcpy(a->pub_der, der + sizeof der - (size_t)rc, (size_t)rc);
+    *pub_len = (size_t)rc;
+    memcpy(pub_der, der + sizeof der - (size_t)rc, (size_t)rc);
     return 0;
+}
+
+int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap) {
+    return agg_signing_key_load_or_create(a->cfg.signing_key_path, &a->key, a->pub_der, sizeof a->pub_der,
+                                          &a->pub_der_len, agg_random, a, err, errcap);
 }
 
 /* Randomized ECDSA (fresh k from the CSPRNG each call), DER-encoded as SEQUENCE { INTEGER r, INTEGER s }
  * (RFC 5480). Not the deterministic variant of RFC 6979: the signature covers a digest that covers the
  * signature's length, and a deterministic signer can cycle between two lengths forever. */
-static int sign_digest(dprec_agg *a, const unsigned char digest[32], unsigned char *out, size_t cap,
-                       size_t *out_len) {
-    mbedtls_ecp_keypair *kp = mbedtls_pk_ec(a->key);
+int agg_sign_digest(mbedtls_pk_context *key, pthread_mutex_t *mu, int (*f_rng)(void *, unsigned char *, size_t),
+                    void *p_rng, const unsigned char digest[32], unsigned char *out, size_t cap, size_t *out_len) {
+    mbedtls_ecp_keypair *kp = mbedtls_pk_ec(*key);
     mbedtls_mpi r, s;
     unsigned char tmp[MBEDTLS_ECDSA_MAX_LEN];
     unsigned char *p = tmp + sizeof tmp;
@@ -108,9 +115,9 @@ static int sign_digest(dprec_agg *a, const unsigned char digest[32], unsigned ch
     int rc;
     mbedtls_mpi_init(&r);
     mbedtls_mpi_init(&s);
-    pthread_mutex_lock(&a->sign_mu);
-    rc = mbedtls_ecdsa_sign(&kp->MBEDTLS_PRIVATE(grp), &r, &s, &kp->MBEDTLS_PRIVATE(d), digest, 32, agg_random, a);
-    pthread_mutex_unlock(&a->sign_mu);
+    pthread_mutex_lock(mu);
+    rc = mbedtls_ecdsa_sign(&kp->MBEDTLS_PRIVATE(grp), &r, &s, &kp->MBEDTLS_PRIVATE(d), digest, 32, f_rng, p_rng);
+    pthread_mutex_unlock(mu);
     if (rc == 0) {
         int n = mbedtls_asn1_write_mpi(&p, tmp, &s);
         if (n >= 0) len += (size_t)n, n = mbedtls_asn1_write_mpi(&p, tmp, &r);
@@ -184,7 +191,7 @@ int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64
         dprec_st16(buf + 44, DPREC_SIG_ECDSA_P256_SHA256);
         dprec_st16(buf + 46, (uint16_t)want);
         if (dprec_sha256(buf, body_end, buf + body_end) != 0) break;
-        rc = sign_digest(a, buf + body_end, sig, sizeof sig, &sig_len);
+        rc = agg_sign_digest(&a->key, &a->sign_mu, agg_random, a, buf + body_end, sig, sizeof sig, &sig_len);
         if (rc != 0) break;
         if (sig_len == want) ok = 1;
         else want = sig_len;

@@ -1502,5 +1502,6 @@ void agg_state_close(dprec_agg *a) {
  * amplification no longer applies), so their rounds close at the deadline (or by the operator), and min_reports
  * is the least they close with (docs/protocol.md, docs/privacy.md). */
 int agg_closes_early(const agg_job *j) {
-    return j->proto->model == DPREC_MODEL_LOCAL || j->proto->model == DPREC_MODEL_NONE;
+    dprec_model m = agg_job_model(j);
+    return m == DPREC_MODEL_LOCAL || m == DPREC_MODEL_NONE;
 }

@@ -9,7 +9,7 @@
 
 #include "server.h"
 
-static const char help_text[] =
+const char dprec_srv_agg_help[] =
     "usage: dprec-aggregator serve [options]\n"
     "\n"
     "Runs the aggregator over HTTPS: a device listener (public) and an admin listener (loopback by default).\n"
@@ -57,8 +57,10 @@ static const char help_text[] =
 
 void dprec_srv_print_help(void)
 {
-    fputs(help_text, stdout);
+    fputs(dprec_srv_agg_help, stdout);
 }
+
+static const char *program = "dprec-aggregator";
 
 static int copy_str(char *dst, size_t cap, const char *src, const char *what, char *err, size_t errcap)
 {
@@ -231,11 +233,13 @@ static int load_file(dprec_srv_config *cfg, const char *path, char *err, size_t 
     return rc;
 }
 
-int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *err, size_t errcap)
+int dprec_srv_config_load(const dprec_srv_backend *b, dprec_srv_config *cfg, int argc, char **argv, char *err,
+                          size_t errcap)
 {
     memset(cfg, 0, sizeof *cfg);
-    strcpy(cfg->listen, "0.0.0.0:8443");
-    strcpy(cfg->admin_listen, "127.0.0.1:8444");
+    program = b->program;
+    snprintf(cfg->listen, sizeof cfg->listen, "%s", b->default_listen);
+    snprintf(cfg->admin_listen, sizeof cfg->admin_listen, "%s", b->default_admin_listen);
     cfg->threads = 4;
     cfg->admin_threads = 1;
     cfg->max_report_bytes = 16u << 20;
@@ -252,7 +256,7 @@ int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *er
     /* First pass: --help and --config. */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            dprec_srv_print_help();
+            fputs(b->help, stdout);
             return 1;
         }
         if (strcmp(argv[i], "--config") == 0) {
@@ -301,7 +305,7 @@ int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *er
             rc = set_log_level(cfg, v, err, errcap);
         }
         if (!known) {
-            snprintf(err, errcap, "unknown flag: %s (see dprec-aggregator serve --help)", f);
+            snprintf(err, errcap, "unknown flag: %s (see %s serve --help)", f, program);
             return 2;
         }
         if (rc != 0) {

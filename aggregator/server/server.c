@@ -1,5 +1,6 @@
-/* dprec-aggregator serve — the HTTPS front end. Two libmicrohttpd daemons (TLS through GnuTLS, epoll, a
- * thread pool each): the device listener and the admin listener.
+/* dprec-aggregator serve and dprec-relay serve — the HTTPS front end. Two libmicrohttpd daemons (TLS through GnuTLS,
+ * epoll, a thread pool each): the device listener and the admin listener, over a backend (server.h: the aggregator's
+ * core, serve_agg.c, or the relay's, relay/relay_main.c).
  *
  * A request's headers go to the core first (dprec_agg_preflight: route, method, credentials, the body's cap), so
  * that a request that will be refused costs no memory for its body; the body is then read up to its cap, within a
@@ -510,7 +511,8 @@ typedef struct listener_ctx {
 
 struct server {
     dprec_srv_config cfg;
-    dprec_agg *agg;
+    const dprec_srv_backend *b;
+    void *core;
     listener_ctx device, admin;
     http_metrics metrics;
     addr_table registers;  /* registration buckets per address */
@@ -684,7 +686,7 @@ static enum MHD_Result serve_metrics(listener_ctx *L, struct MHD_Connection *c, 
                                      const char *url)
 {
     sbuf b = {NULL, 0, 0, 0};
-    char *core = dprec_agg_metrics(L->srv->agg);
+    char *core = L->srv->b->metrics(L->srv->core);
     if (core != NULL) {
         sb_printf(&b, "%s", core);
         if (b.len > 0 && b.p[b.len - 1] != '\n') {
@@ -799,7 +801,7 @@ static enum MHD_Result on_first_call(listener_ctx *L, struct MHD_Connection *c, 
     r->req.authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     r->origin.client = r->client;
     dprec_agg_preflight_result pf;
-    int rc = dprec_agg_preflight(s->agg, &r->req, &r->origin, r->announced, &pf, &r->resp);
+    int rc = s->b->preflight(s->core, &r->req, &r->origin, r->announced, &pf, &r->resp);
     if (rc != 0) {
         if (r->resp.status == 413) {
             atomic_fetch_add(&s->metrics.too_large, 1);
@@ -938,7 +940,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     r->req.body = r->body;
     r->req.body_len = r->len;
-    int rc = dprec_agg_handle_async(s->agg, &r->req, &r->origin, &r->resp, on_core_done, r);
+    int rc = s->b->handle_async(s->core, &r->req, &r->origin, &r->resp, on_core_done, r);
     if (rc < 0) {
         return respond_error(L, c, r, method, url, 500, "internal", "out of memory");
     }
@@ -1268,7 +1270,7 @@ static int resolve_admin_token(dprec_srv_config *cfg, char *token, size_t cap, c
 /* One server per state directory: an exclusive flock on STATE/lock, held for the life of the process (the kernel
  * drops it when the process ends, kill -9 included, so a stale file never blocks a restart). Two servers on one
  * state each keep their own view of the open rounds and close them wrongly. Returns the descriptor, or -1. */
-static int lock_state_dir(const char *dir)
+static int lock_state_dir(const char *program, const char *dir)
 {
     char path[DPREC_SRV_PATH_MAX];
     if (path_join(path, sizeof path, dir, "lock") != 0) {
@@ -1288,8 +1290,8 @@ static int lock_state_dir(const char *dir)
         owner[strcspn(owner, "\r\n")] = '\0';
         close(fd);
         if (e == EWOULDBLOCK) {
-            log_msg("error", "start", "another dprec-aggregator (pid %s) is serving the state directory %s: stop it "
-                    "first; two servers on one state directory corrupt each other's view of the rounds",
+            log_msg("error", "start", "another %s (pid %s) is serving the state directory %s: stop it "
+                    "first; two servers on one state directory corrupt each other's view of the rounds", program,
                     owner[0] != '\0' ? owner : "unknown", dir);
         } else {
             log_msg("error", "start", "cannot lock %s: %s", path, strerror(e));
@@ -1331,20 +1333,53 @@ static int write_ports(const char *state_dir, const char *dev_spec, uint16_t dev
 
 /* ---- main ------------------------------------------------------------------------------------------- */
 
-int dprec_serve_main(int argc, char **argv)
+void dprec_srv_log(const char *level, const char *event, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_msg(level, event, "%s", msg);
+}
+
+int dprec_srv_write_public_key(const char *state_dir, const char *name, const unsigned char *der, size_t len,
+                               const char *what)
+{
+    char path[DPREC_SRV_PATH_MAX];
+    if (len == 0 || path_join(path, sizeof path, state_dir, name) != 0 || dprec_srv_write_file(path, der, len, 0644) != 0) {
+        log_msg("error", "start", "cannot write the public key into %s/%s", state_dir, name);
+        return -1;
+    }
+    unsigned char digest[32];
+    char hex[65];
+    gnutls_hash_fast(GNUTLS_DIG_SHA256, der, len, digest);
+    for (size_t i = 0; i < 32; i++) {
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    }
+    cJSON *o = log_begin("info", "release_key");
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddStringToObject(o, "sha256", hex);
+    cJSON_AddStringToObject(o, "message", what);
+    log_end(o);
+    return 0;
+}
+
+int dprec_srv_run(const dprec_srv_backend *b, int argc, char **argv)
 {
     static server srv; /* large (metrics); one per process */
     server *s = &srv;
+    s->b = b;
     pthread_mutex_init(&s->device.conns.mu, NULL);
     pthread_mutex_init(&s->admin.conns.mu, NULL);
     pthread_mutex_init(&s->registers.mu, NULL);
     char err[512] = "";
-    int rc = dprec_srv_config_load(&s->cfg, argc, argv, err, sizeof err);
+    int rc = dprec_srv_config_load(b, &s->cfg, argc, argv, err, sizeof err);
     if (rc == 1) {
         return 0;
     }
     if (rc != 0) {
-        fprintf(stderr, "dprec-aggregator serve: %s\n", err);
+        fprintf(stderr, "%s serve: %s\n", b->program, err);
         return EXIT_USAGE;
     }
     dprec_srv_config *cfg = &s->cfg;
@@ -1379,7 +1414,7 @@ int dprec_serve_main(int argc, char **argv)
         log_msg("error", "start", "cannot create the state directory %s: %s", cfg->state_dir, strerror(errno));
         goto out;
     }
-    if ((lock_fd = lock_state_dir(cfg->state_dir)) < 0) {
+    if ((lock_fd = lock_state_dir(b->program, cfg->state_dir)) < 0) {
         goto out;
     }
 
@@ -1452,50 +1487,9 @@ int dprec_serve_main(int argc, char **argv)
     }
 
     /* The core. */
-    {
-        char db[DPREC_SRV_PATH_MAX], sk[DPREC_SRV_PATH_MAX];
-        if (path_join(db, sizeof db, cfg->state_dir, "state.db") != 0 ||
-            path_join(sk, sizeof sk, cfg->state_dir, "signing-key.pem") != 0) {
-            log_msg("error", "start", "state directory path too long");
-            goto out;
-        }
-        dprec_agg_config ac;
-        dprec_agg_config_default(&ac);
-        ac.state_path = db;
-        ac.signing_key_path = sk;
-        ac.admin_token = token;
-        ac.max_json_body = cfg->max_json_bytes;
-        ac.max_report_body = cfg->max_report_bytes;
-        if (cfg->group_commit_us >= 0) {
-            ac.group_commit_us = cfg->group_commit_us;
-        }
-        ac.keep_report_payloads = cfg->keep_reports;
-        ac.log = core_log;
-        ac.log_user = NULL;
-        if (dprec_agg_open(&ac, &s->agg, err, sizeof err) != 0) {
-            log_msg("error", "start", "cannot open the aggregator state in %s: %s", cfg->state_dir, err);
-            s->agg = NULL;
-            goto out;
-        }
-        unsigned char der[512];
-        size_t der_len = dprec_agg_public_key(s->agg, der, sizeof der);
-        char der_path[DPREC_SRV_PATH_MAX];
-        if (der_len == 0 || path_join(der_path, sizeof der_path, cfg->state_dir, "release-key.der") != 0 ||
-            dprec_srv_write_file(der_path, der, der_len, 0644) != 0) {
-            log_msg("error", "start", "cannot write the release public key into %s", cfg->state_dir);
-            goto out;
-        }
-        unsigned char digest[32];
-        char hex[65];
-        gnutls_hash_fast(GNUTLS_DIG_SHA256, der, der_len, digest);
-        for (size_t i = 0; i < 32; i++) {
-            snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-        }
-        cJSON *o = log_begin("info", "release_key");
-        cJSON_AddStringToObject(o, "path", der_path);
-        cJSON_AddStringToObject(o, "sha256", hex);
-        cJSON_AddStringToObject(o, "message", "devices pin this DER public key to verify releases");
-        log_end(o);
+    s->core = b->open(cfg, token, core_log);
+    if (s->core == NULL) {
+        goto out;
     }
 
     s->device.srv = s;
@@ -1526,7 +1520,7 @@ int dprec_serve_main(int argc, char **argv)
         cJSON_AddNumberToObject(o, "admin_port", adm_port);
         cJSON_AddStringToObject(o, "admin_token_file", token_where);
         log_end(o);
-        printf("dprec-aggregator: device listener https://%s (port %u), admin listener https://%s (port %u)\n",
+        printf("%s: device listener https://%s (port %u), admin listener https://%s (port %u)\n", b->program,
                cfg->listen, dev_port, cfg->admin_listen, adm_port);
         fflush(stdout);
     }
@@ -1544,7 +1538,9 @@ int dprec_serve_main(int argc, char **argv)
             log_msg("error", "shutdown", "sigtimedwait: %s", strerror(errno));
             break;
         }
-        dprec_agg_tick_async(s->agg, (int64_t)time(NULL));
+        if (b->tick != NULL) {
+            b->tick(s->core, (int64_t)time(NULL));
+        }
     }
     /* Drain: take no new connection, answer new requests on open ones 503 (Connection: close), and let every
      * request already in flight (a report waiting for its commit, an admin round close waiting for the global
@@ -1588,9 +1584,9 @@ out:
     if (adm != NULL) {
         MHD_stop_daemon(adm);
     }
-    if (s->agg != NULL) {
-        dprec_agg_close(s->agg);
-        s->agg = NULL;
+    if (s->core != NULL) {
+        b->close(s->core);
+        s->core = NULL;
     }
     if (key_pem != NULL) {
         gnutls_memset(key_pem, 0, strlen(key_pem));

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agg.h"
+
 /* Runs `dprec-aggregator serve` (argv[0] is "serve"). Returns the process exit status: 0 after a graceful
  * shutdown, 1 on a runtime error, 2 on a usage error. */
 int dprec_serve_main(int argc, char **argv);
@@ -38,10 +40,42 @@ typedef struct dprec_srv_config {
     int log_debug;               /* 1: one log line per request */
 } dprec_srv_config;
 
-/* Defaults, then the config file (if --config is given), then the other flags. On a usage error writes a
- * message into err and returns 2; on --help prints help and returns 1 (caller exits 0); else 0. */
-int dprec_srv_config_load(dprec_srv_config *cfg, int argc, char **argv, char *err, size_t errcap);
+/* The service the HTTPS front end serves: the aggregator's core (serve_agg.c) or the relay's (relay/relay_main.c).
+ * The front end (server.c) does TLS, the listeners, the per-address and in-flight limits, the logs, /metrics and the
+ * drain; the backend answers the requests, with the core API of agg.h. */
+typedef struct dprec_srv_backend {
+    const char *program;        /* "dprec-aggregator", "dprec-relay": for messages */
+    const char *help;           /* the text of `PROGRAM serve --help` */
+    const char *default_listen, *default_admin_listen;
+    /* Opens the core in cfg->state_dir (the admin token resolved, log the server's sink), writes its public files
+     * (the signing key's DER) and logs where they are. NULL on failure, logged. */
+    void *(*open)(const dprec_srv_config *cfg, const char *admin_token, void (*log)(void *, const char *));
+    void (*close)(void *core);
+    int (*preflight)(void *core, const dprec_agg_request *req, const dprec_agg_origin *origin, uint64_t content_length,
+                     dprec_agg_preflight_result *out, dprec_agg_response *resp);
+    int (*handle_async)(void *core, const dprec_agg_request *req, const dprec_agg_origin *origin,
+                        dprec_agg_response *resp, dprec_agg_done_fn done, void *user);
+    char *(*metrics)(void *core);
+    void (*tick)(void *core, int64_t now); /* once a second; NULL: none */
+} dprec_srv_backend;
+
+/* Runs `PROGRAM serve` for backend b (argv[0] is "serve"): exit status as dprec_serve_main. */
+int dprec_srv_run(const dprec_srv_backend *b, int argc, char **argv);
+
+/* Defaults (b's listen addresses), then the config file (if --config is given), then the other flags. On a usage
+ * error writes a message into err and returns 2; on --help prints b's help and returns 1 (caller exits 0); else 0. */
+int dprec_srv_config_load(const dprec_srv_backend *b, dprec_srv_config *cfg, int argc, char **argv, char *err,
+                          size_t errcap);
 void dprec_srv_print_help(void);
+
+/* serve_agg.c: the aggregator's backend (its help text is serve_config.c's). */
+extern const dprec_srv_backend dprec_srv_agg_backend;
+extern const char dprec_srv_agg_help[];
+/* A line in the server's log schema (server.c), for the backends: level, event, a formatted message. */
+void dprec_srv_log(const char *level, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Writes the DER public key of a core into STATE/name and logs its SHA-256 (what devices or jobs pin). 0 or -1. */
+int dprec_srv_write_public_key(const char *state_dir, const char *name, const unsigned char *der, size_t len,
+                               const char *what);
 
 /* ---- TLS material (serve_tls.c) ------------------------------------------------------------------- */
 

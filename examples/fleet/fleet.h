@@ -117,6 +117,7 @@ typedef struct fleet_conn_options {
     const char *release_key; /* --release-key DER for --aggregator, or NULL */
     const char *argv0;       /* to find dprec-aggregator next to the fleet */
     int verbose;
+    int relay;               /* the service is a relay (dprec-relay, relay/relay.h; key file relay-key.der) */
 } fleet_conn_options;
 
 /* Opens the aggregator: in-process, an existing one, or a child `dprec-aggregator serve`. */
@@ -127,7 +128,7 @@ void fleet_conn_close(fleet_conn *c);
 int fleet_conn_transport(fleet_conn *c, dprec_transport *t, char *err, size_t errcap);
 void fleet_conn_transport_free(fleet_conn *c, dprec_transport *t);
 
-/* The release-signing public key (DER) devices pin. */
+/* The release-signing public key (DER) devices pin; for a relay, the key its round sums are signed with. */
 const unsigned char *fleet_conn_release_key(const fleet_conn *c, size_t *len);
 
 /* One request. admin: to the admin listener with the admin token; else the device listener with bearer

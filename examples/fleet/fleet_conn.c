@@ -1,5 +1,6 @@
 /* dprec-fleet: the connection to an aggregator — in-process (dprec_agg_handle behind a dprec_transport), a
- * `dprec-aggregator serve` child the fleet starts on loopback, or a running aggregator given by URL. */
+ * `dprec-aggregator serve` child the fleet starts on loopback, or a running aggregator given by URL — or, the same
+ * way, to a relay (options.relay: dprec-relay, relay/relay.h) for the protocols whose devices use one. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 
 #include "agg.h"
 #include "fleet.h"
+#include "relay.h"
 
 #if defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT
 #include "dprec/transport_curl.h"
@@ -41,6 +43,8 @@ struct fleet_conn {
     /* in-process */
     dprec_agg *agg;
     dprec_agg_transport inproc; /* the in-process device transport's state */
+    dprec_relay *relay;         /* options.relay: the relay's core instead */
+    dprec_relay_transport rinproc;
     int64_t sim_now;        /* the simulated clock handed to dprec_agg_tick */
     /* HTTPS */
     pid_t child;
@@ -53,19 +57,31 @@ struct fleet_conn {
     int ntransports;
 };
 
-static pid_t g_child = 0;
+/* the services the fleet started (an aggregator, a relay): stopped when the fleet ends */
+#define FLEET_CHILDREN 4
+static pid_t g_child[FLEET_CHILDREN];
 
 static void kill_child_at_exit(void) {
-    if (g_child > 0) {
-        kill(g_child, SIGTERM);
-        g_child = 0;
-    }
+    for (int i = 0; i < FLEET_CHILDREN; i++)
+        if (g_child[i] > 0) {
+            kill(g_child[i], SIGTERM);
+            g_child[i] = 0;
+        }
 }
 
 static void on_signal(int sig) {
-    if (g_child > 0) kill(g_child, SIGTERM);
+    for (int i = 0; i < FLEET_CHILDREN; i++)
+        if (g_child[i] > 0) kill(g_child[i], SIGTERM);
     signal(sig, SIG_DFL);
     raise(sig);
+}
+
+static void child_track(pid_t pid, pid_t old) {
+    for (int i = 0; i < FLEET_CHILDREN; i++)
+        if (g_child[i] == old) {
+            g_child[i] = pid;
+            return;
+        }
 }
 
 static void remove_tree(const char *dir) {
@@ -274,6 +290,25 @@ static void agg_log_stderr(void *user, const char *json_line) {
     fprintf(stderr, "aggregator: %s\n", json_line);
 }
 
+static int open_relay_in_process(fleet_conn *c, int verbose, char *err, size_t errcap) {
+    if (make_tmpdir(c, err, errcap) != 0) return -1;
+    char state[PATH_MAX + 16], key[PATH_MAX + 32];
+    snprintf(state, sizeof state, "%s/relay.db", c->tmpdir);
+    snprintf(key, sizeof key, "%s/relay-signing-key.pem", c->tmpdir);
+    random_hex(c->admin_token, 16);
+    dprec_relay_config cfg;
+    dprec_relay_config_default(&cfg);
+    cfg.state_path = state;
+    cfg.signing_key_path = key;
+    cfg.admin_token = c->admin_token;
+    cfg.sync_full = 0; /* a throw-away state in a temp dir */
+    if (verbose) cfg.log = agg_log_stderr;
+    if (dprec_relay_open(&cfg, &c->relay, err, errcap) != 0) return -1;
+    c->release_key_len = dprec_relay_public_key(c->relay, c->release_key, sizeof c->release_key);
+    snprintf(c->describe, sizeof c->describe, "in-process relay (state in %s)", c->tmpdir);
+    return c->release_key_len > 0 ? 0 : -1;
+}
+
 static int open_in_process(fleet_conn *c, int verbose, char *err, size_t errcap) {
     if (make_tmpdir(c, err, errcap) != 0) return -1;
     char state[PATH_MAX + 16], key[PATH_MAX + 32];
@@ -330,20 +365,23 @@ static int parse_ports(const char *json, int *dev, int *adm) {
     return (*dev > 0 && *adm > 0) ? 0 : -1;
 }
 
-static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, size_t errcap) {
-    /* next to the fleet (an install), else the build tree's own, else $DPREC_AGGREGATOR */
+static int open_child(fleet_conn *c, const char *argv0, int relay, int verbose, char *err, size_t errcap) {
+    /* next to the fleet (an install), else the build tree's own, else $DPREC_AGGREGATOR ($DPREC_RELAY) */
+    const char *prog = relay ? "dprec-relay" : "dprec-aggregator";
     char exe[PATH_MAX];
     const char *slash = strrchr(argv0, '/');
-    if (slash != NULL) snprintf(exe, sizeof exe, "%.*s/dprec-aggregator", (int)(slash - argv0), argv0);
-    else snprintf(exe, sizeof exe, "./dprec-aggregator");
-    const char *env = getenv("DPREC_AGGREGATOR");
+    if (slash != NULL) snprintf(exe, sizeof exe, "%.*s/%s", (int)(slash - argv0), argv0, prog);
+    else snprintf(exe, sizeof exe, "./%s", prog);
+    const char *env = getenv(relay ? "DPREC_RELAY" : "DPREC_AGGREGATOR");
     if (env != NULL && env[0] != '\0') snprintf(exe, sizeof exe, "%s", env);
-#ifdef DPREC_FLEET_AGGREGATOR_BIN
-    else if (access(exe, X_OK) != 0) snprintf(exe, sizeof exe, "%s", DPREC_FLEET_AGGREGATOR_BIN);
+#if defined(DPREC_FLEET_AGGREGATOR_BIN) && defined(DPREC_FLEET_RELAY_BIN)
+    else if (access(exe, X_OK) != 0) snprintf(exe, sizeof exe, "%s", relay ? DPREC_FLEET_RELAY_BIN : DPREC_FLEET_AGGREGATOR_BIN);
+#elif defined(DPREC_FLEET_AGGREGATOR_BIN)
+    else if (!relay && access(exe, X_OK) != 0) snprintf(exe, sizeof exe, "%s", DPREC_FLEET_AGGREGATOR_BIN);
 #endif
     if (access(exe, X_OK) != 0) {
-        snprintf(err, errcap, "cannot find %s (build the dprec-aggregator target or set DPREC_AGGREGATOR, or use "
-                              "--in-process or --aggregator URL)", exe);
+        snprintf(err, errcap, "cannot find %s (build the %s target or set %s, or use --in-process or --aggregator URL)",
+                 exe, prog, relay ? "DPREC_RELAY" : "DPREC_AGGREGATOR");
         return -1;
     }
     if (make_tmpdir(c, err, errcap) != 0) return -1;
@@ -378,8 +416,10 @@ static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, 
         _exit(127);
     }
     c->child = pid;
-    g_child = pid;
-    atexit(kill_child_at_exit);
+    child_track(pid, 0);
+    static int registered;
+    if (!registered) atexit(kill_child_at_exit);
+    registered = 1;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     int dev = 0, adm = 0;
@@ -387,8 +427,8 @@ static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, 
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             c->child = 0;
-            g_child = 0;
-            snprintf(err, errcap, "dprec-aggregator serve exited at start (see its log: %s)", log);
+            child_track(0, pid);
+            snprintf(err, errcap, "%s serve exited at start (see its log: %s)", prog, log);
             return -1;
         }
         size_t len;
@@ -402,7 +442,7 @@ static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, 
         nanosleep(&ts, NULL);
     }
     if (dev <= 0 || adm <= 0) {
-        snprintf(err, errcap, "dprec-aggregator serve did not write %s in time", ports);
+        snprintf(err, errcap, "%s serve did not write %s in time", prog, ports);
         return -1;
     }
     snprintf(c->url, sizeof c->url, "https://127.0.0.1:%d", dev);
@@ -420,7 +460,7 @@ static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, 
     memcpy(c->admin_token, tok, len);
     c->admin_token[len] = '\0';
     free(tok);
-    snprintf(path, sizeof path, "%s/release-key.der", c->tmpdir);
+    snprintf(path, sizeof path, "%s/%s", c->tmpdir, relay ? "relay-key.der" : "release-key.der");
     unsigned char *key = read_file(path, sizeof c->release_key, &len);
     if (key == NULL || len == 0) {
         free(key);
@@ -430,8 +470,8 @@ static int open_child(fleet_conn *c, const char *argv0, int verbose, char *err, 
     memcpy(c->release_key, key, len);
     c->release_key_len = len;
     free(key);
-    snprintf(c->describe, sizeof c->describe, "%s (dprec-aggregator serve started by the fleet, pid %d, state in %s)",
-             c->url, (int)pid, c->tmpdir);
+    snprintf(c->describe, sizeof c->describe, "%s (%s serve started by the fleet, pid %d, state in %s)", c->url, prog,
+             (int)pid, c->tmpdir);
     return 0;
 }
 
@@ -478,7 +518,7 @@ int fleet_conn_open(const fleet_conn_options *o, fleet_conn **out, char *err, si
     int rc;
     if (o->in_process) {
         c->kind = CONN_IN_PROCESS;
-        rc = open_in_process(c, o->verbose, err, errcap);
+        rc = o->relay ? open_relay_in_process(c, o->verbose, err, errcap) : open_in_process(c, o->verbose, err, errcap);
     } else {
         curl_global_init(CURL_GLOBAL_DEFAULT);
         if (o->url != NULL) {
@@ -486,7 +526,7 @@ int fleet_conn_open(const fleet_conn_options *o, fleet_conn **out, char *err, si
             rc = open_remote(c, o, err, errcap);
         } else {
             c->kind = CONN_CHILD;
-            rc = open_child(c, o->argv0, o->verbose, err, errcap);
+            rc = open_child(c, o->argv0, o->relay, o->verbose, err, errcap);
         }
         if (rc == 0) {
             c->admin_curl = curl_easy_init();
@@ -507,8 +547,10 @@ int fleet_conn_open(const fleet_conn_options *o, fleet_conn **out, char *err, si
 void fleet_conn_close(fleet_conn *c) {
     if (c == NULL) return;
     if (c->agg != NULL) dprec_agg_close(c->agg);
+    if (c->relay != NULL) dprec_relay_close(c->relay);
     if (c->admin_curl != NULL) curl_easy_cleanup(c->admin_curl);
     if (c->child > 0) {
+        pid_t pid = c->child;
         kill(c->child, SIGTERM);
         int status;
         for (int i = 0; i < 100; i++) { /* 10 s for a graceful stop, then SIGKILL */
@@ -520,7 +562,7 @@ void fleet_conn_close(fleet_conn *c) {
             kill(c->child, SIGKILL);
             waitpid(c->child, &status, 0);
         }
-        g_child = 0;
+        child_track(0, pid);
     }
     if (c->kind != CONN_REMOTE && getenv("DPREC_FLEET_KEEP_STATE") == NULL) remove_tree(c->tmpdir);
     free(c);
@@ -529,7 +571,8 @@ void fleet_conn_close(fleet_conn *c) {
 int fleet_conn_transport(fleet_conn *c, dprec_transport *t, char *err, size_t errcap) {
     memset(t, 0, sizeof *t);
     if (c->kind == CONN_IN_PROCESS) {
-        dprec_agg_transport_init(t, &c->inproc, c->agg, 0);
+        if (c->relay != NULL) dprec_relay_transport_init(t, &c->rinproc, c->relay);
+        else dprec_agg_transport_init(t, &c->inproc, c->agg, 0);
         return 0;
     }
     fallback_transport *ft = calloc(1, sizeof *ft);
@@ -635,7 +678,9 @@ int fleet_conn_call(fleet_conn *c, int admin, const char *method, const char *pa
         r.body_len = req_len;
         dprec_agg_response out;
         memset(&out, 0, sizeof out);
-        rc = dprec_agg_handle(c->agg, &r, &out) == 0 ? DPREC_OK : DPREC_ERR_NO_MEMORY;
+        rc = (c->relay != NULL ? dprec_relay_handle(c->relay, &r, &out) : dprec_agg_handle(c->agg, &r, &out)) == 0
+                 ? DPREC_OK
+                 : DPREC_ERR_NO_MEMORY;
         if (rc == DPREC_OK) {
             status = out.status;
             if (out.body_len > 0) rc = membuf_sink(&m, out.body, out.body_len);

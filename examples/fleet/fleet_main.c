@@ -180,6 +180,7 @@ typedef struct device {
     fleet_memport *mp;
     fleet_posix *posix;
     double sse;       /* squared error over the test ratings of the last evaluation */
+    double sae;       /* absolute error (the MAE: seed 004's metric compares it with the non-private model's) */
     int failed;       /* a permanent error: the device is out of the fleet */
 } device;
 
@@ -196,6 +197,7 @@ typedef struct fleet {
     uint32_t check_stride; /* every check_stride-th device compares with dprec_predict (~100 a round) */
     /* work distribution */
     atomic_uint_fast64_t next, done, reported, errors;
+    double mae; /* the last evaluation's mean absolute error */
     int phase; /* 0 load, 1 sync, 2 evaluate */
     char first_error[512];
     pthread_mutex_t lock;
@@ -280,12 +282,14 @@ static void sleep_ms(uint32_t ms) {
     nanosleep(&ts, NULL);
 }
 
-static void device_sync(fleet *f, uint32_t u, const dprec_transport *t) {
+static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dprec_transport *relay) {
     device *dv = &f->dev[u];
+    dprec_sync_config sc = f->scfg;
+    sc.relay = relay; /* a protocol's relay (fleet_proto.h, worker_relay), or NULL */
     for (int attempt = 0; attempt < FLEET_MAX_SYNC_ATTEMPTS; attempt++) {
         dprec_sync_result res;
         memset(&res, 0, sizeof res);
-        int rc = dprec_client_sync(dv->client, t, &f->scfg, &res);
+        int rc = dprec_client_sync(dv->client, t, &sc, &res);
         if (rc != DPREC_OK) {
             note_error(f, u, "sync", rc);
             return;
@@ -331,6 +335,7 @@ static void device_eval_own(fleet *f, uint32_t u) {
         if (s > (double)d->rating_max) s = (double)d->rating_max;
         double e = s - (double)d->ratings[i].value;
         dv->sse += e * e;
+        dv->sae += fabs(e);
     }
 }
 
@@ -338,6 +343,7 @@ static void device_eval(fleet *f, uint32_t u) {
     const fleet_data *d = &f->data;
     device *dv = &f->dev[u];
     dv->sse = 0;
+    dv->sae = 0;
     if (f->o->proto->own_vector != NULL) {
         device_eval_own(f, u);
         return;
@@ -398,6 +404,7 @@ static void device_eval(fleet *f, uint32_t u) {
         }
         double e = (double)score - (double)d->ratings[i].value;
         dv->sse += e * e;
+        dv->sae += fabs(e);
     }
 }
 
@@ -407,6 +414,7 @@ typedef struct worker {
     fleet *f;
     int index;
     dprec_transport t;
+    const dprec_transport *relay; /* the job's protocol's relay transport for this worker (or NULL) */
 } worker;
 
 static void *worker_main(void *arg) {
@@ -425,7 +433,7 @@ static void *worker_main(void *arg) {
                 note_error(f, (uint32_t)u, "load", rc);
             }
         } else if (!dv->failed) {
-            if (f->phase == 1) device_sync(f, (uint32_t)u, &w->t);
+            if (f->phase == 1) device_sync(f, (uint32_t)u, &w->t, w->relay);
             else device_eval(f, (uint32_t)u);
         }
         uint64_t done = atomic_fetch_add(&f->done, 1) + 1;
@@ -516,13 +524,14 @@ static int fetch_release(fleet *f, const char *token, char *err, size_t errcap) 
 
 static double evaluate(fleet *f, worker *ws, unsigned nthreads, size_t ntest) {
     run_phase(f, 2, "evaluating", ws, nthreads);
-    double sse = 0;
+    double sse = 0, sae = 0;
     for (uint32_t u = 0; u < f->data.num_users; u++) /* in device order: the same sum for any --threads */
-        if (!f->dev[u].failed) sse += f->dev[u].sse;
+        if (!f->dev[u].failed) sse += f->dev[u].sse, sae += f->dev[u].sae;
     size_t n = 0;
     for (uint32_t u = 0; u < f->data.num_users; u++)
         if (!f->dev[u].failed) n += f->data.off[u + 1] - f->data.off[u] - f->data.ntrain[u];
     (void)ntest;
+    f->mae = n ? sae / (double)n : NAN;
     return n ? sqrt(sse / (double)n) : NAN;
 }
 
@@ -888,6 +897,14 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     res->epsilon = INFINITY;
 
     static char spec[16384];
+    const fleet_job_hooks *hooks = fleet_proto_hooks(o->proto);
+    if (hooks != NULL) { /* a service of the protocol's own (dpmf's relay), started as the aggregator was */
+        if (hooks->job_begin(&o->c, &o->conn, nthreads, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: %s: %s\n", o->proto->name, err);
+            goto out;
+        }
+        for (unsigned i = 0; i < nthreads; i++) ws[i].relay = hooks->worker_relay(i);
+    }
     o->proto->spec(&o->c, &f->data, spec, sizeof spec);
     if (o->release_encoding != NULL && strcmp(o->release_encoding, "f32") != 0 && spec[0] == '{') { /* in the spec */
         static char with[sizeof spec + 64];
@@ -898,14 +915,18 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     j = call_json(f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
     if (j == NULL) {
         fprintf(stderr, "dprec-fleet: creating the %s job: %s\n", o->proto->name, err);
-        return -1;
+        goto out;
     }
     f->job = (uint64_t)json_num(j, "job", 0);
     cJSON_Delete(j);
     j = NULL;
     if (f->job == 0) {
         fprintf(stderr, "dprec-fleet: creating the job: no job id in the response\n");
-        return -1;
+        goto out;
+    }
+    if (hooks != NULL && hooks->job_created(&o->c, f->job, err, sizeof err) != 0) {
+        fprintf(stderr, "dprec-fleet: %s: %s\n", o->proto->name, err);
+        goto out;
     }
     f->scfg.job_id = f->job;
 
@@ -968,6 +989,10 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         res->failures += errors;
         if (errors > 0)
             fprintf(stderr, "dprec-fleet: round %u: %llu devices failed; first: %s\n", r, errors, f->first_error);
+        if (hooks != NULL && hooks->round_end(&o->c, f->conn, token, f->job, r, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: round %u: %s\n", r, err);
+            goto out;
+        }
         /* the round closes by itself when every device has reported (min_reports); if some did not, close it */
         snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
         j = call_json(f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
@@ -1032,6 +1057,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         csv = NULL;
     }
     if (main_job && o->plot != NULL) draw_plot(o, csv_path, gm, im);
+    if (main_job) printf("mae: test MAE %.4f after round %u (the mean absolute prediction error)\n", f->mae, res->rounds);
 
     /* the job's guarantee, as the aggregator states it */
     snprintf(path, sizeof path, "/v1/jobs/%llu", (unsigned long long)f->job);
@@ -1053,7 +1079,8 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         if (cJSON_IsString(model)) {
             static const struct { const char *name; dprec_model m; } models[] = {
                 {"none", DPREC_MODEL_NONE}, {"local", DPREC_MODEL_LOCAL}, {"central", DPREC_MODEL_CENTRAL},
-                {"joint", DPREC_MODEL_JOINT}, {"posterior-sampling heuristic", DPREC_MODEL_POSTERIOR_HEURISTIC}};
+                {"joint", DPREC_MODEL_JOINT}, {"posterior-sampling heuristic", DPREC_MODEL_POSTERIOR_HEURISTIC},
+                {"distributed", DPREC_MODEL_DISTRIBUTED}};
             for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
                 if (strcmp(model->valuestring, models[k].name) == 0) g.model = models[k].m;
         }
@@ -1114,6 +1141,8 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
 out:
     cJSON_Delete(j);
     if (csv) fclose(csv);
+    if (hooks != NULL) hooks->job_end();
+    for (unsigned i = 0; i < nthreads; i++) ws[i].relay = NULL;
     return ok;
 }
 

@@ -52,9 +52,29 @@ typedef struct fleet_proto {
     const char *summary;
 } fleet_proto;
 
+/* For a protocol whose devices also talk to a service of its own (dpmf's relay), in the order run: job_begin before
+ * the job's spec (start the service as the aggregator was started: in-process or a child over HTTPS, per
+ * `aggregator`; one device transport per worker), job_created once the aggregator gave the job its id, worker_relay
+ * the transport worker w's devices use (dprec_sync_config.relay; NULL: none), round_end after the devices synced in a
+ * round and before the fleet closes it (token: the fleet's own registration at the aggregator), job_end after the job,
+ * also after a failure. 0, or -1 with a message in err. A protocol has them through one line of fleet_proto_table.c's
+ * job hooks table. */
+typedef struct fleet_job_hooks {
+    int (*job_begin)(const fleet_common *o, const fleet_conn_options *aggregator, unsigned workers, char *err,
+                     size_t errcap);
+    int (*job_created)(const fleet_common *o, uint64_t job, char *err, size_t errcap);
+    const dprec_transport *(*worker_relay)(unsigned w);
+    int (*round_end)(const fleet_common *o, fleet_conn *aggregator, const char *token, uint64_t job, unsigned round,
+                     char *err, size_t errcap);
+    void (*job_end)(void);
+} fleet_job_hooks;
+
+/* The job hooks of protocol p (NULL: none). */
+const fleet_job_hooks *fleet_proto_hooks(const fleet_proto *p);
+
 extern const fleet_proto *const fleet_protos[];
 extern const size_t fleet_proto_count;
-extern const char *const fleet_protos_planned; /* "sgld, dpmf": named, not built yet */
+extern const char *const fleet_protos_planned; /* "sgld": named, not built yet */
 /* The protocol named `name`, or NULL. */
 const fleet_proto *fleet_proto_find(const char *name);
 

@@ -8,18 +8,34 @@
 #include "fleet_proto.h"
 
 extern const fleet_proto fleet_proto_plain, fleet_proto_ldp_gd, fleet_proto_ldp_gddr, fleet_proto_ldp_rr,
-    fleet_proto_gauss_gd, fleet_proto_private_fw, fleet_proto_dpals, fleet_proto_bias;
+    fleet_proto_gauss_gd, fleet_proto_private_fw, fleet_proto_dpals, fleet_proto_bias, fleet_proto_dpmf;
 
 const fleet_proto *const fleet_protos[] = {
     &fleet_proto_plain,    &fleet_proto_ldp_gd,   &fleet_proto_ldp_gddr,
     &fleet_proto_ldp_rr,   &fleet_proto_gauss_gd, &fleet_proto_private_fw, &fleet_proto_dpals,
-    &fleet_proto_bias,
+    &fleet_proto_bias,     &fleet_proto_dpmf,
 };
 
 const size_t fleet_proto_count = sizeof fleet_protos / sizeof fleet_protos[0];
 
 /* The roadmap's protocols not built yet (../shared/BRIEF.md), named when a user asks for one. */
-const char *const fleet_protos_planned = "sgld, dpmf";
+const char *const fleet_protos_planned = "sgld";
+
+extern const fleet_job_hooks fleet_dpmf_hooks;
+
+/* The protocols whose jobs run a service of their own beside the aggregator (fleet_proto.h). */
+static const struct {
+    const fleet_proto *proto;
+    const fleet_job_hooks *hooks;
+} job_hooks[] = {
+    {&fleet_proto_dpmf, &fleet_dpmf_hooks},
+};
+
+const fleet_job_hooks *fleet_proto_hooks(const fleet_proto *p) {
+    for (size_t i = 0; i < sizeof job_hooks / sizeof job_hooks[0]; i++)
+        if (job_hooks[i].proto == p) return job_hooks[i].hooks;
+    return NULL;
+}
 
 const fleet_proto *fleet_proto_find(const char *name) {
     for (size_t i = 0; i < fleet_proto_count; i++)

@@ -42,7 +42,8 @@ DPREC_BEGIN_DECLS
  *   pending reports (40-byte header, 8-aligned)  slots * (rbytes + 47)
  *   store file image: header, sections, trailer  16 * cap + 88 * jobs + slots * (rbytes + 47) + 464
  *                                                (464: header 48, section headers and prefixes 48, trailer 32,
- *                                                the sync section 96, the trusted release's 112, and slack)
+ *                                                the sync section 176 with a relay registration,
+ *                                                the trusted release's 112, and slack)
  *   alignment slack                              16 per block, 10 blocks, and the arena's start */
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
     ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \

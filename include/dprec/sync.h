@@ -64,6 +64,13 @@ typedef struct dprec_sync_config {
     int (*verified_seen)(void *ctx, const unsigned char tag[32]);
     void (*verified_remember)(void *ctx, const unsigned char tag[32]);
     void *verified_ctx;
+    /* Optional: the transport to a relay, for jobs whose reports go partly through one (dpmf's relay modes: a
+     * non-colluding third party sums masked shares so that the aggregator sees only their sum; docs/privacy.md). The
+     * app pins the relay's TLS key in it, as it pins the aggregator's in the main transport. The device registers with
+     * the relay on its own (POST /v1/register there; the relay's token is kept in the store beside the aggregator's),
+     * fetches the relay's view of the open round before it builds the report, and sends the report's tail to the relay
+     * only after the aggregator acknowledged its head. NULL (the default): such jobs are refused (DPREC_ERR_CONFIG). */
+    const dprec_transport *relay;
 } dprec_sync_config;
 
 typedef enum dprec_sync_outcome {
