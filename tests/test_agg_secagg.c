@@ -245,12 +245,12 @@ static void test_secagg_device_refuses_both_shares_of_one_neighbour(void **state
     dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS], before;
     uint32_t m, surv;
     assert_int_equal(agg_secagg_requests(h.agg, id_of(0), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
-    /* both the self-mask share and the pairwise-key share of neighbour req[0].owner, in one request */
-    req[m] = req[0];
-    req[m].kind = DPREC_SECAGG_PAIR_KEY;
+    /* both the self-mask share and the pairwise-key share of neighbour req[0].owner, in one short request */
+    req[1] = req[0];
+    req[1].kind = DPREC_SECAGG_PAIR_KEY;
     memset(rv, 0xab, sizeof rv);
     before = rv[0];
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, req, m + 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, req, 2, rv), DPREC_ERR_PROTOCOL);
     assert_memory_equal(&rv[0], &before, sizeof before); /* nothing written */
     assert_int_equal(h.dev[0].state, DPREC_SECAGG_ABORTED);
     assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, req, m, rv), DPREC_ERR_STATE); /* and nothing later */
@@ -259,6 +259,11 @@ static void test_secagg_device_refuses_both_shares_of_one_neighbour(void **state
     assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, req, 1, rv), DPREC_OK);
     req[0].kind = DPREC_SECAGG_PAIR_KEY;
     assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, req, 1, rv), DPREC_ERR_STATE);
+    /* the full request plus a second share of one neighbour: more shares than neighbours */
+    assert_int_equal(agg_secagg_requests(h.agg, id_of(3), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
+    req[m] = req[0];
+    req[m].kind = req[0].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
+    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, req, m + 1, rv), DPREC_ERR_PROTOCOL);
     /* a share of a device that is not its neighbour */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(2), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[0].owner = 424242;
