@@ -102,7 +102,8 @@ static double tau_bound(double s2, uint32_t n) {
  * l2 = d2 / (sqrt(n) s), l1 = d1 / (sqrt(n) s). We keep the last two (each alone is a valid bound, and both
  * are zCDP curves, so the existing accountant composes them as a discrete Gaussian of multiplier 1/sqrt(X),
  * Poisson subsampling included: Zhu-Wang's bound holds for any mechanism with that RDP curve). The first term
- * is dropped: tau dim is below 1e-20 at every plan the planner makes (s >= 2), so nothing is lost. */
+ * is dropped: it matters only when tau is not negligible, and the 1% rule of the planner implies s^2 >= 25
+ * (gamma^2/4 <= 0.01 gamma^2 s^2), where tau dim <= 10 n dim e^-246. */
 static double rdp_x_of(double d2, double d1, double s2, uint32_t n_l, uint32_t n_tau, uint32_t dim) {
     double sd = sqrt((double)n_l * s2);
     double l2 = d2 / sd, l1 = d1 / sd, tau = tau_bound(s2, n_tau), sq = sqrt((double)dim);

@@ -141,7 +141,8 @@ int dprec_secagg_advertise(dprec_secagg_device *dev, const dprec_secagg_params *
 int dprec_secagg_share(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg_pub *nb, uint32_t k,
                        dprec_secagg_envelope *out);
 /* Step 2. in: the envelopes addressed to this device (others, forged or tampered ones are refused with
- * DPREC_ERR_PROTOCOL). x: dim residues mod 2^bits; y: dim masked residues. */
+ * DPREC_ERR_PROTOCOL, and so are fewer than t of them). x: dim residues mod 2^bits; y: dim masked residues.
+ * r blinds the X25519 multiplications only. */
 int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg_envelope *in, uint32_t n_in,
                       const uint64_t *x, uint64_t *y);
 /* Step 3. survivors: how many devices' masked inputs the sum holds; req: which share of which neighbour.
