@@ -1,0 +1,67 @@
+/* dprec aggregator — the aggregator's side of one secure-aggregation round (SecAgg+; the device's side and the
+ * primitives are sdk/secagg.h). HTTP-independent: the round's messages go in and out through these calls, so
+ * the same code serves the in-process test harness (tests/test_agg_secagg.c) and, later, the HTTPS handlers.
+ *
+ * Phases: ADVERTISE (collect public keys: U1) -> SHARE (route the envelopes: U2 = who sent them) -> MASK
+ * (collect masked inputs: U3) -> UNMASK (collect the revealed shares) -> finish (the sum of U3's inputs mod
+ * 2^bits). A phase closes only if enough devices took part: max(threshold, n_min) and, for the graph, k + 1;
+ * otherwise the round aborts (DPREC_ERR_STATE) and nothing later is asked of the devices.
+ *
+ * The neighbour graph: U1's ids ordered by SHA-256(graph_seed || id), each linked to the k/2 before and after it
+ * on that cycle (a Harary graph H(k, n) under a random permutation, SecAgg+ Sec. 3.2), or to every other
+ * device when n <= k + 1. graph_seed is public (the round's public seed). */
+#ifndef DPREC_AGG_SECAGG_H
+#define DPREC_AGG_SECAGG_H
+
+#include <stdint.h>
+
+#include "secagg.h"
+
+typedef struct agg_secagg_config {
+    uint64_t round;
+    uint32_t n_max;      /* the most devices the round admits (the noise plan's n_max) */
+    uint32_t n_min;      /* the fewest survivors it may unmask (the noise plan's n_min) */
+    uint32_t k;          /* neighbours per device, even, >= 2 */
+    uint32_t threshold;  /* t, with k_eff / 2 < t <= k_eff for every device's k_eff = min(k, n - 1) */
+    uint32_t bits, dim;  /* inputs are dim residues mod 2^bits */
+    unsigned char graph_seed[32];
+} agg_secagg_config;
+
+typedef struct agg_secagg agg_secagg;
+
+int agg_secagg_new(const agg_secagg_config *c, agg_secagg **out);
+void agg_secagg_free(agg_secagg *s);
+
+/* Phase ADVERTISE: a device's keys; refused past n_max, for id 0 or a repeated id. */
+int agg_secagg_advertise(agg_secagg *s, const dprec_secagg_pub *pub);
+/* Closes ADVERTISE and builds the graph. */
+int agg_secagg_close_advertise(agg_secagg *s);
+/* A device's neighbours' keys, in the order its envelopes must follow; *k receives their number (cap: room). */
+int agg_secagg_neighbours(const agg_secagg *s, uint32_t id, dprec_secagg_pub *out, uint32_t room, uint32_t *k);
+
+/* Phase SHARE: a device's envelopes, one per neighbour in order. */
+int agg_secagg_put_shares(agg_secagg *s, uint32_t id, const dprec_secagg_envelope *env, uint32_t k);
+int agg_secagg_close_shares(agg_secagg *s);
+/* The envelopes addressed to id by neighbours in U2. */
+int agg_secagg_inbox(const agg_secagg *s, uint32_t id, dprec_secagg_envelope *out, uint32_t room, uint32_t *n);
+
+/* Phase MASK: a U2 device's masked input (dim residues). */
+int agg_secagg_put_masked(agg_secagg *s, uint32_t id, const uint64_t *y);
+int agg_secagg_close_masked(agg_secagg *s);
+/* What a survivor is asked to reveal: for each neighbour in U2, its self-mask share if the neighbour is in U3,
+ * its pairwise-key share otherwise; *survivors = |U3|. */
+int agg_secagg_requests(const agg_secagg *s, uint32_t id, dprec_secagg_request *out, uint32_t room, uint32_t *n,
+                        uint32_t *survivors);
+
+/* Phase UNMASK: a survivor's reveals. */
+int agg_secagg_put_reveals(agg_secagg *s, uint32_t id, const dprec_secagg_reveal *rv, uint32_t n);
+/* Removes the masks and writes the sum of U3's inputs (dim residues). DPREC_ERR_STATE if some secret has fewer
+ * than t shares (the round aborts), DPREC_ERR_CRYPTO if a recovered key does not match its advertised public
+ * key. *survivors (may be NULL) gets |U3|. r only blinds mbedTLS's scalar multiplications. */
+int agg_secagg_finish(agg_secagg *s, dprec_rng *r, uint64_t *sum, uint32_t *survivors);
+
+/* Test hook: the masked inputs as received (the aggregator's whole view of U3's data), dim each, in U1 order;
+ * NULL rows for devices that sent none. */
+const uint64_t *agg_secagg_masked_input(const agg_secagg *s, uint32_t id);
+
+#endif /* DPREC_AGG_SECAGG_H */

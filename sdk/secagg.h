@@ -1,0 +1,156 @@
+/* dprec internal (shared by the device and the aggregator) — secure aggregation, SecAgg+ style: Bonawitz et
+ * al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017 ("SecAgg"); Bell,
+ * Bonawitz, Gascon, Lepoint, Raykova, "Secure Single-Server Aggregation with (Poly)Logarithmic Overhead", CCS
+ * 2020 ("SecAgg+": masks and shares only between neighbours of a sparse random graph). docs/protocol.md
+ * "Secure aggregation" has the rounds and what each party sees; docs/privacy.md what it protects.
+ *
+ * The device's side of one round, as a state machine over memory the caller places (no allocation of its own;
+ * mbedTLS's bignum code, under the X25519 calls, callocs and frees a few KiB internally, as the release
+ * signature check does, docs/sdk.md):
+ *   0. advertise:  two X25519 key pairs, c (encryption of shares) and s (pairwise masks) -> (c_pk, s_pk);
+ *   1. share:      given its neighbours' public keys (k <= DPREC_SECAGG_MAX_NEIGHBOURS), a fresh self-mask seed
+ *                  b; Shamir shares (threshold t) of s_sk and of b, one pair per neighbour, each sealed with
+ *                  AES-256-GCM under HKDF-SHA256(X25519(c_sk, c_pk_j)) -> k envelopes;
+ *   2. mask:       given the envelopes addressed to it (from the neighbours that completed step 1, "U2"), the
+ *                  masked input y = x + PRG(b) + sum_{j in N(i) n U2} +-PRG(HKDF(X25519(s_sk, s_pk_j))) mod 2^b
+ *                  (+ if i < j, - otherwise); refuses (revealing nothing) if fewer than t neighbours shared;
+ *   3. unmask:     given the number of survivors and, per neighbour, which share to reveal: b's share for a
+ *                  survivor, s_sk's share for a neighbour that dropped after step 1. Refused, revealing
+ *                  nothing, if the survivors are fewer than max(t, n_min), if any neighbour is asked for twice
+ *                  (both shares would let the aggregator remove that neighbour's masks from its input alone),
+ *                  or if a step is repeated: each state is left once.
+ * PRG: AES-256-CTR keyed by the 32-byte seed, counter block = 16 zero bytes then the block index, every 64-bit
+ * little-endian word reduced mod 2^b (uniform: 2^b divides 2^64). Shamir: over GF(p), p = 2^31 - 1, the
+ * 32-byte secret in 11 chunks of 3 bytes, each its own polynomial of degree t - 1 with coefficients drawn
+ * uniformly from the CSPRNG, evaluated at the holder's index (1-based position in the sharer's neighbour
+ * list). */
+#ifndef DPREC_SECAGG_H
+#define DPREC_SECAGG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crypto.h"
+
+#define DPREC_SECAGG_MAX_NEIGHBOURS 64u
+#define DPREC_SECAGG_KEY_SIZE 32u
+#define DPREC_SECAGG_CHUNKS 11u                 /* ceil(32 / 3) */
+#define DPREC_SECAGG_PRIME 2147483647u          /* 2^31 - 1 */
+#define DPREC_SECAGG_SHARE_BYTES (4u + 4u * DPREC_SECAGG_CHUNKS)                   /* x, then the chunks */
+#define DPREC_SECAGG_SEALED_BYTES (2u * DPREC_SECAGG_SHARE_BYTES)                  /* s_sk's, then b's */
+
+/* ---- Shamir secret sharing of a 32-byte secret ---------------------------------------------------------- */
+
+typedef struct dprec_shamir_share {
+    uint32_t x;                          /* the evaluation point, 1 .. 2^31 - 2 */
+    uint32_t y[DPREC_SECAGG_CHUNKS];     /* one value in GF(p) per chunk */
+} dprec_shamir_share;
+
+/* Splits secret into n shares at the points xs[0..n) (distinct, nonzero, < p), any t of which (1 <= t <= n)
+ * give it back and any t - 1 of which are independent of it. */
+int dprec_shamir_split(dprec_rng *r, const unsigned char secret[DPREC_SECAGG_KEY_SIZE], uint32_t t,
+                       const uint32_t *xs, uint32_t n, dprec_shamir_share *out);
+/* Recovers the secret from the first t of n shares (Lagrange interpolation at 0). INVALID_ARGUMENT if n < t,
+ * two of those x are equal or zero, or a value is not below p; DPREC_ERR_CRYPTO if the result is not a valid
+ * encoding of 32 bytes (a chunk above 2^24 - 1: wrong or inconsistent shares). */
+int dprec_shamir_combine(const dprec_shamir_share *shares, uint32_t n, uint32_t t,
+                         unsigned char secret[DPREC_SECAGG_KEY_SIZE]);
+
+/* ---- masks ----------------------------------------------------------------------------------------------- */
+
+/* vec[j] <- vec[j] + sign PRG(seed)[j] mod 2^bits for j < n (sign +1 or -1, 1 <= bits <= 64). */
+int dprec_secagg_prg_add(const unsigned char seed[DPREC_SECAGG_KEY_SIZE], uint32_t bits, int sign, uint64_t *vec,
+                         uint32_t n);
+
+/* The X25519 public key of a private key (both 32 bytes, little-endian, RFC 7748); r blinds, as below. */
+int dprec_secagg_public(dprec_rng *r, const unsigned char sk[DPREC_SECAGG_KEY_SIZE],
+                        unsigned char pk[DPREC_SECAGG_KEY_SIZE]);
+
+/* The 32-byte key that HKDF-SHA256 derives from the shared secret X25519(sk, peer_pk) with salt = the round id (8 bytes LE) and
+ * info = label || the two ids, smaller first (so both ends derive the same key). r only blinds mbedTLS's
+ * scalar multiplication (the result does not depend on it). DPREC_ERR_CRYPTO for an invalid or low-order
+ * peer key. */
+int dprec_secagg_derive(dprec_rng *r, const unsigned char sk[DPREC_SECAGG_KEY_SIZE],
+                        const unsigned char peer_pk[DPREC_SECAGG_KEY_SIZE], uint64_t round, const char *label,
+                        uint32_t a, uint32_t b, unsigned char out[DPREC_SECAGG_KEY_SIZE]);
+/* The labels of the two derived keys: envelope encryption, pairwise mask seed. */
+#define DPREC_SECAGG_ENC_LABEL "dprec secagg enc v1"
+#define DPREC_SECAGG_MASK_LABEL "dprec secagg mask v1"
+
+/* ---- the device ------------------------------------------------------------------------------------------ */
+
+typedef struct dprec_secagg_params {
+    uint64_t round;     /* the round's id: binds keys, envelopes and masks to it */
+    uint32_t id;        /* this device's id in the round (nonzero, unique) */
+    uint32_t threshold; /* t: shares needed to recover a secret; must exceed half the neighbours */
+    uint32_t n_min;     /* the fewest survivors this device will help unmask (the noise plan's floor) */
+    uint32_t bits;      /* the modulus 2^bits of the inputs, 1 .. 62 */
+    uint32_t dim;       /* the input's length */
+} dprec_secagg_params;
+
+typedef struct dprec_secagg_pub {
+    uint32_t id;
+    unsigned char c_pk[DPREC_SECAGG_KEY_SIZE];
+    unsigned char s_pk[DPREC_SECAGG_KEY_SIZE];
+} dprec_secagg_pub;
+
+typedef struct dprec_secagg_envelope {
+    uint32_t from, to;
+    unsigned char iv[DPREC_GCM_IV_SIZE];
+    unsigned char sealed[DPREC_SECAGG_SEALED_BYTES];
+    unsigned char tag[DPREC_GCM_TAG_SIZE];
+} dprec_secagg_envelope;
+
+typedef enum dprec_secagg_kind {
+    DPREC_SECAGG_SELF_MASK = 1, /* b's share: the owner survived, its self-mask is removed */
+    DPREC_SECAGG_PAIR_KEY = 2   /* s_sk's share: the owner dropped, its pairwise masks are removed */
+} dprec_secagg_kind;
+
+typedef struct dprec_secagg_request {
+    uint32_t owner;          /* whose secret */
+    dprec_secagg_kind kind;
+} dprec_secagg_request;
+
+typedef struct dprec_secagg_reveal {
+    uint32_t owner, holder;
+    dprec_secagg_kind kind;
+    dprec_shamir_share share;
+} dprec_secagg_reveal;
+
+typedef enum dprec_secagg_state {
+    DPREC_SECAGG_FRESH = 0, DPREC_SECAGG_ADVERTISED, DPREC_SECAGG_SHARED, DPREC_SECAGG_MASKED, DPREC_SECAGG_DONE,
+    DPREC_SECAGG_ABORTED
+} dprec_secagg_state;
+
+typedef struct dprec_secagg_device {
+    dprec_secagg_params p;
+    dprec_secagg_state state;
+    unsigned char c_sk[DPREC_SECAGG_KEY_SIZE], s_sk[DPREC_SECAGG_KEY_SIZE], b[DPREC_SECAGG_KEY_SIZE];
+    dprec_secagg_pub mine;
+    uint32_t k;                                         /* neighbours */
+    dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
+    uint8_t shared[DPREC_SECAGG_MAX_NEIGHBOURS];        /* neighbour j's envelope arrived and opened (U2) */
+    dprec_shamir_share held_s[DPREC_SECAGG_MAX_NEIGHBOURS], held_b[DPREC_SECAGG_MAX_NEIGHBOURS];
+} dprec_secagg_device;
+
+/* Step 0. Draws the two key pairs from r. *pub receives what to advertise. */
+int dprec_secagg_advertise(dprec_secagg_device *dev, const dprec_secagg_params *p, dprec_rng *r,
+                           dprec_secagg_pub *pub);
+/* Step 1. nb: the k neighbours' advertised keys (distinct ids, not this device's), threshold <= k < 2 threshold.
+ * out: k envelopes, out[j] for nb[j]. */
+int dprec_secagg_share(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg_pub *nb, uint32_t k,
+                       dprec_secagg_envelope *out);
+/* Step 2. in: the envelopes addressed to this device (others, forged or tampered ones are refused with
+ * DPREC_ERR_PROTOCOL, and so are fewer than t of them). x: dim residues mod 2^bits; y: dim masked residues.
+ * r blinds the X25519 multiplications only. */
+int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg_envelope *in, uint32_t n_in,
+                      const uint64_t *x, uint64_t *y);
+/* Step 3. survivors: how many devices' masked inputs the sum holds; req: which share of which neighbour.
+ * out: n_req reveals. DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach
+ * listed at the top of this file. */
+int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const dprec_secagg_request *req,
+                        uint32_t n_req, dprec_secagg_reveal *out);
+/* Wipes every secret. */
+void dprec_secagg_wipe(dprec_secagg_device *dev);
+
+#endif /* DPREC_SECAGG_H */
