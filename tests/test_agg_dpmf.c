@@ -215,6 +215,8 @@ static int rec_request(void *ctx, const dprec_http_request *req, dprec_http_sink
 }
 
 static void rec_init(recorder *r, dprec_transport *t) {
+    memset(t, 0, sizeof *t);
+    t->struct_size = sizeof *t;
     t->ctx = r;
     t->request = rec_request;
 }
