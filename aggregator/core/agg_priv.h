@@ -334,6 +334,12 @@ int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *re
  * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
 int64_t agg_now(dprec_agg *a);
 
+/* agg.c: a dprec_agg with only a CSPRNG (from the OS) and, when key_path is not NULL, the signing key at key_path
+ * (generated 0600 if missing), for agg_release_build and agg_random outside a running aggregator (`dprec-aggregator
+ * train`). 0, or -1 with a message. Closed with agg_signer_close (NULL: no-op), never dprec_agg_close. */
+int agg_signer_open(const char *key_path, dprec_agg **out, char *err, size_t errcap);
+void agg_signer_close(dprec_agg *a);
+
 /* agg_sign.c */
 int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap);
 /* Builds a signed release of model x as version `version` of job j; *out is malloc'd. 0 or -1. Any thread. */
