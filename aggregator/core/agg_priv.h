@@ -188,6 +188,13 @@ int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dpr
 int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
                    int noisy, agg_model *next, char *err, size_t errcap);
 
+extern const agg_protocol agg_protocol_sgld;
+
+/* proto_sgld.c (seed 003), exposed for tests: the global step's posterior sample from a round's (validated) reports,
+ * with `passes` SGLD passes (0: the job's params.passes). 0 or -1. */
+int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, agg_model *next,
+                    unsigned passes, char *err, size_t errcap);
+
 /* ---- state: one writer thread, readers on their own connections (agg_state.c) ------------------------------
  *
  * Every write to the state goes through one writer thread, which takes whatever operations are queued, applies
