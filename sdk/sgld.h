@@ -70,7 +70,8 @@ static inline float dprec_sgld_weight(double eps_i, double epsilon, uint32_t tau
     double cap = n > 0 ? (double)tau / (double)n : rho;
     double w = (eps_i / epsilon) * (rho < cap ? rho : cap);
     float f = (float)w;
-    if ((double)f > w) f = nextafterf(f, 0.0f);
+    /* B_i / B = f n / tau at most eps_i / eps, checked on the float itself (f n is exact in double) */
+    while (f > 0.0f && ((double)f > w || (double)f * (double)n * epsilon > eps_i * (double)tau)) f = nextafterf(f, 0.0f);
     return f;
 }
 

@@ -504,7 +504,7 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
     s->Q = g < d->items ? g : d->items;
 #ifdef MF_X86
     __builtin_cpu_init();
-    s->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    s->avx2 = !cfg->portable && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     uint32_t *ucount = calloc(d->users, sizeof *ucount), *icount = calloc(d->items, sizeof *icount);
     uint32_t *ugroup = malloc(sizeof *ugroup * d->users), *igroup = malloc(sizeof *igroup * d->items);

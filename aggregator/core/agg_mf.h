@@ -65,6 +65,7 @@ typedef struct agg_mf_config {
     double bias_prior_sd;  /* of every bias */
     double step;           /* the preconditioned step (eta_row times the row's curvature), in (0, 1] */
     unsigned groups;       /* P = Q, the user and item groups (0: 1 for one thread, else 2 threads + 1) */
+    int portable;          /* 1: the baseline kernels even where AVX2 + FMA exist (tests compare the two) */
 } agg_mf_config;
 
 /* Defaults: SGD at lr 0.01, no decay, lambda 0.05, lambda_bias 0.01, init_scale 0.1; SGLD sd 0.5 and 0.5, step 0.1,
