@@ -74,10 +74,10 @@ static const char *const help_text[] = {
     "\n"
     "SGLD (posterior-sampling heuristic; docs/privacy.md \"sgld\")\n"
     "  --epsilon E          required: the user-level epsilon of an exact sample of exp(-E/(4B) F) (seed 003, Thm. 1)\n"
-    "  --tau T              each user's ratings are trimmed to T, a uniform subset drawn from the CSPRNG (default 100)\n"
+    "  --tau T              each user's ratings are trimmed to T, a uniform subset drawn from the CSPRNG (default 20)\n"
     "  --kappa K            predictions clamped to [MIN - K, MAX + K] in the loss (default 0)\n"
     "  --scale MIN MAX      the public rating scale (default 1 5); ratings outside it are clamped into it\n"
-    "  --prior-sd S         prior sd of a factor (default 0.5); --bias-prior-sd S of a bias (default 0.5)\n"
+    "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.1)\n"
     "  --step C             the preconditioned Langevin step (default 0.1)\n"
     "  The guarantee printed is (E, (1 + e^E) delta') with delta' the unknown distance of the SGLD chain to the\n"
     "  target: exact only for an exact sample. The noise comes from the OS-seeded CSPRNG.\n"
@@ -506,6 +506,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->tau = DPREC_SGLD_DEFAULT_TAU;
     o->scale_min = 1.0;
     o->scale_max = 5.0;
+    o->mf.prior_sd = o->mf.bias_prior_sd = 0.1; /* the sgld protocol's defaults (docs/results.md, sgld) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;

@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 /* Defaults and bounds shared by both sides (docs/protocol.md, sgld). */
-#define DPREC_SGLD_DEFAULT_TAU 100u
+#define DPREC_SGLD_DEFAULT_TAU 20u
 #define DPREC_SGLD_MAX_TAU 65535u
 #define DPREC_SGLD_MAX_KAPPA 1e3
 #define DPREC_SGLD_MAX_WEIGHT 1e3 /* the largest rho */

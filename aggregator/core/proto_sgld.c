@@ -33,8 +33,8 @@
 
 #define SGLD_DEFAULT_PASSES 100u
 #define SGLD_MAX_PASSES 100000u
-#define SGLD_DEFAULT_PRIOR_SD 0.5
-#define SGLD_DEFAULT_BIAS_PRIOR_SD 0.5
+#define SGLD_DEFAULT_PRIOR_SD 0.1
+#define SGLD_DEFAULT_BIAS_PRIOR_SD 0.1
 #define SGLD_DEFAULT_STEP 0.1
 
 typedef struct sgld_params {

@@ -145,7 +145,7 @@ static const char *const sgld_flags[] = {"--tau", "--kappa", "--max-weight", "--
 const fleet_proto fleet_proto_sgld = {
     "sgld",
     "sgld (seed 003: one posterior sample by SGLD, trusted curator, user level; posterior-sampling heuristic):\n"
-    "  --tau T                  each device uploads at most T ratings, a uniform subset (default 100)\n"
+    "  --tau T                  each device uploads at most T ratings, a uniform subset (default 20)\n"
     "  --kappa K                predictions clamped to [min - K, max + K] in the loss (default 0)\n"
     "  --max-weight R           the largest weight of a device with fewer than T ratings (default 1)\n"
     "  --passes N               SGLD passes of the aggregator (default: the aggregator's, 100)\n"
