@@ -66,8 +66,8 @@ static const char *const help_text[] = {
     "  --threads T          worker threads (1..64, default: the number of CPUs)\n"
     "  --iterations N       passes over the data (default 20)\n"
     "  --groups G           the user and item groups of the blocked layout (default 2T+1, 1 for one thread)\n"
-    "  --lr L               SGD: learning rate (default 0.01); pass t uses L / (1 + DECAY t)\n"
-    "  --lr-decay DECAY     SGD: (default 0.1)\n"
+    "  --lr L               SGD: learning rate (default 0.05); pass t uses L / (1 + DECAY t)\n"
+    "  --lr-decay DECAY     SGD: (default 0.3)\n"
     "  --lambda R           SGD: L2 penalty of the factors (default 0.05)\n"
     "  --lambda-bias R      SGD: L2 penalty of the biases (default 0.01)\n"
     "  --init-scale S       SGD: factors start uniform in [0, S) (default 0.1)\n"
@@ -499,7 +499,6 @@ static int parse_args(int argc, char **argv, options *o) {
     agg_mf_config_default(&o->mf);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->mf.threads = ncpu > 0 ? (unsigned)(ncpu > 64 ? 64 : ncpu) : 1u;
-    o->mf.lr_decay = 0.1;
     o->iterations = 20;
     o->test_fraction = 0.1;
     o->seed = 1;

@@ -61,11 +61,13 @@ struct agg_mf {
     uint32_t k, kp, users, items, P, Q;
     size_t n;
     float *U, *V;             /* rows of kp floats (32-byte aligned), internal order */
-    float *bu, *bv;
+    float *bu, *bv;           /* biases (SGLD keeps the items' in iv instead) */
     uint32_t *user_row, *item_row; /* caller id -> internal row */
     mf_block *blocks;         /* P * Q, block (p, q) at p * Q + q */
     /* SGLD */
     float *gw;                /* per internal user row: 2 beta w_i */
+    float *iv;                /* per internal item row: [bias, eta, eta_b, 0], what a rating's update reads of its
+                               * item besides the factors, in one 16-byte line */
     mf_ou *ou_u, *ou_v;
     agg_mf_stream *streams;   /* one per thread, keyed at the first SGLD pass */
     int keyed;
@@ -80,7 +82,8 @@ void agg_mf_config_default(agg_mf_config *c) {
     c->threads = 1;
     c->init_scale = 0.1;
     c->seed = 1;
-    c->lr = 0.01;
+    c->lr = 0.05;
+    c->lr_decay = 0.3;
     c->lambda = 0.05;
     c->lambda_bias = 0.01;
     c->beta = 1.0;
@@ -224,12 +227,23 @@ void agg_mf_stream_bytes(agg_mf_stream *st, unsigned char *out, size_t n) {
 
 static inline uint64_t next64(agg_mf_stream *st) {
     if (st->len - st->pos < 8) {
-        st->pos = st->len; /* the tail (never, with a 4096-byte buffer) is dropped, never reused */
+        st->pos = st->len; /* a tail of fewer than 8 bytes is dropped, never reused */
         refill(st);
     }
     uint64_t x;
     memcpy(&x, st->buf + st->pos, 8);
     st->pos += 8;
+    return x;
+}
+
+static inline uint32_t next32(agg_mf_stream *st) {
+    if (st->len - st->pos < 4) {
+        st->pos = st->len;
+        refill(st);
+    }
+    uint32_t x;
+    memcpy(&x, st->buf + st->pos, 4);
+    st->pos += 4;
     return x;
 }
 
@@ -239,14 +253,17 @@ void agg_mf_stream_wipe(agg_mf_stream *st) {
 }
 
 /* Marsaglia, Tsang, "The Ziggurat Method for Generating Random Variables", J. Stat. Softw. 5(8), 2000: the tables
- * of RNOR (128 layers), built once. */
+ * of RNOR (128 layers), built once, for a signed 25-bit value (m1 = 2^24: the output is a float, whose mantissa has
+ * 24 bits). */
 static uint32_t zig_kn[128];
 static double zig_wn[128], zig_fn[128];
+static float zig_wnf[128]; /* zig_wn as floats, for the fast path */
 static pthread_once_t zig_once = PTHREAD_ONCE_INIT;
 #define ZIG_R 3.442619855899
+#define ZIG_M1 16777216.0
 
 static void zig_setup(void) {
-    const double m1 = 2147483648.0, vn = 9.91256303526217e-3;
+    const double m1 = ZIG_M1, vn = 9.91256303526217e-3;
     double dn = ZIG_R, tn = dn;
     double q = vn / exp(-0.5 * dn * dn);
     zig_kn[0] = (uint32_t)((dn / q) * m1);
@@ -262,21 +279,25 @@ static void zig_setup(void) {
         zig_fn[i] = exp(-0.5 * dn * dn);
         zig_wn[i] = dn / m1;
     }
+    for (int i = 0; i < 128; i++) zig_wnf[i] = (float)zig_wn[i];
 }
 
 static inline double uni(agg_mf_stream *st) { /* (0, 1) */
     return ((double)(next64(st) >> 11) + 0.5) / 9007199254740992.0;
 }
 
-/* One standard normal. The layer (7 bits) and the value (the top 32 bits) come from disjoint bits of a 64-bit
- * draw (Doornik, "An Improved Ziggurat Method to Generate Normal Random Samples", 2005: RNOR's reuse of the value's
- * low bits as the layer correlates the two). */
-static double zig_normal(agg_mf_stream *st) {
+/* A 32-bit draw: the layer from its low 7 bits, the signed value from its top 25 bits, disjoint (Doornik, "An
+ * Improved Ziggurat Method to Generate Normal Random Samples", 2005: RNOR's reuse of the value's low bits as the
+ * layer correlates the two). */
+#define ZIG_SPLIT(x, iz, hz, ahz)                                            \
+    uint32_t iz = (x) & 127u;                                                \
+    int32_t hz = (int32_t)((x) >> 7) - (int32_t)16777216;                    \
+    uint32_t ahz = hz < 0 ? (uint32_t)(-(int64_t)hz) : (uint32_t)hz
+
+/* The rest of one normal after the fast path rejected the draw x. */
+static double zig_normal_from(agg_mf_stream *st, uint32_t x) {
     for (;;) {
-        uint64_t x = next64(st);
-        uint32_t iz = (uint32_t)(x & 127u);
-        int32_t hz = (int32_t)(uint32_t)(x >> 32);
-        uint32_t ahz = hz < 0 ? (uint32_t)(-(int64_t)hz) : (uint32_t)hz;
+        ZIG_SPLIT(x, iz, hz, ahz);
         double v = (double)hz * zig_wn[iz];
         if (ahz < zig_kn[iz]) return v;
         if (iz == 0) { /* the tail beyond R (Marsaglia 1964) */
@@ -288,12 +309,38 @@ static double zig_normal(agg_mf_stream *st) {
             return hz > 0 ? ZIG_R + t : -ZIG_R - t;
         }
         if (zig_fn[iz] + uni(st) * (zig_fn[iz - 1] - zig_fn[iz]) < exp(-0.5 * v * v)) return v;
+        x = next32(st);
     }
 }
 
 void agg_mf_stream_normals(agg_mf_stream *st, float *out, size_t n) {
     pthread_once(&zig_once, zig_setup);
-    for (size_t i = 0; i < n; i++) out[i] = (float)zig_normal(st);
+    size_t i = 0;
+    while (i < n) {
+        if (st->len - st->pos < 4) {
+            st->pos = st->len; /* never, with a buffer of whole words: nothing is reused */
+            refill(st);
+        }
+        /* the fast path (about 99% of draws: inside a layer's rectangle) over the buffered words */
+        const unsigned char *b = st->buf + st->pos;
+        size_t words = (st->len - st->pos) / 4u, w = 0;
+        while (w < words && i < n) {
+            uint32_t x;
+            memcpy(&x, b + 4u * w, 4);
+            w++;
+            ZIG_SPLIT(x, iz, hz, ahz);
+            if (ahz < zig_kn[iz]) {
+                out[i++] = (float)hz * zig_wnf[iz];
+                continue;
+            }
+            st->pos += 4u * w; /* the slow path draws from the stream itself */
+            out[i++] = (float)zig_normal_from(st, x);
+            b = st->buf + st->pos;
+            words = (st->len - st->pos) / 4u;
+            w = 0;
+        }
+        st->pos += 4u * w;
+    }
 }
 
 /* ---- layout ------------------------------------------------------------------------------------------------- */
@@ -358,6 +405,7 @@ void agg_mf_free(agg_mf *s) {
     free(s->user_row);
     free(s->item_row);
     free(s->gw);
+    free(s->iv);
     free(s->ou_u);
     free(s->ou_v);
     if (s->streams != NULL)
@@ -486,6 +534,11 @@ oom:
     return -1;
 }
 
+/* Where an item row's bias lives: bv for SGD, iv (with the row's steps) for SGLD. */
+static inline float *item_bias(const agg_mf *s, uint32_t row) {
+    return s->iv != NULL ? &s->iv[4u * row] : &s->bv[row];
+}
+
 int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, char *err, size_t errcap) {
     *out = NULL;
     if (d == NULL || cfg == NULL) return fail(err, errcap, "no data or no configuration");
@@ -533,8 +586,9 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
         s->gw = malloc(sizeof *s->gw * d->users);
         s->ou_u = malloc(sizeof *s->ou_u * d->users);
         s->ou_v = malloc(sizeof *s->ou_v * d->items);
+        s->iv = alloc32(sizeof(float) * 4u * d->items);
         s->streams = calloc(cfg->threads, sizeof *s->streams);
-        ok = su && sv && s->gw && s->ou_u && s->ou_v && s->streams;
+        ok = su && sv && s->gw && s->ou_u && s->ou_v && s->iv && s->streams;
         if (ok) {
             for (size_t i = 0; i < d->n; i++) {
                 double w = cfg->weight != NULL ? (double)cfg->weight[d->user[i]] : 1.0;
@@ -559,8 +613,13 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
                     o.eta_b = (float)eta_b;
                     o.a_b = (float)exp(-eta_b / (sb * sb));
                     o.s_b = (float)sqrt(agg_mf_noise_variance(eta_b, sb));
-                    if (side == 0) s->ou_u[s->user_row[x]] = o;
-                    else s->ou_v[s->item_row[x]] = o;
+                    if (side == 0) {
+                        s->ou_u[s->user_row[x]] = o;
+                    } else {
+                        s->ou_v[s->item_row[x]] = o;
+                        s->iv[4u * s->item_row[x] + 1u] = o.eta;
+                        s->iv[4u * s->item_row[x] + 2u] = o.eta_b;
+                    }
                 }
             }
         }
@@ -578,13 +637,14 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
     /* initialization (public seed): SGD uniform in [0, init_scale) like LIBMF; SGLD a draw of the prior */
     uint64_t seed = cfg->seed;
     for (int side = 0; side < 2; side++) {
-        float *m = side == 0 ? s->U : s->V, *b = side == 0 ? s->bu : s->bv;
+        float *m = side == 0 ? s->U : s->V;
         uint32_t nrows = side == 0 ? s->users : s->items;
         for (uint32_t x = 0; x < nrows; x++) {
             for (uint32_t a = 0; a < s->k; a++)
                 m[(size_t)x * s->kp + a] = cfg->method == AGG_MF_SGD ? (float)(cfg->init_scale * unit01(&seed))
                                                                        : (float)(cfg->prior_sd * public_normal(&seed));
-            b[x] = cfg->method == AGG_MF_SGD ? 0.0f : (float)(cfg->bias_prior_sd * public_normal(&seed));
+            *(side == 0 ? &s->bu[x] : item_bias(s, x)) =
+                cfg->method == AGG_MF_SGD ? 0.0f : (float)(cfg->bias_prior_sd * public_normal(&seed));
         }
     }
     *out = s;
@@ -662,23 +722,25 @@ typedef struct mf_lane {
  * (agg_mf.h); each row moves by its own eta times the rating's term's negative gradient. */
 #define SGLD_STEP(L, UU, EU, EBU, GW)                                                                    \
     do {                                                                                                 \
-        __builtin_prefetch(V + (size_t)(L).e[MF_PREFETCH].item * KP, 1, 3);                            \
+        const uint32_t jn_ = (L).e[MF_PREFETCH].item;                                                    \
+        __builtin_prefetch(V + (size_t)jn_ * KP, 1, 3);                                                 \
+        __builtin_prefetch(iv + 4u * (size_t)jn_, 1, 3);                                                \
         const uint32_t j_ = (L).e->item;                                                                 \
         f8 *vrow_ = (f8 *)__builtin_assume_aligned(V + (size_t)j_ * KP, 32);                           \
-        const float c_ = (L).e->r - mu - bv[j_] - (L).bu;                                                \
-        const float ev_ = ouv[j_].eta * (GW), evb_ = ouv[j_].eta_b * (GW);                               \
+        float *ivj_ = iv + 4u * (size_t)j_;                                                              \
+        const float c_ = (L).e->r - mu - ivj_[0] - (L).bu;                                               \
+        const float ev_ = ivj_[1] * (GW), evb_ = ivj_[2] * (GW);                                         \
         float dot_;                                                                                      \
         MF_DOT(UU, vrow_, NV, dot_);                                                                     \
         const float diff_ = c_ - dot_, pred_ = (L).e->r - diff_;                                         \
-        sse += (double)diff_ * (double)diff_;                                                            \
-        const float err_ = pred_ > lo && pred_ < hi ? diff_ : 0.0f;                                      \
+        const float err_ = diff_ * (float)((pred_ > lo) & (pred_ < hi)); /* no branch */                 \
         for (uint32_t a_ = 0; a_ < NV; a_++) {                                                           \
             f8 ua_ = (UU)[a_], va_ = vrow_[a_];                                                          \
             (UU)[a_] = ua_ + err_ * ((EU) * va_);                                                        \
             vrow_[a_] = va_ + err_ * (ev_ * ua_);                                                        \
         }                                                                                                \
         (L).bu += (EBU) * err_;                                                                          \
-        bv[j_] += evb_ * err_;                                                                           \
+        ivj_[0] += evb_ * err_;                                                                          \
         (L).e++;                                                                                         \
     } while (0)
 
@@ -742,9 +804,8 @@ static inline __attribute__((always_inline)) double sgd_k(agg_mf *s, const mf_bl
 static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_block *b, uint32_t KP) {
     const uint32_t NV = KP / 8u;
     const float mu = (float)s->cfg.mu, lo = (float)s->cfg.lo, hi = (float)s->cfg.hi;
-    float *const V = s->V, *const bv = s->bv;
-    const mf_ou *const ouv = s->ou_v;
-    double sse = 0.0;
+    float *const V = s->V, *const iv = s->iv;
+    const double sse = 0.0; /* not tracked: the chain's training error is not its output */
     f8 ua[AGG_MF_MAX_K / 8], ub[AGG_MF_MAX_K / 8];
     mf_lane A = {NULL, NULL, 0, 0.0f}, B = {NULL, NULL, 0, 0.0f};
     memset(ua, 0, sizeof(f8) * NV);
@@ -887,15 +948,24 @@ typedef struct mf_noise_job {
 static void *noise_thread(void *arg) {
     mf_noise_job *j = arg;
     agg_mf *s = j->s;
-    float z[AGG_MF_MAX_K + 1];
+    enum { CHUNK = 4096 };
+    float z[CHUNK];
+    size_t have = 0, at = 0;
+    const uint32_t k = s->k;
     for (size_t x = j->from; x < j->to; x++) {
         int user = x < s->users;
         uint32_t r = user ? (uint32_t)x : (uint32_t)(x - s->users);
-        float *row = (user ? s->U : s->V) + (size_t)r * s->kp, *b = user ? &s->bu[r] : &s->bv[r];
+        float *row = (user ? s->U : s->V) + (size_t)r * s->kp, *b = user ? &s->bu[r] : item_bias(s, r);
         const mf_ou *o = user ? &s->ou_u[r] : &s->ou_v[r];
-        agg_mf_stream_normals(j->st, z, s->k + 1u);
-        for (uint32_t a = 0; a < s->k; a++) row[a] = o->a * row[a] + o->s * z[a];
-        *b = o->a_b * *b + o->s_b * z[s->k];
+        if (have - at < k + 1u) { /* normals in chunks; the few left over are wiped, never reused */
+            agg_mf_stream_normals(j->st, z, CHUNK);
+            have = CHUNK;
+            at = 0;
+        }
+        const float a = o->a, sd = o->s;
+        for (uint32_t c = 0; c < k; c++) row[c] = a * row[c] + sd * z[at + c];
+        *b = o->a_b * *b + o->s_b * z[at + k];
+        at += k + 1u;
     }
     dprec_wipe(z, sizeof z);
     return NULL;
@@ -977,7 +1047,7 @@ static double predict(const agg_mf *s, uint32_t user, uint32_t item) {
         p += (double)hsum8(acc);
     }
     if (user < s->users) p += s->bu[s->user_row[user]];
-    if (item < s->items) p += s->bv[s->item_row[item]];
+    if (item < s->items) p += *item_bias(s, s->item_row[item]);
     return p;
 }
 
@@ -996,7 +1066,7 @@ double agg_mf_rmse(const agg_mf *s, const agg_mf_data *test, double lo, double h
 void agg_mf_item(const agg_mf *s, uint32_t item, float *v, float *bias) {
     const uint32_t r = s->item_row[item];
     memcpy(v, s->V + (size_t)r * s->kp, sizeof(float) * s->k);
-    *bias = s->bv[r];
+    *bias = *item_bias(s, r);
 }
 
 void agg_mf_user(const agg_mf *s, uint32_t user, float *u, float *bias) {

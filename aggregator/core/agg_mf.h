@@ -68,7 +68,7 @@ typedef struct agg_mf_config {
     int portable;          /* 1: the baseline kernels even where AVX2 + FMA exist (tests compare the two) */
 } agg_mf_config;
 
-/* Defaults: SGD at lr 0.01, no decay, lambda 0.05, lambda_bias 0.01, init_scale 0.1; SGLD sd 0.5 and 0.5, step 0.1,
+/* Defaults: SGD at lr 0.05, decay 0.3, lambda 0.05, lambda_bias 0.01, init_scale 0.1; SGLD sd 0.5 and 0.5, step 0.1,
  * beta 1, lo/hi 1 and 5, weight NULL; k 16, 1 thread, mu 0, seed 1. */
 void agg_mf_config_default(agg_mf_config *c);
 
