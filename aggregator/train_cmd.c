@@ -79,6 +79,8 @@ static const char *const help_text[] = {
     "  --scale MIN MAX      the public rating scale (default 1 5); ratings outside it are clamped into it\n"
     "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.1)\n"
     "  --step C             the preconditioned Langevin step (default 0.1)\n"
+    "  --warmup W           the first W passes descend toward the posterior's mode without noise, a shorter\n"
+    "                       burn-in (default 10, as the protocol's); --iterations counts them\n"
     "  The guarantee printed is (E, (1 + e^E) delta') with delta' the unknown distance of the SGLD chain to the\n"
     "  target: exact only for an exact sample. The noise comes from the OS-seeded CSPRNG.\n"
     "\n"
@@ -506,6 +508,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->scale_min = 1.0;
     o->scale_max = 5.0;
     o->mf.prior_sd = o->mf.bias_prior_sd = 0.1; /* the sgld protocol's defaults (docs/results.md, sgld) */
+    o->mf.warmup = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -543,6 +546,7 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--prior-sd") == 0) rc = num(a, v, 1e-6, 1e3, &o->mf.prior_sd);
         else if (strcmp(a, "--bias-prior-sd") == 0) rc = num(a, v, 1e-6, 1e3, &o->mf.bias_prior_sd);
         else if (strcmp(a, "--step") == 0) rc = num(a, v, 1e-9, 1.0, &o->mf.step);
+        else if (strcmp(a, "--warmup") == 0) rc = uint_in(a, v, 0, 100000, &o->mf.warmup);
         else if (strcmp(a, "--scale") == 0) {
             const char *w = i + 2 < argc ? argv[i + 2] : NULL;
             rc = num(a, v, -1e6, 1e6, &o->scale_min);

@@ -634,7 +634,7 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
         agg_mf_free(s);
         return fail(err, errcap, "out of memory building the solver's layout");
     }
-    /* initialization (public seed): SGD uniform in [0, init_scale) like LIBMF; SGLD a draw of the prior */
+    /* initialization (public seed): SGD uniform in [0, init_scale) like LIBMF; SGLD small normals (agg_mf.h) */
     uint64_t seed = cfg->seed;
     for (int side = 0; side < 2; side++) {
         float *m = side == 0 ? s->U : s->V;
@@ -642,9 +642,9 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
         for (uint32_t x = 0; x < nrows; x++) {
             for (uint32_t a = 0; a < s->k; a++)
                 m[(size_t)x * s->kp + a] = cfg->method == AGG_MF_SGD ? (float)(cfg->init_scale * unit01(&seed))
-                                                                       : (float)(cfg->prior_sd * public_normal(&seed));
+                                                                       : (float)(0.1 * cfg->prior_sd * public_normal(&seed));
             *(side == 0 ? &s->bu[x] : item_bias(s, x)) =
-                cfg->method == AGG_MF_SGD ? 0.0f : (float)(cfg->bias_prior_sd * public_normal(&seed));
+                0.0f;
         }
     }
     *out = s;
@@ -801,7 +801,7 @@ static inline __attribute__((always_inline)) double sgd_k(agg_mf *s, const mf_bl
     return sse;
 }
 
-static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_block *b, uint32_t KP) {
+static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_block *b, float boost, uint32_t KP) {
     const uint32_t NV = KP / 8u;
     const float mu = (float)s->cfg.mu, lo = (float)s->cfg.lo, hi = (float)s->cfg.hi;
     float *const V = s->V, *const iv = s->iv;
@@ -813,7 +813,7 @@ static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_b
     float gwa = 0, eua = 0, ebua = 0, gwb = 0, eub = 0, ebub = 0;
     uint32_t next = 0;
 #define SGLD_LANE_PARAMS(L, GW, EU, EBU) \
-    ((GW) = s->gw[(L).ur], (EU) = s->ou_u[(L).ur].eta * (GW), (EBU) = s->ou_u[(L).ur].eta_b * (GW))
+    ((GW) = s->gw[(L).ur] * boost, (EU) = s->ou_u[(L).ur].eta * (GW), (EBU) = s->ou_u[(L).ur].eta_b * (GW))
     int ha = LANE_LOAD(A, ua, next);
     next += (uint32_t)ha;
     if (ha) SGLD_LANE_PARAMS(A, gwa, eua, ebua);
@@ -860,15 +860,15 @@ static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_b
         default: return sgd_k(s, b, lr, s->kp);                                                  \
         }                                                                                        \
     }                                                                                            \
-    ATTR static double sgld_block_##SFX(agg_mf *s, const mf_block *b) {                         \
+    ATTR static double sgld_block_##SFX(agg_mf *s, const mf_block *b, float boost) {            \
         switch (s->kp) {                                                                         \
-        case 8: return sgld_k(s, b, 8);                                                          \
-        case 16: return sgld_k(s, b, 16);                                                        \
-        case 24: return sgld_k(s, b, 24);                                                        \
-        case 32: return sgld_k(s, b, 32);                                                        \
-        case 64: return sgld_k(s, b, 64);                                                        \
-        case 128: return sgld_k(s, b, 128);                                                      \
-        default: return sgld_k(s, b, s->kp);                                                     \
+        case 8: return sgld_k(s, b, boost, 8);                                                   \
+        case 16: return sgld_k(s, b, boost, 16);                                                 \
+        case 24: return sgld_k(s, b, boost, 24);                                                 \
+        case 32: return sgld_k(s, b, boost, 32);                                                 \
+        case 64: return sgld_k(s, b, boost, 64);                                                 \
+        case 128: return sgld_k(s, b, boost, 128);                                               \
+        default: return sgld_k(s, b, boost, s->kp);                                              \
         }                                                                                        \
     }
 
@@ -886,7 +886,7 @@ typedef struct mf_pass {
     uint8_t *row_busy, *col_busy, *taken;
     uint32_t *order;
     uint32_t nb, started;
-    float lr;
+    float lr, boost; /* SGD's step; SGLD's step multiplier (1, or 1 / step in a warm-up pass) */
     double sse;
 } mf_pass;
 
@@ -928,10 +928,10 @@ static void *sweep_thread(void *arg) {
         double sse;
 #ifdef MF_X86
         if (s->avx2)
-            sse = s->cfg.method == AGG_MF_SGD ? sgd_block_avx2(s, bl, p->lr) : sgld_block_avx2(s, bl);
+            sse = s->cfg.method == AGG_MF_SGD ? sgd_block_avx2(s, bl, p->lr) : sgld_block_avx2(s, bl, p->boost);
         else
 #endif
-            sse = s->cfg.method == AGG_MF_SGD ? sgd_block_base(s, bl, p->lr) : sgld_block_base(s, bl);
+            sse = s->cfg.method == AGG_MF_SGD ? sgd_block_base(s, bl, p->lr) : sgld_block_base(s, bl, p->boost);
         give_block(p, (uint32_t)b, sse);
     }
     return NULL;
@@ -943,6 +943,7 @@ typedef struct mf_noise_job {
     agg_mf *s;
     agg_mf_stream *st;
     size_t from, to;
+    double boost; /* > 0: a warm-up pass, the prior's drift at eta times boost and no noise */
 } mf_noise_job;
 
 static void *noise_thread(void *arg) {
@@ -957,6 +958,12 @@ static void *noise_thread(void *arg) {
         uint32_t r = user ? (uint32_t)x : (uint32_t)(x - s->users);
         float *row = (user ? s->U : s->V) + (size_t)r * s->kp, *b = user ? &s->bu[r] : item_bias(s, r);
         const mf_ou *o = user ? &s->ou_u[r] : &s->ou_v[r];
+        if (j->boost > 0.0) { /* warm-up: descent, no noise */
+            const float a = (float)exp(-(double)o->eta * j->boost / (s->cfg.prior_sd * s->cfg.prior_sd));
+            for (uint32_t c = 0; c < k; c++) row[c] *= a;
+            *b *= (float)exp(-(double)o->eta_b * j->boost / (s->cfg.bias_prior_sd * s->cfg.bias_prior_sd));
+            continue;
+        }
         if (have - at < k + 1u) { /* normals in chunks; the few left over are wiped, never reused */
             agg_mf_stream_normals(j->st, z, CHUNK);
             have = CHUNK;
@@ -995,6 +1002,8 @@ int agg_mf_pass(agg_mf *s, dprec_rng *rng, double *train_sse, char *err, size_t 
     p.s = s;
     p.nb = s->P * s->Q;
     p.lr = (float)(s->cfg.lr / (1.0 + s->cfg.lr_decay * (double)s->passes));
+    const int warm = s->cfg.method == AGG_MF_SGLD && s->passes < s->cfg.warmup;
+    p.boost = warm ? (float)(1.0 / s->cfg.step) : 1.0f;
     p.row_busy = calloc(s->P, 1);
     p.col_busy = calloc(s->Q, 1);
     p.taken = calloc(p.nb, 1);
@@ -1027,7 +1036,7 @@ int agg_mf_pass(agg_mf *s, dprec_rng *rng, double *train_sse, char *err, size_t 
         mf_noise_job jobs[AGG_MF_MAX_THREADS];
         size_t rows = (size_t)s->users + s->items;
         for (unsigned t = 0; t < T; t++)
-            jobs[t] = (mf_noise_job){s, &s->streams[t], rows * t / T, rows * (t + 1u) / T};
+            jobs[t] = (mf_noise_job){s, &s->streams[t], rows * t / T, rows * (t + 1u) / T, warm ? (double)p.boost : 0.0};
         run_threads(T, noise_thread, jobs, sizeof jobs[0]);
     }
     s->passes++;

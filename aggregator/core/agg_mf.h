@@ -23,6 +23,8 @@
  *   2. the prior and the noise, exactly: theta_row = a theta_row + s xi, a = exp(-eta_row / sd^2),
  *      s = sd sqrt(1 - a^2), xi ~ N(0, 1) (the Ornstein-Uhlenbeck step of the Gaussian prior; for small eta,
  *      s^2 = 2 eta to first order: agg_mf_noise_variance).
+ * A run may begin with `warmup` passes of the same two steps without the noise and at step 1: a descent toward the
+ * posterior's mode, which shortens the burn-in and leaves the stationary law as it is.
  * eta_row = step / (1 / sd^2 + 2 beta sum_{ratings of the row} w * partner_sd^2), constant for the run (a constant
  * preconditioner keeps exp(-E) stationary), so that every row moves at the same pace. The noise xi comes from
  * AES-256-CTR keystreams keyed from the aggregator's CSPRNG (agg_mf_stream), turned into normals by the ziggurat
@@ -64,6 +66,8 @@ typedef struct agg_mf_config {
     double prior_sd;       /* of every factor coordinate */
     double bias_prior_sd;  /* of every bias */
     double step;           /* the preconditioned step (eta_row times the row's curvature), in (0, 1] */
+    unsigned warmup;       /* SGLD: the first `warmup` passes are a deterministic descent on -log p (step 1, no noise),
+                            * a start near the posterior's mode; the chain's target does not change (default 0) */
     unsigned groups;       /* P = Q, the user and item groups (0: 1 for one thread, else 2 threads + 1) */
     int portable;          /* 1: the baseline kernels even where AVX2 + FMA exist (tests compare the two) */
 } agg_mf_config;
@@ -74,8 +78,9 @@ void agg_mf_config_default(agg_mf_config *c);
 
 typedef struct agg_mf agg_mf;
 
-/* Builds the solver's layout from the data (copied) and initializes the model: SGD from the public seed, SGLD from a
- * draw of the prior (public seed). 0, or -1 with a message (bad config, an id out of range, a non-finite rating, out of
+/* Builds the solver's layout from the data (copied) and initializes the model from the public seed: SGD's factors
+ * uniform in [0, init_scale), SGLD's normal with a tenth of the prior's sd (a small start the warm-up descends from);
+ * biases 0. 0, or -1 with a message (bad config, an id out of range, a non-finite rating, out of
  * memory). */
 int agg_mf_create(const agg_mf_data *data, const agg_mf_config *cfg, agg_mf **out, char *err, size_t errcap);
 void agg_mf_free(agg_mf *s);

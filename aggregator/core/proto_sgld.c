@@ -7,8 +7,8 @@
  * step draws (U, V, biases) from
  *     exp(-eps / (4B) sum_i w_i sum_j (r_ij - clamp(mu + b_i + c_j + u_i . v_j, r_min - kappa, r_max + kappa))^2)
  *     times N(0, prior_sd^2) on every factor and N(0, bias_prior_sd^2) on every bias,
- * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/core/agg_mf.c, params.passes passes from a draw of the
- * prior), and releases V (column 0 pinned to 1, so a device's least-squares u[0] is its own bias; columns 1.. the
+ * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/core/agg_mf.c: params.warmup passes of descent toward
+ * the mode without noise from a small public random start, then params.passes passes of the chain), and releases V (column 0 pinned to 1, so a device's least-squares u[0] is its own bias; columns 1.. the
  * sampled item factors), the sampled item biases and mu. U never leaves the step. Devices then fit their u by
  * regularized least squares on the release (the seed's eq. 5), as for every protocol.
  *
@@ -36,9 +36,10 @@
 #define SGLD_DEFAULT_PRIOR_SD 0.1
 #define SGLD_DEFAULT_BIAS_PRIOR_SD 0.1
 #define SGLD_DEFAULT_STEP 0.1
+#define SGLD_DEFAULT_WARMUP 10u
 
 typedef struct sgld_params {
-    uint32_t tau, passes, threads;
+    uint32_t tau, passes, threads, warmup;
     double kappa, rho, mu, prior_sd, bias_prior_sd, step;
     int has_mu;
     uint64_t seed;
@@ -48,6 +49,7 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
     memset(p, 0, sizeof *p);
     p->tau = DPREC_SGLD_DEFAULT_TAU;
     p->passes = SGLD_DEFAULT_PASSES;
+    p->warmup = SGLD_DEFAULT_WARMUP;
     p->rho = 1.0;
     p->prior_sd = SGLD_DEFAULT_PRIOR_SD;
     p->bias_prior_sd = SGLD_DEFAULT_BIAS_PRIOR_SD;
@@ -64,6 +66,9 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
         } else if (strcmp(k, "passes") == 0) {
             bad = agg_json_number_in(it, 1.0, (double)SGLD_MAX_PASSES, 0, &v) || floor(v) != v;
             p->passes = (uint32_t)v;
+        } else if (strcmp(k, "warmup") == 0) {
+            bad = agg_json_number_in(it, 0.0, (double)SGLD_MAX_PASSES, 0, &v) || floor(v) != v;
+            p->warmup = (uint32_t)v;
         } else if (strcmp(k, "threads") == 0) {
             bad = agg_json_number_in(it, 0.0, (double)AGG_MF_MAX_THREADS, 0, &v) || floor(v) != v;
             p->threads = (uint32_t)v;
@@ -78,7 +83,7 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
             p->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of sgld (tau, kappa, max_weight, mu, prior_sd, "
-                     "bias_prior_sd, step, passes, threads, seed)", k);
+                     "bias_prior_sd, step, passes, warmup, threads, seed)", k);
             return -1;
         }
         if (bad) {
@@ -270,9 +275,10 @@ int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dpr
     c.prior_sd = p.prior_sd;
     c.bias_prior_sd = p.bias_prior_sd;
     c.step = p.step;
+    c.warmup = p.warmup;
     agg_mf_data data = {(uint32_t)users, m, at, uu, ii, rr};
     if (agg_mf_create(&data, &c, &s, err, errcap) != 0) goto out;
-    for (uint32_t t = 0; t < p.passes; t++)
+    for (uint32_t t = 0; t < p.warmup + p.passes; t++) /* the warm-up passes first (no noise), then the chain */
         if (agg_mf_pass(s, rng, NULL, err, errcap) != 0) goto out;
     next->m = m;
     next->d = d;
