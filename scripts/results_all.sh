@@ -13,7 +13,8 @@
 #
 # --data ml100k: MovieLens 100K (../shared/data/ml-100k/u.data, 943 users); ml10m: the MovieLens-10M-shaped fleet
 # of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three).
-# Protocols (default all of): bias dpals gauss-gd private-fw ldp-gd ldp-gddr ldp-rr. private-fw runs on every
+# Protocols (default all of): bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr. sgld's epsilon is a
+# posterior-sampling heuristic (its model column says so; docs/privacy.md "sgld"). private-fw runs on every
 # item (--items-top = the number of items: no data-dependent subset), dense where n <= 4096, else Oja. ldp-rr is
 # left out of ml10m by default: its report is m d floats per device and round (400 KB at m = 10,000, d = 10: 28 GB
 # a round for the fleet) and its debiased gradient cannot learn V at any size we can run (docs/results.md).
@@ -45,7 +46,7 @@ if [ "$table" = 1 ] || [ -n "$plot" ] || [ "$publish" = 1 ]; then
 import csv, subprocess, sys, tempfile
 path, plot = sys.argv[1], sys.argv[2]
 rows = list(csv.DictReader(open(path)))
-order = ["bias", "dpals", "gauss-gd", "private-fw", "ldp-gd", "ldp-gddr", "ldp-rr"]
+order = ["bias", "dpals", "gauss-gd", "private-fw", "sgld", "ldp-gd", "ldp-gddr", "ldp-rr"]
 def key(p): return order.index(p) if p in order else len(order)
 sets = list(dict.fromkeys(r["data"] for r in rows))
 if plot:
@@ -93,6 +94,10 @@ for d in sets:
     for label, k in (("item mean (no privacy)", "item"), ("user mean (each device's own, free)", "user"),
                      ("global mean (no privacy)", "global")):
         print(f"| {label} | — | " + " | ".join(f"{float(base[k]):.4f}" for _ in eps) + " |")
+    if any(r["protocol"] == "sgld" for r in sel):
+        print("\nsgld's epsilon is a posterior-sampling heuristic: it holds for an exact posterior sample (delta = 0); the"
+              " SGLD chain's sample gives (epsilon, (1 + e^epsilon) delta') with delta' its unknown distance to the target"
+              " (docs/privacy.md, \"sgld\").")
 PY
 )
   if [ "$publish" = 1 ]; then # the block between the markers of docs/results.md, and the raw rows beside it
@@ -114,8 +119,8 @@ PY
 fi
 
 case "$data" in
-  ml100k) src=(--data "$here/../shared/data/ml-100k/u.data"); default_protocols="bias dpals gauss-gd private-fw ldp-gd ldp-gddr ldp-rr";;
-  ml10m|ml10m:*) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd private-fw ldp-gd ldp-gddr";;
+  ml100k) src=(--data "$here/../shared/data/ml-100k/u.data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr";;
+  ml10m|ml10m:*) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
   *) echo "results_all.sh: --data ml100k or ml10m[:F] (see --help)" >&2; exit 2;;
 esac
 protocols=${protocols:-$default_protocols}
@@ -142,13 +147,14 @@ run() { # protocol eps
   rmse=$(printf '%s\n' "$last" | sed -n 's/.*test_rmse=\([^ ]*\).*/\1/p')
   pub=$(printf '%s\n' "$last" | sed -n 's/.*epsilon=\([^ ]*\).*/\1/p')
   rounds=$(printf '%s\n' "$last" | sed -n 's/.*rounds=\([^ ]*\).*/\1/p')
-  model=$(printf '%s\n' "$log" | sed -n 's/^guarantee: job [0-9]* ([^)]*): user-level \([a-z]*\) DP.*/\1/p' | head -1)
+  delta=$(printf '%s\n' "$last" | sed -n 's/.* delta=\([^ ]*\).*/\1/p') # the job's (sgld: 0, its delta' unknown)
+  model=$(printf '%s\n' "$log" | sed -n 's/^guarantee: job [0-9]* ([^)]*): user-level \([a-z -]*\) DP.*/\1/p' | head -1)
   [ -n "$model" ] || model=none
   read -r users items ratings < <(printf '%s\n' "$log" | sed -n 's/^data: [^:]*: \([0-9]*\) users, \([0-9]*\) items, \([0-9]*\) ratings.*/\1 \2 \3/p')
   glob=$(printf '%s\n' "$log" | sed -n 's/^baselines: global mean [0-9.]* -> test RMSE \([0-9.]*\);.*/\1/p')
   item=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*item mean test RMSE \([0-9.]*\);.*/\1/p')
   user=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*user mean test RMSE \([0-9.]*\) .*/\1/p')
-  echo "$data,$p,$e,$rmse,$pub,1e-06,$model,$rounds,$((SECONDS - t0)),$users,$items,$ratings,$glob,$item,$user" >> "$out"
+  echo "$data,$p,$e,$rmse,$pub,${delta:-1e-06},$model,$rounds,$((SECONDS - t0)),$users,$items,$ratings,$glob,$item,$user" >> "$out"
   echo "$data $p eps=$e ($((SECONDS - t0)) s): $last"
 }
 
