@@ -16,12 +16,13 @@
  *     B = tau (r_max - r_min + kappa)^2                                                    (dprec_sgld_bound)
  * The prior does not depend on the data, so it may be any fixed Gaussian; dprec does not temper it.
  *
- * The guarantee (seed 003, Theorems 1 and 2, with the paper's constants). An exact sample is eps-DP at user level
- * (one user's data replaced by another's), and user i has the personalized guarantee
+ * The guarantee (seed 003, Theorems 1 and 2). An exact sample is eps-DP at user level (one user's data replaced by
+ * another's: Theorem 1, whose constant takes the loss's range as 2B; a loss in [0, B] leaves a factor 2 unclaimed).
+ * User i's terms move the exponent by at most eps B_i / (4B) and the normalizer by as much, so adding or removing
+ * user i (or replacing its data by a user's whose bound is at most B_i) is eps B_i / (2B)-DP for i (Theorem 2); the
+ * device is charged
  *     eps_i = eps B_i / B                                                         (dprec_sgld_personal_epsilon)
- * against adding, removing, or replacing its data by that of a user whose bound is at most B_i (Theorem 2's
- * argument: user i's terms move the exponent by at most eps B_i / (4B), and the normalizer by as much; the paper's
- * constants double that). A device that wants eps_i <= eps chooses its own weight
+ * Theorem 1's constant on i's own bound: twice that, and the job's eps when B_i = B. A device that wants eps_i <= eps chooses its own weight
  *     w_i = (eps_i / eps) min(rho, tau / min(tau, m_i))                                    (dprec_sgld_weight)
  * (the seed's reweighting, Section 6.5: w_i = min(rho, B / (m_i (r_max - r_min + kappa)^2)), scaled by eps_i / eps),
  * so that B_i <= (eps_i / eps) B whatever m_i: its guarantee is eps_i. rho (params.max_weight, default 1) caps how
