@@ -143,7 +143,7 @@ run() { # protocol eps
       "${extra[@]}" || return 1
   fi
   local log=$job_log last rmse pub model rounds users items ratings glob item user
-  last=$(printf '%s\n' "$log" | tail -1)
+  last=$(printf '%s\n' "$log" | grep '^final: ' | tail -1) # not tail -1: a progress line on stderr may land after it
   rmse=$(printf '%s\n' "$last" | sed -n 's/.*test_rmse=\([^ ]*\).*/\1/p')
   pub=$(printf '%s\n' "$last" | sed -n 's/.*epsilon=\([^ ]*\).*/\1/p')
   rounds=$(printf '%s\n' "$last" | sed -n 's/.*rounds=\([^ ]*\).*/\1/p')
