@@ -5,9 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-release}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPREC_BUILD_TESTS=OFF > /dev/null
-cmake --build "$build" -j"$(nproc)" --target dprec dprec-bench-sdk > /dev/null
+cmake --build "$build" -j2 --target dprec dprec-bench-sdk dprec-bench-heap > /dev/null
 echo "machine: $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 "$build/dprec-bench-sdk" "$(mktemp -d)"
+echo
+"$build/dprec-bench-heap" "$(mktemp -d)"
 echo
 echo "## code size of libdprec.a (Release, without mbedTLS), from size(1)"
 echo '```'
@@ -15,7 +17,7 @@ size -t "$build/libdprec.a" | sed 's/(ex [^)]*)//'
 echo '```'
 echo
 echo "## aggregator over HTTPS on loopback (dprec-bench-load, docs/operations.md)"
-if cmake --build "$build" -j"$(nproc)" --target dprec-aggregator dprec-bench-load > /dev/null 2>&1; then
+if cmake --build "$build" -j2 --target dprec-aggregator dprec-bench-load > /dev/null 2>&1; then
   echo '```'
   # the same HTTPS stack answering from memory first (--baseline 1), then the aggregator, in the same run
   for t in 16 128; do

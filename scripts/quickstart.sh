@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 [ -x build/dprec-device ] || { echo "quickstart.sh: run 'bash scripts/test.sh' first (build/ is missing)" >&2; exit 1; }
 between() { awk -v a="<!-- $1 -->" -v b="<!-- /$1 -->" '$0==a{on=1;next} $0==b{on=0} on' README.md | sed '/^```/d'; }
 
-rm -rf /tmp/me /tmp/dprec-app /tmp/demo.rel
+rm -rf /tmp/me /tmp/dprec-app /tmp/demo.rel /tmp/demo.key /tmp/demo.pub
 echo "== README quick start"
 between quickstart | grep -v '^\s*$' > build/quickstart-commands.sh
 bash -euxo pipefail build/quickstart-commands.sh
@@ -15,7 +15,7 @@ echo "== README C example"
 between example-c > build/readme_example.c
 cc -std=c11 -Wall -Wextra -Werror -Iinclude build/readme_example.c -o build/readme_example \
    -Lbuild -ldprec_port_posix -ldprec -lmbedcrypto -lm
-out=$(build/readme_example /tmp/demo.rel)
+out=$(build/readme_example /tmp/demo.rel /tmp/demo.pub)
 echo "$out"
 [ "$(printf '%s\n' "$out" | grep -c '^item ')" -eq 5 ] || { echo "quickstart.sh: the C example did not print 5 items" >&2; exit 1; }
 echo "== README main command: the default fleet over HTTPS"

@@ -18,7 +18,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 native_pkgs=(build-essential cmake pkg-config ca-certificates python3 prometheus
              libmbedtls-dev libcjson-dev libcurl4-openssl-dev libcmocka-dev
-             libmicrohttpd-dev libsqlite3-dev libgnutls28-dev liblapacke-dev binutils gnuplot-nox)
+             libmicrohttpd-dev libsqlite3-dev libgnutls28-dev liblapacke-dev binutils gnuplot-nox
+             clang libclang-rt-dev python3)  # clang + libclang-rt-dev: the libFuzzer targets (scripts/fuzz.sh)
 # The cross gcc packages bring their own libc sysroots; only the libraries we link come from multiarch.
 # Cross compilers plus their libc sysroots (only Recommends of gcc-*-linux-gnu*); the libraries we link
 # come from Debian multiarch (:arm64/:armhf), whose libc6 also gives qemu-user its dynamic loader.

@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "config_check.h"
 
 #define DPREC_RDP_ORDERS 171 /* 99 orders 1.1..10.9, 53 orders 11..63, then 19 integers 72 .. 1024 */
 

@@ -1,6 +1,7 @@
 /* dprec — client lifecycle: configuration, memory layout, CSPRNG and storage key. */
 #include <string.h>
 
+#include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
 #include "protocol.h"
@@ -20,11 +21,11 @@ void dprec_config_default(dprec_config *cfg) {
 }
 
 static int is_cap(double x) {
-    return x == x && x >= 0.0; /* +inf allowed: "no cap" must be said explicitly */
+    return !dprec_nan_f64(x) && x >= 0.0; /* +inf allowed: "no cap" must be said explicitly */
 }
 
 static int is_finite(float x) {
-    return x == x && x - x == 0.0f;
+    return dprec_finite_f32(x);
 }
 
 static int config_check(const dprec_config *cfg) {
@@ -219,6 +220,7 @@ int dprec_client_init_with_allocator(dprec_client **out, const dprec_config *cfg
 void dprec_client_free(dprec_client *c) {
     if (c == NULL) return;
     dprec_heap heap = c->heap;
+    if (c->store_locked && c->port.unlock != NULL) c->port.unlock(c->port.ctx, c->store_lock);
     dprec_rng_free(&c->rng);
     dprec_gcm_free(&c->gcm);
     /* Ratings, the user vector and keys are personal data: leave none of it in the app's memory. */

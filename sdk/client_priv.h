@@ -9,6 +9,7 @@
 #include "dprec/dprec.h"
 #include "json.h"
 #include "topk.h"
+#include "config_check.h"
 
 #define DPREC_STORE_NAME_MAX 48 /* prefix + ".tmp" must fit DPREC_PORT_NAME_MAX */
 #define DPREC_MAX_CAPACITY 1000000u
@@ -56,7 +57,17 @@ typedef struct ledger_line {
 /* The most protocols with state (protocol.h, dprec_proto_state) a build can have; protocol_table.c checks. */
 #define DPREC_MAX_PROTOCOLS 16u
 
-typedef enum stream_mode { STREAM_NONE = 0, STREAM_FIT = 1, STREAM_TOPK = 2 } stream_mode;
+typedef enum stream_mode { STREAM_NONE = 0, STREAM_FIT = 1, STREAM_TOPK = 2, STREAM_VERIFY = 3 } stream_mode;
+
+/* The client's trusted release (verify.c): the one release fit, recommend and predict accept, verified once
+ * (digest and signature) when it arrived; kept in store section DPREC_SECTION_TRUST. */
+#define DPREC_TRUST_SIGNED 1u   /* its signature verified under the app's pinned key */
+#define DPREC_TRUST_INSECURE 2u /* trusted on its digest alone (DPREC_VERIFY_INSECURE_UNSIGNED) */
+typedef struct trusted_release {
+    uint32_t how; /* 0: none, or DPREC_TRUST_* */
+    unsigned char head[DPREC_RELEASE_HEADER_SIZE];
+    unsigned char digest[DPREC_RELEASE_DIGEST_SIZE];
+} trusted_release;
 
 struct dprec_client {
     dprec_heap heap; /* first: dprec_client_free copies it out before releasing */
@@ -73,6 +84,8 @@ struct dprec_client {
     uint32_t count;
     uint64_t generation;   /* of the state held in memory (0: never saved) */
     int loaded;            /* a load established what storage holds: writes allowed */
+    void *store_lock;      /* the port's lock on the store, held from the first load to dprec_client_free */
+    int store_locked;
     unsigned char *image;  /* file image buffer, image_cap bytes */
     size_t image_cap;
 
@@ -94,6 +107,7 @@ struct dprec_client {
     int fitted;
     unsigned char fitted_digest[DPREC_RELEASE_DIGEST_SIZE];
     float fitted_mu;
+    trusted_release trusted;
     /* The release rows of the rated items, kept by the last fit: for ratings[i], rows[i (d+1) .. + d) is v_j
      * and rows[i (d+1) + d] is b_j (rating_capacity (d+1) floats). Valid while fitted and the ratings are
      * unchanged; the private protocols' gradients need them once u is known (sdk/protocol_*.c). */
@@ -122,9 +136,13 @@ struct dprec_client {
     int resp_overflow;
     unsigned char resp[DPREC_SYNC_RESPONSE_MAX]; /* JSON responses only: releases are streamed */
     dprec_json_token json[DPREC_SYNC_JSON_TOKENS];
-    unsigned char release_head[DPREC_RELEASE_HEADER_SIZE]; /* a streamed release's header and signature */
+    /* a streamed release's header and signature, kept as the stream passes (verify.c, capture) */
+    unsigned char release_head[DPREC_RELEASE_HEADER_SIZE];
     unsigned char release_sig[DPREC_RELEASE_MAX_SIG];
     uint64_t release_got;
+    uint64_t release_sig_start;
+    uint32_t release_sig_len;
+    int release_head_ok;
 };
 
 /* Sets c->last_cause from the port (for I/O errors) and passes status through. */
@@ -166,6 +184,24 @@ int dprec_ledger_decide(dprec_client *c, const dprec_charge *ch, unsigned decisi
 /* Protocol state in the store file (store.c walks dprec_protocols[]; the numbers in use: 1 ratings, 2 ledger,
  * 3 pending reports, 4 sync, 5 private-fw). */
 #define DPREC_SECTION_FW 5u
+
+/* The trusted release's store section (verify.c): non-critical (an SDK that does not know it drops it, and its
+ * app verifies again). Numbered away from the protocols' sections (5 upwards). */
+#define DPREC_SECTION_TRUST 32u
+size_t dprec_trust_section_max(void);
+unsigned char *dprec_trust_encode(const dprec_client *c, unsigned char *p);
+int dprec_trust_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+
+/* Releases (verify.c). capture_reset/capture keep the header and the signature bytes of a release as it streams
+ * past (the reader skips the signature). origin checks the signature of a release whose digest is known good
+ * (info->digest) against vc: *how gets DPREC_TRUST_SIGNED or _INSECURE. */
+void dprec_release_capture_reset(dprec_client *c);
+void dprec_release_capture(dprec_client *c, const unsigned char *chunk, size_t len);
+int dprec_release_origin(dprec_client *c, const dprec_verify_config *vc, const dprec_release_info *info,
+                         const unsigned char *sig, uint32_t *how);
+/* Ends a fit stream whose release the caller has verified itself (sync.c: digest, then signature): as
+ * dprec_fit_end, without requiring it to be the trusted release. */
+int dprec_fit_end_verified(dprec_client *c);
 
 /* The sync section of the store file (sync.c): the registration. */
 #define DPREC_SECTION_SYNC 4u

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "config_check.h"
 
 #define DPREC_JSON_MAX_DEPTH 16
 

@@ -53,7 +53,8 @@ int dprec_rr_params_init(dprec_rr_params *p, dprec_rr_unit unit, double eps_roun
 }
 
 size_t dprec_ldp_rr_payload(uint32_t m, uint32_t d) {
-    size_t bits = ((size_t)m + 7u) / 8u;
-    bits = (bits + 3u) & ~(size_t)3u;
-    return 8u + bits + 4u * (size_t)m * d;
+    uint64_t bits = ((uint64_t)m + 7u) / 8u;
+    bits = (bits + 3u) & ~(uint64_t)3u;
+    uint64_t n = 8u + bits + 4u * (uint64_t)m * d; /* < 2^35: exact in 64 bits */
+    return n < (uint64_t)DPREC_LDP_RR_PAYLOAD_SATURATED ? (size_t)n : DPREC_LDP_RR_PAYLOAD_SATURATED;
 }

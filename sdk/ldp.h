@@ -56,7 +56,11 @@ typedef struct dprec_rr_params {
 int dprec_rr_params_init(dprec_rr_params *p, dprec_rr_unit unit, double eps_round, double split, uint32_t m,
                          uint32_t d, double delta_range);
 
-/* Bytes of an ldp-rr payload for m items of dimension d. */
+/* Bytes of an ldp-rr payload for m items of dimension d, saturated at DPREC_LDP_RR_PAYLOAD_SATURATED: m and d
+ * come from a job, and 4 m d reaches 2^34, past a 32-bit size_t (armhf, Android armeabi-v7a), where the product
+ * would wrap to a small size that passes every cap while the build writes past it. The saturated value is above
+ * every report cap (16 MiB) and leaves room for the envelope's header without wrapping. */
+#define DPREC_LDP_RR_PAYLOAD_SATURATED ((size_t)1 << 30)
 size_t dprec_ldp_rr_payload(uint32_t m, uint32_t d);
 
 #endif /* DPREC_LDP_H */

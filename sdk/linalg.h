@@ -6,6 +6,7 @@
 #define DPREC_LINALG_H
 
 #include <stdint.h>
+#include "config_check.h"
 
 /* A (d*d doubles, row-major) = lambda * I, b (d doubles) = 0. */
 void dprec_normal_init(double *a, double *b, uint32_t d, double lambda);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "crypto.h"
+#include "config_check.h"
 
 /* A source of random bits for many draws in a row: the CSPRNG's output is requested in larger pieces and
  * used bit by bit across the draws (every bit at most once), which makes a long run of samples (ldp-rr's

@@ -1,12 +1,30 @@
 /* dprec — the local step on a release: least-squares user vector, top-K, single predictions.
  *
- * Rows of V stream past in item order and the ratings are sorted by item, so one cursor merges the two:
- * a fit costs O(m + n d^2 + d^3) time and O(d^2 + n d) memory (it keeps the rows of the n rated items for the
- * private protocols, sdk/protocol_*.c), a top-K O(m d + m log K) time and O(K) memory. */
+ * Two ways in, one arithmetic. A release held in memory (dprec_fit, dprec_recommend, dprec_predict) must be the
+ * client's trusted release (verify.c): its header and the digest stored in it are compared with the trusted
+ * ones, and then only the rows needed are read — the rated items' for a fit, each row once for a top-K, one row
+ * for a prediction — with no second SHA-256 pass (verifying once is what lets these calls cost the scoring). A
+ * stream (dprec_fit_begin/feed/end, dprec_topk_*) is hashed as it passes, and its digest must be the trusted
+ * release's (a fit) or the fitted one's (a top-K). Every value a fit or a prediction reads is checked against
+ * the public bound as it is read; a top-K on a buffer checks each score instead (topk_buffer).
+ *
+ * Rows come in item order and the ratings are sorted by item, so one cursor merges the two: a fit costs
+ * O(n d^2 + d^3) time (plus O(m d) to stream past the other rows) and O(d^2 + n d) memory (it keeps the rows
+ * of the n rated items for the private protocols, sdk/protocol_*.c), a top-K O(m d + m log K) time and O(K)
+ * memory. */
+#include <math.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "client_priv.h"
 #include "linalg.h"
+
+/* The largest |u_k| a fit accepts. Release values are at most 2^20 and d at most 2^8, so every prediction
+ * mu + b_j + u.v_j stays below 2^20 (2 + 2^8 2^96) < 2^125: it fits a float (a double converted to a float
+ * past FLT_MAX is undefined behaviour in ISO C, and distinct predictions would all become +inf and tie). A
+ * larger solution comes only from a ridge far too small for the release's rows, and is no solution. */
+#define USER_VECTOR_MAX 0x1p96
+#define SCORE_MAX 0x1p125
 
 static int release_matches(const dprec_client *c, const dprec_release_info *info) {
     return info->num_items == c->cfg.num_items && info->dim == c->cfg.dim &&
@@ -26,21 +44,145 @@ static float clamp_score(const dprec_client *c, double s) {
     return (float)s;
 }
 
+/* ---- a release in memory -------------------------------------------------------------------------------- */
+
+/* The buffer is the client's trusted release: its header and stored digest are the trusted ones and it has
+ * exactly the announced size. O(1). Fills *info, digest included. */
+static int trusted_buffer(const dprec_client *c, const unsigned char *p, size_t len, dprec_release_info *info) {
+    if (c->trusted.how == 0) return DPREC_ERR_RELEASE_UNVERIFIED;
+    int rc = dprec_release_parse_header(p, len, info);
+    if (rc != DPREC_OK) return rc;
+    if ((uint64_t)len > info->total_size) return DPREC_ERR_RELEASE_TRAILING;
+    if ((uint64_t)len < info->total_size) return DPREC_ERR_RELEASE_TRUNCATED;
+    const unsigned char *stored = p + (size_t)(info->total_size - info->sig_len - DPREC_RELEASE_DIGEST_SIZE);
+    if (memcmp(p, c->trusted.head, DPREC_RELEASE_HEADER_SIZE) != 0 ||
+        memcmp(stored, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0)
+        return DPREC_ERR_RELEASE_UNVERIFIED;
+    memcpy(info->digest, stored, DPREC_RELEASE_DIGEST_SIZE);
+    return release_matches(c, info) ? DPREC_OK : DPREC_ERR_RELEASE_MISMATCH;
+}
+
+/* The first byte of row j of a trusted buffer. j < m and the whole release fits the buffer's size_t length,
+ * so the offset cannot wrap, even on a 32-bit target. */
+static const unsigned char *buffer_row_at(const unsigned char *p, const dprec_release_info *info, uint32_t j) {
+    size_t rb = 4u * ((size_t)info->dim + ((info->flags & DPREC_RELEASE_HAS_BIASES) ? 1u : 0u));
+    return p + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
+}
+
+/* Whether this host stores a float's bytes as the release does (little-endian): then a row is one memcpy. */
+static int host_is_little_endian(void) {
+    const uint32_t one = 1;
+    unsigned char first;
+    memcpy(&first, &one, 1);
+    return first == 1;
+}
+
+/* Decodes the n floats at q (a row: its bias, if any, then d values) into out, and checks each against the
+ * public bound: a value past it (the bytes changed since they were verified) is never used. */
+static int buffer_floats(const unsigned char *q, uint32_t n, float *out) {
+    if (host_is_little_endian()) {
+        memcpy(out, q, (size_t)n * sizeof(float));
+    } else {
+        for (uint32_t k = 0; k < n; k++) out[k] = dprec_ldf32(q + 4u * k);
+    }
+    int ok = 1;
+    for (uint32_t k = 0; k < n; k++) ok &= fabsf(out[k]) <= DPREC_RELEASE_VALUE_MAX; /* NaN compares false */
+    return ok ? DPREC_OK : DPREC_ERR_RELEASE_VALUE;
+}
+
+/* Row j of a trusted buffer: its bias (0 without biases) and v_j, checked. */
+static int buffer_row(const unsigned char *p, const dprec_release_info *info, uint32_t j, float *bias, float *row) {
+    float tmp[DPREC_MAX_DIM + 1];
+    int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
+    int rc = buffer_floats(buffer_row_at(p, info, j), info->dim + (has_bias ? 1u : 0u), tmp);
+    *bias = has_bias ? tmp[0] : 0.0f;
+    memcpy(row, tmp + (has_bias ? 1 : 0), info->dim * sizeof(float));
+    return rc;
+}
+
+/* One float of a row, by the host's own load where its byte order is the release's (the test folds away). */
+static float load_value(const unsigned char *q) {
+    if (host_is_little_endian()) {
+        float f;
+        memcpy(&f, q, sizeof f);
+        return f;
+    }
+    return dprec_ldf32(q);
+}
+
+/* The prediction mu + b_j + u.v_j of the row at q (its bias first if has_bias), read straight from the bytes,
+ * with u already widened to double (ud): the same products and sums, in the same order, as dprec_dot_f32 in the
+ * streaming top-K, so both ways in rank identically. The loop a top-K runs m times: it checks the result, not
+ * each value (see topk_buffer). */
+static double score_row(const double *ud, const unsigned char *q, uint32_t d, int has_bias, double mu) {
+    float bias = 0.0f;
+    if (has_bias) {
+        bias = load_value(q);
+        q += 4;
+    }
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    const double *w = ud, *end4 = ud + (d & ~3u), *end = ud + d;
+    for (; w < end4; w += 4, q += 16) {
+        s0 += w[0] * (double)load_value(q);
+        s1 += w[1] * (double)load_value(q + 4);
+        s2 += w[2] * (double)load_value(q + 8);
+        s3 += w[3] * (double)load_value(q + 12);
+    }
+    for (; w < end; w++, q += 4) s0 += w[0] * (double)load_value(q);
+    return mu + (double)bias + ((s0 + s1) + (s2 + s3));
+}
+
 /* ---- fit ------------------------------------------------------------------------------------------- */
 
 /* Liu, Wang, Smola (RecSys 2015) eq. (5), with the release's biases: each rated item adds v_j v_j^T to the
- * normal matrix and (r_j - mu - b_j) v_j to the right-hand side. */
+ * normal matrix and (r_j - mu - b_j) v_j to the right-hand side; its row is kept (ratings[at]). */
+static void fit_add(dprec_client *c, int64_t at, float bias, const float *row, float mu) {
+    uint32_t d = c->cfg.dim;
+    double target = (double)c->ratings[at].value - (double)mu - (double)bias;
+    dprec_normal_add(c->a, c->b, d, row, target);
+    float *keep = c->rows + (size_t)at * (d + 1u);
+    memcpy(keep, row, d * sizeof(float));
+    keep[d] = bias;
+}
+
+/* The fallback when the Cholesky guard refuses the normal equations: with lambda > 0 the system is definite,
+ * but a release whose rated rows are huge against lambda (a private protocol's noise can make them so) leaves
+ * lambda below the guard's 1e-12 of the largest diagonal. The same least squares by Givens QR, from the rows
+ * the fit kept (all n rated items), in the memory of A and b, with the client's scratch row. */
+static int fit_by_qr(dprec_client *c, float mu) {
+    uint32_t d = c->cfg.dim;
+    dprec_qr_init(c->a, c->b, d, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i++) {
+        const float *row = c->rows + (size_t)i * (d + 1u);
+        double target = (double)c->ratings[i].value - (double)mu - (double)row[d];
+        dprec_qr_add(c->a, c->b, d, row, target, c->scratch);
+    }
+    return dprec_qr_solve(c->a, c->b, d);
+}
+
+/* Solves the accumulated system and, if the solution is usable, makes it the user vector of release `digest`. */
+static int fit_solve(dprec_client *c, float mu, const unsigned char digest[DPREC_RELEASE_DIGEST_SIZE]) {
+    uint32_t d = c->cfg.dim;
+    int rc = dprec_cholesky_solve(c->a, c->b, d);
+    if (rc == DPREC_ERR_SINGULAR) rc = fit_by_qr(c, mu);
+    if (rc != DPREC_OK) return rc;
+    /* a solution past USER_VECTOR_MAX (a ridge far too small for the release's rows) is no solution: the old
+     * vector stays, and sync.c sends its data-independent fallback report instead */
+    for (uint32_t i = 0; i < d; i++)
+        if (!(fabs(c->b[i]) <= USER_VECTOR_MAX)) return DPREC_ERR_SINGULAR;
+    for (uint32_t i = 0; i < d; i++) c->u[i] = (float)c->b[i];
+    memcpy(c->fitted_digest, digest, sizeof c->fitted_digest);
+    c->fitted_mu = mu;
+    c->fitted = 1;
+    return DPREC_OK;
+}
+
 static int fit_row(void *user, uint32_t item, float bias, const float *row, uint32_t dim) {
     dprec_client *c = (dprec_client *)user;
+    (void)dim;
     if (item == 0 && !release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
     int64_t at = cursor_match(c, item);
-    if (at >= 0) {
-        double target = (double)c->ratings[at].value - (double)c->reader.info.global_mean - (double)bias;
-        dprec_normal_add(c->a, c->b, dim, row, target);
-        float *keep = c->rows + (size_t)at * (dim + 1u);
-        memcpy(keep, row, dim * sizeof(float));
-        keep[dim] = bias;
-    }
+    if (at >= 0) fit_add(c, at, bias, row, c->reader.info.global_mean);
     return DPREC_OK;
 }
 
@@ -59,51 +201,49 @@ int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len) {
     return dprec_release_reader_feed(&c->reader, chunk, len);
 }
 
-/* The fallback when the Cholesky guard refuses the normal equations: with lambda > 0 the system is definite,
- * but a release whose rated rows are huge against lambda (a private protocol's noise can make them so) leaves
- * lambda below the guard's 1e-12 of the largest diagonal. The same least squares by Givens QR, from the rows
- * the fit kept (all n rated items), in the memory of A and b, with the client's scratch row. */
-static int fit_by_qr(dprec_client *c) {
-    uint32_t d = c->cfg.dim;
-    dprec_qr_init(c->a, c->b, d, (double)c->cfg.lambda);
-    for (uint32_t i = 0; i < c->count; i++) {
-        const float *row = c->rows + (size_t)i * (d + 1u);
-        double target = (double)c->ratings[i].value - (double)c->reader.info.global_mean - (double)row[d];
-        dprec_qr_add(c->a, c->b, d, row, target, c->scratch);
-    }
-    return dprec_qr_solve(c->a, c->b, d);
-}
-
-int dprec_fit_end(dprec_client *c) {
+/* Ends a fit stream; trusted_only: the stream's digest must be the trusted release's. */
+static int fit_end(dprec_client *c, int trusted_only) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_FIT) return DPREC_ERR_STATE;
     c->stream = STREAM_NONE;
     int rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
-    if (!release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
-    uint32_t d = c->cfg.dim;
-    rc = dprec_cholesky_solve(c->a, c->b, d);
-    if (rc == DPREC_ERR_SINGULAR) rc = fit_by_qr(c);
-    if (rc != DPREC_OK) return rc;
-    /* a solution that does not fit a float (a ridge far too small for the release's rows) is no solution: the
-     * old vector stays, and sync.c sends its data-independent fallback report instead */
-    for (uint32_t i = 0; i < d; i++) {
-        float x = (float)c->b[i];
-        if (!(x == x) || x - x != 0.0f) return DPREC_ERR_SINGULAR;
+    const dprec_release_info *info = &c->reader.info;
+    if (!release_matches(c, info)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (trusted_only &&
+        (c->trusted.how == 0 || memcmp(info->digest, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0))
+        return DPREC_ERR_RELEASE_UNVERIFIED;
+    return fit_solve(c, info->global_mean, info->digest);
+}
+
+int dprec_fit_end(dprec_client *c) {
+    return fit_end(c, 1);
+}
+
+int dprec_fit_end_verified(dprec_client *c) {
+    return fit_end(c, 0);
+}
+
+/* The fit on a trusted buffer: only the rated items' rows are read. */
+static int fit_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info) {
+    float row[DPREC_MAX_DIM];
+    dprec_normal_init(c->a, c->b, c->cfg.dim, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i++) {
+        float bias = 0.0f;
+        int rc = buffer_row(p, info, c->ratings[i].item, &bias, row);
+        if (rc != DPREC_OK) return rc;
+        fit_add(c, (int64_t)i, bias, row, info->global_mean);
     }
-    for (uint32_t i = 0; i < d; i++) c->u[i] = (float)c->b[i];
-    memcpy(c->fitted_digest, c->reader.info.digest, sizeof c->fitted_digest);
-    c->fitted_mu = c->reader.info.global_mean;
-    c->fitted = 1;
-    return DPREC_OK;
+    return fit_solve(c, info->global_mean, info->digest);
 }
 
 int dprec_fit(dprec_client *c, const void *release, size_t len) {
     if (c == NULL || release == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    int rc = dprec_fit_begin(c);
-    if (rc == DPREC_OK) rc = dprec_fit_feed(c, release, len);
-    int end = dprec_fit_end(c);
-    return rc != DPREC_OK ? rc : end;
+    c->stream = STREAM_NONE; /* as before: a fit on a buffer abandons an open stream */
+    dprec_release_info info;
+    int rc = trusted_buffer(c, (const unsigned char *)release, len, &info);
+    if (rc != DPREC_OK) return rc;
+    return fit_buffer(c, (const unsigned char *)release, &info);
 }
 
 int dprec_user_vector(const dprec_client *c, float *out, uint32_t dim) {
@@ -143,6 +283,15 @@ int dprec_topk_feed(dprec_client *c, const void *chunk, size_t len) {
     return dprec_release_reader_feed(&c->reader, chunk, len);
 }
 
+static void topk_out(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
+    uint32_t kept = dprec_topk_finish(&c->topk);
+    for (uint32_t i = 0; i < kept; i++) {
+        out[i].item = c->topk_slots[i].item;
+        out[i].score = clamp_score(c, c->topk_slots[i].score);
+    }
+    *n = kept;
+}
+
 int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
     if (c == NULL || out == NULL || n == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_TOPK) return DPREC_ERR_STATE;
@@ -152,12 +301,39 @@ int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
     if (rc != DPREC_OK) return rc;
     if (memcmp(c->reader.info.digest, c->fitted_digest, sizeof c->fitted_digest) != 0)
         return DPREC_ERR_RELEASE_MISMATCH; /* scores would mix two releases */
-    uint32_t kept = dprec_topk_finish(&c->topk);
-    for (uint32_t i = 0; i < kept; i++) {
-        out[i].item = c->topk_slots[i].item;
-        out[i].score = clamp_score(c, c->topk_slots[i].score);
+    topk_out(c, out, n);
+    return DPREC_OK;
+}
+
+/* The top-K on a trusted buffer, after fit_buffer on it: every unrated row is read and scored once, straight
+ * from the bytes. */
+static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info, uint32_t k,
+                       dprec_recommendation *out, uint32_t *n) {
+    dprec_topk_reset(&c->topk, c->topk_slots, k);
+    uint32_t d = info->dim;
+    int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
+    size_t rb = 4u * ((size_t)d + (has_bias ? 1u : 0u));
+    double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
+    for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
+    double mu = (double)info->global_mean;
+    const unsigned char *q = buffer_row_at(p, info, 0);
+    /* the rated items, sorted: the next one to skip, held in a register rather than in c->cursor */
+    uint32_t rated = 0, next = c->count > 0 ? c->ratings[0].item : UINT32_MAX;
+    for (uint32_t j = 0; j < info->num_items; j++, q += rb) {
+        if (j == next) { /* already rated: never recommended */
+            rated++;
+            next = rated < c->count ? c->ratings[rated].item : UINT32_MAX;
+            continue;
+        }
+        double s = score_row(ud, q, d, has_bias, mu);
+        /* Every value was checked when the release was verified; what is checked here, at the cost of one
+         * comparison a row instead of d + 1, is the score: a NaN or infinite value in the bytes since (NaN and
+         * infinity survive any sum), or one so large that no verified release can give the score (|s| <
+         * SCORE_MAX for values within 2^20 and |u_k| <= 2^96), is refused, so no score is ever NaN or infinite. */
+        if (!(fabs(s) < SCORE_MAX)) return DPREC_ERR_RELEASE_VALUE;
+        dprec_topk_push(&c->topk, j, (float)s);
     }
-    *n = kept;
+    topk_out(c, out, n);
     return DPREC_OK;
 }
 
@@ -166,12 +342,13 @@ int dprec_recommend(dprec_client *c, const void *release, size_t len, uint32_t k
     if (c == NULL || release == NULL || out == NULL || n == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     *n = 0;
     if (k == 0 || k > c->cfg.max_k) return DPREC_ERR_INVALID_ARGUMENT;
-    int rc = dprec_fit(c, release, len);
-    if (rc != DPREC_OK) return rc;
-    rc = dprec_topk_begin(c, k);
-    if (rc == DPREC_OK) rc = dprec_topk_feed(c, release, len);
-    int end = dprec_topk_end(c, out, n);
-    return rc != DPREC_OK ? rc : end;
+    c->stream = STREAM_NONE;
+    const unsigned char *p = (const unsigned char *)release;
+    dprec_release_info info;
+    int rc = trusted_buffer(c, p, len, &info);
+    if (rc == DPREC_OK) rc = fit_buffer(c, p, &info);
+    if (rc == DPREC_OK) rc = topk_buffer(c, p, &info, k, out, n);
+    return rc;
 }
 
 /* ---- one prediction -------------------------------------------------------------------------------- */
@@ -180,16 +357,15 @@ int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32
     if (c == NULL || release == NULL || score == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
     if (!c->fitted) return DPREC_ERR_STATE;
+    const unsigned char *p = (const unsigned char *)release;
     dprec_release_info info;
-    int rc = dprec_release_check(release, len, &info);
+    int rc = trusted_buffer(c, p, len, &info);
     if (rc != DPREC_OK) return rc;
-    if (!release_matches(c, &info) || memcmp(info.digest, c->fitted_digest, sizeof info.digest) != 0)
-        return DPREC_ERR_RELEASE_MISMATCH;
-    float row[DPREC_MAX_DIM];
-    float bias = 0.0f;
-    rc = dprec_release_row(release, &info, item, row, &bias);
+    if (memcmp(info.digest, c->fitted_digest, sizeof info.digest) != 0) return DPREC_ERR_RELEASE_MISMATCH;
+    float bias = 0.0f, row[DPREC_MAX_DIM];
+    rc = buffer_row(p, &info, item, &bias, row);
     if (rc != DPREC_OK) return rc;
-    double s = (double)info.global_mean + (double)bias + dprec_dot_f32(c->u, row, c->cfg.dim);
+    double s = (double)info.global_mean + (double)bias + dprec_dot_f32(c->u, row, info.dim);
     *score = clamp_score(c, s);
     return DPREC_OK;
 }

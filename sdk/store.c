@@ -17,8 +17,9 @@
  *      that does not know the type must refuse the file). Type 1, ratings (critical):
  *      [count u32][reserved u32] then count records [item u32][value f32][timestamp i64], sorted by item.
  *      Type 2, the privacy ledger, and type 3, pending reports (both critical; ledger.c). Type 4, the sync
- *      state: the registration (critical; sync.c; absent in files of older SDKs). Then each protocol's state
- *      section, if it keeps one (its descriptor in sdk/protocol.h: type 5, private-fw, non-critical).
+ *      state: the registration (critical; sync.c; absent in files of older SDKs). Type 32, the trusted release
+ *      (non-critical; verify.c; absent when none). Then each protocol's state section, if it keeps one (its
+ *      descriptor in sdk/protocol.h: type 5, private-fw, non-critical).
  *   trailer: SHA-256 of header || payload (plain), or the AES-256-GCM tag (encrypted; header is the AAD,
  *      the payload the ciphertext).
  *
@@ -53,7 +54,8 @@ size_t dprec_store_image_size(const dprec_config *cfg) {
     }
     return DPREC_STORE_HEADER_SIZE + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
            (size_t)cfg->rating_capacity * DPREC_STORE_RECORD_SIZE + dprec_ledger_section_max(cfg) +
-           dprec_pending_section_max(cfg) + dprec_sync_section_max() + states + DPREC_STORE_TRAILER_MAX;
+           dprec_pending_section_max(cfg) + dprec_sync_section_max() + dprec_trust_section_max() + states +
+           DPREC_STORE_TRAILER_MAX;
 }
 
 static const unsigned char KCV_BLOCK[16] = "dprec store kcv";
@@ -115,7 +117,7 @@ static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
         dprec_stf32(r + 4, c->ratings[i].value);
         dprec_st64(r + 8, (uint64_t)c->ratings[i].timestamp);
     }
-    unsigned char *end = dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r)));
+    unsigned char *end = dprec_trust_encode(c, dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r))));
     for (size_t i = 0; i < dprec_protocol_count; i++) {
         const dprec_proto_state *st = dprec_protocols[i]->state;
         if (st != NULL && st->section != 0 && c->proto_state[i] != NULL) end = st->encode(c, end);
@@ -172,7 +174,8 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         const unsigned char *d = s + off;
         int rc = DPREC_OK;
         const dprec_proto_state *st = state_of_section(type);
-        if (type >= 1 && type < sizeof seen && (type <= DPREC_SECTION_SYNC || st != NULL)) { /* known: once at most */
+        if (type >= 1 && type < sizeof seen && (type <= DPREC_SECTION_SYNC || type == DPREC_SECTION_TRUST || st != NULL)) {
+            /* a known section: once at most */
             if (seen[type]) return DPREC_ERR_STORE_CORRUPT;
             seen[type] = 1;
         }
@@ -180,6 +183,7 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         else if (type == DPREC_SECTION_LEDGER) rc = dprec_ledger_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_PENDING) rc = dprec_pending_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_SYNC) rc = dprec_sync_decode(c, d, slen, commit);
+        else if (type == DPREC_SECTION_TRUST) rc = dprec_trust_decode(c, d, slen, commit);
         else if (st != NULL) rc = st->decode(c, d, slen, commit);
         else if (sflags & SECTION_CRITICAL) rc = DPREC_ERR_STORE_VERSION; /* a newer SDK's data we must not drop */
         if (rc != DPREC_OK) return rc;
@@ -243,6 +247,7 @@ static int store_decode(dprec_client *c, size_t len, int commit, uint64_t *gener
         c->ledger_count = 0;
         c->pending_count = 0;
         dprec_sync_reset(c); /* a file without a sync section (older SDK): not registered */
+        memset(&c->trusted, 0, sizeof c->trusted); /* nor a trusted release */
         for (size_t i = 0; i < dprec_protocol_count; i++) /* a file without a protocol's section: no state */
             if (c->proto_state[i] != NULL) dprec_protocols[i]->state->reset(c);
         (void)sections_decode(c, s, payload, 1);
@@ -331,9 +336,31 @@ static int damage(int status) {
     return status == DPREC_ERR_STORE_CORRUPT || status == DPREC_ERR_STORE_TRUNCATED;
 }
 
+/* One client per store: the port's lock (platform.h), taken by the first load and kept until the client is
+ * freed. Without it, two clients would each save their own view over the other's, ratings and ledger charges
+ * included; a port without a lock leaves that to the app. */
+static int store_lock(dprec_client *c) {
+    if (c->store_locked || c->port.lock == NULL) return DPREC_OK;
+    char name[DPREC_PORT_NAME_MAX];
+    slot_name(c, name, ".lock");
+    void *handle = NULL;
+    int rc = c->port.lock(c->port.ctx, name, &handle);
+    if (rc == DPREC_ERR_STORE_LOCKED) {
+        dprec_client_log(c, DPREC_LOG_WARN, "store in use by another client: ", c->store_name);
+        c->last_cause = 0;
+        return rc;
+    }
+    if (rc != DPREC_OK) return dprec_client_port_error(c, rc);
+    c->store_lock = handle;
+    c->store_locked = 1;
+    return DPREC_OK;
+}
+
 int dprec_store_load(dprec_client *c) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    int lrc = store_lock(c);
+    if (lrc != DPREC_OK) return lrc; /* nothing read; writes stay refused (DPREC_ERR_STATE) */
     int status[2];
     uint64_t gen[2] = {0, 0};
     for (int s = 0; s < 2; s++) {
@@ -352,15 +379,23 @@ int dprec_store_load(dprec_client *c) {
     int best = -1;
     for (int s = 0; s < 2; s++)
         if (status[s] == DPREC_OK && (best < 0 || gen[s] > gen[best])) best = s;
-    int result = DPREC_OK, writable = 1, damaged = 0;
+    int result = DPREC_OK, blocking = DPREC_OK, writable = 1, damaged = 0;
     for (int s = 0; s < 2; s++) {
         if (status[s] == DPREC_OK || status[s] == DPREC_ERR_NOT_FOUND) continue;
-        if (result == DPREC_OK) result = status[s];
-        if (damage(status[s])) damaged = 1;
-        /* An I/O error, a wrong key, a newer format or another configuration may hide a newer good
-         * generation: writing now could destroy it. */
-        else writable = 0;
+        if (damage(status[s])) {
+            damaged = 1;
+            if (result == DPREC_OK) result = status[s];
+        } else {
+            /* An I/O error, a wrong key, a newer format or another configuration may hide a newer good
+             * generation: writing now could destroy it. */
+            writable = 0;
+            if (blocking == DPREC_OK) blocking = status[s];
+        }
     }
+    /* The status says whether writes are allowed (dprec.h): a refusal that blocks them wins over damage in the
+     * other slot (found by tests/fuzz/fuzz_store.c: a damaged slot 0 and another configuration's slot 1 returned
+     * _CORRUPT, and the writes it promises were refused). */
+    if (blocking != DPREC_OK) result = blocking;
 
     c->count = 0;
     c->ledger_count = 0;
@@ -371,6 +406,7 @@ int dprec_store_load(dprec_client *c) {
     c->loaded = 0;
     c->ledger_lost = 0;
     dprec_sync_reset(c);
+    memset(&c->trusted, 0, sizeof c->trusted);
     if (best >= 0) {
         char name[DPREC_PORT_NAME_MAX];
         slot_name(c, name, best ? ".1" : ".0");
@@ -382,6 +418,7 @@ int dprec_store_load(dprec_client *c) {
             c->count = c->ledger_count = c->pending_count = 0;
             c->generation = 0;
             dprec_sync_reset(c);
+            memset(&c->trusted, 0, sizeof c->trusted);
             return rc;
         }
     } else if (damaged) {
@@ -400,7 +437,7 @@ int dprec_store_flush(dprec_client *c) {
 
 static int check_rating(const dprec_client *c, uint32_t item, float value) {
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
-    if (value != value || value - value != 0.0f) return DPREC_ERR_VALUE_NOT_FINITE; /* NaN, +-Inf */
+    if (!dprec_finite_f32(value)) return DPREC_ERR_VALUE_NOT_FINITE; /* NaN, +-Inf */
     if (value < c->cfg.rating_min || value > c->cfg.rating_max) return DPREC_ERR_VALUE_OUT_OF_SCALE;
     return DPREC_OK;
 }

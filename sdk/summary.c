@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "config_check.h"
 #include "dprec/privacy.h"
 
 const char *dprec_unit_name(dprec_unit unit) {
@@ -89,8 +90,16 @@ static void put_up(out_buf *o, double v) {
         return;
     }
     int e10 = (int)floor(log10(v));
-    /* m = v * 10^(3 - e10) in [1000, 10000); round up unless it is an integer up to rounding noise. */
-    double m = v * pow(10.0, (double)(3 - e10));
+    /* m = v * 10^(3 - e10) in [1000, 10000); round up unless it is an integer up to rounding noise. Below
+     * about 1e-305 the power itself would overflow to +inf (and the cast below would be undefined), so the
+     * scaling is done in two steps there: 1e300, then the rest. */
+    int shift = 3 - e10;
+    double m = v;
+    if (shift > 300) {
+        m *= 1e300;
+        shift -= 300;
+    }
+    m *= pow(10.0, (double)shift);
     if (m < 1000.0) { /* log10 landed one too high */
         e10--;
         m *= 10.0;

@@ -17,11 +17,11 @@
  *
  * Memory: JSON responses go into a fixed 4 KiB buffer in the client and are parsed into a fixed token
  * array (json.c); releases are never buffered, only streamed into the fit. The one exception to "no
- * allocation after init" is the signature check: mbedTLS's bignum and public-key code calloc()s
- * internally (about 2 KiB during one verification, freed before it returns), and the mbedTLS of common
- * distributions has no MBEDTLS_PLATFORM_MEMORY hook to route that through the app's allocator. An
- * embedded app that needs a hard bound builds mbedTLS with MBEDTLS_PLATFORM_MEMORY and
- * mbedtls_memory_buffer_alloc_init over a static buffer.
+ * allocation after init" is the signature check (verify.c): mbedTLS's bignum and public-key code calloc()s
+ * internally (docs/sdk.md: a peak of about 5 KiB over some 8,000 calls per verification, all freed before it
+ * returns), and the mbedTLS of common distributions has no MBEDTLS_PLATFORM_MEMORY hook to route that
+ * through the app's allocator. An embedded app that needs a hard bound builds mbedTLS with
+ * MBEDTLS_PLATFORM_MEMORY and mbedtls_memory_buffer_alloc_init over a static buffer.
  *
  * Sync store section (type 4, critical), little-endian, 88 bytes of data:
  *   [flags u32: bit 0 registered][0 u32][device id u64][token: 64 ASCII hex bytes, zeros if unregistered]
@@ -32,14 +32,9 @@
 #include <math.h>
 #include <string.h>
 
-#include <mbedtls/md.h>
-#include <mbedtls/pk.h>
-#include <mbedtls/sha256.h>
-
 #include "bytes.h"
 #include "client_priv.h"
 #include "dprec/sync.h"
-#include "mbedtls_compat.h"
 #include "noise.h"
 #include "protocol.h"
 #include "report.h"
@@ -439,33 +434,13 @@ typedef struct release_sink_ctx {
     dprec_client *c;
     int mode;  /* 0: deciding (fewer than 4 bytes seen), 1: a release, 2: not a release (JSON error body) */
     int error; /* the fit's error, sticky */
-    int header_ok;
-    uint64_t sig_start, sig_len;
 } release_sink_ctx;
 
-/* Feeds the fit and keeps the header and the signature bytes (the reader skips the signature; we verify
- * it once the whole stream and its digest are known good). */
+/* Feeds the fit and keeps the header and the signature bytes (verify.c: the reader skips the signature; we
+ * verify it once the whole stream and its digest are known good). */
 static int release_take(release_sink_ctx *x, const unsigned char *chunk, size_t len) {
     dprec_client *c = x->c;
-    uint64_t at = c->release_got, end = at + len;
-    if (at < DPREC_RELEASE_HEADER_SIZE) {
-        size_t n = (size_t)(end < DPREC_RELEASE_HEADER_SIZE ? end - at : DPREC_RELEASE_HEADER_SIZE - at);
-        memcpy(c->release_head + at, chunk, n);
-        if (at + n == DPREC_RELEASE_HEADER_SIZE) {
-            dprec_release_info info;
-            if (dprec_release_parse_header(c->release_head, DPREC_RELEASE_HEADER_SIZE, &info) == DPREC_OK) {
-                x->header_ok = 1;
-                x->sig_len = info.sig_len;
-                x->sig_start = info.total_size - info.sig_len;
-            }
-        }
-    }
-    if (x->header_ok && x->sig_len > 0 && end > x->sig_start && at < x->sig_start + x->sig_len) {
-        uint64_t from = at > x->sig_start ? at : x->sig_start;
-        uint64_t to = end < x->sig_start + x->sig_len ? end : x->sig_start + x->sig_len;
-        memcpy(c->release_sig + (from - x->sig_start), chunk + (from - at), (size_t)(to - from));
-    }
-    c->release_got = end;
+    dprec_release_capture(c, chunk, len);
     int rc = dprec_fit_feed(c, chunk, len);
     if (rc != DPREC_OK) x->error = rc;
     return rc;
@@ -485,7 +460,7 @@ static int release_sink(void *user, const unsigned char *chunk, size_t len) {
         if (c->resp_len < 4u) return 0;
         if (memcmp(c->resp, DPREC_RELEASE_MAGIC, 4) == 0) {
             x->mode = 1;
-            c->release_got = 0;
+            dprec_release_capture_reset(c);
             int rc = release_take(x, c->resp, 4);
             if (rc != DPREC_OK) return rc;
         } else {
@@ -497,39 +472,19 @@ static int release_sink(void *user, const unsigned char *chunk, size_t len) {
     return release_take(x, chunk, len);
 }
 
-/* ECDSA P-256 over the release's SHA-256 digest, against the pinned key. */
+/* The release's origin: its ECDSA P-256 signature over the digest, under the pinned key (verify.c), with the
+ * host's memo if it has one. Never unsigned: sync has no insecure mode. */
 static int verify_signature(dprec_client *c, const dprec_sync_config *cfg, const dprec_release_info *info) {
     if (info->sig_alg != DPREC_SIG_ECDSA_P256_SHA256 || info->sig_len == 0) return DPREC_ERR_RELEASE_SIGNATURE;
-    unsigned char tag[32];
-    int memo = cfg->verified_seen != NULL && cfg->verified_remember != NULL;
-    if (memo) {
-        mbedtls_sha256_context h;
-        mbedtls_sha256_init(&h);
-        int hrc = dprec_sha256_starts(&h);
-        if (hrc == 0) hrc = dprec_sha256_update(&h, (const unsigned char *)"dprec sig v1", 12);
-        if (hrc == 0) hrc = dprec_sha256_update(&h, cfg->release_key, cfg->release_key_len);
-        if (hrc == 0) hrc = dprec_sha256_update(&h, info->digest, DPREC_RELEASE_DIGEST_SIZE);
-        if (hrc == 0) hrc = dprec_sha256_update(&h, c->release_sig, info->sig_len);
-        if (hrc == 0) hrc = dprec_sha256_finish(&h, tag);
-        mbedtls_sha256_free(&h);
-        if (hrc != 0) memo = 0;
-        else if (cfg->verified_seen(cfg->verified_ctx, tag)) return DPREC_OK;
-    }
-    mbedtls_pk_context pk;
-    mbedtls_pk_init(&pk);
-    int status = DPREC_OK;
-    int mrc = mbedtls_pk_parse_public_key(&pk, cfg->release_key, cfg->release_key_len);
-    if (mrc != 0 || !mbedtls_pk_can_do(&pk, MBEDTLS_PK_ECDSA) || mbedtls_pk_get_bitlen(&pk) != 256) {
-        status = DPREC_ERR_CONFIG; /* the pinned key is not an EC P-256 public key */
-    } else {
-        mrc = mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, info->digest, DPREC_RELEASE_DIGEST_SIZE, c->release_sig,
-                                info->sig_len);
-        if (mrc != 0) status = DPREC_ERR_RELEASE_SIGNATURE;
-    }
-    mbedtls_pk_free(&pk);
-    if (status != DPREC_OK) c->last_cause = mrc;
-    else if (memo) cfg->verified_remember(cfg->verified_ctx, tag);
-    return status;
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    vc.release_key = cfg->release_key;
+    vc.release_key_len = cfg->release_key_len;
+    vc.verified_seen = cfg->verified_seen;
+    vc.verified_remember = cfg->verified_remember;
+    vc.verified_ctx = cfg->verified_ctx;
+    uint32_t how = 0;
+    return dprec_release_origin(c, &vc, info, c->release_sig, &how);
 }
 
 /* Streams the round's release into the fit; the fitted vector is accepted (dprec_fit_end) only once the
@@ -547,8 +502,7 @@ static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_
     x.c = c;
     c->resp_len = 0;
     c->resp_overflow = 0;
-    c->release_got = 0;
-    memset(c->release_sig, 0, sizeof c->release_sig);
+    dprec_release_capture_reset(c);
     dprec_http_request req = {"GET", path.s, c->token, NULL, NULL, 0};
     dprec_http_response resp;
     memset(&resp, 0, sizeof resp);
@@ -569,7 +523,7 @@ static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_
             if (rc == DPREC_ERR_RELEASE_SIGNATURE) dprec_client_log(c, DPREC_LOG_ERROR, "sync: release signature does not verify", "");
             return rc;
         }
-        return dprec_fit_end(c);
+        return dprec_fit_end_verified(c); /* this stream's digest and signature verified just above */
     }
     c->stream = STREAM_NONE;
     if (x.error != 0) return x.error; /* the release itself is bad (digest, values, sizes) */

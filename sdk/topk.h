@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dprec/dprec.h"
+#include "config_check.h"
 
 typedef struct dprec_topk {
     dprec_recommendation *heap; /* k slots, owned by the caller */

@@ -1,6 +1,7 @@
 # Runs dprec-fleet's dpals on a small synthetic fleet in-process and checks its contract: the final line, a
 # user-level joint-DP guarantee at the budget asked for, no device's ledger above the aggregator's figure, and
-# a private model that beats the item mean (and so the global mean) on data large enough for it.
+# a private model that beats the item mean (and so the global mean) on data large enough for it, and the
+# comparison with the private bias model (--compare bias, the default) with its verdict.
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_dpals.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_dpals.cmake")
@@ -35,4 +36,14 @@ if(NOT out MATCHES "item mean test RMSE ([0-9.]+)")
 endif()
 if(NOT rmse LESS CMAKE_MATCH_1)
   message(FATAL_ERROR "dpals (${rmse}) does not beat the item mean (${CMAKE_MATCH_1})")
+endif()
+# the comparison with the private bias model at the same budget, on a fresh copy of the fleet, and its verdict
+if(NOT out MATCHES "compare: bias test_rmse=([0-9.]+) epsilon=([0-9.]+) \\(joint\\)")
+  message(FATAL_ERROR "no comparison with the private bias model")
+endif()
+if(CMAKE_MATCH_2 GREATER 8)
+  message(FATAL_ERROR "the bias model's epsilon ${CMAKE_MATCH_2} is above the budget 8")
+endif()
+if(NOT out MATCHES "verdict: dpals \\(${rmse}\\) (beats|does NOT beat) bias \\([0-9.]+\\) at the same budget")
+  message(FATAL_ERROR "no verdict line")
 endif()

@@ -236,6 +236,7 @@ static void dev_open(dev_fixture *f, const char *proto, const char *params, doub
         assert_int_equal(dprec_store_put(f->c, items[i], values[i], 1), DPREC_OK);
         f->rated[items[i]] = 1;
     }
+    assert_int_equal(test_trust(f->c, rel, len), DPREC_OK);
     assert_int_equal(dprec_fit(f->c, rel, len), DPREC_OK);
     free(rel);
     assert_int_equal(dprec_user_vector(f->c, f->u, DEV_D), DPREC_OK);

@@ -172,6 +172,7 @@ static void rate_and_recommend(dprec_client *c, const unsigned char *rel, size_t
     }
     dprec_recommendation *out = malloc(sizeof *out * k);
     uint32_t n = 0;
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_recommend(c, rel, len, k, out, &n), DPREC_OK);
     assert_true(n > 0);
     float score;
@@ -349,6 +350,7 @@ static void check_against_brute_force(uint32_t m, uint32_t d, uint32_t n_ratings
 
     dprec_recommendation *out = malloc(sizeof *out * k);
     uint32_t got = 0;
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_recommend(c, rel, len, k, out, &got), DPREC_OK);
 
     double *x = calloc(d, sizeof(double));
@@ -424,6 +426,7 @@ static void test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking(
     dprec_recommendation ref[7], got[7];
     uint32_t nref = 0, ngot = 0;
     float uref[6], ugot[6];
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_recommend(c, rel, len, k, ref, &nref), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, uref, d), DPREC_OK);
     const size_t chunks[] = {1, 2, 5, 13, 64, 4096};
@@ -481,6 +484,7 @@ static void test_fit_solves_a_release_of_huge_rows_by_qr(void **state) {
     const uint32_t items[6] = {2, 7, 11, 20, 33, 39};
     const float values[6] = {5.0f, 1.0f, 3.5f, 4.0f, 2.0f, 4.5f};
     for (uint32_t i = 0; i < n; i++) assert_int_equal(dprec_store_put(c, items[i], values[i], 1), DPREC_OK);
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     float u[16];
     assert_int_equal(dprec_user_vector(c, u, d), DPREC_OK);
@@ -545,14 +549,37 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     assert_int_equal(dprec_user_vector(c, u0, d), DPREC_ERR_STATE);
     assert_int_equal(dprec_topk_begin(c, k), DPREC_ERR_STATE);
     assert_int_equal(dprec_predict(c, rel, len, 0, &p), DPREC_ERR_STATE);
+    assert_int_equal(dprec_fit(c, rel, len), DPREC_ERR_RELEASE_UNVERIFIED); /* nothing trusted yet */
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u0, d), DPREC_OK);
 
-    rel[100] ^= 0x10; /* body damage: digest */
-    assert_int_equal(dprec_fit(c, rel, len), DPREC_ERR_RELEASE_DIGEST);
+    rel[100] ^= 0x10; /* body damage: the verification's digest catches it */
+    assert_int_equal(test_trust(c, rel, len), DPREC_ERR_RELEASE_DIGEST);
     rel[100] ^= 0x10;
     assert_int_equal(dprec_fit(c, rel, len - 1), DPREC_ERR_RELEASE_TRUNCATED);
-    assert_int_equal(dprec_fit(c, wrong_m, len3), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(test_trust(c, wrong_m, len3), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(dprec_fit(c, wrong_m, len3), DPREC_ERR_RELEASE_UNVERIFIED);
+    assert_int_equal(dprec_fit(c, other, len2), DPREC_ERR_RELEASE_UNVERIFIED); /* valid, but not verified */
+    /* a value of the rated row pushed past the public bound after verification: refused as it is read */
+    unsigned char *hacked = malloc(len);
+    memcpy(hacked, rel, len);
+    size_t rated_row = 64 + 2 * 5 * 4;                            /* item 2: bias then 4 values */
+    float big = 3e6f;
+    memcpy(hacked + rated_row + 4, &big, 4);
+    assert_int_equal(dprec_fit(c, hacked, len), DPREC_ERR_RELEASE_VALUE);
+    memcpy(hacked, rel, len);
+    memcpy(hacked + 64 + 30 * 20 + 8, &big, 4); /* item 30, unrated: a prediction checks each value it reads */
+    assert_int_equal(dprec_fit(c, hacked, len), DPREC_OK);
+    assert_int_equal(dprec_predict(c, hacked, len, 30, &p), DPREC_ERR_RELEASE_VALUE);
+    float inf = INFINITY; /* the top-K checks each score: a non-finite value can never give a finite one */
+    memcpy(hacked + 64 + 30 * 20 + 8, &inf, 4);
+    assert_int_equal(dprec_recommend(c, hacked, len, k, out, &n), DPREC_ERR_RELEASE_VALUE);
+    uint32_t nan_bits = 0x7fc00000u;
+    memcpy(hacked + 64 + 30 * 20 + 8, &nan_bits, 4);
+    assert_int_equal(dprec_recommend(c, hacked, len, k, out, &n), DPREC_ERR_RELEASE_VALUE);
+    free(hacked);
+    assert_int_equal(dprec_fit(c, rel, len), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u1, d), DPREC_OK);
     assert_memory_equal(u0, u1, sizeof u0);
 
@@ -561,13 +588,19 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     assert_int_equal(dprec_topk_feed(c, other, len2), DPREC_OK);
     assert_int_equal(dprec_topk_end(c, out, &n), DPREC_ERR_RELEASE_MISMATCH);
     assert_int_equal(n, 0);
-    assert_int_equal(dprec_predict(c, other, len2, 0, &p), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(dprec_predict(c, other, len2, 0, &p), DPREC_ERR_RELEASE_UNVERIFIED);
     assert_int_equal(dprec_predict(c, rel, len, m, &p), DPREC_ERR_ITEM_OUT_OF_RANGE);
     assert_int_equal(dprec_recommend(c, rel, len, 0, out, &n), DPREC_ERR_INVALID_ARGUMENT);
     assert_int_equal(dprec_recommend(c, rel, len, k + 1, out, &n), DPREC_ERR_INVALID_ARGUMENT);
     assert_int_equal(dprec_fit_feed(c, rel, len), DPREC_ERR_STATE);
     assert_int_equal(dprec_fit_end(c), DPREC_ERR_STATE);
     assert_int_equal(dprec_topk_end(c, out, &n), DPREC_ERR_STATE);
+    /* a fit stream of another (valid, unverified) release is refused at its end, the vector kept */
+    assert_int_equal(dprec_fit_begin(c), DPREC_OK);
+    assert_int_equal(dprec_fit_feed(c, other, len2), DPREC_OK);
+    assert_int_equal(dprec_fit_end(c), DPREC_ERR_RELEASE_UNVERIFIED);
+    assert_int_equal(dprec_user_vector(c, u1, d), DPREC_OK);
+    assert_memory_equal(u0, u1, sizeof u0);
     /* A change of rating invalidates the vector. */
     assert_int_equal(dprec_store_put(c, 3, 5.0f, 1), DPREC_OK);
     assert_int_equal(dprec_user_vector(c, u1, d), DPREC_ERR_STATE);
@@ -577,6 +610,106 @@ static void test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_ve
     dprec_client_free(c);
     free(mem);
     fake_port_free(&fake);
+}
+
+/* Issue 19, point 3: extreme but bounded releases. Whatever the values within the public bound (|x| <= 2^20,
+ * tiny or huge, NaN-free) and however small lambda, predict is never NaN and stays on the scale, and recommend k
+ * returns min(k, unrated) items: the symptoms reported (u overflowing to +-inf, a NaN prediction, `recommend 2`
+ * with one item) need values past the bound, which every device refuses (test_release.c, test_verify.c). */
+static void test_extreme_bounded_releases_give_finite_scores_and_full_lists(void **state) {
+    (void)state;
+    const float vals[] = {1048576.0f, -1048576.0f, 1e-40f, 1e-30f, 1.0f, -1048575.0f};
+    const float lambdas[] = {1e-45f, 1e-30f, 1e-6f, 0.1f};
+    for (size_t li = 0; li < 4; li++)
+        for (size_t a = 0; a < 6; a++)
+            for (size_t b = 0; b < 6; b++) {
+                const uint32_t m = 3, d = 2;
+                float v[6] = {vals[a], vals[b], vals[b], -vals[a], vals[a], vals[a]};
+                float bias[3] = {1048576.0f, -1048576.0f, 1048576.0f};
+                size_t len = 0;
+                unsigned char *rel = test_write_release(m, d, v, bias, -1048576.0f, &len);
+                assert_non_null(rel);
+                dprec_config cfg;
+                cfg_for(&cfg, m, d, 4, 2);
+                cfg.lambda = lambdas[li];
+                fake_port fake;
+                dprec_port port;
+                fake_port_init(&fake, &port);
+                size_t need = dprec_client_required_size(&cfg);
+                void *mem = malloc(need);
+                dprec_client *c = NULL;
+                assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+                assert_int_equal(dprec_store_load(c), DPREC_OK);
+                assert_int_equal(dprec_store_put(c, 0, 5.0f, 1), DPREC_OK);
+                assert_int_equal(test_trust(c, rel, len), DPREC_OK);
+                dprec_recommendation out[2];
+                uint32_t n = 0;
+                int rc = dprec_recommend(c, rel, len, 2, out, &n);
+                assert_true(rc == DPREC_OK || rc == DPREC_ERR_SINGULAR);
+                if (rc == DPREC_OK) {
+                    assert_int_equal(n, 2);
+                    for (uint32_t i = 0; i < n; i++) assert_true(out[i].score >= 1.0f && out[i].score <= 5.0f);
+                    float p = 0;
+                    assert_int_equal(dprec_predict(c, rel, len, 1, &p), DPREC_OK);
+                    assert_true(p >= 1.0f && p <= 5.0f);
+                }
+                dprec_client_free(c);
+                free(mem);
+                fake_port_free(&fake);
+                free(rel);
+            }
+}
+
+/* The rest of point 3: predictions must also stay within float, or top-K compares +inf with +inf. An app's
+ * scale of +-1e38 let a fit return u near 9e37; two unrated items then scored 4.7e43 and 9.5e43, both past
+ * FLT_MAX (the conversion to float is undefined in ISO C, +inf on IEEE hardware), tied, and were ranked by item
+ * id: the lower prediction first. The fit now refuses a solution with |u_k| > 2^96, for which some prediction
+ * could leave the float range (DPREC_ERR_SINGULAR: raise lambda); any fit it accepts ranks exactly. */
+static void test_recommend_never_ranks_predictions_past_the_float_range(void **state) {
+    (void)state;
+    const uint32_t m = 3, d = 1;
+    float v[3] = {1.0f, 524288.0f, 1048576.0f}; /* item 2's prediction is twice item 1's */
+    float bias[3] = {0.0f, 0.0f, 0.0f};
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.num_items = m;
+    info.dim = d;
+    info.rating_min = -1e38f;
+    info.rating_max = 1e38f;
+    info.flags = DPREC_RELEASE_HAS_BIASES;
+    size_t cap = (size_t)dprec_release_size(m, d, info.flags, 0), len = 0;
+    unsigned char *rel = malloc(cap);
+    assert_int_equal(dprec_release_write(rel, cap, &info, v, bias, &len), DPREC_OK);
+    dprec_config cfg;
+    cfg_for(&cfg, m, d, 4, 2);
+    cfg.rating_min = -1e38f;
+    cfg.rating_max = 1e38f;
+    fake_port fake;
+    dprec_port port;
+    fake_port_init(&fake, &port);
+    size_t need = dprec_client_required_size(&cfg);
+    void *mem = malloc(need);
+    dprec_client *c = NULL;
+    assert_int_equal(dprec_client_init(&c, &cfg, &port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(c), DPREC_OK);
+    assert_int_equal(dprec_store_put(c, 0, 1e38f, 1), DPREC_OK);
+    assert_int_equal(test_trust(c, rel, len), DPREC_OK);
+    dprec_recommendation out[2];
+    uint32_t n = 0;
+    int rc = dprec_recommend(c, rel, len, 2, out, &n);
+    if (rc == DPREC_OK) { /* then the order must be the predictions' */
+        assert_int_equal(n, 2);
+        assert_int_equal(out[0].item, 2);
+        assert_true(out[0].score == out[0].score && out[1].score == out[1].score);
+    } else {
+        assert_int_equal(rc, DPREC_ERR_SINGULAR);
+        float p;
+        assert_int_equal(dprec_predict(c, rel, len, 1, &p), DPREC_ERR_STATE); /* no vector: no prediction */
+    }
+    dprec_client_free(c);
+    free(mem);
+    fake_port_free(&fake);
+    free(rel);
 }
 
 int main(void) {
@@ -592,6 +725,8 @@ int main(void) {
         cmocka_unit_test(test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking),
         cmocka_unit_test(test_fit_solves_a_release_of_huge_rows_by_qr),
         cmocka_unit_test(test_fit_refuses_damaged_or_mismatched_releases_and_keeps_the_old_vector),
+        cmocka_unit_test(test_extreme_bounded_releases_give_finite_scores_and_full_lists),
+        cmocka_unit_test(test_recommend_never_ranks_predictions_past_the_float_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -613,6 +613,29 @@ static void test_guarantee_text_says_unit_model_and_rounds_up(void **state) {
     assert_string_equal(tiny, "0");
 }
 
+/* Issue 19, point 5: an epsilon or delta below about 1e-305 overflowed 10^(3 - e10) to +inf, printed "0e-323"
+ * (understating it) and converted +inf to an integer (undefined behaviour, caught by UBSan). Every figure down to
+ * the smallest subnormal must print as a number at least as large as itself, in both summaries. */
+static void test_guarantee_rounds_up_the_tiniest_figures(void **state) {
+    (void)state;
+    const double tiny[] = {1e-300, 1e-305, 9.99e-306, 1e-306, 3.3e-308, 2.2250738585072014e-308, 1e-310, 1.5e-320,
+                           4.9406564584124654e-324};
+    char buf[400], alone[32];
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+        dprec_guarantee g = {"gauss-gd", 1, DPREC_UNIT_USER, DPREC_MODEL_CENTRAL, tiny[i], tiny[i], "RDP"};
+        assert_int_equal(dprec_format_up(tiny[i], alone, sizeof alone), DPREC_OK);
+        double back = strtod(alone, NULL);
+        if (!(back >= tiny[i] && back <= tiny[i] * 1.002)) fail_msg("%g printed as %s", tiny[i], alone);
+        assert_int_equal(dprec_guarantee_text(&g, buf, sizeof buf), DPREC_OK);
+        char expect[120];
+        snprintf(expect, sizeof expect, "epsilon = %s, delta = %s ", alone, alone);
+        if (strstr(buf, expect) == NULL) fail_msg("%g: %s", tiny[i], buf);
+        assert_int_equal(dprec_guarantee_json(&g, buf, sizeof buf), DPREC_OK);
+        snprintf(expect, sizeof expect, "\"epsilon\":%s,\"delta\":%s,", alone, alone);
+        if (strstr(buf, expect) == NULL) fail_msg("%g: %s", tiny[i], buf);
+    }
+}
+
 static void test_guarantee_json_is_complete_and_caveats_are_shown(void **state) {
     (void)state;
     char buf[600];
@@ -663,6 +686,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_store_of_sdk_0_1_0_loads_with_its_ledger_and_decisions_converted, setup,
                                         teardown),
         cmocka_unit_test(test_guarantee_text_says_unit_model_and_rounds_up),
+        cmocka_unit_test(test_guarantee_rounds_up_the_tiniest_figures),
         cmocka_unit_test(test_guarantee_json_is_complete_and_caveats_are_shown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -736,8 +736,22 @@ static void test_release_parsers_agree_on_random_mutations(void **state) {
     fixture_free(&f);
 }
 
+/* The bit test every reader uses (bytes.h) is the public bound's own bit pattern, and orders as the values do. */
+static void test_the_value_bound_bits_are_the_public_bound(void **state) {
+    (void)state;
+    float bound = DPREC_RELEASE_VALUE_MAX, above = nextafterf(bound, 2.0f * bound);
+    uint32_t bits;
+    memcpy(&bits, &bound, sizeof bits);
+    assert_int_equal(bits, DPREC_VALUE_MAX_BITS);
+    assert_true(dprec_bounded_bits(bits) && dprec_bounded_bits(bits | 0x80000000u));
+    memcpy(&bits, &above, sizeof bits);
+    assert_false(dprec_bounded_bits(bits) || dprec_bounded_bits(bits | 0x80000000u));
+    assert_false(dprec_bounded_bits(0x7fc00000u) || dprec_bounded_bits(0x7f800000u)); /* NaN, +inf */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_value_bound_bits_are_the_public_bound),
         cmocka_unit_test(test_release_round_trips_without_biases),
         cmocka_unit_test(test_release_round_trips_with_biases),
         cmocka_unit_test(test_release_row_refuses_item_out_of_range),

@@ -462,6 +462,79 @@ static void test_store_init_fails_without_key_when_encryption_is_required(void *
     f->cfg.encrypt_at_rest = 0;
 }
 
+/* One client per store (issue 19, point 1; test_port_posix.c plays it on a real directory): a second client on
+ * the same storage is refused at its load (it reads nothing and can write nothing) until the first is freed;
+ * another store name is another lock; a lock the port cannot take is an I/O error; a port without a lock works
+ * as before (the app then keeps to one client per store itself). */
+static void test_store_refuses_a_second_client_until_the_first_is_freed(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 3, 4.0f, 1), DPREC_OK);
+    size_t need = dprec_client_required_size(&f->cfg);
+    void *mem = malloc(need);
+    dprec_client *second = NULL;
+    assert_int_equal(dprec_client_init(&second, &f->cfg, &f->port, mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(second), DPREC_ERR_STORE_LOCKED);
+    assert_int_equal(dprec_store_count(second), 0);
+    assert_int_equal(dprec_store_put(second, 4, 1.0f, 1), DPREC_ERR_STATE);
+    assert_int_equal(dprec_store_flush(second), DPREC_ERR_STATE);
+    dprec_config other = f->cfg;
+    other.store_name = "another-store";
+    void *mem2 = malloc(dprec_client_required_size(&other));
+    dprec_client *third = NULL;
+    assert_int_equal(dprec_client_init(&third, &other, &f->port, mem2, dprec_client_required_size(&other)), DPREC_OK);
+    assert_int_equal(dprec_store_load(third), DPREC_OK);
+    dprec_client_free(third);
+    dprec_client_free(f->c);
+    f->c = NULL;
+    assert_int_equal(dprec_store_load(second), DPREC_OK); /* the first is gone */
+    assert_int_equal(dprec_store_count(second), 1);
+    assert_int_equal(dprec_store_put(second, 4, 1.0f, 1), DPREC_OK);
+    dprec_client_free(second);
+    f->fake.fail_lock = 1;
+    assert_int_equal(reopen(f), DPREC_ERR_IO);
+    assert_int_equal(dprec_store_put(f->c, 5, 1.0f, 1), DPREC_ERR_STATE);
+    f->fake.fail_lock = 0;
+    dprec_client_free(f->c);
+    f->c = NULL;
+    fake_port_set_no_lock(&f->fake, &f->port);
+    assert_int_equal(reopen(f), DPREC_OK);
+    assert_int_equal(dprec_store_count(f->c), 2);
+    free(mem);
+    free(mem2);
+}
+
+/* The status of a load says whether writes are allowed (dprec.h): a slot refused for a reason that blocks
+ * writes (here another catalogue's file) is reported even when the other slot is merely damaged. Found by
+ * tests/fuzz/fuzz_store.c (its input is in tests/fuzz/regressions/fuzz_store/): the load returned
+ * DPREC_ERR_STORE_CORRUPT, and the put it promised was refused with DPREC_ERR_STATE. */
+static void test_store_load_reports_the_refusal_that_blocks_writes(void **state) {
+    fixture *f = *state;
+    assert_int_equal(dprec_store_put(f->c, 3, 4.0f, 1), DPREC_OK); /* generation 1, slot 1 */
+    assert_int_equal(dprec_store_put(f->c, 5, 4.0f, 1), DPREC_OK); /* generation 2, slot 0 */
+    fake_file *slot0 = fake_port_file(&f->fake, "dprec-ratings.0");
+    assert_non_null(slot0);
+    slot0->data[60] ^= 0x40; /* damage */
+    dprec_config other = f->cfg;
+    other.num_items = 50; /* another catalogue writes slot 1 */
+    fake_port fp2;
+    dprec_port port2;
+    fake_port_init(&fp2, &port2);
+    void *mem = malloc(dprec_client_required_size(&other));
+    dprec_client *c2 = NULL;
+    assert_int_equal(dprec_client_init(&c2, &other, &port2, mem, dprec_client_required_size(&other)), DPREC_OK);
+    assert_int_equal(dprec_store_load(c2), DPREC_OK);
+    assert_int_equal(dprec_store_put(c2, 1, 2.0f, 1), DPREC_OK); /* generation 1: slot 1 */
+    fake_file *foreign = fake_port_file(&fp2, "dprec-ratings.1");
+    assert_non_null(foreign);
+    fake_port_set_file(&f->fake, "dprec-ratings.1", foreign->data, foreign->len);
+    dprec_client_free(c2);
+    free(mem);
+    fake_port_free(&fp2);
+    int rc = reopen(f);
+    assert_int_equal(rc, DPREC_ERR_STORE_MISMATCH);
+    assert_int_equal(dprec_store_put(f->c, 4, 1.0f, 1), DPREC_ERR_STATE);
+}
+
 static void test_store_encrypted_round_trip_survives_many_saves(void **state) {
     fixture *f = *state;
     f->fake.has_key = 1;
@@ -518,6 +591,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_init_fails_without_key_when_encryption_is_required, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_store_encrypted_round_trip_survives_many_saves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_refuses_a_second_client_until_the_first_is_freed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_load_reports_the_refusal_that_blocks_writes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,8 +154,14 @@ static void test_sync_registers_fits_reports_and_acknowledges(void **state) {
         assert_int_equal(item, rt.item);
         assert_true(value == rt.value);
     }
-    /* the user vector is the one dprec_fit computes on the same release */
+    /* the user vector is the one dprec_fit computes on the same release, once the app verified it */
     float ref[D];
+    assert_int_equal(dprec_fit(f->c, f->srv.release, f->srv.release_len), DPREC_ERR_RELEASE_UNVERIFIED);
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    vc.release_key = f->key.pub;
+    vc.release_key_len = f->key.pub_len;
+    assert_int_equal(dprec_release_verify(f->c, f->srv.release, f->srv.release_len, &vc, NULL), DPREC_OK);
     assert_int_equal(dprec_fit(f->c, f->srv.release, f->srv.release_len), DPREC_OK);
     assert_int_equal(dprec_user_vector(f->c, ref, D), DPREC_OK);
     assert_memory_equal(ref, u, sizeof u);

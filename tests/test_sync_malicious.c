@@ -30,6 +30,7 @@
 #include "dprec/sync.h"
 #include "fake_agg.h"
 #include "fake_port.h"
+#include "ldp.h"
 
 #define JOB 7u
 #define M 20u
@@ -645,6 +646,47 @@ static void test_ldp_rr_at_rating_unit_is_refused(void **state) {
     play(attack_rr_rating_unit, &cfg);
 }
 
+/* Issue 19, point 4: an ldp-rr job over m d >= 2^30 values, which a 32-bit device cannot even size: 4 m d wrapped
+ * in its size_t to a report of 2 MiB that passed the cap, and the build would have written 4 GiB past it. Every
+ * device, 32-bit or 64-bit, refuses the job from its public parameters, before anything is drawn or fetched
+ * (this test matters on armhf, where CI runs it under qemu-arm). */
+static void test_an_ldp_rr_job_too_large_for_a_32_bit_size_is_refused(void **state) {
+    (void)state;
+    const uint32_t m = 1u << 24, d = 64; /* m d = 2^30 */
+    world *w = calloc(1, sizeof(world));
+    fake_signer_init(&w->key, 42);
+    fake_agg_init(&w->agg, &w->key, JOB, m, d);
+    w->agg.deadline = 1700000030;
+    fake_agg_transport(&w->agg, &w->t);
+    w->sc.job_id = JOB;
+    w->sc.release_key = w->key.pub;
+    w->sc.release_key_len = w->key.pub_len;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.num_items = m;
+    cfg.dim = d;
+    cfg.max_report_bytes = 4u << 20; /* above the 2 MiB a wrapped size claimed */
+    memset(&w->dev, 0, sizeof w->dev);
+    fake_port_init(&w->dev.fp, &w->dev.port);
+    w->dev.fp.wall = 1700000000;
+    w->dev.cfg = cfg;
+    device_reopen(&w->dev);
+    assert_int_equal(dprec_store_put(w->dev.c, 12345678u, 4.0f, 100), DPREC_OK);
+    use_ldp(w, "ldp-rr", 1.0, 0.5, 2);
+    w->agg.round = 1;
+    assert_int_equal(step(w), DPREC_ERR_REPORT_TOO_LARGE);
+    assert_int_equal(w->agg.release_gets, 0);
+    assert_int_equal(reports_posted(w), 0);
+    assert_int_equal(dprec_ledger_count(w->dev.c), 0);
+    assert_true(dprec_ldp_rr_payload(m, d) >= (size_t)4 * 1024 * 1024);
+    assert_true(dprec_ldp_rr_payload(m, 256) == DPREC_LDP_RR_PAYLOAD_SATURATED);
+    assert_int_equal(dprec_ldp_rr_payload(10, 3), 8u + 4u + 120u);
+    device_close(&w->dev);
+    fake_agg_free(&w->agg);
+    fake_signer_free(&w->key);
+    free(w);
+}
+
 /* ---- re-issue and replays ------------------------------------------------------------------------------------------ */
 
 /* The aggregator re-issues the same job under a new id once the first is spent, to reset the device's per-job
@@ -761,6 +803,7 @@ int main(void) {
         cmocka_unit_test(test_a_rating_level_job_counts_against_the_user_cap),
         cmocka_unit_test(test_a_rating_level_job_is_charged_its_group_bound),
         cmocka_unit_test(test_ldp_rr_at_rating_unit_is_refused),
+        cmocka_unit_test(test_an_ldp_rr_job_too_large_for_a_32_bit_size_is_refused),
         cmocka_unit_test(test_a_job_reissued_under_a_new_id_is_charged_again),
         cmocka_unit_test(test_replayed_rounds_and_releases_send_nothing),
         cmocka_unit_test(test_a_participation_decision_is_never_redrawn),

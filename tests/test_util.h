@@ -46,6 +46,15 @@ static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const fl
     return buf;
 }
 
+/* Makes an unsigned test release the client's trusted release: dprec_release_verify with
+ * DPREC_VERIFY_INSECURE_UNSIGNED (test data only: such a release is trusted on its digest alone). */
+static inline int test_trust(dprec_client *c, const void *rel, size_t len) {
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    vc.flags = DPREC_VERIFY_INSECURE_UNSIGNED;
+    return dprec_release_verify(c, rel, len, &vc, NULL);
+}
+
 /* A random release (m x d, entries in [-1, 1), item biases in [-0.5, 0.5) and mu = 3.5 when biases).
  * Returns a malloc'd buffer; *len gets its size; v/bias (if non-NULL) get malloc'd copies of the matrix. */
 static inline unsigned char *test_make_release(uint32_t m, uint32_t d, int biases, uint64_t seed, size_t *len,

@@ -1,14 +1,21 @@
 /* dprec-device — a small command-line app on the dprec SDK: keeps one user's ratings in a directory and
- * recommends from a release file, streaming it in chunks so that V is never held in memory. */
+ * recommends from a release file. The release is verified once (its SHA-256 digest and the aggregator's ECDSA
+ * signature, against the public key given with --key) and the store remembers it as its trusted release; the
+ * file is memory-mapped, so a recommendation reads each row once and a prediction three places of it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mbedtls/pk.h>
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
-
-#define CHUNK 65536
 
 static const char *usage_text =
     "usage: dprec-device [--dir DIR] [--key-file FILE] COMMAND [ARGS]\n"
@@ -22,16 +29,30 @@ static const char *usage_text =
     "  rate ITEM VALUE         add or update a rating (durable when the command returns)\n"
     "  remove ITEM             delete a rating\n"
     "  list                    print the ratings: item, value, timestamp\n"
-    "  recommend K --release FILE [--lambda L]\n"
+    "  verify --release FILE (--key PUB | --insecure-unsigned)\n"
+    "                          check the release (digest, values, the aggregator's signature) and make it\n"
+    "                          the store's trusted release\n"
+    "  recommend K --release FILE [--key PUB | --insecure-unsigned] [--lambda L]\n"
     "                          fit the user vector on the release and print the K best unrated items\n"
-    "  predict ITEM --release FILE [--lambda L]\n"
+    "  predict ITEM --release FILE [--key PUB | --insecure-unsigned] [--lambda L]\n"
     "                          print the predicted rating of one item\n"
+    "\n"
+    "releases: a release is used only once verified. With --key, recommend and predict verify it first (as\n"
+    "verify does); without it they use the release only if it is the store's trusted release, verified by an\n"
+    "earlier command: then its bytes are not hashed again, so keep the file where only you can change it.\n"
+    "A forged or unsigned release is refused; --insecure-unsigned trusts an unsigned one on its digest alone\n"
+    "(test data only: anyone can make such a release).\n"
     "\n"
     "options:\n"
     "  --dir DIR               where the store lives\n"
+    "  --key PUB               the aggregator's release public key (release-key.der from dprec-aggregator\n"
+    "                          serve, or dprec-mkrelease --new-key; DER or PEM)\n"
+    "  --insecure-unsigned     accept an unsigned release (offline demos and tests)\n"
     "  --key-file FILE         encrypt the store at rest (AES-256-GCM) with the 32-byte key in FILE\n"
     "                          (raw or 64 hex digits); every later command needs the same key\n"
     "  -h, --help              this text\n"
+    "\n"
+    "Only one command uses a store at a time: a second one waits up to 5 seconds for it, then gives up.\n"
     "\n"
     "exit status: 0 success, 1 error (the message says which), 2 usage error\n";
 
@@ -39,6 +60,8 @@ typedef struct settings {
     const char *dir;
     const char *key_file;
     const char *release;
+    const char *release_key; /* --key */
+    int insecure;            /* --insecure-unsigned */
     float lambda;
     int have_lambda;
 } settings;
@@ -167,6 +190,17 @@ static int app_open(app *a, const settings *st, const catalogue *cat, uint32_t d
     rc = dprec_client_init(&a->client, &cfg, &a->port, a->mem, need);
     if (rc != DPREC_OK) return report("init", rc);
     rc = dprec_store_load(a->client);
+    /* one client per store: another command (or an app) holds it; wait a little for it to finish */
+    for (int waited = 0; rc == DPREC_ERR_STORE_LOCKED && waited < 100; waited++) {
+        struct timespec pause = {0, 50 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        rc = dprec_store_load(a->client);
+    }
+    if (rc == DPREC_ERR_STORE_LOCKED) {
+        fprintf(stderr, "dprec-device: the store in %s is in use by another client (another dprec-device command?); "
+                        "try again when it is done\n", st->dir);
+        return 1;
+    }
     if (rc == DPREC_ERR_STORE_CORRUPT || rc == DPREC_ERR_STORE_TRUNCATED) {
         /* The SDK fell back to the newest good generation (or an empty store); say so loudly. */
         fprintf(stderr, "dprec-device: warning: %s (%s); using the last good state (%u ratings)\n",
@@ -254,56 +288,103 @@ static int cmd_list(const settings *st, int argc) {
     return 0;
 }
 
-typedef int (*feed_fn)(dprec_client *, const void *, size_t);
+/* A release file, memory-mapped read-only: the SDK reads only the parts it needs. */
+typedef struct mapped {
+    const unsigned char *p;
+    size_t len;
+} mapped;
 
-/* Streams a file through a feed function, CHUNK bytes at a time. */
-static int stream_file(dprec_client *c, const char *path, feed_fn feed) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+static int map_release(const char *path, mapped *m) {
+    memset(m, 0, sizeof *m);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
         fprintf(stderr, "dprec-device: cannot open release %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    static unsigned char buf[CHUNK];
-    int rc = DPREC_OK;
-    size_t n;
-    while (rc == DPREC_OK && (n = fread(buf, 1, sizeof buf, f)) > 0) rc = feed(c, buf, n);
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        fprintf(stderr, "dprec-device: read error on %s\n", path);
-        return -1;
-    }
-    return rc;
-}
-
-static int read_release_header(const char *path, dprec_release_info *info) {
-    unsigned char head[DPREC_RELEASE_HEADER_SIZE];
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "dprec-device: cannot open release %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
         return 1;
     }
-    size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    int rc = dprec_release_parse_header(head, n, info);
-    if (rc != DPREC_OK) return report(path, rc);
+    if (!S_ISREG(sb.st_mode) || sb.st_size < (off_t)DPREC_RELEASE_HEADER_SIZE || (uint64_t)sb.st_size > SIZE_MAX) {
+        close(fd);
+        return report(path, S_ISREG(sb.st_mode) ? DPREC_ERR_RELEASE_TRUNCATED : DPREC_ERR_RELEASE_MAGIC);
+    }
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "dprec-device: cannot map release %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    m->p = p;
+    m->len = (size_t)sb.st_size;
     return 0;
 }
 
-static int fit_from_file(app *a, const settings *st) {
-    int rc = dprec_fit_begin(a->client);
-    if (rc == DPREC_OK) rc = stream_file(a->client, st->release, dprec_fit_feed);
-    if (rc == -1) return 1;
-    int end = dprec_fit_end(a->client);
-    if (rc == DPREC_OK) rc = end;
-    if (rc != DPREC_OK) return report("fit on release", rc);
+static void unmap_release(mapped *m) {
+    if (m->p != NULL) munmap((void *)(uintptr_t)m->p, m->len);
+}
+
+/* Whether the mapped release's header says it carries no signature. */
+static int info_unsigned(const mapped *m) {
+    dprec_release_info info;
+    return dprec_release_parse_header(m->p, m->len, &info) == DPREC_OK && info.sig_len == 0;
+}
+
+/* The aggregator's release public key from a DER or PEM file, as DER (what the SDK pins). */
+static int load_release_key(const char *path, unsigned char *der, size_t cap, size_t *len) {
+    mbedtls_pk_context pk;
+    mbedtls_pk_init(&pk);
+    int rc = mbedtls_pk_parse_public_keyfile(&pk, path);
+    int n = rc == 0 ? mbedtls_pk_write_pubkey_der(&pk, der, cap) : rc;
+    mbedtls_pk_free(&pk);
+    if (rc != 0 || n <= 0) {
+        fprintf(stderr, "dprec-device: %s is not a public key (DER or PEM; mbedTLS -0x%04x)\n", path, (unsigned)-n);
+        return 1;
+    }
+    memmove(der, der + cap - (size_t)n, (size_t)n); /* written at the end of the buffer */
+    *len = (size_t)n;
     return 0;
+}
+
+/* Verifies the mapped release when --key or --insecure-unsigned was given; it then becomes the store's trusted
+ * release. Without either, nothing is checked here and the SDK accepts only the store's trusted release. */
+static int verify_if_asked(app *a, const settings *st, const mapped *m) {
+    if (st->release_key == NULL && !st->insecure) return 0;
+    unsigned char der[512];
+    size_t der_len = 0;
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    if (st->release_key != NULL) {
+        if (load_release_key(st->release_key, der, sizeof der, &der_len) != 0) return 1;
+        vc.release_key = der;
+        vc.release_key_len = der_len;
+    }
+    if (st->insecure) vc.flags |= DPREC_VERIFY_INSECURE_UNSIGNED;
+    dprec_release_info info;
+    int rc = dprec_release_verify(a->client, m->p, m->len, &vc, &info);
+    if (rc == DPREC_ERR_RELEASE_SIGNATURE && info_unsigned(m))
+        fprintf(stderr, "dprec-device: %s is unsigned: refused (--insecure-unsigned accepts it, for test data only)\n",
+                st->release);
+    if (rc != DPREC_OK) return report(st->release_key ? "verify (signature under --key)" : "verify", rc);
+    if (info.sig_len == 0 || st->release_key == NULL)
+        fprintf(stderr, "dprec-device: warning: release trusted WITHOUT a signature check (--insecure-unsigned)\n");
+    return 0;
+}
+
+/* Says why a release that is not the store's trusted one was refused, in the CLI's own words. */
+static int refused(const settings *st, const char *what, int rc) {
+    if (rc == DPREC_ERR_RELEASE_UNVERIFIED)
+        fprintf(stderr, "dprec-device: %s is not the store's verified release: pass --key PUB (the aggregator's "
+                        "release public key) to verify it, or --insecure-unsigned for test data\n", st->release);
+    return report(what, rc);
 }
 
 static int parse_release_opts(settings *st, int argc, char **argv, int first) {
     for (int i = first; i < argc; i++) {
         if (strcmp(argv[i], "--release") == 0 && i + 1 < argc) {
             st->release = argv[++i];
+        } else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc) {
+            st->release_key = argv[++i];
+        } else if (strcmp(argv[i], "--insecure-unsigned") == 0) {
+            st->insecure = 1;
         } else if (strcmp(argv[i], "--lambda") == 0 && i + 1 < argc) {
             if (parse_float(argv[++i], &st->lambda) != 0 || !(st->lambda > 0)) return -1;
             st->have_lambda = 1;
@@ -314,61 +395,67 @@ static int parse_release_opts(settings *st, int argc, char **argv, int first) {
     return st->release ? 0 : -1;
 }
 
-static int cmd_recommend(settings *st, int argc, char **argv, int predict) {
-    unsigned long arg;
-    if (argc < 1 || parse_ulong(argv[0], predict ? UINT32_MAX : 10000, &arg) != 0 || (!predict && arg == 0) ||
-        parse_release_opts(st, argc, argv, 1) != 0)
-        return die_usage(predict ? "usage: predict ITEM --release FILE [--lambda L]"
-                                 : "usage: recommend K --release FILE [--lambda L] (1 <= K <= 10000)");
+/* verify, recommend, predict. */
+static int cmd_release(settings *st, int argc, char **argv, const char *cmd) {
+    int verify = strcmp(cmd, "verify") == 0, predict = strcmp(cmd, "predict") == 0;
+    unsigned long arg = 0;
+    int first = verify ? 0 : 1;
+    if ((!verify && (argc < 1 || parse_ulong(argv[0], predict ? UINT32_MAX : 10000, &arg) != 0 ||
+                     (!predict && arg == 0))) ||
+        parse_release_opts(st, argc, argv, first) != 0 || (verify && st->release_key == NULL && !st->insecure))
+        return die_usage(verify    ? "usage: verify --release FILE (--key PUB | --insecure-unsigned)"
+                         : predict ? "usage: predict ITEM --release FILE [--key PUB | --insecure-unsigned] [--lambda L]"
+                                   : "usage: recommend K --release FILE [--key PUB | --insecure-unsigned] [--lambda L] "
+                                     "(1 <= K <= 10000)");
     catalogue cat;
     if (read_catalogue(st, &cat) != 0) return 1;
+    mapped m;
+    if (map_release(st->release, &m) != 0) return 1;
     dprec_release_info info;
-    if (read_release_header(st->release, &info) != 0) return 1;
+    int rc = dprec_release_parse_header(m.p, m.len, &info);
+    if (rc != DPREC_OK) {
+        unmap_release(&m);
+        return report(st->release, rc);
+    }
     if (info.num_items != cat.items) {
         fprintf(stderr, "dprec-device: the release has %u items, the store's catalogue %lu\n", info.num_items,
                 cat.items);
+        unmap_release(&m);
         return 1;
     }
     app a;
-    if (app_open(&a, st, &cat, info.dim, predict ? 1 : (uint32_t)arg) != 0) return 1;
-    int status = fit_from_file(&a, st);
-    if (status == 0 && predict) {
-        /* The SDK's predict reads one row from a release in memory; the CLI holds it only for this call. */
-        FILE *f = fopen(st->release, "rb");
-        unsigned char *buf = malloc((size_t)info.total_size);
-        size_t n = (f && buf) ? fread(buf, 1, (size_t)info.total_size, f) : 0;
-        if (f) fclose(f);
+    int status = app_open(&a, st, &cat, info.dim, predict || verify ? 1 : (uint32_t)arg);
+    if (status == 0) status = verify_if_asked(&a, st, &m);
+    if (status == 0 && verify) {
+        printf("verified %s: release v%llu of job %llu, m=%u d=%u, %s; the store trusts it now\n", st->release,
+               (unsigned long long)info.release_version, (unsigned long long)info.job_id, info.num_items, info.dim,
+               info.sig_len > 0 && st->release_key ? "signature verified" : "UNSIGNED (trusted on its digest alone)");
+    } else if (status == 0 && predict) {
         float score = 0;
-        int rc = buf ? dprec_predict(a.client, buf, n, (uint32_t)arg, &score) : DPREC_ERR_NO_MEMORY;
-        free(buf);
-        if (rc != DPREC_OK) status = report("predict", rc);
+        rc = dprec_fit(a.client, m.p, m.len);
+        if (rc == DPREC_OK) rc = dprec_predict(a.client, m.p, m.len, (uint32_t)arg, &score);
+        if (rc != DPREC_OK) status = refused(st, "predict", rc);
         else printf("item %lu predicted %.3f\n", arg, (double)score);
     } else if (status == 0) {
         dprec_recommendation *out = malloc(sizeof *out * arg);
         uint32_t n = 0;
-        int rc = out ? dprec_topk_begin(a.client, (uint32_t)arg) : DPREC_ERR_NO_MEMORY;
-        if (rc == DPREC_OK) rc = stream_file(a.client, st->release, dprec_topk_feed);
-        if (rc == -1) {
-            status = 1;
+        rc = out ? dprec_recommend(a.client, m.p, m.len, (uint32_t)arg, out, &n) : DPREC_ERR_NO_MEMORY;
+        if (rc != DPREC_OK) {
+            status = refused(st, "recommend", rc);
         } else {
-            int end = out ? dprec_topk_end(a.client, out, &n) : rc;
-            if (rc == DPREC_OK) rc = end;
-            if (rc != DPREC_OK) {
-                status = report("recommend", rc);
-            } else {
-                printf("# top %u of %u items for a user with %u ratings (release v%llu, d=%u)\n# rank item score\n", n,
-                       info.num_items, dprec_store_count(a.client), (unsigned long long)info.release_version, info.dim);
-                for (uint32_t i = 0; i < n; i++) printf("%u %u %.3f\n", i + 1, out[i].item, (double)out[i].score);
-            }
+            printf("# top %u of %u items for a user with %u ratings (release v%llu, d=%u)\n# rank item score\n", n,
+                   info.num_items, dprec_store_count(a.client), (unsigned long long)info.release_version, info.dim);
+            for (uint32_t i = 0; i < n; i++) printf("%u %u %.3f\n", i + 1, out[i].item, (double)out[i].score);
         }
         free(out);
     }
     app_close(&a);
+    unmap_release(&m);
     return status;
 }
 
 int main(int argc, char **argv) {
-    settings st = {"./dprec-device", NULL, NULL, 0.1f, 0};
+    settings st = {"./dprec-device", NULL, NULL, NULL, 0, 0.1f, 0};
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -395,7 +482,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "rate") == 0) return cmd_rate(&st, rest, args, 0);
     if (strcmp(cmd, "remove") == 0) return cmd_rate(&st, rest, args, 1);
     if (strcmp(cmd, "list") == 0) return cmd_list(&st, rest);
-    if (strcmp(cmd, "recommend") == 0) return cmd_recommend(&st, rest, args, 0);
-    if (strcmp(cmd, "predict") == 0) return cmd_recommend(&st, rest, args, 1);
+    if (strcmp(cmd, "verify") == 0 || strcmp(cmd, "recommend") == 0 || strcmp(cmd, "predict") == 0)
+        return cmd_release(&st, rest, args, cmd);
     return die_usage("unknown command");
 }

@@ -339,17 +339,24 @@ static void device_eval(fleet *f, uint32_t u) {
         device_eval_own(f, u);
         return;
     }
-    int rc = dprec_fit(dv->client, f->release, f->release_len);
+    /* each device verifies the evaluation release once, as an app would when it arrives (its signature check
+     * shared through the fleet's memo), then fits on it */
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    vc.release_key = f->scfg.release_key;
+    vc.release_key_len = f->scfg.release_key_len;
+    vc.verified_seen = f->scfg.verified_seen;
+    vc.verified_remember = f->scfg.verified_remember;
+    int rc = dprec_release_verify(dv->client, f->release, f->release_len, &vc, NULL);
+    if (rc == DPREC_OK) rc = dprec_fit(dv->client, f->release, f->release_len);
     if (rc != DPREC_OK) {
         note_error(f, u, "fit", rc);
         dv->sse = NAN;
         return;
     }
-    /* dprec_predict re-checks the release's digest on every call (it cannot trust a buffer it did not see
-     * being checked), which costs a SHA-256 over all of V per held-out rating. The fleet checked the release
-     * once, so it computes the same prediction (mu + b_j + u.v_j, clamped; sdk/recommend.c) from the
-     * client's fitted user vector, and about 100 devices a round call dprec_predict on their first held-out
-     * rating to prove the two agree. */
+    /* The fleet computes each prediction (mu + b_j + u.v_j, clamped; sdk/recommend.c) from the client's fitted
+     * user vector, and about 100 devices a round call dprec_predict on their first held-out rating to prove
+     * the two agree. */
     float uvec[DPREC_MAX_DIM], row[DPREC_MAX_DIM];
     uint32_t dim = f->o->c.rank;
     rc = dprec_user_vector(dv->client, uvec, dim);

@@ -3,11 +3,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dpals.h"
 #include "fleet_proto.h"
 
 static struct {
     unsigned max_items;
-    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd;
+    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu;
 } dp;
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
@@ -26,6 +27,7 @@ static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *
     else if (strcmp(flag, "--item-lambda") == 0) dst = &dp.item_lambda;
     else if (strcmp(flag, "--noise-multiplier") == 0) dst = &dp.noise_multiplier;
     else if (strcmp(flag, "--prior-sd") == 0) dst = &dp.prior_sd;
+    else if (strcmp(flag, "--mu") == 0) dst = &dp.mu;
     else return 0;
     if (value == NULL || fleet_parse_double(value, dst) || !(*dst > 0) || (dst == &dp.sampling_rate && !(*dst <= 1.0)))
         return fleet_flag_error("bad value for", flag), -1;
@@ -39,7 +41,7 @@ static int dpals_finish(fleet_common *o) {
      * extra round costs more than it learns, and the private bias model (protocol bias, one round) is better
      * there, which the --compare line says (docs/results.md, "Defaults") */
     if (!o->rounds_set) o->rounds = 3;
-    if (dp.u_clip == 0) dp.u_clip = 1.0;
+    if (dp.u_clip == 0) dp.u_clip = DPREC_DPALS_DEFAULT_U_CLIP;
     if (dp.sampling_rate == 0) dp.sampling_rate = 1.0;
     if (dp.init_scale == 0) dp.init_scale = 0.1;
     if (o->rank < 1 || o->rank > 64) return fleet_flag_error("dpals needs --rank in 1..64 (column 0 is the user bias)", NULL);
@@ -53,7 +55,8 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.rating_clip > 0) n += (size_t)snprintf(rc, sizeof rc, ",\"rating_clip\":%.17g", dp.rating_clip);
     if (dp.item_lambda > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"lambda\":%.17g", dp.item_lambda);
     if (dp.noise_multiplier > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"noise_multiplier\":%.17g", dp.noise_multiplier);
-    if (dp.prior_sd > 0) snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
+    if (dp.prior_sd > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
+    if (dp.mu > 0) snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
@@ -78,20 +81,23 @@ static void dpals_describe(const fleet_common *o) {
 }
 
 static const char *const dpals_flags[] = {"--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
-                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", NULL};
+                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", NULL};
 
 const fleet_proto fleet_proto_dpals = {
     "dpals",
     "dpals (private alternating least squares, Chien et al. 2021; user-level joint DP; docs/privacy.md):\n"
-    "  --item-lambda L          ridge of the item systems (default: the aggregator's, 1 + 2 sqrt(d) times the\n"
-    "                           Gram noise's sigma; published as privacy.item_lambda)\n"
+    "  --item-lambda L          lambda of the item systems' posterior solve, sigma_r^2 / tau^2 (default 5;\n"
+    "                           published as privacy.item_lambda)\n"
     "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default 100)\n"
-    "  --u-clip G               norm bound of the reported user factor (default 1)\n"
+    "  --u-clip G               norm bound of the reported user factor (default 0.5)\n"
     "  --rating-clip R          bound of the centred targets (default 1, or half the scale's width if less)\n"
     "  --sampling-rate Q        Poisson sampling rate of the devices per round (default 1)\n"
     "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n"
     "  --noise-multiplier Z     the noise multiplier itself (default: inverted from --epsilon, --delta and the\n"
-    "                           rounds); the guarantee is then what z gives, and --epsilon must cover it\n",
+    "                           rounds); the guarantee is then what z gives, and --epsilon must cover it\n"
+    "  --prior-sd T             the prior scale of an item coefficient in the posterior solve (default 0.5)\n"
+    "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
+    "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
     "private ALS (Chien et al. 2021), joint DP",
 };

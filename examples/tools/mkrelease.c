@@ -1,21 +1,32 @@
-/* dprec-mkrelease — writes a release file (format v1, unsigned) from a text matrix or from random test data,
- * and dumps the header of an existing release.
+/* dprec-mkrelease — writes a release file (format v1) from a text matrix or from random test data, unsigned or
+ * signed with an ECDSA P-256 key as the aggregator signs; makes such a key pair; dumps the header of a release.
  *
  *   dprec-mkrelease --out FILE (--matrix TEXTFILE | --random M D [--seed S]) [--scale MIN MAX]
- *                   [--global-mean MU --biases BIASFILE] [--release-version N] [--job-id N]
+ *                   [--global-mean MU --biases BIASFILE] [--release-version N] [--job-id N] [--sign KEY.pem]
+ *   dprec-mkrelease --new-key KEY.pem PUB.der
  *   dprec-mkrelease --dump FILE
  *
  * This is a host tool, not SDK code: it may use stdio and malloc. Exit status: 0 success, 1 runtime error
  * (I/O, bad file content, out of memory), 2 usage error. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/ecp.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/sha256.h>
+#include <mbedtls/version.h>
 
 #include "dprec/release.h"
 #include "dprec/status.h"
+#include "sign_release.h"
 
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 1
@@ -23,11 +34,12 @@
 static const char usage_text[] =
     "usage: dprec-mkrelease --out FILE (--matrix TEXTFILE | --random M D [--seed S])\n"
     "                       [--scale MIN MAX] [--global-mean MU --biases BIASFILE]\n"
-    "                       [--release-version N] [--job-id N]\n"
+    "                       [--release-version N] [--job-id N] [--sign KEY.pem]\n"
+    "       dprec-mkrelease --new-key KEY.pem PUB.der\n"
     "       dprec-mkrelease --dump FILE\n"
     "       dprec-mkrelease --help\n"
     "\n"
-    "Writes an unsigned dprec release (docs/release-format.md) of item profiles V.\n"
+    "Writes a dprec release (docs/release-format.md) of item profiles V, unsigned or signed.\n"
     "\n"
     "  --out FILE            the release file to write\n"
     "  --matrix TEXTFILE     one item per line, d whitespace-separated floats per line (the same d on\n"
@@ -42,10 +54,17 @@ static const char usage_text[] =
     "  --biases BIASFILE     M item biases, one float per line (needs --global-mean)\n"
     "  --release-version N   the release version (default 1)\n"
     "  --job-id N            the aggregator job id (default 0: made offline)\n"
+    "  --sign KEY.pem        sign the release with this ECDSA P-256 private key (PEM or DER), as the\n"
+    "                        aggregator signs with its signing-key.pem; devices verify it with the public key\n"
+    "  --new-key KEY.pem PUB.der\n"
+    "                        make a fresh P-256 key pair: the private key as PEM (mode 0600, never\n"
+    "                        overwritten) and its public key as DER SubjectPublicKeyInfo (what devices pin,\n"
+    "                        like the aggregator's release-key.der)\n"
     "  --dump FILE           validate FILE and print its header fields and digest\n"
     "\n"
-    "On success prints one line: wrote FILE: m=M d=D biases=yes|no bytes=N sha256=HEX, where HEX is the\n"
-    "release digest (SHA-256 of header and body, the one devices check), not the hash of the whole file.\n";
+    "On success prints one line: wrote FILE: m=M d=D biases=yes|no signed=yes|no bytes=N sha256=HEX, where\n"
+    "HEX is the release digest (SHA-256 of header and body, the one devices check), not the hash of the whole\n"
+    "file.\n";
 
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "dprec-mkrelease: ");
@@ -366,10 +385,115 @@ static int dump(const char *path) {
     return 0;
 }
 
+/* ---- keys and signatures ----------------------------------------------------------------------------------- */
+
+static int write_file(const char *path, const unsigned char *buf, size_t len);
+
+typedef struct signer {
+    mbedtls_pk_context pk;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+} signer;
+
+static int signer_init(signer *s) {
+    mbedtls_pk_init(&s->pk);
+    mbedtls_entropy_init(&s->entropy);
+    mbedtls_ctr_drbg_init(&s->drbg);
+    int rc = mbedtls_ctr_drbg_seed(&s->drbg, mbedtls_entropy_func, &s->entropy,
+                                   (const unsigned char *)"dprec-mkrelease", 15);
+    if (rc != 0) fprintf(stderr, "dprec-mkrelease: cannot seed the random generator (mbedTLS -0x%04x)\n", (unsigned)-rc);
+    return rc;
+}
+
+static void signer_free(signer *s) {
+    mbedtls_pk_free(&s->pk);
+    mbedtls_ctr_drbg_free(&s->drbg);
+    mbedtls_entropy_free(&s->entropy);
+}
+
+static int is_p256(mbedtls_pk_context *pk) {
+    return mbedtls_pk_can_do(pk, MBEDTLS_PK_ECDSA) && mbedtls_pk_get_bitlen(pk) == 256;
+}
+
+/* A fresh P-256 key: the private key as PEM, created with mode 0600 and never over an existing file, and the
+ * public key as DER SubjectPublicKeyInfo. */
+static int new_key(const char *key_path, const char *pub_path) {
+    signer s;
+    int status = EXIT_RUNTIME, rc = signer_init(&s);
+    unsigned char pem[1024], der[256];
+    if (rc == 0) rc = mbedtls_pk_setup(&s.pk, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY));
+    if (rc == 0)
+        rc = mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(s.pk), mbedtls_ctr_drbg_random, &s.drbg);
+    if (rc == 0) rc = mbedtls_pk_write_key_pem(&s.pk, pem, sizeof pem);
+    int der_len = rc == 0 ? mbedtls_pk_write_pubkey_der(&s.pk, der, sizeof der) : rc;
+    if (rc != 0 || der_len <= 0) {
+        fprintf(stderr, "dprec-mkrelease: cannot make a key (mbedTLS -0x%04x)\n", (unsigned)-(rc != 0 ? rc : der_len));
+        goto out;
+    }
+    int fd = open(key_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (f == NULL) {
+        fprintf(stderr, "dprec-mkrelease: cannot create %s: %s\n", key_path, strerror(errno));
+        if (fd >= 0) close(fd);
+        goto out;
+    }
+    size_t n = strlen((const char *)pem);
+    int ok = fwrite(pem, 1, n, f) == n;
+    ok = fclose(f) == 0 && ok;
+    if (!ok) {
+        fprintf(stderr, "dprec-mkrelease: cannot write %s\n", key_path);
+        remove(key_path);
+        goto out;
+    }
+    /* mbedtls_pk_write_pubkey_der writes at the end of the buffer */
+    if (write_file(pub_path, der + sizeof der - (size_t)der_len, (size_t)der_len) != 0) goto out;
+    printf("wrote %s (private key, keep it secret) and %s (public key, %d bytes: what devices pin)\n", key_path,
+           pub_path, der_len);
+    status = 0;
+out:
+    memset(pem, 0, sizeof pem);
+    signer_free(&s);
+    return status;
+}
+
+/* Signs the unsigned release buf[0 .. *len) in place (cap bytes available) as the aggregator does
+ * (sign_release.h), then checks the result with the devices' own reader. */
+static int sign_release(const char *key_path, unsigned char *buf, size_t *len, size_t cap, dprec_release_info *info) {
+    signer s;
+    int rc = signer_init(&s);
+    if (rc != 0) {
+        signer_free(&s);
+        return -1;
+    }
+#if MBEDTLS_VERSION_NUMBER >= 0x03000000
+    rc = mbedtls_pk_parse_keyfile(&s.pk, key_path, NULL, mbedtls_ctr_drbg_random, &s.drbg);
+#else
+    rc = mbedtls_pk_parse_keyfile(&s.pk, key_path, NULL);
+#endif
+    if (rc != 0 || !is_p256(&s.pk)) {
+        fprintf(stderr, "dprec-mkrelease: %s is not an EC P-256 private key (mbedTLS -0x%04x)\n", key_path,
+                (unsigned)-rc);
+        signer_free(&s);
+        return -1;
+    }
+    (void)cap; /* the caller left DPREC_RELEASE_MAX_SIG bytes after the release */
+    rc = tool_sign_release(&s.pk, mbedtls_ctr_drbg_random, &s.drbg, buf, len);
+    signer_free(&s);
+    if (rc != 0) {
+        fprintf(stderr, "dprec-mkrelease: cannot sign the release (mbedTLS -0x%04x)\n", (unsigned)-rc);
+        return -1;
+    }
+    if (dprec_release_check(buf, *len, info) != DPREC_OK) {
+        fprintf(stderr, "dprec-mkrelease: the signed release does not check (a bug)\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- main --------------------------------------------------------------------------------------------- */
 
 typedef struct options {
-    const char *out, *matrix, *biases, *dump;
+    const char *out, *matrix, *biases, *dump, *sign, *new_key, *new_pub;
     int random, have_mean, have_scale;
     uint64_t random_m, random_d, seed, release_version, job_id;
     float rating_min, rating_max, global_mean;
@@ -408,6 +532,14 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--dump") == 0) {
             NEED(1);
             o->dump = argv[++i];
+        } else if (strcmp(a, "--sign") == 0) {
+            NEED(1);
+            o->sign = argv[++i];
+        } else if (strcmp(a, "--new-key") == 0) {
+            NEED(2);
+            o->new_key = argv[i + 1];
+            o->new_pub = argv[i + 2];
+            i += 2;
         } else if (strcmp(a, "--random") == 0) {
             NEED(2);
             if (parse_u64(argv[i + 1], &o->random_m) != 0 || o->random_m < 1 || o->random_m > DPREC_MAX_ITEMS) {
@@ -460,9 +592,10 @@ static int parse_args(int argc, char **argv, options *o) {
         }
 #undef NEED
     }
-    if (o->dump != NULL) {
-        if (o->out || o->matrix || o->random || o->biases || o->have_mean || o->have_scale) {
-            usage_error("%s", "--dump takes no other option");
+    if (o->dump != NULL || o->new_key != NULL) {
+        if (o->out || o->matrix || o->random || o->biases || o->have_mean || o->have_scale || o->sign ||
+            (o->dump != NULL && o->new_key != NULL)) {
+            usage_error("%s", o->dump != NULL ? "--dump takes no other option" : "--new-key takes no other option");
             return EXIT_USAGE;
         }
         return 0;
@@ -516,6 +649,7 @@ int main(int argc, char **argv) {
     if (rc == -1) return 0;
     if (rc != 0) return rc;
     if (o.dump != NULL) return dump(o.dump);
+    if (o.new_key != NULL) return new_key(o.new_key, o.new_pub);
 
     memset(&info, 0, sizeof info);
     info.rating_min = o.rating_min;
@@ -564,7 +698,8 @@ int main(int argc, char **argv) {
                 (unsigned long)m, (unsigned long)d);
         goto out;
     }
-    buf = malloc((size_t)total);
+    if (total > SIZE_MAX - DPREC_RELEASE_MAX_SIG) goto out;
+    buf = malloc((size_t)total + DPREC_RELEASE_MAX_SIG);
     if (buf == NULL) {
         fprintf(stderr, "dprec-mkrelease: out of memory for %llu bytes\n", (unsigned long long)total);
         goto out;
@@ -575,10 +710,13 @@ int main(int argc, char **argv) {
                 dprec_status_name(rc));
         goto out;
     }
+    if (o.sign != NULL && sign_release(o.sign, buf, &written, (size_t)total + DPREC_RELEASE_MAX_SIG, &info) != 0)
+        goto out;
     if (write_file(o.out, buf, written) != 0) goto out;
     hex(info.digest, sizeof info.digest, digest_hex);
-    printf("wrote %s: m=%lu d=%lu biases=%s bytes=%lu sha256=%s\n", o.out, (unsigned long)m, (unsigned long)d,
-           b.v != NULL ? "yes" : "no", (unsigned long)written, digest_hex);
+    printf("wrote %s: m=%lu d=%lu biases=%s signed=%s bytes=%lu sha256=%s\n", o.out, (unsigned long)m,
+           (unsigned long)d, b.v != NULL ? "yes" : "no", o.sign != NULL ? "yes" : "no", (unsigned long)written,
+           digest_hex);
     status = 0;
 out:
     free(buf);

@@ -4,7 +4,10 @@
  * Memory: the SDK allocates only at dprec_client_init, from memory the app hands over (a buffer) or through
  * the app's allocator hooks under a hard cap; never afterwards on the rate/recommend paths. Peak use is
  * dprec_client_required_size(cfg) and never more than DPREC_CLIENT_MEMORY_BOUND(d, capacity, max_k).
- * Threads: none. A client is not thread-safe; two clients are fully independent (there are no globals).
+ * Threads: none. A client is not thread-safe; two clients share nothing in memory (there are no globals), but
+ * one store (port and store name) takes one client at a time: the first dprec_store_load locks it through the
+ * port until dprec_client_free, and a second client is refused (DPREC_ERR_STORE_LOCKED), in this process or
+ * another, since each would save its own view over the other's ratings and ledger charges.
  * Every function returns a dprec_status (0 = success, negative = error; see dprec/status.h). */
 #ifndef DPREC_DPREC_H
 #define DPREC_DPREC_H
@@ -38,15 +41,15 @@ DPREC_BEGIN_DECLS
  *   top-K heap                                   8 * k
  *   ledger lines                                 88 * jobs
  *   pending reports (40-byte header, 8-aligned)  slots * (rbytes + 47)
- *   store file image: header, sections, trailer  16 * cap + 88 * jobs + slots * (rbytes + 47) + 352
- *                                                (352: header 48, section headers and prefixes 48, trailer 32,
- *                                                the sync section 96 and slack)
+ *   store file image: header, sections, trailer  16 * cap + 88 * jobs + slots * (rbytes + 47) + 464
+ *                                                (464: header 48, section headers and prefixes 48, trailer 32,
+ *                                                the sync section 96, the trusted release's 112, and slack)
  *   alignment slack                              16 per block, 10 blocks, and the arena's start */
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
     ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
      8u * (size_t)(d) * (size_t)(d) +                                                                      \
      32u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
-     352u + 176u + 32u)
+     464u + 176u + 32u)
 
 /* The extra memory of a client that keeps private-fw state (cfg.fw_max_ratings = xi > 0; 0 costs nothing):
  * the state in memory (a 24-byte header, xi item ids and d coefficients, 4 bytes each, and scratch for a
@@ -141,8 +144,10 @@ typedef struct dprec_rating {
 /* Timestamp value that asks the SDK to use the port's wall clock. */
 #define DPREC_TIMESTAMP_NOW INT64_MIN
 
-/* Loads the newest good generation of the store (ratings, privacy ledger, pending reports). The store keeps
- * two generations. No files yet is DPREC_OK with an empty store. If a generation is refused, this returns
+/* Loads the newest good generation of the store (ratings, privacy ledger, pending reports). The first load
+ * takes the store's lock from the port (platform.h) and the client keeps it until dprec_client_free: while
+ * another client holds it this returns DPREC_ERR_STORE_LOCKED, reads nothing and leaves writes refused (call
+ * again later). The store keeps two generations. No files yet is DPREC_OK with an empty store. If a generation is refused, this returns
  * why (DPREC_ERR_STORE_CORRUPT, _TRUNCATED, _VERSION, _KEY, _MISMATCH, or an I/O error) and the client holds
  * the newest good generation, or nothing. Writes (put, remove, reports) are allowed only after a load that
  * returned DPREC_OK, _CORRUPT or _TRUNCATED: after any other refusal a newer good generation may exist that a
@@ -179,16 +184,76 @@ DPREC_API uint32_t dprec_store_count(const dprec_client *c);
 /* The index-th rating in increasing item order (0 <= index < count): iterate with a for loop. */
 DPREC_API int dprec_store_at(const dprec_client *c, uint32_t index, dprec_rating *out);
 
+/* ---- releases: verified once, when they arrive ---------------------------------------------------------- */
+
+/* A release is used only once it is verified: its digest, every value against the public bound, and the
+ * aggregator's ECDSA P-256 signature over the digest under the key the app pinned (anyone can recompute a
+ * digest; only the aggregator can sign). Verification is an explicit step, done once when a release arrives;
+ * the client then holds it as its *trusted release* (one at a time: its header and digest, saved in the store)
+ * and fit, recommend and predict accept exactly that release. On a buffer they check only its header and the
+ * digest stored in it against the trusted one (O(1), no second SHA-256 pass: docs/sdk.md, "Verified once"), so
+ * the app must keep the bytes where only it can change them (its private storage or memory) and verify again
+ * anything it did not keep that way. dprec_client_sync verifies the round's release it fits by itself. */
+
+/* How a release's origin is checked. Fill with dprec_verify_config_init, then set what you need: a later
+ * version may add members, which init sets to their defaults. */
+typedef struct dprec_verify_config {
+    /* The aggregator's release-signing public key (DER SubjectPublicKeyInfo, ECDSA P-256), pinned by the app;
+     * what `dprec-aggregator serve` serves and prints. Borrowed for the call. */
+    const unsigned char *release_key;
+    size_t release_key_len;
+    uint32_t flags; /* DPREC_VERIFY_* */
+    /* Optional: the signature-check memo of dprec_sync_config (sync.h), for a host running many clients. */
+    int (*verified_seen)(void *ctx, const unsigned char tag[32]);
+    void (*verified_remember)(void *ctx, const unsigned char tag[32]);
+    void *verified_ctx;
+} dprec_verify_config;
+
+/* Trust a release whose signature is not checked (an unsigned release, or any release when no key is given) on
+ * its digest alone. For test data and offline demos only: anyone can forge such a release. A signature that
+ * is checked (a key given, a signed release) must still verify. */
+#define DPREC_VERIFY_INSECURE_UNSIGNED 0x0001u
+
+/* Fills *vc with the defaults: no key, no flags, no memo. */
+DPREC_API void dprec_verify_config_init(dprec_verify_config *vc);
+
+/* Verifies a release held in memory (header, exact size, values, digest, then the signature under
+ * vc->release_key) and makes it the client's trusted release. A loaded store (dprec_store_load) saves it, so
+ * it stays trusted across restarts; on an I/O error nothing changes. Refused: the release's own errors
+ * (DPREC_ERR_RELEASE_*, as dprec_release_check), DPREC_ERR_RELEASE_SIGNATURE (no signature, or one that does
+ * not verify), DPREC_ERR_CONFIG (the key is not an EC P-256 public key), DPREC_ERR_RELEASE_MISMATCH (another
+ * catalogue size, d or scale than the client's), DPREC_ERR_INVALID_ARGUMENT (no key and no
+ * DPREC_VERIFY_INSECURE_UNSIGNED). On success fills *info (may be NULL). Checking the signature runs mbedTLS's
+ * public-key code, which calloc()s a few KiB internally and frees it before returning (docs/sdk.md). */
+DPREC_API int dprec_release_verify(dprec_client *c, const void *release, size_t len, const dprec_verify_config *vc,
+                                   dprec_release_info *info);
+
+/* The same over a stream (a download or a file read in chunks of any size): begin, feed, end. The trusted
+ * release changes only if end succeeds. */
+DPREC_API int dprec_verify_begin(dprec_client *c);
+DPREC_API int dprec_verify_feed(dprec_client *c, const void *chunk, size_t len);
+DPREC_API int dprec_verify_end(dprec_client *c, const dprec_verify_config *vc, dprec_release_info *info);
+
+/* The client's trusted release: its header fields and digest into *info. DPREC_ERR_NOT_FOUND if there is none.
+ * *insecure (may be NULL) gets 1 if it was trusted without a signature check (DPREC_VERIFY_INSECURE_UNSIGNED). */
+DPREC_API int dprec_release_trusted(const dprec_client *c, dprec_release_info *info, int *insecure);
+
 /* ---- local computation on a release ------------------------------------------------------------------- */
 
-/* Computes the user vector from a release held in memory, by regularized least squares over the user's
- * rated items (Liu, Wang, Smola, RecSys 2015, eq. 5, with the release's biases subtracted):
+/* Computes the user vector from the trusted release held in memory, by regularized least squares over the
+ * user's rated items (Liu, Wang, Smola, RecSys 2015, eq. 5, with the release's biases subtracted):
  *   u = (lambda I + sum_j v_j v_j^T)^-1 sum_j (r_j - mu - b_j) v_j.
- * With no ratings u = 0 (predictions fall back to mu + b_j). The release must match the client's
- * catalogue size, d and scale (DPREC_ERR_RELEASE_MISMATCH). */
+ * With no ratings u = 0 (predictions fall back to mu + b_j). Reads the header, the digest field and the rows
+ * of the rated items only: O(n d^2 + d^3). DPREC_ERR_RELEASE_UNVERIFIED unless release is the client's trusted
+ * release (its header and stored digest); DPREC_ERR_RELEASE_MISMATCH if it does not match the client's
+ * catalogue size, d and scale; DPREC_ERR_RELEASE_VALUE if a value read is past the public bound (the bytes
+ * changed since they were verified); DPREC_ERR_SINGULAR if the system is singular or its solution so large
+ * that a prediction could not be represented (raise lambda). */
 DPREC_API int dprec_fit(dprec_client *c, const void *release, size_t len);
 
-/* The same, streaming: begin, feed chunks of any size, end. The user vector changes only if end succeeds. */
+/* The same, streaming: begin, feed chunks of any size, end. Every byte is hashed again (a stream cannot be
+ * bound to the trusted release otherwise): end refuses a stream whose SHA-256 digest is not the trusted
+ * release's (DPREC_ERR_RELEASE_UNVERIFIED). The user vector changes only if end succeeds. */
 DPREC_API int dprec_fit_begin(dprec_client *c);
 DPREC_API int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_fit_end(dprec_client *c);
@@ -201,18 +266,22 @@ typedef struct dprec_recommendation {
     float score; /* predicted rating mu + b_j + u.v_j, clamped to the rating scale */
 } dprec_recommendation;
 
-/* Fits the user vector on the release, then writes the k best items the user has not rated into out (best
- * first; ties by lower item id) and their number into *n (< k only if fewer items are unrated).
- * 1 <= k <= cfg.max_k. */
+/* Fits the user vector on the trusted release held in memory (as dprec_fit), then writes the k best items the
+ * user has not rated into out (best first; ties by lower item id) and their number into *n (< k only if fewer
+ * items are unrated). 1 <= k <= cfg.max_k. Costs the fit and one scoring pass over the rows, O(m d + m log k):
+ * the bytes are not hashed again. */
 DPREC_API int dprec_recommend(dprec_client *c, const void *release, size_t len, uint32_t k,
                               dprec_recommendation *out, uint32_t *n);
 
-/* Top-K streaming, after a successful fit on the same release (checked by digest at end). */
+/* Top-K streaming, after a successful fit on the same release (checked by its SHA-256 digest at end:
+ * DPREC_ERR_RELEASE_MISMATCH for another release). */
 DPREC_API int dprec_topk_begin(dprec_client *c, uint32_t k);
 DPREC_API int dprec_topk_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n);
 
-/* The predicted rating of one item (fitted user vector; the release must be the fitted one). */
+/* The predicted rating of one item, from the fitted user vector and the trusted release held in memory, which
+ * must be the fitted one (DPREC_ERR_RELEASE_UNVERIFIED, DPREC_ERR_RELEASE_MISMATCH). Reads the header, the
+ * digest field and row `item` only: O(d), so a memory-mapped release file is read in three places. */
 DPREC_API int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32_t item, float *score);
 
 /* private-fw (seed 002): the device's own row of predictions Y_i = sum_c g_c v_c, as the coefficients g

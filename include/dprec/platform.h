@@ -64,6 +64,16 @@ typedef struct dprec_port {
     /* Optional (may be NULL): the keystore seam. Writes the 32-byte key that encrypts the store at
      * rest. A real app fetches it from Android Keystore / iOS Keychain / a secure element. */
     int (*get_storage_key)(void *ctx, unsigned char key[32]);
+
+    /* Optional (may be NULL, then the app must make sure one client at most uses a store): an exclusive,
+     * non-blocking lock named `name` (the SDK asks for "<store name>.lock"), held by one client from its
+     * dprec_store_load to its dprec_client_free. Two clients on one store, in two processes or in one, would
+     * otherwise each save its own view over the other's: ratings and privacy-ledger charges silently lost.
+     * lock returns DPREC_OK with a handle in *handle, DPREC_ERR_STORE_LOCKED if anyone else (another process, or
+     * another lock call of this process) holds it, or DPREC_ERR_IO. The lock must end when its holder's process
+     * does, however it ends (POSIX: flock(2) on an open file, as platform/posix does). */
+    int (*lock)(void *ctx, const char *name, void **handle);
+    void (*unlock)(void *ctx, void *handle);
 } dprec_port;
 
 DPREC_END_DECLS

@@ -59,9 +59,9 @@ typedef struct dprec_release_info {
  * except digest. Returns DPREC_ERR_RELEASE_MAGIC/VERSION/HEADER, or DPREC_ERR_RELEASE_TRUNCATED if len < 64. */
 DPREC_API int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *info);
 
-/* Validates a whole release held in memory: header, exact size, every value finite, digest. On success
- * fills *info (digest included). The signature is carried, not checked here: dprec_client_sync verifies it
- * (ECDSA P-256 over the digest) against the aggregator key the app pinned before using any fitted vector. */
+/* Validates a whole release held in memory: header, exact size, every value within the public bound, digest.
+ * On success fills *info (digest included). The signature is carried, not checked here: dprec_release_verify
+ * (dprec.h) and dprec_client_sync verify it (ECDSA P-256 over the digest) against the key the app pinned. */
 DPREC_API int dprec_release_check(const void *buf, size_t len, dprec_release_info *info);
 
 /* Reads row j of a release already validated by dprec_release_check: v_j into row[0..d) and the item

@@ -40,6 +40,7 @@ typedef enum dprec_status {
     DPREC_ERR_STORE_KEY = -208,          /* the file is encrypted and the key is missing or wrong */
     DPREC_ERR_STORE_MISMATCH = -209,     /* the file was written for another catalogue size or capacity */
     DPREC_ERR_BAD_TIMESTAMP = -210,      /* a negative timestamp */
+    DPREC_ERR_STORE_LOCKED = -211,       /* another client, in this process or another, is using the store */
 
     /* release of item profiles: -300 .. -399 */
     DPREC_ERR_RELEASE_MAGIC = -300,     /* not a dprec release */
@@ -51,6 +52,7 @@ typedef enum dprec_status {
     DPREC_ERR_RELEASE_VALUE = -306,     /* a NaN, infinite or out-of-bound (|x| > 2^20) value in the body */
     DPREC_ERR_RELEASE_SIGNATURE = -307, /* the signature is missing or does not verify */
     DPREC_ERR_RELEASE_MISMATCH = -308,  /* the release's m, d or scale differ from the client's */
+    DPREC_ERR_RELEASE_UNVERIFIED = -309, /* not the client's trusted release: verify it first (dprec_release_verify) */
 
     /* local computation: -400 .. -499 */
     DPREC_ERR_SINGULAR = -400,  /* the least-squares system is not positive definite (raise lambda) */

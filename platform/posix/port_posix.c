@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,22 +22,37 @@ static int fail(dprec_port_posix *p, int status) {
     return status;
 }
 
-static int path_of(dprec_port_posix *p, const char *name, char *out, size_t cap) {
-    if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    int n = snprintf(out, cap, "%s/%s", p->dir, name);
-    if (n < 0 || (size_t)n >= cap) return DPREC_ERR_INVALID_ARGUMENT;
+/* Names are plain file names inside the port's directory (no '/'): each call opens the directory and works
+ * relative to it (openat, renameat, unlinkat), so that no path is built on the stack (a 4 KiB path buffer per
+ * call made the port the deepest part of the SDK's stack: docs/sdk.md, "Stack"). */
+static int name_ok(const char *name) {
+    return name != NULL && name[0] != '\0' && strchr(name, '/') == NULL && strlen(name) < DPREC_PORT_NAME_MAX;
+}
+
+static int open_dir(dprec_port_posix *p, int *dfd) {
+    do *dfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    while (*dfd < 0 && errno == EINTR);
+    return *dfd < 0 ? fail(p, DPREC_ERR_IO) : DPREC_OK;
+}
+
+/* openat in the port's directory; the directory's descriptor is closed again. */
+static int open_in_dir(dprec_port_posix *p, const char *name, int flags, int *fd) {
+    int dfd, rc = open_dir(p, &dfd);
+    if (rc != DPREC_OK) return rc;
+    do *fd = openat(dfd, name, flags | O_CLOEXEC, 0600);
+    while (*fd < 0 && errno == EINTR);
+    int saved = errno;
+    close(dfd);
+    errno = saved;
     return DPREC_OK;
 }
 
 static int posix_open(void *ctx, const char *name, dprec_port_open_mode mode, void **file) {
     dprec_port_posix *p = (dprec_port_posix *)ctx;
-    char path[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
-    int rc = path_of(p, name, path, sizeof path);
-    if (rc != DPREC_OK) return rc;
+    if (!name_ok(name)) return DPREC_ERR_INVALID_ARGUMENT;
     int flags = mode == DPREC_PORT_READ ? O_RDONLY : (O_WRONLY | O_CREAT | O_TRUNC);
-    int fd;
-    do fd = open(path, flags | O_CLOEXEC, 0600);
-    while (fd < 0 && errno == EINTR);
+    int fd = -1, rc = open_in_dir(p, name, flags, &fd);
+    if (rc != DPREC_OK) return rc;
     if (fd < 0) return fail(p, errno == ENOENT ? DPREC_ERR_NOT_FOUND : DPREC_ERR_IO);
     *file = (void *)(intptr_t)(fd + 1); /* +1 so that fd 0 is not a NULL handle */
     return DPREC_OK;
@@ -80,26 +96,58 @@ static int posix_close(void *ctx, void *file) {
 /* rename(2) is atomic; fsync of the directory makes the new name itself survive a power cut. */
 static int posix_rename(void *ctx, const char *from, const char *to) {
     dprec_port_posix *p = (dprec_port_posix *)ctx;
-    char a[sizeof p->dir + DPREC_PORT_NAME_MAX + 2], b[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
-    int rc = path_of(p, from, a, sizeof a);
-    if (rc == DPREC_OK) rc = path_of(p, to, b, sizeof b);
+    if (!name_ok(from) || !name_ok(to)) return DPREC_ERR_INVALID_ARGUMENT;
+    int dfd, rc = open_dir(p, &dfd);
     if (rc != DPREC_OK) return rc;
-    if (rename(a, b) != 0) return fail(p, DPREC_ERR_IO);
-    int dfd = open(p->dir, O_RDONLY | O_CLOEXEC);
-    if (dfd < 0) return fail(p, DPREC_ERR_IO);
+    if (renameat(dfd, from, dfd, to) != 0) {
+        rc = fail(p, DPREC_ERR_IO);
+        close(dfd);
+        return rc;
+    }
     int sync_rc = fsync(dfd);
+    int saved = errno;
     close(dfd);
+    errno = saved;
     if (sync_rc != 0 && errno != EINVAL) return fail(p, DPREC_ERR_IO); /* some filesystems cannot sync dirs */
     return DPREC_OK;
 }
 
 static int posix_remove(void *ctx, const char *name) {
     dprec_port_posix *p = (dprec_port_posix *)ctx;
-    char path[sizeof p->dir + DPREC_PORT_NAME_MAX + 2];
-    int rc = path_of(p, name, path, sizeof path);
+    if (!name_ok(name)) return DPREC_ERR_INVALID_ARGUMENT;
+    int dfd, rc = open_dir(p, &dfd);
     if (rc != DPREC_OK) return rc;
-    if (unlink(path) != 0 && errno != ENOENT) return fail(p, DPREC_ERR_IO);
+    if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT) rc = fail(p, DPREC_ERR_IO);
+    close(dfd);
+    return rc;
+}
+
+/* One client per store (platform.h, lock): flock(2) on "<dir>/<name>". A flock belongs to the open file
+ * description, so it excludes a second client in this process as well as one in another, and it ends when the
+ * descriptor is closed, by unlock or by the process's death, however it dies. The file stays (removing a lock
+ * file while someone may be opening it races). */
+static int posix_lock(void *ctx, const char *name, void **handle) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    if (!name_ok(name)) return DPREC_ERR_INVALID_ARGUMENT;
+    int fd = -1, rc = open_in_dir(p, name, O_RDWR | O_CREAT, &fd);
+    if (rc != DPREC_OK) return rc;
+    if (fd < 0) return fail(p, DPREC_ERR_IO);
+    int r;
+    do r = flock(fd, LOCK_EX | LOCK_NB);
+    while (r != 0 && errno == EINTR);
+    if (r != 0) {
+        int busy = errno == EWOULDBLOCK;
+        rc = fail(p, busy ? DPREC_ERR_STORE_LOCKED : DPREC_ERR_IO);
+        close(fd);
+        return rc;
+    }
+    *handle = (void *)(intptr_t)(fd + 1);
     return DPREC_OK;
+}
+
+static void posix_unlock(void *ctx, void *handle) {
+    (void)ctx;
+    close(fd_of(handle)); /* closing the only descriptor of the description releases the flock */
 }
 
 static int posix_entropy(void *ctx, unsigned char *buf, size_t len) {
@@ -195,5 +243,7 @@ int dprec_port_posix_init(dprec_port *port, dprec_port_posix *posix, const char 
     port->wall_clock_s = posix_wall_clock_s;
     port->last_cause = posix_last_cause;
     port->get_storage_key = posix_get_key;
+    port->lock = posix_lock;
+    port->unlock = posix_unlock;
     return DPREC_OK;
 }

@@ -65,7 +65,22 @@ static int64_t tpl_wall_clock_s(void *ctx) {
     return 0;
 }
 
-/* Fills a port table with the template functions. log, last_cause and get_storage_key are optional. */
+/* PORT: take the exclusive lock `name` without waiting: DPREC_ERR_STORE_LOCKED if any other holder has it (another
+ * task or process, or a second lock call of this one); it must end if its holder dies. A firmware whose store is
+ * only ever used by one task may leave lock and unlock NULL. The stub refuses, so a port that fills in the table
+ * from this file but forgets the lock fails loudly at dprec_store_load. */
+static int tpl_lock(void *ctx, const char *name, void **handle) {
+    (void)ctx; (void)name; (void)handle;
+    return DPREC_ERR_IO;
+}
+
+/* PORT: release a lock taken by tpl_lock. */
+static void tpl_unlock(void *ctx, void *handle) {
+    (void)ctx; (void)handle;
+}
+
+/* Fills a port table with the template functions. log, last_cause, get_storage_key, lock and unlock are
+ * optional. */
 void dprec_port_template_init(dprec_port *port, void *ctx);
 void dprec_port_template_init(dprec_port *port, void *ctx) {
     port->ctx = ctx;
@@ -82,4 +97,6 @@ void dprec_port_template_init(dprec_port *port, void *ctx) {
     port->log = NULL;
     port->last_cause = NULL;
     port->get_storage_key = NULL;
+    port->lock = tpl_lock;
+    port->unlock = tpl_unlock;
 }

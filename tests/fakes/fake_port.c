@@ -152,6 +152,31 @@ static int fk_key(void *ctx, unsigned char key[32]) {
     return DPREC_OK;
 }
 
+static int fk_lock(void *ctx, const char *name, void **handle) {
+    fake_port *f = ctx;
+    if (f->fail_lock) {
+        f->last_cause = EIO;
+        return DPREC_ERR_IO;
+    }
+    int free_slot = -1;
+    for (int i = 0; i < FAKE_MAX_HANDLES; i++) {
+        if (f->locks[i][0] == '\0') {
+            if (free_slot < 0) free_slot = i;
+        } else if (strcmp(f->locks[i], name) == 0) {
+            return DPREC_ERR_STORE_LOCKED;
+        }
+    }
+    if (free_slot < 0) return DPREC_ERR_IO;
+    strncpy(f->locks[free_slot], name, DPREC_PORT_NAME_MAX - 1);
+    *handle = f->locks[free_slot];
+    return DPREC_OK;
+}
+
+static void fk_unlock(void *ctx, void *handle) {
+    (void)ctx;
+    memset(handle, 0, DPREC_PORT_NAME_MAX);
+}
+
 void fake_port_init(fake_port *f, dprec_port *port) {
     memset(f, 0, sizeof *f);
     f->wall = 1700000000;
@@ -169,6 +194,14 @@ void fake_port_init(fake_port *f, dprec_port *port) {
     port->wall_clock_s = fk_wall;
     port->last_cause = fk_last_cause;
     port->get_storage_key = fk_key;
+    port->lock = fk_lock;
+    port->unlock = fk_unlock;
+}
+
+void fake_port_set_no_lock(fake_port *f, dprec_port *port) {
+    f->no_lock = 1;
+    port->lock = NULL;
+    port->unlock = NULL;
 }
 
 void fake_port_free(fake_port *f) {

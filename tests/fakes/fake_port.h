@@ -41,10 +41,16 @@ typedef struct fake_port {
     int has_key;
     unsigned char key[32];
     int last_cause;
+    /* locks (platform.h, lock): the names held, shared by every client on this port; no_lock leaves lock and
+     * unlock NULL (a port without one), fail_lock makes lock fail with DPREC_ERR_IO */
+    char locks[FAKE_MAX_HANDLES][DPREC_PORT_NAME_MAX];
+    int no_lock, fail_lock;
 } fake_port;
 
 void fake_port_init(fake_port *f, dprec_port *port);
 void fake_port_free(fake_port *f);
+/* Removes lock and unlock from the port table (a port without a lock). */
+void fake_port_set_no_lock(fake_port *f, dprec_port *port);
 /* Resets the call counters and sets which call fails (0 = none). */
 void fake_port_arm(fake_port *f, int open_at, int write_at, int sync_at, int rename_at);
 /* The file's bytes (NULL if absent). */

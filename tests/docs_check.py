@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The docs and comments say things the code can check (issue 19, point 8: a header cited a file that did not
+exist, the documented allocator block count was 7 where the code takes 10, the stack requirement was not stated).
+
+usage: docs_check.py REPO_ROOT
+
+1. Every repository path cited in the SDK's sources, headers, tests, scripts and docs (sdk/..., include/...,
+   tests/..., docs/..., platform/..., bench/..., scripts/..., examples/...) names a file that exists.
+2. Every test function a doc cites (`test_...`) exists in tests/.
+3. docs/sdk.md's count of allocator blocks is the number of blocks sdk/client.c takes (its BLK_ enum).
+4. docs/sdk.md's stack requirement is the one tests/test_stack.c holds the SDK to.
+Exits non-zero listing every mismatch."""
+import os
+import re
+import sys
+
+root = sys.argv[1]
+problems = []
+
+
+def read(rel):
+    try:
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        problems.append(f"{rel} is missing")
+        return ""
+
+
+def files_under(*dirs, exts=(".c", ".h", ".md", ".sh", ".py", ".cmake", ".txt")):
+    for d in dirs:
+        for base, _, names in os.walk(os.path.join(root, d)):
+            for n in names:
+                if n.endswith(exts):
+                    yield os.path.relpath(os.path.join(base, n), root)
+
+
+# 1. cited paths exist
+scanned = list(files_under("sdk", "include", "tests", "docs", "platform", "bench", "scripts", "examples"))
+scanned += ["README.md", "CMakeLists.txt"]
+cite = re.compile(r"\b((?:sdk|include/dprec|tests|docs|platform|bench|scripts|examples|toolchains)/[A-Za-z0-9_./-]*"
+                  r"[A-Za-z0-9_]\.(?:c|h|md|sh|py|cmake))\b")
+for rel in scanned:
+    for path in set(cite.findall(read(rel))):
+        if "*" in path or "<" in path:
+            continue
+        if not os.path.exists(os.path.join(root, path)):
+            problems.append(f"{rel} cites {path}, which does not exist")
+
+# 2. cited tests exist
+test_sources = "".join(read(t) for t in files_under("tests", exts=(".c", ".py", ".cmake")))
+for doc in ["docs/sdk.md", "docs/release-format.md", "docs/privacy.md", "README.md"]:
+    for name in set(re.findall(r"`(test_[a-z0-9_]+)`", read(doc))):
+        if not re.search(r"\b" + name + r"\b", test_sources):
+            problems.append(f"{doc} cites {name}, which no test defines")
+
+# 3. allocator blocks
+enum = re.search(r"enum \{ (BLK_[A-Z_, ]+) \};", read("sdk/client.c"))
+blocks = [b.strip() for b in enum.group(1).split(",") if b.strip() and b.strip() != "BLK_COUNT"] if enum else []
+words = {"seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+said = re.search(r"allocator hooks with a hard cap\*\* \(`dprec_client_init_with_allocator`\): (\w+) blocks",
+                 read("docs/sdk.md"))
+if not said or words.get(said.group(1), -1) != len(blocks):
+    problems.append(f"docs/sdk.md gives {said.group(1) if said else 'no'} allocator blocks; sdk/client.c takes "
+                    f"{len(blocks)}")
+
+# 4. stack requirement
+held = re.search(r"#define DOC_STACK_BYTES (\d+)u", read("tests/test_stack.c"))
+stated = re.search(r"needs (\d+) KiB of stack", read("docs/sdk.md"))
+if not held or not stated or int(stated.group(1)) * 1024 != int(held.group(1)):
+    problems.append(f"docs/sdk.md's stack requirement ({stated.group(1) + ' KiB' if stated else 'none stated'}) is not "
+                    f"the {held.group(1) if held else '?'} bytes tests/test_stack.c holds")
+
+for p in problems:
+    print("docs_check:", p)
+if problems:
+    sys.exit(1)
+print(f"docs_check: ok ({len(scanned)} files scanned)")
