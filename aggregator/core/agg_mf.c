@@ -728,12 +728,14 @@ typedef struct mf_lane {
         const uint32_t j_ = (L).e->item;                                                                 \
         f8 *vrow_ = (f8 *)__builtin_assume_aligned(V + (size_t)j_ * KP, 32);                           \
         float *ivj_ = iv + 4u * (size_t)j_;                                                              \
-        const float c_ = (L).e->r - mu - ivj_[0] - (L).bu;                                               \
+        const float base_ = mu + ivj_[0] + (L).bu, c_ = (L).e->r - base_;                                \
         const float ev_ = ivj_[1] * (GW), evb_ = ivj_[2] * (GW);                                         \
         float dot_;                                                                                      \
         MF_DOT(UU, vrow_, NV, dot_);                                                                     \
-        const float diff_ = c_ - dot_, pred_ = (L).e->r - diff_;                                         \
-        const float err_ = diff_ * (float)((pred_ > lo) & (pred_ < hi)); /* no branch */                 \
+        /* inside the band: dot within (lo, hi) - base, tested on dot itself so that the test runs beside  \
+         * the error instead of after it; almost always true, so the branch is predicted */              \
+        float err_ = c_ - dot_;                                                                          \
+        if (__builtin_expect(!(dot_ > lo - base_ && dot_ < hi - base_), 0)) err_ = 0.0f;                 \
         for (uint32_t a_ = 0; a_ < NV; a_++) {                                                           \
             f8 ua_ = (UU)[a_], va_ = vrow_[a_];                                                          \
             (UU)[a_] = ua_ + err_ * ((EU) * va_);                                                        \
