@@ -39,7 +39,8 @@ static const char *const help_text[] = {
     "\n"
     "Trains the biased matrix factorization r ~ mu + b_user + c_item + u . v with the aggregator's solver (seed 003,\n"
     "Liu, Wang, Smola 2015: cache-efficient, multi-threaded; docs/benchmarks.md) and prints, for every pass, its wall\n"
-    "time, the rating updates per second and the training and test RMSE (of the raw predictions, not clamped).\n"
+    "time, the rating updates per second, the training and test RMSE (of the raw predictions, not clamped; SGLD: the\n"
+    "chain's current sample, no training RMSE) and the CPU time of all threads during the pass.\n"
     "\n"
     "DATA\n"
     "  --data FILE          the training ratings: MovieLens u.data (tab), ratings.dat (::), ratings.csv (comma,\n"
@@ -105,6 +106,14 @@ static void usage(const char *fmt, const char *arg) {
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The CPU time of the whole process (every thread): on a shared machine, what a pass costs whatever the wait for a
+ * core. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -790,16 +799,18 @@ int dprec_train_main(int argc, char **argv) {
         printf("data: %u users, %u items, %zu train, %zu test ratings (read/generated in %.1f s, layout %.1f s); method %s, k "
                "= %u, %u threads\n", um.n, im.n, tr.n, te.n, tl - t0, now_s() - tl, o.mf.method == AGG_MF_SGD ? "sgd" : "sgld",
                o.mf.k, o.mf.threads);
-    if (!o.quiet) printf("%5s %9s %14s %11s %11s\n", "pass", "time_s", "ratings_per_s", "train_rmse", "test_rmse");
+    if (!o.quiet)
+        printf("%5s %9s %14s %11s %11s %9s\n", "pass", "time_s", "ratings_per_s", "train_rmse", "test_rmse", "cpu_s");
     double total = 0.0, rmse = NAN;
     for (unsigned it = 1; it <= o.iterations; it++) {
-        double sse = 0.0, a = now_s();
+        double sse = 0.0, a = now_s(), c = cpu_s();
         if (agg_mf_pass(s, &signer->rng, &sse, err, sizeof err) != 0) goto out;
-        double dt = now_s() - a;
+        double dt = now_s() - a, dc = cpu_s() - c;
         total += dt;
         rmse = te.n > 0 ? agg_mf_rmse(s, &test, 0.0, 0.0) : NAN;
         if (!o.quiet)
-            printf("%5u %9.4f %14.0f %11.4f %11.4f\n", it, dt, (double)tr.n / dt, sqrt(sse / (double)(tr.n ? tr.n : 1)), rmse);
+            printf("%5u %9.4f %14.0f %11.4f %11.4f %9.4f\n", it, dt, (double)tr.n / dt,
+                   o.mf.method == AGG_MF_SGD ? sqrt(sse / (double)(tr.n ? tr.n : 1)) : NAN, rmse, dc);
     }
     if (o.model != NULL && write_model(o.model, s, &o, &um, &im, err, sizeof err) != 0) goto out;
     if (o.release != NULL && write_release(signer, o.release, s, &o, &im, rmin, rmax, err, sizeof err) != 0) goto out;

@@ -17,7 +17,9 @@ For each k and thread count, LIBMF and dprec run back to back (LIBMF first), so 
   - dprec: `dprec-aggregator train --data ... --test ...`, which times each pass alone (the test RMSE after it is
     computed outside the timed part). Its first pass is left out too.
 The per-pass time reported is the median over passes 2..N (robust to other processes on a shared machine), and
-rating updates per second = training ratings / that time. With --rmse (default on for k = 32, T = 2) LIBMF runs once
+rating updates per second = training ratings / that time. Beside it, the CPU time per pass of all the process's
+threads (dprec: CLOCK_PROCESS_CPUTIME_ID around the pass; LIBMF: /proc/PID/stat at each of its lines, 10 ms
+resolution), which does not count the waits for a core that a loaded machine adds to the wall time. With --rmse (default on for k = 32, T = 2) LIBMF runs once
 more with `-p test` for its test RMSE per pass, which both tools print. SGLD (dprec only) runs at the same k and T.
 Prints a markdown table and appends CSV rows to --out.
 """
@@ -34,14 +36,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid):
+    """The CPU time (user + system, every thread) the process has used, from /proc (clock ticks: 10 ms here)."""
+    try:
+        f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def timed_lines(cmd):
-    """Runs cmd with line-buffered stdout; returns [(monotonic time, line)]."""
+    """Runs cmd with line-buffered stdout; returns [(monotonic time, process CPU seconds, line)]."""
     p = subprocess.Popen(["stdbuf", "-oL"] + cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
     for line in p.stdout:
-        out.append((time.monotonic(), line.rstrip("\n")))
+        out.append((time.monotonic(), proc_cpu(p.pid), line.rstrip("\n")))
     if p.wait() != 0:
-        sys.exit("bench_mf.py: %s failed:\n%s" % (" ".join(cmd), "\n".join(l for _, l in out[-20:])))
+        sys.exit("bench_mf.py: %s failed:\n%s" % (" ".join(cmd), "\n".join(l for _, _, l in out[-20:])))
     return out
 
 
@@ -52,22 +66,31 @@ def libmf_run(libmf, k, t, n, train, test=None):
         cmd += ["-p", test]
     cmd += [train, os.path.join(os.path.dirname(train), "libmf.model")]
     lines = timed_lines(cmd)
-    iters = [(ts, l.split()) for ts, l in lines if re.match(r"^\s*\d+\s", l)]
+    iters = [(ts, cpu, l.split()) for ts, cpu, l in lines if re.match(r"^\s*\d+\s", l)]
     # line i ends iteration i: times[i - 1] is iteration i's, for i >= 1 (iteration 0, the slow-only pass, has
     # none); iteration 1, the first full pass, is left out as dprec's first pass is
     times = [iters[i][0] - iters[i - 1][0] for i in range(1, len(iters))]
-    rmse = [float(f[2]) for _, f in iters] if test else []
-    return times[1:] if len(times) > 1 else times, rmse
+    cpus = [iters[i][1] - iters[i - 1][1] for i in range(1, len(iters))]
+    rmse = [float(f[2]) for _, _, f in iters] if test else []
+    return times[1:], cpus[1:], rmse
 
 
 def dprec_run(binary, k, t, n, train, test, extra):
     cmd = [binary, "train", "--data", train, "--test", test, "--rank", str(k), "--threads", str(t),
            "--iterations", str(n)] + extra
-    lines = [l for _, l in timed_lines(cmd)]
+    lines = [l for _, _, l in timed_lines(cmd)]
     rows = [l.split() for l in lines if re.match(r"^\s*\d+\s+\d", l)]
     times = [float(r[1]) for r in rows]
     rmse = [float(r[4]) for r in rows]
-    return times[1:], rmse, lines[-1]
+    cpus = [float(r[5]) for r in rows]
+    return times[1:], cpus[1:], rmse, lines[-1]
+
+
+def SGLD(a):
+    """SGLD's flags for the timing runs: every rating kept (tau above any user's count), the synthetic ratings' range
+    as the scale, priors wide enough for its factors, 5 warm-up passes (counted among the passes)."""
+    return ["--method", "sgld", "--epsilon", str(a.sgld_epsilon), "--scale", "-2", "8", "--tau", "1000",
+            "--prior-sd", "0.5", "--bias-prior-sd", "0.5", "--warmup", "5"]
 
 
 def main():
@@ -97,44 +120,45 @@ def main():
     print("data: --synthetic %s: %d training ratings (%s)" % (a.spec, ntrain, train))
     out = open(a.out, "a") if a.out else None
     if out and out.tell() == 0:
-        out.write("tool,method,k,threads,pass_s_median,ratings_per_s,rmse_last,load\n")
+        out.write("tool,method,k,threads,pass_s_median,ratings_per_s,cpu_s_median,rmse_last,load\n")
     rows = []
     for k in [int(x) for x in a.ks.split(",")]:
         for t in [int(x) for x in a.threads.split(",")]:
             load = os.getloadavg()[0]
-            lt = []
+            lt, lc = [], []
             if a.libmf:
-                lt, _ = libmf_run(a.libmf, k, t, a.iterations, train)
-            dt, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
-            st, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test,
-                                     ["--method", "sgld", "--epsilon", str(a.sgld_epsilon), "--scale", "-2", "8",
-                                      "--tau", "1000"])
-            row = {"k": k, "t": t, "load": load, "libmf": statistics.median(lt) if lt else None,
-                   "sgd": statistics.median(dt), "sgld": statistics.median(st), "rmse": drmse[-1]}
+                lt, lc, _ = libmf_run(a.libmf, k, t, a.iterations, train)
+            dt, dc, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
+            st, sc, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, SGLD(a))
+            med = lambda x: statistics.median(x) if x else None
+            row = {"k": k, "t": t, "load": load, "libmf": med(lt), "libmf_cpu": med(lc), "sgd": med(dt),
+                   "sgd_cpu": med(dc), "sgld": med(st), "sgld_cpu": med(sc), "rmse": drmse[-1]}
             rows.append(row)
-            for tool, method, v, r in (("libmf", "sgd", row["libmf"], ""), ("dprec", "sgd", row["sgd"], drmse[-1]),
-                                       ("dprec", "sgld", row["sgld"], srmse[-1])):
+            for tool, method, v, c, r in (("libmf", "sgd", row["libmf"], row["libmf_cpu"], ""),
+                                          ("dprec", "sgd", row["sgd"], row["sgd_cpu"], drmse[-1]),
+                                          ("dprec", "sgld", row["sgld"], row["sgld_cpu"], srmse[-1])):
                 if v is None:
                     continue
-                line = "%s,%s,%d,%d,%.4f,%.0f,%s,%.2f" % (tool, method, k, t, v, ntrain / v, r, load)
+                line = "%s,%s,%d,%d,%.4f,%.0f,%.4f,%s,%.2f" % (tool, method, k, t, v, ntrain / v, c, r, load)
                 print(line, flush=True)
                 if out:
                     out.write(line + "\n")
                     out.flush()
-    print("\n| k | threads | LIBMF s/pass (M ratings/s) | dprec SGD s/pass (M ratings/s) | dprec / LIBMF | "
-          "dprec SGLD s/pass | SGLD / SGD |")
+    print("\nwall time per pass, median of passes 2..N (M rating updates/s); CPU s per pass (all threads) after /")
+    print("| k | threads | LIBMF | dprec SGD | dprec SGLD | SGD: dprec / LIBMF, wall / CPU | SGLD / SGD, wall / CPU |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        lib = "%.3f (%.1f)" % (r["libmf"], ntrain / r["libmf"] / 1e6) if r["libmf"] else "—"
-        ratio = "%.2f×" % (r["libmf"] / r["sgd"]) if r["libmf"] else "—"
-        print("| %d | %d | %s | %.3f (%.1f) | %s | %.3f | %.2f |" % (r["k"], r["t"], lib, r["sgd"], ntrain / r["sgd"] / 1e6,
-                                                                      ratio, r["sgld"], r["sgld"] / r["sgd"]))
+        cell = lambda w, c: "%.3f s (%.1f) / %.3f" % (w, ntrain / w / 1e6, c)
+        lib = cell(r["libmf"], r["libmf_cpu"]) if r["libmf"] else "—"
+        ratio = "%.2f× / %.2f×" % (r["libmf"] / r["sgd"], r["libmf_cpu"] / r["sgd_cpu"]) if r["libmf"] else "—"
+        print("| %d | %d | %s | %s | %s | %s | %.2f / %.2f |" % (r["k"], r["t"], lib, cell(r["sgd"], r["sgd_cpu"]),
+                                                                 cell(r["sgld"], r["sgld_cpu"]), ratio,
+                                                                 r["sgld"] / r["sgd"], r["sgld_cpu"] / r["sgd_cpu"]))
     if a.libmf:
         k, t = (32, 2)
-        _, lrmse = libmf_run(a.libmf, k, t, a.iterations, train, test)
-        _, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
-        _, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test,
-                                ["--method", "sgld", "--epsilon", str(a.sgld_epsilon), "--scale", "-2", "8", "--tau", "1000"])
+        _, _, lrmse = libmf_run(a.libmf, k, t, a.iterations, train, test)
+        _, _, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
+        _, _, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, SGLD(a))
         print("\ntest RMSE per pass, k = %d, %d threads:" % (k, t))
         print("| pass | " + " | ".join(str(i + 1) for i in range(a.iterations)) + " |")
         print("|---|" + "---|" * a.iterations)
