@@ -232,8 +232,7 @@ int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dpr
     if (job_params(job, &p, err, errcap) != 0) return -1;
     if (passes > 0) p.passes = passes;
     const uint32_t m = job->m, d = job->d;
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += reports[i].payload_len >= 8 ? dprec_ld32(reports[i].payload) : 0;
+    const size_t total = n * (size_t)p.tau; /* every report has exactly tau pairs (payload_check below) */
     const size_t users = n > 0 ? n : 1; /* no report: one user without ratings, the posterior is the prior */
     uint32_t *uu = malloc(sizeof(uint32_t) * (total > 0 ? total : 1)), *ii = malloc(sizeof(uint32_t) * (total > 0 ? total : 1));
     float *rr = malloc(sizeof(float) * (total > 0 ? total : 1)), *ww = malloc(sizeof(float) * users);
