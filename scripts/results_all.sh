@@ -4,7 +4,7 @@
 # user mean. Each configuration is one `dprec-fleet --in-process` run; rows are appended to OUT (CSV) as they
 # finish, and rows already there are skipped, so an interrupted run resumes where it stopped.
 #
-#   bash scripts/results_all.sh [--data ml100k|ml10m[:F]] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
+#   bash scripts/results_all.sh [--data ml100k|ml10m[:F]|synthetic] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
 #   bash scripts/results_all.sh --table [--out FILE]          the markdown tables of OUT
 #   bash scripts/results_all.sh --plot FILE.png [--out FILE]  RMSE against epsilon, one panel per data set
 #   bash scripts/results_all.sh --publish [--out FILE]        both into docs/ (the block between the
@@ -12,7 +12,8 @@
 #                                                             docs/leaderboard.png, docs/results-all.csv)
 #
 # --data ml100k: MovieLens 100K (../shared/data/ml-100k/u.data, 943 users); ml10m: the MovieLens-10M-shaped fleet
-# of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three).
+# of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three);
+# synthetic: the 100,000-device fleet of the per-protocol sections (`--synthetic 100000,300,1000000,5`).
 # Protocols (default all of): bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr. sgld's epsilon is a
 # posterior-sampling heuristic (its model column says so; docs/privacy.md "sgld"). private-fw runs on every
 # item (--items-top = the number of items: no data-dependent subset), dense where n <= 4096, else Oja. ldp-rr is
@@ -121,7 +122,8 @@ fi
 case "$data" in
   ml100k) src=(--data "$here/../shared/data/ml-100k/u.data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr";;
   ml10m|ml10m:*) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
-  *) echo "results_all.sh: --data ml100k or ml10m[:F] (see --help)" >&2; exit 2;;
+  synthetic) src=(--synthetic 100000,300,1000000,5); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
+  *) echo "results_all.sh: --data ml100k, ml10m[:F] or synthetic (see --help)" >&2; exit 2;;
 esac
 protocols=${protocols:-$default_protocols}
 [ -f "$out" ] || echo "data,protocol,eps,rmse,eps_published,delta,model,rounds,seconds,users,items,ratings,global,item,user" > "$out"
