@@ -30,11 +30,13 @@
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
+#define AGG_TRAIN_MAX_ITEMS 100000000u /* --items: the largest catalogue */
 
 static const char *const help_text[] = {
     "usage: dprec-aggregator train (--data FILE [--test FILE | --test-fraction F] | --synthetic SPEC)\n"
     "                              [--method sgd|sgld] [--rank K] [--threads T] [--iterations N]\n"
     "                              [--epsilon E --tau T ...] [--model FILE] [--release FILE --key PEM]\n"
+    "                              [--items FIRST:LAST]\n"
     "                              [--write-train FILE --write-test FILE]\n"
     "\n"
     "Trains the biased matrix factorization r ~ mu + b_user + c_item + u . v with the aggregator's solver (seed 003,\n"
@@ -81,15 +83,20 @@ static const char *const help_text[] = {
     "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.1)\n"
     "  --step C             the preconditioned Langevin step (default 0.1)\n"
     "  --warmup W           the first W passes descend toward the posterior's mode without noise, a shorter\n"
-    "                       burn-in (default 10, as the protocol's); --iterations counts them\n"
+    "                       burn-in (default 10, as the protocol's); --iterations counts them and must exceed W\n"
     "  The guarantee printed is (E, (1 + e^E) delta') with delta' the unknown distance of the SGLD chain to the\n"
     "  target: exact only for an exact sample. The noise comes from the OS-seeded CSPRNG.\n"
     "\n"
     "OUTPUT\n"
-    "  --model FILE         the model as text: 'item ID BIAS V1..VK' and 'user ID BIAS U1..UK' lines (original ids)\n"
+    "  --model FILE         the model as text: 'item ID BIAS V1..VK' and 'user ID BIAS U1..UK' lines (original ids;\n"
+    "                       sgld: the item lines only, U never leaves the curator)\n"
     "  --release FILE       a signed release (docs/release-format.md): V = [1 | v] (d = K + 1, column 0 pinned so a\n"
     "                       device's least-squares u[0] is its own bias), the item biases and mu; row r is the r-th\n"
-    "                       smallest item id of the training data. Needs --key\n"
+    "                       smallest item id of the training data, or item FIRST + r with --items. Needs --key\n"
+    "  --items FIRST:LAST   the public item catalogue: the model and the release have a row for every id FIRST..LAST\n"
+    "                       (an item nobody rated is sampled from the prior) and a training id outside is refused.\n"
+    "                       Required by sgld's --model and --release: rows for the items present in the data would\n"
+    "                       tell whether one user rated an item nobody else did (e.g. --items 1:1682 for ml-100k)\n"
     "  --key PEM            the EC P-256 signing key (generated, mode 0600, if missing)\n"
     "  --quiet              only the final line\n"
     "\n"
@@ -436,6 +443,17 @@ static int idmap_build(const uint64_t *v, size_t n, idmap *m) {
     return 0;
 }
 
+/* The public catalogue FIRST..LAST (--items): index id - FIRST, whatever the data holds. */
+static int idmap_catalogue(uint64_t first, uint64_t last, idmap *m) {
+    memset(m, 0, sizeof *m);
+    const uint64_t n = last - first + 1u;
+    m->ids = malloc(sizeof(uint64_t) * n);
+    if (m->ids == NULL) return -1;
+    for (uint64_t k = 0; k < n; k++) m->ids[k] = first + k;
+    m->n = (uint32_t)n;
+    return 0;
+}
+
 /* The dense index of id, or UINT32_MAX if the training data does not have it. */
 static uint32_t idmap_find(const idmap *m, uint64_t id) {
     if (m->direct != NULL) return id < m->ndirect ? m->direct[id] : UINT32_MAX;
@@ -472,6 +490,8 @@ static int densify(const triples *t, const idmap *um, const idmap *im, uint32_t 
 
 typedef struct options {
     const char *data, *test, *synthetic, *write_train, *write_test, *model, *release, *key;
+    uint64_t items_first, items_last; /* --items: the public catalogue (items_set) */
+    int items_set;
     double test_fraction;
     int test_fraction_set, iterations_set, quiet;
     uint64_t seed;
@@ -534,6 +554,18 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--release") == 0) o->release = v;
         else if (strcmp(a, "--key") == 0) o->key = v;
         else if (strcmp(a, "--quiet") == 0) o->quiet = 1, takes = 0;
+        else if (strcmp(a, "--items") == 0) {
+            const char *colon = v != NULL ? strchr(v, ':') : NULL;
+            char first[32];
+            if (colon == NULL || (size_t)(colon - v) >= sizeof first) return usage("--items wants FIRST:LAST, got '%s'", v ? v : ""), EXIT_USAGE;
+            memcpy(first, v, (size_t)(colon - v));
+            first[colon - v] = '\0';
+            if (parse_id(first, &o->items_first) != 0 || parse_id(colon + 1, &o->items_last) != 0 ||
+                o->items_last < o->items_first || o->items_last - o->items_first >= AGG_TRAIN_MAX_ITEMS)
+                return usage("--items wants FIRST:LAST, integer ids with FIRST <= LAST and at most 100,000,000 items, got '%s'", v),
+                       EXIT_USAGE;
+            o->items_set = 1;
+        }
         else if (strcmp(a, "--test-fraction") == 0) rc = num(a, v, 0.0, 0.9, &o->test_fraction), o->test_fraction_set = 1;
         else if (strcmp(a, "--seed") == 0) rc = num(a, v, 0, 9007199254740992.0, &x), o->seed = (uint64_t)x;
         else if (strcmp(a, "--method") == 0) {
@@ -575,7 +607,14 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->release != NULL && o->key == NULL) return usage("--release needs --key PEM%s", ""), EXIT_USAGE;
     if (o->mf.method == AGG_MF_SGLD && !(o->epsilon > 0)) return usage("--method sgld needs --epsilon E%s", ""), EXIT_USAGE;
     if (o->mf.method == AGG_MF_SGD && o->epsilon > 0) return usage("--epsilon is for --method sgld%s", ""), EXIT_USAGE;
+    if (o->mf.method == AGG_MF_SGLD && (o->model != NULL || o->release != NULL) && !o->items_set)
+        return usage("--method sgld with --model or --release needs the public item catalogue, --items FIRST:LAST (rows for "
+                     "the items present in the data would tell whether one user rated an item nobody else did)%s", ""),
+               EXIT_USAGE;
     if (o->write_train != NULL && !o->iterations_set) o->iterations = 0;
+    if (o->mf.method == AGG_MF_SGLD && o->iterations <= o->mf.warmup && (o->iterations > 0 || o->model != NULL || o->release != NULL))
+        return usage("--method sgld needs --iterations above --warmup (default 10): the warm-up passes descend without "
+                     "noise, and what they leave is a fit of the data, not a posterior sample%s", ""), EXIT_USAGE;
     return 0;
 }
 
@@ -632,7 +671,8 @@ static int write_model(const char *path, const agg_mf *s, const options *o, cons
     fprintf(f, "# dprec-aggregator train: method %s, k %u, mu %.9g, users %u, items %u; prediction = mu + user bias "
                "+ item bias + u . v\n",
             o->mf.method == AGG_MF_SGD ? "sgd" : "sgld", o->mf.k, o->mf.mu, um->n, im->n);
-    for (int side = 0; side < 2; side++) {
+    if (o->mf.method == AGG_MF_SGLD) fprintf(f, "# sgld: the item rows of one posterior sample (a posterior-sampling heuristic); U is not released\n");
+    for (int side = 0; side < (o->mf.method == AGG_MF_SGLD ? 1 : 2); side++) {
         const idmap *m = side == 0 ? im : um;
         for (uint32_t x = 0; x < m->n; x++) {
             if (side == 0) agg_mf_item(s, x, v, &b);
@@ -738,11 +778,18 @@ int dprec_train_main(int argc, char **argv) {
         status = 0;
         goto out;
     }
-    if (idmap_build(tr.u, tr.n, &um) != 0 || idmap_build(tr.i, tr.n, &im) != 0 ||
+    if (idmap_build(tr.u, tr.n, &um) != 0 ||
+        (o.items_set ? idmap_catalogue(o.items_first, o.items_last, &im) : idmap_build(tr.i, tr.n, &im)) != 0 ||
         densify(&tr, &um, &im, &du, &di, &dr) != 0 || densify(&te, &um, &im, &tu, &ti, &trt) != 0) {
         snprintf(err, sizeof err, "out of memory mapping the ids");
         goto out;
     }
+    for (size_t k = 0; o.items_set && k < tr.n; k++)
+        if (di[k] == UINT32_MAX) {
+            snprintf(err, sizeof err, "item id %llu of the training data is outside --items %llu:%llu",
+                     (unsigned long long)tr.i[k], (unsigned long long)o.items_first, (unsigned long long)o.items_last);
+            goto out;
+        }
     if (agg_signer_open(o.release != NULL ? o.key : NULL, &signer, err, sizeof err) != 0) goto out;
     double rmin = o.scale_min, rmax = o.scale_max;
     if (o.mf.method == AGG_MF_SGD) {

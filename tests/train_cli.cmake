@@ -1,7 +1,8 @@
 # End-to-end check of `dprec-aggregator train` (the seed-003 solver on a ratings file): it reads MovieLens u.data,
 # ratings.dat, ratings.csv and plain `user item rating` lines with 0- or 1-based ids; it refuses a malformed line with
 # the file name and line number (exit 1); --synthetic writes train and test files that it reads back; it writes a
-# model and a signed release; --method sgld prints its guarantee as a posterior-sampling heuristic.
+# model and a signed release; --method sgld prints its guarantee as a posterior-sampling heuristic, needs a pass of the
+# chain after the warm-up, and writes a model or release only over the public item catalogue (--items), without U.
 #
 #   cmake -DBIN=<dprec-aggregator> -DMKREL=<dprec-mkrelease> -DWORK=<scratch dir> -P tests/train_cli.cmake
 cmake_minimum_required(VERSION 3.16)
@@ -118,10 +119,46 @@ endif()
 message(STATUS "ok: synthetic files, model and release: ${R_LAST}")
 
 # SGLD: the guarantee line says what its epsilon is.
-run_train(R --data "${WORK}/syn_tr.txt" --method sgld --epsilon 5 --tau 10 --scale -5 10 --rank 2 --iterations 3)
+run_train(R --data "${WORK}/syn_tr.txt" --method sgld --epsilon 5 --tau 10 --scale -5 10 --rank 2 --iterations 3 --warmup 1)
 if(NOT R_RC STREQUAL "0" OR NOT R_OUT MATCHES "posterior-sampling heuristic DP, epsilon = 5" OR
    NOT R_LAST MATCHES "^final: method=sgld .*posterior-sampling heuristic")
   message(FATAL_ERROR "train --method sgld: exit ${R_RC}\n${R_OUT}\n${R_ERR}")
 endif()
 message(STATUS "ok: sgld: ${R_LAST}")
+
+# SGLD refuses what would not be a private release: no pass of the chain after the noiseless warm-up (the default
+# warm-up is 10 passes), and a model or release whose rows are the items present in the data (one user's rating of an
+# item nobody else rated would add a row) instead of the public catalogue --items FIRST:LAST.
+file(WRITE "${WORK}/cat.txt" "1 2 3\n1 5 4\n2 2 5\n3 7 1\n")
+set(sg --data "${WORK}/cat.txt" --test-fraction 0 --method sgld --epsilon 5 --rank 2)
+run_train(R ${sg} --iterations 10)
+if(NOT R_RC STREQUAL "2" OR NOT R_ERR MATCHES "--iterations above --warmup")
+  message(FATAL_ERROR "train --method sgld with no chain pass: exit ${R_RC}, expected 2\n${R_ERR}")
+endif()
+run_train(R ${sg} --iterations 12 --release "${WORK}/sg.rel" --key "${WORK}/key.pem")
+if(NOT R_RC STREQUAL "2" OR NOT R_ERR MATCHES "--items FIRST:LAST" OR EXISTS "${WORK}/sg.rel")
+  message(FATAL_ERROR "train --method sgld --release without --items: exit ${R_RC}, expected 2\n${R_ERR}")
+endif()
+run_train(R ${sg} --iterations 12 --model "${WORK}/sg.txt" --items 1:6)
+if(NOT R_RC STREQUAL "1" OR NOT R_ERR MATCHES "item id 7 of the training data is outside --items 1:6" OR EXISTS "${WORK}/sg.txt")
+  message(FATAL_ERROR "train --items with an id outside: exit ${R_RC}, expected 1\n${R_ERR}")
+endif()
+run_train(R ${sg} --iterations 12 --items 0:19 --model "${WORK}/sg.txt" --release "${WORK}/sg.rel" --key "${WORK}/key.pem")
+if(NOT R_RC STREQUAL "0")
+  message(FATAL_ERROR "train --method sgld --items 0:19: exit ${R_RC}\n${R_OUT}\n${R_ERR}")
+endif()
+file(STRINGS "${WORK}/sg.txt" item_lines REGEX "^item ")
+file(STRINGS "${WORK}/sg.txt" user_lines REGEX "^user ")
+list(LENGTH item_lines n_items)
+list(LENGTH user_lines n_users)
+if(NOT n_items EQUAL 20 OR NOT n_users EQUAL 0)
+  message(FATAL_ERROR "sgld's model: ${n_items} item rows (expected the 20 of the catalogue) and ${n_users} user rows (expected none)")
+endif()
+if(DEFINED MKREL AND EXISTS "${MKREL}")
+  execute_process(COMMAND "${MKREL}" --dump "${WORK}/sg.rel" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc STREQUAL "0" OR NOT out MATCHES "num_items \\(m\\): +20\n" OR NOT out MATCHES "dim \\(d\\): +3\n")
+    message(FATAL_ERROR "sgld's release is not the catalogue's 20 rows of d = 3: ${rc}\n${out}\n${err}")
+  endif()
+endif()
+message(STATUS "ok: sgld refuses a warm-up-only run and a data-dependent item set; the catalogue's rows, no U")
 file(REMOVE_RECURSE "${WORK}")
