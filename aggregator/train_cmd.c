@@ -668,10 +668,12 @@ static int write_model(const char *path, const agg_mf *s, const options *o, cons
         return -1;
     }
     float v[AGG_MF_MAX_K], b;
-    fprintf(f, "# dprec-aggregator train: method %s, k %u, mu %.9g, users %u, items %u; prediction = mu + user bias "
-               "+ item bias + u . v\n",
-            o->mf.method == AGG_MF_SGD ? "sgd" : "sgld", o->mf.k, o->mf.mu, um->n, im->n);
-    if (o->mf.method == AGG_MF_SGLD) fprintf(f, "# sgld: the item rows of one posterior sample (a posterior-sampling heuristic); U is not released\n");
+    if (o->mf.method == AGG_MF_SGD)
+        fprintf(f, "# dprec-aggregator train: method sgd, k %u, mu %.9g, users %u, items %u; prediction = mu + user bias "
+                   "+ item bias + u . v\n", o->mf.k, o->mf.mu, um->n, im->n);
+    else /* no count of the users either: only what the release holds */
+        fprintf(f, "# dprec-aggregator train: method sgld, k %u, mu %.9g, items %u (the catalogue); the item rows of one "
+                   "posterior sample (a posterior-sampling heuristic); U is not released\n", o->mf.k, o->mf.mu, im->n);
     for (int side = 0; side < (o->mf.method == AGG_MF_SGLD ? 1 : 2); side++) {
         const idmap *m = side == 0 ? im : um;
         for (uint32_t x = 0; x < m->n; x++) {
