@@ -77,8 +77,9 @@ for d in sets:
     base = sel[0]
     eps = sorted({float(r["eps"]) for r in sel if r["protocol"] != "plain"})
     plain = [r for r in sel if r["protocol"] == "plain"]
+    dnote = " (sgld: 0 published, its caveat below)" if any(r["protocol"] == "sgld" for r in sel) else ""
     print(f"\n**{d}** ({base['users']} users, {base['items']} items, {base['ratings']} ratings; test RMSE, user level,"
-          " delta = 1e-6; in parentheses the epsilon the job's accountant published, rounded up)\n")
+          f" delta = 1e-6{dnote}; in parentheses the epsilon the job's accountant published, rounded up)\n")
     print("| protocol | model | " + " | ".join(f"ε = {e:g}" for e in eps) + " |")
     print("|---|---|" + "---|" * len(eps))
     for p in sorted({r["protocol"] for r in sel if r["protocol"] != "plain"}, key=key):
