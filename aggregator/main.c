@@ -1,5 +1,5 @@
 /* dprec-aggregator — the server side of dprec: `serve` runs the HTTPS aggregator (server/server.c), `account`
- * is the operators' privacy-budget planner.
+ * is the operators' privacy-budget planner, `train` runs the seed-003 solver on a ratings file (train_cmd.c).
  *
  * Host program, not SDK code: it may use stdio and stdlib. Exit status: 0 success, 1 runtime error,
  * 2 usage error (unknown or unimplemented command, bad flags). */
@@ -8,6 +8,7 @@
 
 #include "account_cmd.h"
 #include "server/server.h"
+#include "train_cmd.h"
 #include "dprec/dprec.h"
 
 #define EXIT_USAGE 2
@@ -21,6 +22,8 @@ static const char usage_text[] =
     "            randomized-response mechanism (dprec-aggregator account --help)\n"
     "  serve     run the aggregator: HTTPS device and admin listeners over the durable state\n"
     "            (dprec-aggregator serve --help; operations guide: docs/operations.md)\n"
+    "  train     train a model (SGD) or draw a private one (SGLD) from a ratings file with the aggregator's\n"
+    "            solver (dprec-aggregator train --help; docs/benchmarks.md)\n"
     "\n"
     "options:\n"
     "  -h, --help   this text\n"
@@ -43,6 +46,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "account") == 0) {
         return dprec_account_main(argc - 1, argv + 1);
+    }
+    if (strcmp(cmd, "train") == 0) {
+        return dprec_train_main(argc - 1, argv + 1);
     }
     if (strcmp(cmd, "serve") == 0) {
         return dprec_serve_main(argc - 1, argv + 1);

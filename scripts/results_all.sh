@@ -4,7 +4,7 @@
 # user mean. Each configuration is one `dprec-fleet --in-process` run; rows are appended to OUT (CSV) as they
 # finish, and rows already there are skipped, so an interrupted run resumes where it stopped.
 #
-#   bash scripts/results_all.sh [--data ml100k|ml10m[:F]] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
+#   bash scripts/results_all.sh [--data ml100k|ml10m[:F]|synthetic] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
 #   bash scripts/results_all.sh --table [--out FILE]          the markdown tables of OUT
 #   bash scripts/results_all.sh --plot FILE.png [--out FILE]  RMSE against epsilon, one panel per data set
 #   bash scripts/results_all.sh --publish [--out FILE]        both into docs/ (the block between the
@@ -12,8 +12,10 @@
 #                                                             docs/leaderboard.png, docs/results-all.csv)
 #
 # --data ml100k: MovieLens 100K (../shared/data/ml-100k/u.data, 943 users); ml10m: the MovieLens-10M-shaped fleet
-# of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three).
-# Protocols (default all of): bias dpals gauss-gd private-fw ldp-gd ldp-gddr ldp-rr. private-fw runs on every
+# of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three);
+# synthetic: the 100,000-device fleet of the per-protocol sections (`--synthetic 100000,300,1000000,5`).
+# Protocols (default all of): bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr. sgld's epsilon is a
+# posterior-sampling heuristic (its model column says so; docs/privacy.md "sgld"). private-fw runs on every
 # item (--items-top = the number of items: no data-dependent subset), dense where n <= 4096, else Oja. ldp-rr is
 # left out of ml10m by default: its report is m d floats per device and round (400 KB at m = 10,000, d = 10: 28 GB
 # a round for the fleet) and its debiased gradient cannot learn V at any size we can run (docs/results.md).
@@ -45,7 +47,7 @@ if [ "$table" = 1 ] || [ -n "$plot" ] || [ "$publish" = 1 ]; then
 import csv, subprocess, sys, tempfile
 path, plot = sys.argv[1], sys.argv[2]
 rows = list(csv.DictReader(open(path)))
-order = ["bias", "dpals", "gauss-gd", "private-fw", "ldp-gd", "ldp-gddr", "ldp-rr"]
+order = ["bias", "dpals", "gauss-gd", "private-fw", "sgld", "ldp-gd", "ldp-gddr", "ldp-rr"]
 def key(p): return order.index(p) if p in order else len(order)
 sets = list(dict.fromkeys(r["data"] for r in rows))
 if plot:
@@ -75,8 +77,9 @@ for d in sets:
     base = sel[0]
     eps = sorted({float(r["eps"]) for r in sel if r["protocol"] != "plain"})
     plain = [r for r in sel if r["protocol"] == "plain"]
+    dnote = " (sgld: 0 published, its caveat below)" if any(r["protocol"] == "sgld" for r in sel) else ""
     print(f"\n**{d}** ({base['users']} users, {base['items']} items, {base['ratings']} ratings; test RMSE, user level,"
-          " delta = 1e-6; in parentheses the epsilon the job's accountant published, rounded up)\n")
+          f" delta = 1e-6{dnote}; in parentheses the epsilon the job's accountant published, rounded up)\n")
     print("| protocol | model | " + " | ".join(f"ε = {e:g}" for e in eps) + " |")
     print("|---|---|" + "---|" * len(eps))
     for p in sorted({r["protocol"] for r in sel if r["protocol"] != "plain"}, key=key):
@@ -93,6 +96,10 @@ for d in sets:
     for label, k in (("item mean (no privacy)", "item"), ("user mean (each device's own, free)", "user"),
                      ("global mean (no privacy)", "global")):
         print(f"| {label} | — | " + " | ".join(f"{float(base[k]):.4f}" for _ in eps) + " |")
+    if any(r["protocol"] == "sgld" for r in sel):
+        print("\nsgld's epsilon is a posterior-sampling heuristic: it holds for an exact posterior sample (delta = 0); the"
+              " SGLD chain's sample gives (epsilon, (1 + e^epsilon) delta') with delta' its unknown distance to the target"
+              " (docs/privacy.md, \"sgld\").")
 PY
 )
   if [ "$publish" = 1 ]; then # the block between the markers of docs/results.md, and the raw rows beside it
@@ -114,9 +121,10 @@ PY
 fi
 
 case "$data" in
-  ml100k) src=(--data "$here/../shared/data/ml-100k/u.data"); default_protocols="bias dpals gauss-gd private-fw ldp-gd ldp-gddr ldp-rr";;
-  ml10m|ml10m:*) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd private-fw ldp-gd ldp-gddr";;
-  *) echo "results_all.sh: --data ml100k or ml10m[:F] (see --help)" >&2; exit 2;;
+  ml100k) src=(--data "$here/../shared/data/ml-100k/u.data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr";;
+  ml10m|ml10m:*) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
+  synthetic) src=(--synthetic 100000,300,1000000,5); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
+  *) echo "results_all.sh: --data ml100k, ml10m[:F] or synthetic (see --help)" >&2; exit 2;;
 esac
 protocols=${protocols:-$default_protocols}
 [ -f "$out" ] || echo "data,protocol,eps,rmse,eps_published,delta,model,rounds,seconds,users,items,ratings,global,item,user" > "$out"
@@ -142,13 +150,14 @@ run() { # protocol eps
   rmse=$(printf '%s\n' "$last" | sed -n 's/.*test_rmse=\([^ ]*\).*/\1/p')
   pub=$(printf '%s\n' "$last" | sed -n 's/.*epsilon=\([^ ]*\).*/\1/p')
   rounds=$(printf '%s\n' "$last" | sed -n 's/.*rounds=\([^ ]*\).*/\1/p')
-  model=$(printf '%s\n' "$log" | sed -n 's/^guarantee: job [0-9]* ([^)]*): user-level \([a-z]*\) DP.*/\1/p' | head -1)
+  delta=$(printf '%s\n' "$last" | sed -n 's/.* delta=\([^ ]*\).*/\1/p') # the job's (sgld: 0, its delta' unknown)
+  model=$(printf '%s\n' "$log" | sed -n 's/^guarantee: job [0-9]* ([^)]*): user-level \([a-z -]*\) DP.*/\1/p' | head -1)
   [ -n "$model" ] || model=none
   read -r users items ratings < <(printf '%s\n' "$log" | sed -n 's/^data: .*: \([0-9]*\) users, \([0-9]*\) items, \([0-9]*\) ratings.*/\1 \2 \3/p')
   glob=$(printf '%s\n' "$log" | sed -n 's/^baselines: global mean [0-9.]* -> test RMSE \([0-9.]*\);.*/\1/p')
   item=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*item mean test RMSE \([0-9.]*\);.*/\1/p')
   user=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*user mean test RMSE \([0-9.]*\) .*/\1/p')
-  echo "$data,$p,$e,$rmse,$pub,1e-06,$model,$rounds,$((SECONDS - t0)),$users,$items,$ratings,$glob,$item,$user" >> "$out"
+  echo "$data,$p,$e,$rmse,$pub,${delta:-1e-06},$model,$rounds,$((SECONDS - t0)),$users,$items,$ratings,$glob,$item,$user" >> "$out"
   echo "$data $p eps=$e ($((SECONDS - t0)) s): $last"
 }
 

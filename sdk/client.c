@@ -59,6 +59,7 @@ static int config_check(const dprec_config *cfg) {
     if (cfg->pending_slots == 0 || cfg->pending_slots > DPREC_MAX_PENDING_SLOTS) return DPREC_ERR_CONFIG;
     if (cfg->max_report_bytes < 16 || cfg->max_report_bytes > DPREC_MAX_REPORT_BYTES) return DPREC_ERR_CONFIG;
     if (cfg->fw_max_ratings > 65535u) return DPREC_ERR_CONFIG;
+    if (cfg->sgld_max_ratings > 65535u || !is_cap(cfg->sgld_epsilon)) return DPREC_ERR_CONFIG;
     if (cfg->allow_non_private != 0 && cfg->allow_non_private != 1) return DPREC_ERR_CONFIG;
     return DPREC_OK;
 }

@@ -161,5 +161,6 @@ int dprec_fw_state_get(const dprec_client *c, uint64_t *job, uint64_t *round, ui
 
 extern const dprec_proto dprec_proto_dpals;                                              /* protocol_dpals.c */
 extern const dprec_proto dprec_proto_dpmf;                                               /* protocol_dpmf.c */
+extern const dprec_proto dprec_proto_sgld;                                               /* protocol_sgld.c */
 
 #endif /* DPREC_PROTOCOL_H */

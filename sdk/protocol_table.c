@@ -14,6 +14,7 @@ const dprec_proto *const dprec_protocols[] = {
     &dprec_proto_private_fw,
     &dprec_proto_dpals,
     &dprec_proto_dpmf,
+    &dprec_proto_sgld,
 };
 
 const size_t dprec_protocol_count = sizeof dprec_protocols / sizeof dprec_protocols[0];

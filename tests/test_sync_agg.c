@@ -4,7 +4,8 @@
  * pinned, reports accepted and rounds finalized, then the job is done. The same for an ldp-gd job (seed 000):
  * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger; an ldp-rr job
  * with its pinned coordinate left out of the report. And a gauss-gd job
- * (seed 001) whose devices keep their own u and move it by one gradient step a round (params.u_update). */
+ * (seed 001) whose devices keep their own u and move it by one gradient step a round (params.u_update). And an sgld
+ * job (seed 003) whose devices upload their trimmed ratings once, each charged its own epsilon_i. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +28,8 @@
 #include "fake_port.h"
 #include "json.h"
 #include "ldp.h"
+#include "report.h"
+#include "sgld.h"
 
 #define M 30u
 #define D 3u
@@ -52,6 +55,8 @@ static int admin(dprec_agg *a, const char *method, const char *path, const char 
 }
 
 static uint32_t fw_xi; /* the private-fw room a device keeps (0: none) */
+static uint32_t sgld_consent; /* cfg.sgld_max_ratings of both devices (0: they refuse sgld) */
+static double sgld_eps1;      /* cfg.sgld_epsilon of device 1 (device 0 keeps 0: the job's epsilon) */
 
 typedef struct device {
     fake_port fake;
@@ -72,6 +77,8 @@ static void device_open(device *dv, int seed) {
     dv->cfg.cap_user_delta = 1e-5;
     dv->cfg.max_report_bytes = 1024;
     dv->cfg.fw_max_ratings = fw_xi;
+    dv->cfg.sgld_max_ratings = sgld_consent;
+    dv->cfg.sgld_epsilon = seed == 1 ? sgld_eps1 : 0.0;
     dv->fake.entropy_counter = 0x5eed0000u + (uint64_t)seed; /* each device its own deterministic entropy */
     size_t need = dprec_client_required_size(&dv->cfg);
     dv->mem = malloc(need);
@@ -384,6 +391,70 @@ static void test_sync_private_fw_centres_each_device_on_its_own_mean(void **stat
     fw_xi = 0;
 }
 
+/* sgld (seed 003) through the real sync: each device uploads exactly tau = 5 of its 8 ratings once (a subset of its
+ * own, at their values), padded to tau pairs, with the weight it chose itself: device 0 takes the job's epsilon 4
+ * (weight 1), device 1 its own epsilon_i = 1 (weight 1/4). Each ledger is charged exactly its device's epsilon, as a
+ * posterior-sampling heuristic at user level, and that is the personalized guarantee eps B_i / B of the weight and
+ * the count the aggregator received (sdk/sgld.h). */
+static void check_sgld_reports(device dev[2], uint64_t round, const char *db) {
+    assert_int_equal(round, 1);
+    const double eps = 4.0, want[2] = {4.0, 1.0};
+    sqlite3 *db3 = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
+                                        " WHERE r.round = 1 ORDER BY r.id", -1, &q, NULL),
+                     SQLITE_OK);
+    for (int i = 0; i < 2; i++) {
+        dprec_ledger_entry line;
+        assert_int_equal(dprec_ledger_job(dev[i].c, 1, &line), DPREC_OK);
+        assert_true(line.epsilon == want[i] && line.user_epsilon == want[i] && line.delta == 0.0);
+        assert_int_equal(line.model, DPREC_MODEL_POSTERIOR_HEURISTIC);
+        assert_int_equal(line.unit, DPREC_UNIT_USER);
+        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_bytes(q, 0), 56 + (int)dprec_sgld_payload_size(5));
+        const unsigned char *b = (const unsigned char *)sqlite3_column_blob(q, 0) + 56;
+        uint32_t tau;
+        float w;
+        memcpy(&tau, b, 4);
+        memcpy(&w, b + 4, 4);
+        assert_int_equal(tau, 5);
+        assert_true(w == (float)(want[i] / eps));
+        uint32_t real = 0, prev = 0;
+        for (uint32_t k = 0; k < tau; k++) {
+            uint32_t item;
+            float r;
+            memcpy(&item, b + 8 + 8 * k, 4);
+            memcpy(&r, b + 12 + 8 * k, 4);
+            if (item == DPREC_PAD_ITEM) continue;
+            assert_true(real == 0 || item > prev);
+            prev = item;
+            int64_t at = dprec_store_find(dev[i].c, item);
+            assert_true(at >= 0);
+            assert_true(r == dev[i].c->ratings[at].value);
+            real++;
+        }
+        assert_int_equal(real, 5); /* min(tau, 8) */
+        double bi = dprec_sgld_user_bound(real, (double)w, 4.0, 0.0), bb = dprec_sgld_bound(5, 4.0, 0.0);
+        assert_true(fabs(dprec_sgld_personal_epsilon(eps, bi, bb) - want[i]) <= 1e-6 * want[i]);
+        assert_true(dprec_sgld_personal_epsilon(eps, bi, bb) <= want[i]);
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(db3);
+}
+
+static void test_sync_sgld_charges_each_device_its_own_epsilon(void **state) {
+    (void)state;
+    sgld_consent = 5;
+    sgld_eps1 = 1.0;
+    run_job("{\"protocol\": \"sgld\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+            " \"rounds\": 1, \"min_reports\": 2, \"round_seconds\": 600, \"participation\": 1.0,"
+            " \"params\": {\"tau\": 5, \"passes\": 5, \"threads\": 1}, \"budget\": {\"epsilon\": 4, \"delta\": 0}}",
+            1, dprec_sgld_payload_size(5), 0, check_sgld_reports);
+    sgld_consent = 0;
+    sgld_eps1 = 0.0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
@@ -391,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_sync_runs_an_ldp_rr_job_with_the_pinned_coordinate_left_out),
         cmocka_unit_test(test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_round),
         cmocka_unit_test(test_sync_private_fw_centres_each_device_on_its_own_mean),
+        cmocka_unit_test(test_sync_sgld_charges_each_device_its_own_epsilon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,8 @@
  * (a value past the public bound; a job whose parameters make the report build fail for some users only);
  * unit switching mid-job, and a rating-level job against the user cap; the same job re-issued under a new id;
  * replays of an older round, of an older release, and of a decided participation round after many jobs; jobs
- * whose claim cannot hold (ldp-rr at rating unit); report sizes that would count a user's ratings. */
+ * whose claim cannot hold (ldp-rr at rating unit); report sizes that would count a user's ratings; an sgld job
+ * that promises a colder sample than its epsilon allows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -691,6 +692,47 @@ static void test_dpmf_a_relay_that_replays_or_refuses_costs_no_extra_privacy(voi
     play(attack_dpmf_relay, &cfg);
 }
 
+/* sgld (seed 003): a device uploads its ratings to a trusted curator once, trimmed to tau = 5 and padded to tau pairs
+ * whatever its count (device A: 12 ratings, device B: 2), and charges its own epsilon_i (1, below the job's 4) as a
+ * posterior-sampling heuristic. A job that publishes a temperature for a larger bound (less noise than its epsilon
+ * says), or a second round, is refused before anything is sent. */
+static char sgld_privacy[320];
+static void use_sgld(world *w, double beta, uint64_t rounds) {
+    w->agg.protocol = "sgld";
+    w->agg.params = "{\"tau\": 5}";
+    w->agg.rounds = rounds;
+    snprintf(sgld_privacy, sizeof sgld_privacy,
+             "{\"unit\": \"user\", \"model\": \"posterior-sampling heuristic\", \"epsilon\": 4, \"delta\": 0,"
+             " \"bound\": 80, \"beta\": %.17g}", beta);
+    w->agg.privacy = sgld_privacy;
+}
+
+static void attack_sgld(world *w) {
+    use_sgld(w, 4.0 / 320.0 * 2.0, 1); /* beta for B = 40: twice the temperature eps / (4B), B = 5 (5 - 1)^2 = 80 */
+    open_round(w, 1);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    use_sgld(w, 4.0 / 320.0, 2);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    assert_int_equal(reports_posted(w), 0);
+    use_sgld(w, 4.0 / 320.0, 1);
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(reports_posted(w), 1);
+    assert_int_equal(w->agg.last_post_len, 56u + 8u + 8u * 5u);
+    dprec_ledger_entry e;
+    ledger_line(w, JOB, &e);
+    assert_true(e.model == DPREC_MODEL_POSTERIOR_HEURISTIC && e.unit == DPREC_UNIT_USER && e.epsilon == 1.0 &&
+                e.user_epsilon == 1.0 && e.delta == 0.0);
+}
+
+static void test_sgld_report_sizes_and_charges_do_not_depend_on_the_data(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.sgld_max_ratings = 8;
+    cfg.sgld_epsilon = 1.0;
+    play(attack_sgld, &cfg);
+}
+
 /* ---- units ---------------------------------------------------------------------------------------------------------- */
 
 /* Point 5: the job starts at unit user and switches to unit rating (a weaker claim) in its second round under
@@ -953,6 +995,7 @@ int main(void) {
         cmocka_unit_test(test_dpmf_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpmf_a_recommender_that_shrinks_the_noise_is_refused),
         cmocka_unit_test(test_dpmf_a_relay_that_replays_or_refuses_costs_no_extra_privacy),
+        cmocka_unit_test(test_sgld_report_sizes_and_charges_do_not_depend_on_the_data),
         cmocka_unit_test(test_a_unit_switch_mid_job_is_refused),
         cmocka_unit_test(test_a_rating_level_job_counts_against_the_user_cap),
         cmocka_unit_test(test_a_rating_level_job_is_charged_its_group_bound),

@@ -100,6 +100,38 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
     return 0;
 }
 
+/* A signer without state, for `dprec-aggregator train` (agg_priv.h). */
+int agg_signer_open(const char *key_path, dprec_agg **out, char *err, size_t errcap) {
+    *out = NULL;
+    dprec_agg *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        set_err(err, errcap, "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&a->rng_mu, NULL);
+    pthread_mutex_init(&a->sign_mu, NULL);
+    mbedtls_pk_init(&a->key);
+    a->cfg.signing_key_path = key_path;
+    int rc = dprec_rng_init(&a->rng, &agg_os_port, NULL, 0, "agg train");
+    if (rc != DPREC_OK) set_err(err, errcap, "could not seed the CSPRNG");
+    if (rc != DPREC_OK || (key_path != NULL && agg_key_load_or_create(a, err, errcap) != 0)) {
+        agg_signer_close(a);
+        return -1;
+    }
+    a->cfg.signing_key_path = NULL;
+    *out = a;
+    return 0;
+}
+
+void agg_signer_close(dprec_agg *a) {
+    if (a == NULL) return;
+    mbedtls_pk_free(&a->key);
+    dprec_rng_free(&a->rng);
+    pthread_mutex_destroy(&a->rng_mu);
+    pthread_mutex_destroy(&a->sign_mu);
+    free(a);
+}
+
 void dprec_agg_close(dprec_agg *a) {
     if (a == NULL) return;
     agg_state_close(a);

@@ -221,7 +221,7 @@ static const char *model_name(dprec_model m) {
     case DPREC_MODEL_LOCAL: return "local";
     case DPREC_MODEL_CENTRAL: return "central";
     case DPREC_MODEL_JOINT: return "joint";
-    case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-heuristic";
+    case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-sampling heuristic";
     case DPREC_MODEL_DISTRIBUTED: return "distributed";
     default: return "none";
     }

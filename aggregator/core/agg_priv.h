@@ -209,6 +209,13 @@ int agg_dpmf_trusted_step(const agg_job *job, const agg_model *prev, const agg_r
 int agg_dpmf_unmask(const agg_job *job, const agg_report *reports, size_t n, uint64_t *acc, int *found, char *err,
                     size_t errcap);
 
+extern const agg_protocol agg_protocol_sgld;
+
+/* proto_sgld.c (seed 003), exposed for tests: the global step's posterior sample from a round's (validated) reports,
+ * with `passes` SGLD passes (0: the job's params.passes). 0 or -1. */
+int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, agg_model *next,
+                    unsigned passes, char *err, size_t errcap);
+
 /* ---- state: one writer thread, readers on their own connections (agg_state.c) ------------------------------
  *
  * Every write to the state goes through one writer thread, which takes whatever operations are queued, applies
@@ -379,6 +386,12 @@ int agg_transport_forward(int (*handler)(void *core, const dprec_agg_request *, 
 /* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
  * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
 int64_t agg_now(dprec_agg *a);
+
+/* agg.c: a dprec_agg with only a CSPRNG (from the OS) and, when key_path is not NULL, the signing key at key_path
+ * (generated 0600 if missing), for agg_release_build and agg_random outside a running aggregator (`dprec-aggregator
+ * train`). 0, or -1 with a message. Closed with agg_signer_close (NULL: no-op), never dprec_agg_close. */
+int agg_signer_open(const char *key_path, dprec_agg **out, char *err, size_t errcap);
+void agg_signer_close(dprec_agg *a);
 
 /* agg_sign.c */
 int agg_key_load_or_create(dprec_agg *a, char *err, size_t errcap);

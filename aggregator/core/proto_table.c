@@ -13,6 +13,7 @@ static const agg_protocol *const protocols[] = {
     &agg_protocol_private_fw,
     &agg_protocol_dpals,
     &agg_protocol_dpmf,
+    &agg_protocol_sgld,
 };
 
 const agg_protocol *agg_protocol_by_name(const char *name) {

@@ -241,6 +241,7 @@ static int device_load(fleet *f, uint32_t u) {
     /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
     cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->c.epsilon;
     cfg.cap_user_delta = cfg.cap_rating_delta = o->c.delta;
+    fleet_device_index = u;
     o->proto->device(&o->c, d, ntrain, &cfg); /* the protocol's report size and state */
     if (o->store_dir != NULL) {
         char dir[PATH_MAX];
@@ -683,8 +684,8 @@ static int parse_args(int argc, char **argv, options *o) {
         size_t n = 0;
         for (size_t i = 0; i < fleet_proto_count; i++)
             n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", fleet_protos[i]->name);
-        fprintf(stderr, "dprec-fleet: protocol '%s' is not in this build (%s; not yet: %s)\n", protocol, names,
-                fleet_protos_planned);
+        fprintf(stderr, "dprec-fleet: protocol '%s' is not in this build (%s%s%s)\n", protocol, names,
+                fleet_protos_planned[0] ? "; not yet: " : "", fleet_protos_planned);
         return 2;
     }
     for (int i = 1; i < argc; i++) {
@@ -918,6 +919,9 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         goto out;
     }
     f->job = (uint64_t)json_num(j, "job", 0);
+    const cJSON *jpriv = cJSON_GetObjectItemCaseSensitive(j, "privacy");
+    const cJSON *jmodel = jpriv != NULL ? cJSON_GetObjectItemCaseSensitive(jpriv, "model") : NULL;
+    int heuristic = cJSON_IsString(jmodel) && strcmp(jmodel->valuestring, dprec_model_name(DPREC_MODEL_POSTERIOR_HEURISTIC)) == 0;
     cJSON_Delete(j);
     j = NULL;
     if (f->job == 0) {
@@ -965,6 +969,9 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     if (main_job && o->release_encoding != NULL)
         printf("releases: %s (release format %u), %zu bytes each\n", o->release_encoding,
                (unsigned)f->release_info.format_version, f->release_len);
+    if (main_job && heuristic)
+        printf("epsilon below: a posterior-sampling heuristic (it holds for an exact posterior sample; the sampler's is "
+               "approximate, at an unknown distance delta' from it: docs/privacy.md)\n");
     if (main_job) printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
     double rmse = NAN;
     if (main_job && o->eval_every > 0) {
@@ -1129,8 +1136,9 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         fmt_eps(de, sizeof de, dev_eps);
         fmt_eps(ae, sizeof ae, res->epsilon);
         if (main_job)
-            printf("ledgers: %u devices charged this job, at most epsilon = %s each (%s level); the aggregator's "
-                   "accountant for the rounds run: %s\n", charged, de, dprec_unit_name(g.unit), ae);
+            printf("ledgers: %u devices charged this job, at most epsilon = %s each (%s level%s); the aggregator's "
+                   "accountant for the rounds run: %s\n", charged, de, dprec_unit_name(g.unit),
+                   g.model == DPREC_MODEL_POSTERIOR_HEURISTIC ? ", posterior-sampling heuristic" : "", ae);
         if (!(dev_eps <= res->epsilon * (1.0 + 1e-9))) {
             fprintf(stderr, "dprec-fleet: job %llu: a device charged more than the job's published guarantee: it "
                             "understates (%s > %s)\n", (unsigned long long)f->job, de, ae);
@@ -1274,9 +1282,11 @@ int main(int argc, char **argv) {
     if (main_res.model != DPREC_MODEL_NONE && isfinite(main_res.rmse)) {
         fmt_eps(es, sizeof es, main_res.epsilon);
         if (!(main_res.rmse < um_rmse))
-            printf("verdict: %s at epsilon = %s does not beat the user mean (%.4f > %.4f), which each device has "
+            printf("verdict: %s at epsilon = %s%s does not beat the user mean (%.4f > %.4f), which each device has "
                    "without sending anything: at this budget and fleet size it learns nothing worth its privacy\n",
-                   o.proto->name, es, main_res.rmse, um_rmse);
+                   o.proto->name, es,
+                   main_res.model == DPREC_MODEL_POSTERIOR_HEURISTIC ? " (posterior-sampling heuristic)" : "",
+                   main_res.rmse, um_rmse);
         for (size_t k = 0; k < ncmp; k++) {
             if (cmp_res[k].model == DPREC_MODEL_NONE || !isfinite(cmp_res[k].rmse)) continue;
             if (main_res.rmse < cmp_res[k].rmse)
@@ -1289,8 +1299,11 @@ int main(int argc, char **argv) {
     }
     fmt_eps(es, sizeof es, main_res.epsilon);
     fmt_eps(ds, sizeof ds, main_res.delta);
-    printf("final: protocol=%s rounds=%u test_rmse=%.4f epsilon=%s delta=%s\n", o.proto->name, main_res.rounds,
-           main_res.rmse, es, ds);
+    printf("final: protocol=%s rounds=%u test_rmse=%.4f epsilon=%s delta=%s%s\n", o.proto->name, main_res.rounds,
+           main_res.rmse, es, ds,
+           main_res.model == DPREC_MODEL_POSTERIOR_HEURISTIC
+               ? " (posterior-sampling heuristic: exact for an exact posterior sample only, the chain's delta' unknown)"
+               : "");
     /* a figure over part of the fleet is not the figure asked for: say so, and fail */
     if (failures > 0)
         fprintf(stderr, "dprec-fleet: %llu device failures over the run (see above); exit status 1\n", failures);

@@ -72,9 +72,14 @@ typedef struct fleet_job_hooks {
 /* The job hooks of protocol p (NULL: none). */
 const fleet_job_hooks *fleet_proto_hooks(const fleet_proto *p);
 
+
+/* The index of the device whose configuration a protocol's `device` is building (set by the shared code just before
+ * the call, on the calling thread): for settings that differ between devices, such as sgld's epsilon_i. */
+extern _Thread_local uint32_t fleet_device_index;
+
 extern const fleet_proto *const fleet_protos[];
 extern const size_t fleet_proto_count;
-extern const char *const fleet_protos_planned; /* "sgld": named, not built yet */
+extern const char *const fleet_protos_planned; /* protocols named but not built yet ("": none) */
 /* The protocol named `name`, or NULL. */
 const fleet_proto *fleet_proto_find(const char *name);
 

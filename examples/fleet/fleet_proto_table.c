@@ -8,18 +8,21 @@
 #include "fleet_proto.h"
 
 extern const fleet_proto fleet_proto_plain, fleet_proto_ldp_gd, fleet_proto_ldp_gddr, fleet_proto_ldp_rr,
-    fleet_proto_gauss_gd, fleet_proto_private_fw, fleet_proto_dpals, fleet_proto_bias, fleet_proto_dpmf;
+    fleet_proto_gauss_gd, fleet_proto_private_fw, fleet_proto_dpals, fleet_proto_bias, fleet_proto_dpmf,
+    fleet_proto_sgld;
 
 const fleet_proto *const fleet_protos[] = {
     &fleet_proto_plain,    &fleet_proto_ldp_gd,   &fleet_proto_ldp_gddr,
     &fleet_proto_ldp_rr,   &fleet_proto_gauss_gd, &fleet_proto_private_fw, &fleet_proto_dpals,
-    &fleet_proto_bias,     &fleet_proto_dpmf,
+    &fleet_proto_bias,     &fleet_proto_dpmf, &fleet_proto_sgld,
 };
 
 const size_t fleet_proto_count = sizeof fleet_protos / sizeof fleet_protos[0];
 
+_Thread_local uint32_t fleet_device_index;
+
 /* The roadmap's protocols not built yet (../shared/BRIEF.md), named when a user asks for one. */
-const char *const fleet_protos_planned = "sgld";
+const char *const fleet_protos_planned = "";
 
 extern const fleet_job_hooks fleet_dpmf_hooks;
 

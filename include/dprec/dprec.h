@@ -83,6 +83,13 @@ typedef struct dprec_config {
      * predictions for (0, the default: the device keeps no private-fw state and refuses such jobs; at most
      * 65535). The client then needs DPREC_CLIENT_FW_BYTES(d, xi) more memory. */
     uint32_t fw_max_ratings;
+    /* sgld (seed 003, posterior sampling by a trusted curator, which receives the ratings themselves): the most
+     * ratings the device uploads to such a curator (0, the default: it refuses sgld jobs; at most 65535; a job's tau
+     * above it is refused), and the device's own epsilon_i for them (0: the job's epsilon). The device sets its
+     * weight from epsilon_i so that its guarantee is epsilon_i, and charges epsilon_i (at most the job's epsilon) to
+     * its ledger (docs/privacy.md "sgld"). */
+    uint32_t sgld_max_ratings;
+    double sgld_epsilon;
 } dprec_config;
 
 /* Fills the size bytes at *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1,
