@@ -7,13 +7,20 @@
 #include "fleet_proto.h"
 
 static struct {
+    int residual; /* 1 on, 0 off, -1 unset (the default) */
     unsigned max_items;
     double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu;
-} dp;
+} dp = {.residual = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
     (void)o;
     *takes_value = 1;
+    if (strcmp(flag, "--residual") == 0) {
+        if (value == NULL || (strcmp(value, "on") != 0 && strcmp(value, "off") != 0))
+            return fleet_flag_error("--residual must be on or off:", value), -1;
+        dp.residual = strcmp(value, "on") == 0;
+        return 1;
+    }
     if (strcmp(flag, "--max-items") == 0) {
         if (value == NULL || fleet_parse_uint(value, 1, 65535, &dp.max_items))
             return fleet_flag_error("--max-items must be in 1..65535:", value), -1;
@@ -56,7 +63,8 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.item_lambda > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"lambda\":%.17g", dp.item_lambda);
     if (dp.noise_multiplier > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"noise_multiplier\":%.17g", dp.noise_multiplier);
     if (dp.prior_sd > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
-    if (dp.mu > 0) snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
+    if (dp.mu > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
+    if (dp.residual >= 0) snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", dp.residual ? "true" : "false");
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
@@ -80,7 +88,7 @@ static void dpals_describe(const fleet_common *o) {
            dp.max_items, dp.u_clip);
 }
 
-static const char *const dpals_flags[] = {"--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
+static const char *const dpals_flags[] = {"--residual", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
                                           "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", NULL};
 
 const fleet_proto fleet_proto_dpals = {
