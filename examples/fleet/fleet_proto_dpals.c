@@ -9,7 +9,7 @@
 static struct {
     int residual; /* 1 on, 0 off, -1 unset (the default) */
     unsigned max_items;
-    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu;
+    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale;
 } dp = {.residual = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
@@ -35,6 +35,7 @@ static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *
     else if (strcmp(flag, "--noise-multiplier") == 0) dst = &dp.noise_multiplier;
     else if (strcmp(flag, "--prior-sd") == 0) dst = &dp.prior_sd;
     else if (strcmp(flag, "--mu") == 0) dst = &dp.mu;
+    else if (strcmp(flag, "--bias-scale") == 0) dst = &dp.bias_scale;
     else return 0;
     if (value == NULL || fleet_parse_double(value, dst) || !(*dst > 0) || (dst == &dp.sampling_rate && !(*dst <= 1.0)))
         return fleet_flag_error("bad value for", flag), -1;
@@ -64,6 +65,7 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.noise_multiplier > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"noise_multiplier\":%.17g", dp.noise_multiplier);
     if (dp.prior_sd > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
     if (dp.mu > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
+    if (dp.bias_scale > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"bias_scale\":%.17g", dp.bias_scale);
     if (dp.residual >= 0) snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", dp.residual ? "true" : "false");
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
@@ -89,7 +91,7 @@ static void dpals_describe(const fleet_common *o) {
 }
 
 static const char *const dpals_flags[] = {"--residual", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
-                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", NULL};
+                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", NULL};
 
 const fleet_proto fleet_proto_dpals = {
     "dpals",
@@ -104,6 +106,8 @@ const fleet_proto fleet_proto_dpals = {
     "  --noise-multiplier Z     the noise multiplier itself (default: inverted from --epsilon, --delta and the\n"
     "                           rounds); the guarantee is then what z gives, and --epsilon must cover it\n"
     "  --prior-sd T             the prior scale of an item coefficient in the posterior solve (default 0.5)\n"
+    "  --bias-scale S           the item-bias feature of the aggregator's x = [w; S] (default: --u-clip): its\n"
+    "                           share S^2 / (G^2 + S^2) of each report's sensitivity goes to the item bias\n"
     "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
     "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
