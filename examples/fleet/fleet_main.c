@@ -127,7 +127,8 @@ typedef struct options {
     const char *data, *synthetic, *csv, *plot, *store_dir;
     const char *compare; /* --compare LIST (NULL: the protocol's default list) */
     unsigned threads, eval_every;
-    double device_lambda, device_lambda_per_rating, test_fraction;
+    double device_lambda, test_fraction;
+    double device_lambda_per_rating_given; /* --device-lambda-per-rating, or -1: the protocol's default */
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
     int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
     int quiet, verbose, verify_each;
@@ -237,7 +238,7 @@ static int device_load(fleet *f, uint32_t u) {
     /* the device's ridge: fixed, or scaled with its number of ratings (the weighted-lambda regularization of
      * ALS-WR, Zhou et al. 2008), which an app may choose since cfg.lambda is its own setting */
     cfg.lambda = (float)(o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
-    if (o->device_lambda_per_rating > 0) cfg.lambda = (float)(o->device_lambda_per_rating * (ntrain > 0 ? ntrain : 1));
+    if (o->c.device_lambda_per_rating > 0) cfg.lambda = (float)(o->c.device_lambda_per_rating * (ntrain > 0 ? ntrain : 1));
     /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
     cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->c.epsilon;
     cfg.cap_user_delta = cfg.cap_rating_delta = o->c.delta;
@@ -651,6 +652,13 @@ static int protocol_flag(options *o, const char *a, const char *v, int *consumed
     return 2;
 }
 
+/* A protocol's defaults (its finish), then the common ones it left unset. */
+static int fleet_finish_proto(const fleet_proto *p, fleet_common *c) {
+    int rc = p->finish(c);
+    if (c->device_lambda_per_rating < 0) c->device_lambda_per_rating = FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING;
+    return rc;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->c.rounds = FLEET_DEFAULT_ROUNDS;
@@ -660,7 +668,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->c.delta = 1e-6;
     o->c.seed = 1;
     o->eval_every = 1;
-    o->device_lambda_per_rating = 0.1;
+    o->c.device_lambda_per_rating = o->device_lambda_per_rating_given = -1; /* the protocol's (fleet_finish_proto) */
     o->test_fraction = 0.1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)(ncpu > 64 ? 64 : ncpu) : 1;
@@ -745,8 +753,9 @@ static int parse_args(int argc, char **argv, options *o) {
                 return fleet_flag_error("--device-lambda must be > 0:", v);
         } else if (strcmp(a, "--device-lambda-per-rating") == 0) {
             NEED_VALUE();
-            if (fleet_parse_double(v, &o->device_lambda_per_rating) || o->device_lambda_per_rating < 0)
+            if (fleet_parse_double(v, &o->device_lambda_per_rating_given) || o->device_lambda_per_rating_given < 0)
                 return fleet_flag_error("--device-lambda-per-rating must be >= 0:", v);
+            o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
         } else if (strcmp(a, "--epsilon") == 0) {
             NEED_VALUE();
             o->c.epsilon_set = 1;
@@ -793,7 +802,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (++n > FLEET_MAX_COMPARE) return fleet_flag_error("--compare: at most 4 protocols:", o->compare);
         }
     }
-    return o->proto->finish(&o->c);
+    return fleet_finish_proto(o->proto, &o->c);
 }
 
 static int load_data(const options *o, fleet_data *d, char *err, size_t errcap) {
@@ -949,7 +958,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     }
 
     char dl[64];
-    if (o->device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o->device_lambda_per_rating);
+    if (o->c.device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o->c.device_lambda_per_rating);
     else snprintf(dl, sizeof dl, "%g", o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
     if (main_job) {
         printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
@@ -1168,7 +1177,8 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.rank = FLEET_DEFAULT_RANK;
     o->c.rounds_set = o->c.rank_set = 0;
     o->c.lambda = -1;
-    int rc = p->finish(&o->c);
+    o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
+    int rc = fleet_finish_proto(p, &o->c);
     if (rc == 0) rc = load_devices(f, ws, nthreads, 0);
     if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);

@@ -12,10 +12,15 @@
 #include "fleet.h"
 
 /* The options every protocol may read (set from the common flags before a protocol's finish runs). */
+#define FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING 0.1
+
 typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
     double lambda;          /* --lambda, or -1: the protocol's default (its finish sets it) */
+    /* --device-lambda-per-rating W (a device with n ratings uses cfg.lambda = W n; 0: off), or -1: the protocol's
+     * default (its finish may set it; else FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING) */
+    double device_lambda_per_rating;
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
     int epsilon_set, delta_set;
     uint64_t seed;
