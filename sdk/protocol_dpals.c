@@ -5,7 +5,9 @@
  * u[0] is the user's own bias c_i) and never sends u[0]. It reports w = u[1 .. d-1] clipped to norm Gamma_u
  * (params.u_clip) and, for at most k = params.max_items of its ratings (a uniform sample drawn afresh each round
  * from the CSPRNG: selection sampling, Knuth TAOCP vol. 2, 3.4.2, Algorithm S), the target
- * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default 1 or half the scale's width if less). The
+ * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default 1 or half the scale's width if less),
+ * or with params.residual the residual of the device's whole prediction on the release, r_j - mu - b_j - u . v_j,
+ * clamped the same way (the bound does not depend on the release, which a malicious aggregator chooses). The
  * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), re-clips, and adds the noise. The report
  * carries the same information as the per-item statistics DPALS describes (x x^T and t_j x, from which t_j and
  * x are read back) in d - 1 + 2k numbers instead of k (d (d + 3) / 2).

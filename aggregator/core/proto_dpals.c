@@ -25,6 +25,11 @@
  *   (small g) is shrunk to 0 instead of amplified (a fixed ridge gives the pure-noise directions of a rarely
  *   rated item factors of size sigma_h / lambda), and no direction's coefficient exceeds
  *   |h_e| / (lambda + 2 sqrt(kappa)). The solve never fails. Post-processing: it costs no privacy.
+ * With params.residual the devices' targets are residuals of the round's release (sdk/protocol_dpals.c) and
+ * [f_j; b_j] = m_j + s_j, m_j = [f_j; b_j / bias_scale] of that release: the same posterior mean with the prior
+ * N(m_j, tau^2 I) in place of N(0, tau^2 I) (without noise, the ridge regression toward the release,
+ * (G_j + lambda I)^-1 (h_j + lambda m_j), since h'_j = h_j - G_j m_j). The statistics, their re-clipping and their
+ * sensitivity are the same (the payload's form is): m_j is the previous release, public. Post-processing.
  * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
  * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
 #include <lapacke.h>
