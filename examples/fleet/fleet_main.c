@@ -70,7 +70,7 @@ static const char help_head[] =
     "                           protocols: lambda_v of the gradient step, default 1e-8, seed 000)\n"
     "  --device-lambda L        ridge of the devices' user vectors (cfg.lambda; default: --lambda)\n"
     "  --device-lambda-per-rating W  a device with n ratings uses cfg.lambda = W n instead (ALS-WR;\n"
-    "                           default 0.1; 0 turns it off)\n"
+    "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02; 0 turns it off)\n"
     "  --epsilon E --delta D    the job's privacy budget (default 1 and 1e-6; ignored by plain; the local\n"
     "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
     "  --compare LIST           after the job, run these protocols (comma-separated, or none) each on a fresh\n"
