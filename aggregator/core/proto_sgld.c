@@ -6,7 +6,9 @@
  * subset it drew itself) and its weight w_i; they are stored durably as reports. When the round closes, the global
  * step draws (U, V, biases) from
  *     exp(-eps / (4B) sum_i w_i sum_j (r_ij - clamp(mu + b_i + c_j + u_i . v_j, r_min - kappa, r_max + kappa))^2)
- *     times N(0, prior_sd^2) on every factor and N(0, bias_prior_sd^2) on every bias,
+ *     times N(0, prior_sd^2) on every factor, N(0, bias_prior_sd^2) on every bias and N(params.mu, mu_prior_sd^2) on mu
+ *     (mu is sampled with the rest, so the release's global mean is the data's up to the sample's spread, which is
+ *     small: every rating weighs on it; mu_prior_sd = 0 pins it to the public params.mu, the scale's midpoint),
  * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/core/agg_mf.c: params.warmup passes of descent toward
  * the mode without noise from a small public random start, then params.passes passes of the chain), and releases V (column 0 pinned to 1, so a device's least-squares u[0] is its own bias; columns 1.. the
  * sampled item factors), the sampled item biases and mu. U never leaves the step. Devices then fit their u by
@@ -37,10 +39,11 @@
 #define SGLD_DEFAULT_BIAS_PRIOR_SD 0.1
 #define SGLD_DEFAULT_STEP 0.1
 #define SGLD_DEFAULT_WARMUP 10u
+#define SGLD_DEFAULT_MU_PRIOR_SD 1.0
 
 typedef struct sgld_params {
     uint32_t tau, passes, threads, warmup;
-    double kappa, rho, mu, prior_sd, bias_prior_sd, step;
+    double kappa, rho, mu, prior_sd, bias_prior_sd, mu_prior_sd, step;
     int has_mu;
     uint64_t seed;
 } sgld_params;
@@ -53,6 +56,7 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
     p->rho = 1.0;
     p->prior_sd = SGLD_DEFAULT_PRIOR_SD;
     p->bias_prior_sd = SGLD_DEFAULT_BIAS_PRIOR_SD;
+    p->mu_prior_sd = SGLD_DEFAULT_MU_PRIOR_SD;
     p->step = SGLD_DEFAULT_STEP;
     p->seed = 1;
     const cJSON *it;
@@ -77,13 +81,14 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
         else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
         else if (strcmp(k, "prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 1, &p->prior_sd);
         else if (strcmp(k, "bias_prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 1, &p->bias_prior_sd);
+        else if (strcmp(k, "mu_prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 0, &p->mu_prior_sd);
         else if (strcmp(k, "step") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &p->step);
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             p->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of sgld (tau, kappa, max_weight, mu, prior_sd, "
-                     "bias_prior_sd, step, passes, warmup, threads, seed)", k);
+                     "bias_prior_sd, mu_prior_sd, step, passes, warmup, threads, seed)", k);
             return -1;
         }
         if (bad) {
@@ -273,6 +278,7 @@ int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dpr
     c.hi = job->rating_max + p.kappa;
     c.prior_sd = p.prior_sd;
     c.bias_prior_sd = p.bias_prior_sd;
+    c.mu_prior_sd = p.mu_prior_sd;
     c.step = p.step;
     c.warmup = p.warmup;
     agg_mf_data data = {(uint32_t)users, m, at, uu, ii, rr};
@@ -281,7 +287,7 @@ int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dpr
         if (agg_mf_pass(s, rng, NULL, err, errcap) != 0) goto out;
     next->m = m;
     next->d = d;
-    next->mu = (float)p.mu;
+    next->mu = (float)agg_mf_mu(s); /* sampled with the rest (params.mu_prior_sd > 0), else the public params.mu */
     next->v = malloc(sizeof(float) * (size_t)m * d);
     next->bias = malloc(sizeof(float) * m);
     if (next->v == NULL || next->bias == NULL) {
