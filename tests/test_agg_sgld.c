@@ -627,9 +627,8 @@ static int cmp_float(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The ziggurat normals are standard normal, on both of its paths (the fast path eight words at a time with AVX2 where
- * the CPU has it, and the scalar one), drawn in calls of uneven lengths so that the vector loop's ends, the buffer's
- * refills and the slow path's draws from the stream meet in every combination: 10^6 draws a path; mean, variance,
+/* The ziggurat normals are standard normal, drawn in calls of uneven lengths so that the two phases' batches, the
+ * buffer's refills and the slow path's draws from the stream meet in every combination: 10^6 draws; mean, variance,
  * skewness and kurtosis within 5.5 of their standard errors (1/sqrt(N), sqrt(2/N), sqrt(6/N), sqrt(24/N)), the share
  * beyond the ziggurat's base R = 3.4426 (drawn by the tail method) within 5.5 binomial standard errors of
  * 2 Phi(-R), and the Kolmogorov-Smirnov distance to Phi below sqrt(ln(2/alpha) / (2N)) at alpha = 1e-6. */
@@ -638,11 +637,9 @@ static void test_sgld_normals_are_standard(void **state) {
     enum { N = 1000000 };
     float *x = malloc(sizeof(float) * N);
     static agg_mf_stream st;
-    for (int path = 0; path < 2; path++) {
+    {
         unsigned char key[32] = {9}, nonce[8] = {3};
-        key[1] = (unsigned char)path;
         agg_mf_stream_init(&st, key, nonce);
-        if (path == 1) st.avx2 = 0; /* the scalar path (path 0 is the vector one where the CPU has AVX2) */
         static const size_t lens[] = {1, 7, 8, 9, 33, 4096, 1000, 3};
         for (size_t at = 0, c = 0; at < N; c++) {
             size_t len = lens[c % (sizeof lens / sizeof lens[0])];

@@ -181,7 +181,6 @@ void agg_mf_stream_init(agg_mf_stream *st, const unsigned char key[32], const un
 #ifdef MF_X86
     __builtin_cpu_init();
     st->aesni = __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse4.1");
-    st->avx2 = __builtin_cpu_supports("avx2");
     if (st->aesni) aesni_expand(key, st->rk);
 #endif
     if (!st->aesni) mbedtls_aes_setkey_enc(&st->aes, key, 256);
@@ -316,24 +315,6 @@ static double zig_normal_from(agg_mf_stream *st, uint32_t x) {
     }
 }
 
-#ifdef MF_X86
-/* The fast path eight words at a time (AVX2): the same arithmetic as the scalar one below, so an accepted word gives
- * the same float; out[0..7] get the eight results and the return value has bit l set for each lane l whose word x[l]
- * the fast path rejected (out[l] is then to be replaced by zig_normal_from(st, x[l])). */
-__attribute__((target("avx2"))) static unsigned zig_fast8_avx2(const unsigned char *b, float *out, uint32_t x[8]) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)b);
-    const __m256i iz = _mm256_and_si256(v, _mm256_set1_epi32(127));
-    const __m256i hz = _mm256_sub_epi32(_mm256_srli_epi32(v, 7), _mm256_set1_epi32(16777216));
-    const __m256i ahz = _mm256_abs_epi32(hz);
-    const __m256i kn = _mm256_i32gather_epi32((const int *)zig_kn, iz, 4);
-    const __m256 wn = _mm256_i32gather_ps(zig_wnf, iz, 4);
-    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(hz), wn));
-    const unsigned ok = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(kn, ahz)));
-    if (ok != 0xffu) _mm256_storeu_si256((__m256i *)x, v);
-    return ~ok & 0xffu;
-}
-#endif
-
 void agg_mf_stream_normals(agg_mf_stream *st, float *out, size_t n) {
     pthread_once(&zig_once, zig_setup);
     size_t i = 0;
@@ -345,25 +326,6 @@ void agg_mf_stream_normals(agg_mf_stream *st, float *out, size_t n) {
         /* the fast path (about 99% of draws: inside a layer's rectangle) over the buffered words */
         const unsigned char *b = st->buf + st->pos;
         size_t words = (st->len - st->pos) / 4u, w = 0;
-#ifdef MF_X86
-        if (st->avx2) {
-            while (w + 8u <= words && i + 8u <= n) {
-                uint32_t x[8];
-                unsigned rej = zig_fast8_avx2(b + 4u * w, out + i, x);
-                w += 8u;
-                if (rej != 0) { /* the eight words are consumed; each rejected lane continues from the stream */
-                    st->pos += 4u * w;
-                    for (unsigned l = 0; l < 8u; l++)
-                        if (rej & (1u << l)) out[i + l] = (float)zig_normal_from(st, x[l]);
-                    b = st->buf + st->pos;
-                    words = (st->len - st->pos) / 4u;
-                    w = 0;
-                    dprec_wipe(x, sizeof x);
-                }
-                i += 8u;
-            }
-        }
-#endif
         while (w < words && i < n) {
             uint32_t x;
             memcpy(&x, b + 4u * w, 4);

@@ -129,7 +129,6 @@ typedef struct agg_mf_stream {
     unsigned char buf[4096] __attribute__((aligned(16)));
     size_t pos, len;
     int aesni;
-    int avx2;                  /* the normals' fast path eight at a time (tests clear it to check the scalar one) */
 } agg_mf_stream;
 
 void agg_mf_stream_init(agg_mf_stream *st, const unsigned char key[32], const unsigned char nonce[8]);

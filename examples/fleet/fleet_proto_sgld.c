@@ -10,7 +10,7 @@
 #include "fleet_proto.h"
 #include "sgld.h"
 
-#define SGLD_DEVICE_LAMBDA 50.0 /* the devices' default ridge (docs/results.md, "Defaults") */
+#define SGLD_DEVICE_LAMBDA 20.0 /* the devices' default ridge (docs/results.md, "Defaults") */
 
 static struct {
     unsigned tau, passes;
@@ -104,7 +104,7 @@ static int sgld_finish(fleet_common *o) {
     o->rounds_set = 1;
     if (o->rank < 2 || o->rank > 257) return fleet_flag_error("sgld needs --rank in 2..257 (column 0 is the user bias)", NULL);
     if (sg.tau == 0) sg.tau = DPREC_SGLD_DEFAULT_TAU;
-    if (sg.max_weight == 0) sg.max_weight = 1.0;
+    if (sg.max_weight == 0) sg.max_weight = dprec_sgld_default_rho(sg.tau); /* the aggregator's default, published */
     if (sg.personal_file != NULL && sg.personal == NULL) {
         int rc = load_personal(sg.personal_file);
         if (rc != 0) return rc;
@@ -155,7 +155,8 @@ const fleet_proto fleet_proto_sgld = {
     "sgld (seed 003: one posterior sample by SGLD, trusted curator, user level; posterior-sampling heuristic):\n"
     "  --tau T                  each device uploads at most T ratings, a uniform subset (default 20)\n"
     "  --kappa K                predictions clamped to [min - K, max + K] in the loss (default 0)\n"
-    "  --max-weight R           the largest weight of a device with fewer than T ratings (default 1)\n"
+    "  --max-weight R           the largest weight of a device with fewer than T ratings (default T: every\n"
+    "                           device's ratings weigh as much as T ratings)\n"
     "  --passes N               SGLD passes of the aggregator (default: the aggregator's, 100)\n"
     "  --prior-sd S, --bias-prior-sd S, --step C   the sampler's prior and step (default: the aggregator's)\n"
     "  --mu-prior-sd S          the prior sd of the sampled global mean around the scale's midpoint (default:\n"
