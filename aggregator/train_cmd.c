@@ -80,7 +80,8 @@ static const char *const help_text[] = {
     "  --tau T              each user's ratings are trimmed to T, a uniform subset drawn from the CSPRNG (default 20)\n"
     "  --kappa K            predictions clamped to [MIN - K, MAX + K] in the loss (default 0)\n"
     "  --scale MIN MAX      the public rating scale (default 1 5); ratings outside it are clamped into it\n"
-    "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.3)\n"
+    "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.1: the\n"
+    "                       protocol derives its own from the job's public size, which a table does not have)\n"
     "  --mu-prior-sd S      prior sd of the sampled global mean around the scale's midpoint (default 1; 0: the\n"
     "                       midpoint, fixed)\n"
     "  --max-weight R       a user with n < T ratings weighs min(R, T / n) (default T: every user's terms weigh\n"
@@ -541,7 +542,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->scale_min = 1.0;
     o->scale_max = 5.0;
     o->mf.prior_sd = 0.1; /* the sgld protocol's defaults (docs/results.md, "Defaults") */
-    o->mf.bias_prior_sd = 0.3;
+    o->mf.bias_prior_sd = 0.1;
     o->mf.mu_prior_sd = 1.0;
     o->mf.warmup = 10;
     for (int i = 1; i < argc; i++) {
@@ -706,7 +707,7 @@ static int write_release(dprec_agg *signer, const char *path, const agg_mf *s, c
     memset(&x, 0, sizeof x);
     x.m = m;
     x.d = d;
-    x.mu = (float)o->mf.mu;
+    x.mu = (float)agg_mf_mu(s); /* SGLD: the sampled mu (--mu-prior-sd > 0) */
     x.v = malloc(sizeof(float) * (size_t)m * d);
     x.bias = malloc(sizeof(float) * m);
     if (x.v == NULL || x.bias == NULL) {

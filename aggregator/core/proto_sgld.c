@@ -37,6 +37,7 @@
 #define SGLD_MAX_PASSES 100000u
 #define SGLD_DEFAULT_PRIOR_SD 0.1
 #define SGLD_BIAS_PRIOR_SD_MAX 0.3 /* the bias prior when the data can carry the item biases (default_bias_prior_sd) */
+#define SGLD_BIAS_PRIOR_SD_SCALE 0.1 /* s = 0.1 sqrt(P) below that */
 #define SGLD_DEFAULT_STEP 0.1
 #define SGLD_DEFAULT_WARMUP 10u
 #define SGLD_DEFAULT_MU_PRIOR_SD 1.0
@@ -109,15 +110,16 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
  * tempered data term gives an item's bias on average when min_reports devices each weigh tau ratings (2 beta tau per
  * device, beta = eps / (4 tau range^2), spread over m items). A sample's error on a bias of spread s0 is
  * (s0^2 / s^4 + P) / Q^2 + 1 / Q, Q = 1 / s^2 + P: below P s0^2 of about 1 a broad prior only adds its own spread
- * (the sample of an item the data hardly see is a prior draw), above it a prior near s0 is best. Hence
- * s = 0.3 min(1, sqrt(P)): 0.3 where the items are well rated (the 100,000-device fleet, P = 10 eps), about 0.04 on
- * ml-100k at eps = 1 (P = 0.0175 eps), where biases sampled from a 0.3 prior cost 0.09 in squared error
- * (docs/results.md, "Defaults"). */
+ * (the sample of an item the data hardly see is a prior draw), above it a prior near s0 is best; the most-rated items,
+ * which most predictions are about, have several times P. Hence s = min(0.3, 0.1 sqrt(P)), at least 0.01: 0.3 on the
+ * 100,000-device fleet from eps = 1 (P = 10.4 eps), 0.09 on ml10m:0.1 at eps = 5 (P = 0.87), 0.013 on ml-100k at
+ * eps = 1 (P = 0.0175), where biases sampled from a 0.3 prior cost 0.09 in squared error (docs/results.md,
+ * "Defaults", has the runs the constants come from). */
 static double default_bias_prior_sd(const agg_job *job, const sgld_params *p) {
     const double range = job->rating_max - job->rating_min + p->kappa;
     const double n = job->min_reports > 0 ? (double)job->min_reports : 1.0, m = job->m > 0 ? (double)job->m : 1.0;
     const double P = job->budget_epsilon * n / (2.0 * range * range * m);
-    const double s = SGLD_BIAS_PRIOR_SD_MAX * (P < 1.0 ? sqrt(P) : 1.0);
+    const double s = fmin(SGLD_BIAS_PRIOR_SD_MAX, SGLD_BIAS_PRIOR_SD_SCALE * sqrt(P));
     return isfinite(s) && s > 0.01 ? s : 0.01;
 }
 
