@@ -1,9 +1,9 @@
 # sgld's default run at a low epsilon must predict better than the global mean (DEVELOPERS.md: a private model worse
-# than the global mean is a defect). Before its defaults were fixed (docs/results.md, "Defaults", sgld) this fleet gave
-# 1.1577 against a global mean of 1.1215 at 30,000 devices: the release's mu was the scale's midpoint, its item biases
-# were held near 0, and each device's ridge of 0.1 per rating made its user bias its own noisy mean. A fleet with
-# thousands of raters per item (20,000 devices, 20 items, about 200,000 ratings, no user effects), epsilon = 0.5:
-# about 0.94 against 1.02 here; the margin is far above the spread of the sample between runs (about 0.005).
+# than the global mean is a defect). A fleet with thousands of raters per item (20,000 devices, 20 items, about 200,000
+# ratings, no user effects), epsilon = 0.5: 0.93-0.94 against a global mean of 1.0183 here. With the defaults before
+# issue 16's fix (the same command with --mu-prior-sd 0 --bias-prior-sd 0.1 --max-weight 1
+# --device-lambda-per-rating 0.1) it gave 1.0814: the release's mu was the scale's midpoint, its item biases were held
+# near 0, and each device's ridge of 0.1 per rating made its user bias its own noisy mean (docs/results.md, "sgld").
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_sgld_low_eps.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_sgld_low_eps.cmake")
