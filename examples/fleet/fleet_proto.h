@@ -16,6 +16,8 @@ typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
     double lambda;          /* --lambda, or -1: the protocol's default (its finish sets it) */
+    int device_lambda_fixed;/* set by a protocol's finish: its devices' default ridge is the fixed --device-lambda or
+                             * lambda, not --device-lambda-per-rating's default (given on the command line, that wins) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
     int epsilon_set, delta_set;
     uint64_t seed;
