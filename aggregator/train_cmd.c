@@ -80,7 +80,12 @@ static const char *const help_text[] = {
     "  --tau T              each user's ratings are trimmed to T, a uniform subset drawn from the CSPRNG (default 20)\n"
     "  --kappa K            predictions clamped to [MIN - K, MAX + K] in the loss (default 0)\n"
     "  --scale MIN MAX      the public rating scale (default 1 5); ratings outside it are clamped into it\n"
-    "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.1)\n"
+    "  --prior-sd S         prior sd of a factor (default 0.1); --bias-prior-sd S of a bias (default 0.1: the\n"
+    "                       protocol derives its own from the job's public size, which a table does not have)\n"
+    "  --mu-prior-sd S      prior sd of the sampled global mean around the scale's midpoint (default 1; 0: the\n"
+    "                       midpoint, fixed)\n"
+    "  --max-weight R       a user with n < T ratings weighs min(R, T / n) (default T: every user's terms weigh\n"
+    "                       as much as T ratings' would, the protocol's default)\n"
     "  --step C             the preconditioned Langevin step (default 0.1)\n"
     "  --warmup W           the first W passes descend toward the posterior's mode without noise, a shorter\n"
     "                       burn-in (default 10, as the protocol's); --iterations counts them and must exceed W\n"
@@ -497,7 +502,7 @@ typedef struct options {
     uint64_t seed;
     agg_mf_config mf;
     unsigned iterations;
-    double epsilon, kappa, scale_min, scale_max;
+    double epsilon, kappa, scale_min, scale_max, rho; /* rho 0: the default, tau (dprec_sgld_default_rho) */
     unsigned tau;
 } options;
 
@@ -536,7 +541,9 @@ static int parse_args(int argc, char **argv, options *o) {
     o->tau = DPREC_SGLD_DEFAULT_TAU;
     o->scale_min = 1.0;
     o->scale_max = 5.0;
-    o->mf.prior_sd = o->mf.bias_prior_sd = 0.1; /* the sgld protocol's defaults (docs/results.md, sgld) */
+    o->mf.prior_sd = 0.1; /* the sgld protocol's defaults (docs/results.md, "Defaults") */
+    o->mf.bias_prior_sd = 0.1;
+    o->mf.mu_prior_sd = 1.0;
     o->mf.warmup = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -586,6 +593,8 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--kappa") == 0) rc = num(a, v, 0.0, DPREC_SGLD_MAX_KAPPA, &o->kappa);
         else if (strcmp(a, "--prior-sd") == 0) rc = num(a, v, 1e-6, 1e3, &o->mf.prior_sd);
         else if (strcmp(a, "--bias-prior-sd") == 0) rc = num(a, v, 1e-6, 1e3, &o->mf.bias_prior_sd);
+        else if (strcmp(a, "--mu-prior-sd") == 0) rc = num(a, v, 0.0, 1e3, &o->mf.mu_prior_sd);
+        else if (strcmp(a, "--max-weight") == 0) rc = num(a, v, 1e-6, DPREC_SGLD_MAX_WEIGHT, &o->rho);
         else if (strcmp(a, "--step") == 0) rc = num(a, v, 1e-9, 1.0, &o->mf.step);
         else if (strcmp(a, "--warmup") == 0) rc = uint_in(a, v, 0, 100000, &o->mf.warmup);
         else if (strcmp(a, "--scale") == 0) {
@@ -698,7 +707,7 @@ static int write_release(dprec_agg *signer, const char *path, const agg_mf *s, c
     memset(&x, 0, sizeof x);
     x.m = m;
     x.d = d;
-    x.mu = (float)o->mf.mu;
+    x.mu = (float)agg_mf_mu(s); /* SGLD: the sampled mu (--mu-prior-sd > 0) */
     x.v = malloc(sizeof(float) * (size_t)m * d);
     x.bias = malloc(sizeof(float) * m);
     if (x.v == NULL || x.bias == NULL) {
@@ -825,6 +834,18 @@ int dprec_train_main(int argc, char **argv) {
         for (size_t k = 0; k < dense.n; k++) du[k] = (uint32_t)du64[k], di[k] = (uint32_t)di64[k];
         free(du64), free(di64);
         tr.n = dense.n;
+        /* each user's weight min(rho, tau / n) over its n kept ratings, as a device computes it (sdk/sgld.h) */
+        weights = calloc(um.n > 0 ? um.n : 1, sizeof *weights);
+        uint32_t *cnt = calloc(um.n > 0 ? um.n : 1, sizeof *cnt);
+        if (weights == NULL || cnt == NULL) {
+            free(cnt);
+            snprintf(err, sizeof err, "out of memory");
+            goto out;
+        }
+        for (size_t k = 0; k < tr.n; k++) cnt[du[k]]++;
+        const double rho = o.rho > 0 ? o.rho : dprec_sgld_default_rho(o.tau);
+        for (uint32_t u = 0; u < um.n; u++) weights[u] = dprec_sgld_weight(1.0, 1.0, o.tau, cnt[u], rho);
+        free(cnt);
         const double range = rmax - rmin, B = dprec_sgld_bound(o.tau, range, o.kappa);
         o.mf.beta = dprec_sgld_beta(o.epsilon, B);
         o.mf.lo = rmin - o.kappa;

@@ -88,9 +88,10 @@ def dprec_run(binary, k, t, n, train, test, extra):
 
 def SGLD(a):
     """SGLD's flags for the timing runs: every rating kept (tau above any user's count), the synthetic ratings' range
-    as the scale, priors wide enough for its factors, 5 warm-up passes (counted among the passes)."""
+    as the scale, priors wide enough for its factors, 5 warm-up passes (counted among the passes), weight 1 for every
+    user (as before the protocol's default became rho = tau) and mu fixed at the scale's midpoint."""
     return ["--method", "sgld", "--epsilon", str(a.sgld_epsilon), "--scale", "-2", "8", "--tau", "1000",
-            "--prior-sd", "0.5", "--bias-prior-sd", "0.5", "--warmup", "5"]
+            "--prior-sd", "0.5", "--bias-prior-sd", "0.5", "--warmup", "5", "--max-weight", "1", "--mu-prior-sd", "0"]
 
 
 def main():

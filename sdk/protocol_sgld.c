@@ -58,7 +58,7 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, sgld_job
     rc = dprec_json_get_number(doc, 0, "params.kappa", &p->kappa);
     if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->kappa >= 0.0 && p->kappa <= DPREC_SGLD_MAX_KAPPA))
         return DPREC_ERR_JOB_PARAMS;
-    p->rho = 1.0;
+    p->rho = dprec_sgld_default_rho(p->tau);
     rc = dprec_json_get_number(doc, 0, "params.max_weight", &p->rho);
     if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->rho > 0.0 && p->rho <= DPREC_SGLD_MAX_WEIGHT))
         return DPREC_ERR_JOB_PARAMS;

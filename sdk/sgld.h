@@ -25,8 +25,10 @@
  * Theorem 1's constant on i's own bound: twice that, and the job's eps when B_i = B. A device that wants eps_i <= eps chooses its own weight
  *     w_i = (eps_i / eps) min(rho, tau / min(tau, m_i))                                    (dprec_sgld_weight)
  * (the seed's reweighting, Section 6.5: w_i = min(rho, B / (m_i (r_max - r_min + kappa)^2)), scaled by eps_i / eps),
- * so that B_i <= (eps_i / eps) B whatever m_i: its guarantee is eps_i. rho (params.max_weight, default 1) caps how
- * much a user with fewer than tau ratings is up-weighted.
+ * so that B_i <= (eps_i / eps) B whatever m_i: its guarantee is eps_i. rho (params.max_weight) caps how much a user
+ * with fewer than tau ratings is up-weighted; its default, dprec_sgld_default_rho, is tau itself (at most
+ * DPREC_SGLD_MAX_WEIGHT): every user's terms then weigh B, the most its guarantee allows, however few its ratings
+ * (docs/results.md, "Defaults": on a fleet of about 10 ratings a user, rho = 1 spent half of each user's budget).
  *
  * What it is not: SGLD gives an approximate sample, at an unknown total-variation distance delta' from the target,
  * so what holds is (eps, (1 + e^eps) delta')-DP (Theorem 1) with delta' unknown: a posterior-sampling heuristic, and
@@ -42,6 +44,11 @@
 #define DPREC_SGLD_MAX_TAU 65535u
 #define DPREC_SGLD_MAX_KAPPA 1e3
 #define DPREC_SGLD_MAX_WEIGHT 1e3 /* the largest rho */
+
+/* The default rho of a job at tau: tau, at most DPREC_SGLD_MAX_WEIGHT. */
+static inline double dprec_sgld_default_rho(uint32_t tau) {
+    return (double)tau < DPREC_SGLD_MAX_WEIGHT ? (double)tau : DPREC_SGLD_MAX_WEIGHT;
+}
 
 /* B_i of one user: n = min(tau, m_i) ratings at weight w. */
 static inline double dprec_sgld_user_bound(uint32_t n, double w, double range, double kappa) {

@@ -374,12 +374,40 @@ static void test_sgld_global_step_releases_a_sample_of_v(void **state) {
         assert_int_equal(agg_protocol_sgld.global_step(&j, NULL, rep, n, &rng, &x, err, sizeof err), 0);
         assert_int_equal(x.m, 30);
         assert_int_equal(x.d, 4);
-        assert_true(x.mu == 3.0f);
+        assert_true(isfinite(x.mu)); /* sampled (test_sgld_mu_is_sampled_with_the_rest) */
         for (uint32_t it = 0; it < 30; it++) {
             assert_true(x.v[it * 4] == 1.0f);
             for (uint32_t a = 1; a < 4; a++) assert_true(isfinite(x.v[it * 4 + a]));
             assert_true(isfinite(x.bias[it]));
         }
+        agg_model_free(&x);
+    }
+    dprec_rng_free(&rng);
+}
+
+/* The global mean is sampled with the rest (params.mu_prior_sd, default 1, around the scale's midpoint): 200 users
+ * rating 4 items 4.5 at epsilon = 1000 release mu within 0.1 of 4.5 (the data pull it there: the sample's spread is
+ * 1 / sqrt(2 beta 800) = 0.013, and the narrow bias priors leave the offset to mu); with mu_prior_sd 0 it stays at the
+ * public midpoint 3. Without this a release on a scale whose ratings sit above its midpoint predicts 3 + c_j, and a
+ * device with a strong ridge cannot make up for it. */
+static void test_sgld_mu_is_sampled_with_the_rest(void **state) {
+    (void)state;
+    enum { N = 200 };
+    static unsigned char pl[N][8 + 8 * 4];
+    agg_report rep[N];
+    const uint32_t items[4] = {1, 2, 3, 4};
+    const float r[4] = {4.5f, 4.5f, 4.5f, 4.5f};
+    for (int i = 0; i < N; i++) rep[i] = (agg_report){i + 1, pl[i], payload(4, 1.0f, items, r, 4, pl[i])};
+    dprec_rng rng;
+    rng_open(&rng, "sgld mu");
+    char err[AGG_ERRMSG];
+    for (int pinned = 0; pinned < 2; pinned++) {
+        agg_job j = make_job(pinned ? "{\"tau\": 4, \"threads\": 2, \"mu_prior_sd\": 0}" : "{\"tau\": 4, \"threads\": 2}",
+                             8, 3, 1000.0);
+        agg_model x;
+        assert_int_equal(agg_protocol_sgld.global_step(&j, NULL, rep, N, &rng, &x, err, sizeof err), 0);
+        if (pinned) assert_true(x.mu == 3.0f);
+        else assert_true(fabs(x.mu - 4.5) < 0.1);
         agg_model_free(&x);
     }
     dprec_rng_free(&rng);
@@ -448,6 +476,28 @@ static void test_sgld_noise_variance_equals_the_formula(void **state) {
     assert_true(fabs(eta - 0.05 / (1 / 0.49 + 2 * 0.3 * 2.5 * 0.49)) <= 1e-7 * eta);
     assert_true(fabs(eta_b - 0.05 / (1 / 0.16 + 2 * 0.3 * 2.5)) <= 1e-7 * eta_b);
     agg_mf_free(s);
+    /* a sampled mu (prior sd 0.6 around 2): without data its step is step sd^2 and one pass from 2 lands at
+     * 2 + N(0, agg_mf_noise_variance(eta, 0.6)); 4000 chains, the sample variance within 5.5 sqrt(2/N) of it */
+    enum { R = 4000 };
+    c.weight = NULL;
+    c.k = 1;
+    c.threads = 1;
+    c.mu = 2.0;
+    c.mu_prior_sd = 0.6;
+    agg_mf_data d3 = {1, 1, 0, NULL, NULL, NULL};
+    const double var_mu = agg_mf_noise_variance(0.05 * 0.36, 0.6);
+    double summ = 0, sqm = 0;
+    for (int t = 0; t < R; t++) {
+        assert_int_equal(agg_mf_create(&d3, &c, &s, err, sizeof err), 0);
+        assert_true(agg_mf_mu(s) == 2.0);
+        assert_int_equal(agg_mf_pass(s, &rng, NULL, err, sizeof err), 0);
+        double x = agg_mf_mu(s) - 2.0;
+        summ += x;
+        sqm += x * x;
+        agg_mf_free(s);
+    }
+    assert_true(fabs(summ / R) <= 5.5 * sqrt(var_mu / R));
+    assert_true(fabs(sqm / R / var_mu - 1.0) <= 5.5 * sqrt(2.0 / R));
     free(before);
     free(bb);
     dprec_rng_free(&rng);
@@ -577,39 +627,52 @@ static int cmp_float(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The ziggurat normals are standard normal: 10^6 draws; mean, variance, skewness and kurtosis within 5.5 of their
- * standard errors (1/sqrt(N), sqrt(2/N), sqrt(6/N), sqrt(24/N)), and the Kolmogorov-Smirnov distance to Phi below
- * sqrt(ln(2/alpha) / (2N)) at alpha = 1e-6. */
+/* The ziggurat normals are standard normal, drawn in calls of uneven lengths so that the two phases' batches, the
+ * buffer's refills and the slow path's draws from the stream meet in every combination: 10^6 draws; mean, variance,
+ * skewness and kurtosis within 5.5 of their standard errors (1/sqrt(N), sqrt(2/N), sqrt(6/N), sqrt(24/N)), the share
+ * beyond the ziggurat's base R = 3.4426 (drawn by the tail method) within 5.5 binomial standard errors of
+ * 2 Phi(-R), and the Kolmogorov-Smirnov distance to Phi below sqrt(ln(2/alpha) / (2N)) at alpha = 1e-6. */
 static void test_sgld_normals_are_standard(void **state) {
     (void)state;
     enum { N = 1000000 };
     float *x = malloc(sizeof(float) * N);
     static agg_mf_stream st;
-    unsigned char key[32] = {9}, nonce[8] = {3};
-    agg_mf_stream_init(&st, key, nonce);
-    agg_mf_stream_normals(&st, x, N);
-    double m = 0, m2 = 0, m3 = 0, m4 = 0;
-    for (int i = 0; i < N; i++) m += x[i];
-    m /= N;
-    for (int i = 0; i < N; i++) {
-        double d = x[i] - m;
-        m2 += d * d, m3 += d * d * d, m4 += d * d * d * d;
+    {
+        unsigned char key[32] = {9}, nonce[8] = {3};
+        agg_mf_stream_init(&st, key, nonce);
+        static const size_t lens[] = {1, 7, 8, 9, 33, 4096, 1000, 3};
+        for (size_t at = 0, c = 0; at < N; c++) {
+            size_t len = lens[c % (sizeof lens / sizeof lens[0])];
+            if (len > N - at) len = N - at;
+            agg_mf_stream_normals(&st, x + at, len);
+            at += len;
+        }
+        double m = 0, m2 = 0, m3 = 0, m4 = 0, tail = 0;
+        for (int i = 0; i < N; i++) m += x[i];
+        m /= N;
+        for (int i = 0; i < N; i++) {
+            double d = x[i] - m;
+            m2 += d * d, m3 += d * d * d, m4 += d * d * d * d;
+            tail += fabs((double)x[i]) > 3.442619855899;
+        }
+        m2 /= N, m3 /= N, m4 /= N;
+        assert_true(fabs(m) <= 5.5 / sqrt(N));
+        assert_true(fabs(m2 - 1) <= 5.5 * sqrt(2.0 / N));
+        assert_true(fabs(m3 / pow(m2, 1.5)) <= 5.5 * sqrt(6.0 / N));
+        assert_true(fabs(m4 / (m2 * m2) - 3) <= 5.5 * sqrt(24.0 / N));
+        const double pt = erfc(3.442619855899 / sqrt(2.0));
+        assert_true(fabs(tail / N - pt) <= 5.5 * sqrt(pt * (1 - pt) / N));
+        qsort(x, N, sizeof(float), cmp_float);
+        double dmax = 0;
+        for (int i = 0; i < N; i++) {
+            double cdf = 0.5 * erfc(-(double)x[i] / sqrt(2.0));
+            double d1 = fabs(cdf - (double)i / N), d2 = fabs(cdf - (double)(i + 1) / N);
+            dmax = fmax(dmax, fmax(d1, d2));
+        }
+        assert_true(dmax < sqrt(log(2.0 / 1e-6) / (2.0 * N)));
+        assert_true(x[0] < -4.0 && x[N - 1] > 4.0); /* the tails beyond the ziggurat's base are reached */
+        agg_mf_stream_wipe(&st);
     }
-    m2 /= N, m3 /= N, m4 /= N;
-    assert_true(fabs(m) <= 5.5 / sqrt(N));
-    assert_true(fabs(m2 - 1) <= 5.5 * sqrt(2.0 / N));
-    assert_true(fabs(m3 / pow(m2, 1.5)) <= 5.5 * sqrt(6.0 / N));
-    assert_true(fabs(m4 / (m2 * m2) - 3) <= 5.5 * sqrt(24.0 / N));
-    qsort(x, N, sizeof(float), cmp_float);
-    double dmax = 0;
-    for (int i = 0; i < N; i++) {
-        double cdf = 0.5 * erfc(-(double)x[i] / sqrt(2.0));
-        double d1 = fabs(cdf - (double)i / N), d2 = fabs(cdf - (double)(i + 1) / N);
-        dmax = fmax(dmax, fmax(d1, d2));
-    }
-    assert_true(dmax < sqrt(log(2.0 / 1e-6) / (2.0 * N)));
-    assert_true(x[0] < -4.0 && x[N - 1] > 4.0); /* the tails beyond the ziggurat's base are reached */
-    agg_mf_stream_wipe(&st);
     free(x);
 }
 
@@ -699,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_sgld_reports_and_jobs_are_validated),
         cmocka_unit_test(test_sgld_global_step_releases_a_sample_of_v),
         cmocka_unit_test(test_sgld_noise_variance_equals_the_formula),
+        cmocka_unit_test(test_sgld_mu_is_sampled_with_the_rest),
         cmocka_unit_test(test_sgld_chain_matches_the_target_posterior_moments),
         cmocka_unit_test(test_sgld_keystream_is_aes_256_ctr),
         cmocka_unit_test(test_sgld_normals_are_standard),

@@ -70,6 +70,8 @@ struct agg_mf {
                                * item besides the factors, in one 16-byte line */
     mf_ou *ou_u, *ou_v;
     agg_mf_stream *streams;   /* one per thread, keyed at the first SGLD pass */
+    double mu;                /* the global offset: cfg.mu, or SGLD's sampled one (cfg.mu_prior_sd > 0) */
+    double eta_mu, a_mu, s_mu;/* SGLD with a sampled mu: its preconditioned step, OU contraction and noise sd */
     int keyed;
     unsigned passes;
     int avx2;
@@ -433,8 +435,9 @@ static int check_config(const agg_mf_data *d, const agg_mf_config *c, char *err,
     } else if (c->method == AGG_MF_SGLD) {
         if (!(c->beta > 0.0 && isfinite(c->beta)) || !(c->lo < c->hi) || !isfinite(c->lo) || !isfinite(c->hi) ||
             !(c->prior_sd > 0.0 && c->prior_sd <= 1e3) || !(c->bias_prior_sd > 0.0 && c->bias_prior_sd <= 1e3) ||
-            !(c->step > 0.0 && c->step <= 1.0))
-            return fail(err, errcap, "SGLD needs beta > 0, lo < hi, prior sds in (0, 1000], 0 < step <= 1");
+            !(c->step > 0.0 && c->step <= 1.0) || !(c->mu_prior_sd >= 0.0 && c->mu_prior_sd <= 1e3))
+            return fail(err, errcap, "SGLD needs beta > 0, lo < hi, prior sds in (0, 1000] (mu's in [0, 1000]), "
+                                     "0 < step <= 1");
     } else {
         return fail(err, errcap, "unknown method");
     }
@@ -552,6 +555,7 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
     s->users = d->users;
     s->items = d->items;
     s->n = d->n;
+    s->mu = cfg->mu;
     unsigned g = cfg->groups > 0 ? cfg->groups : (cfg->threads > 1 ? 2u * cfg->threads + 1u : 1u);
     s->P = g < d->users ? g : d->users;
     s->Q = g < d->items ? g : d->items;
@@ -596,6 +600,24 @@ int agg_mf_create(const agg_mf_data *d, const agg_mf_config *cfg, agg_mf **out, 
                 sv[d->item[i]] += w;
             }
             const double sd = cfg->prior_sd, sb = cfg->bias_prior_sd, b2 = 2.0 * cfg->beta;
+            if (cfg->mu_prior_sd > 0.0) { /* mu is one more coordinate, rated by every rating */
+                double sum = 0.0, sr = 0.0, sm = cfg->mu_prior_sd;
+                for (uint32_t x = 0; x < d->items; x++) sum += sv[x];
+                s->eta_mu = cfg->step / (1.0 / (sm * sm) + b2 * sum);
+                s->a_mu = exp(-s->eta_mu / (sm * sm));
+                s->s_mu = sqrt(agg_mf_noise_variance(s->eta_mu, sm));
+                /* with a warm-up, the chain starts mu at its mode given zero biases and factors (part of the descent
+                 * toward the posterior's mode): otherwise the biases of the most-rated items, whose data outweigh
+                 * their prior, take up the common offset in the first passes and hand it back to mu only at the
+                 * prior's slow pace (step / (1 + their data's weight) a pass) */
+                if (cfg->warmup > 0) {
+                    for (size_t i = 0; i < d->n; i++) {
+                        double r = d->rating[i] < cfg->lo ? cfg->lo : d->rating[i] > cfg->hi ? cfg->hi : d->rating[i];
+                        sr += (cfg->weight != NULL ? (double)cfg->weight[d->user[i]] : 1.0) * r;
+                    }
+                    s->mu = (cfg->mu / (sm * sm) + b2 * sr) / (1.0 / (sm * sm) + b2 * sum);
+                }
+            }
             for (uint32_t u = 0; u < d->users; u++) {
                 double w = cfg->weight != NULL ? (double)cfg->weight[u] : 1.0;
                 s->gw[s->user_row[u]] = (float)(b2 * w);
@@ -695,6 +717,7 @@ typedef struct mf_lane {
     const mf_entry *e, *end;
     uint32_t ur;
     float bu;
+    float es; /* SGLD: the sum of the user's errors in the block (the drift of a sampled mu, times its gw) */
 } mf_lane;
 
 /* One SGD step of lane L with vectors UU (k floats in NV vectors). */
@@ -742,6 +765,7 @@ typedef struct mf_lane {
             vrow_[a_] = va_ + err_ * (ev_ * ua_);                                                        \
         }                                                                                                \
         (L).bu += (EBU) * err_;                                                                          \
+        (L).es += err_;                                                                                  \
         ivj_[0] += evb_ * err_;                                                                          \
         (L).e++;                                                                                         \
     } while (0)
@@ -766,11 +790,11 @@ static inline __attribute__((always_inline)) void lane_store(agg_mf *s, const mf
 /* One block of SGD at KP floats a row (a constant after inlining, so that the loops unroll). */
 static inline __attribute__((always_inline)) double sgd_k(agg_mf *s, const mf_block *b, float lr, uint32_t KP) {
     const uint32_t NV = KP / 8u;
-    const float mu = (float)s->cfg.mu, shrink = 1.0f - lr * (float)s->cfg.lambda, lb = (float)s->cfg.lambda_bias;
+    const float mu = (float)s->mu, shrink = 1.0f - lr * (float)s->cfg.lambda, lb = (float)s->cfg.lambda_bias;
     float *const V = s->V, *const bv = s->bv;
     double sse = 0.0;
     f8 ua[AGG_MF_MAX_K / 8], ub[AGG_MF_MAX_K / 8];
-    mf_lane A = {NULL, NULL, 0, 0.0f}, B = {NULL, NULL, 0, 0.0f};
+    mf_lane A = {NULL, NULL, 0, 0.0f, 0.0f}, B = {NULL, NULL, 0, 0.0f, 0.0f};
     memset(ua, 0, sizeof(f8) * NV);
     memset(ub, 0, sizeof(f8) * NV);
     uint32_t next = 0;
@@ -805,11 +829,11 @@ static inline __attribute__((always_inline)) double sgd_k(agg_mf *s, const mf_bl
 
 static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_block *b, float boost, uint32_t KP) {
     const uint32_t NV = KP / 8u;
-    const float mu = (float)s->cfg.mu, lo = (float)s->cfg.lo, hi = (float)s->cfg.hi;
+    const float mu = (float)s->mu, lo = (float)s->cfg.lo, hi = (float)s->cfg.hi;
     float *const V = s->V, *const iv = s->iv;
-    const double sse = 0.0; /* not tracked: the chain's training error is not its output */
+    double gsum = 0.0; /* sum of 2 beta w err over the block (times boost): the drift of a sampled mu */
     f8 ua[AGG_MF_MAX_K / 8], ub[AGG_MF_MAX_K / 8];
-    mf_lane A = {NULL, NULL, 0, 0.0f}, B = {NULL, NULL, 0, 0.0f};
+    mf_lane A = {NULL, NULL, 0, 0.0f, 0.0f}, B = {NULL, NULL, 0, 0.0f, 0.0f};
     memset(ua, 0, sizeof(f8) * NV);
     memset(ub, 0, sizeof(f8) * NV);
     float gwa = 0, eua = 0, ebua = 0, gwb = 0, eub = 0, ebub = 0;
@@ -835,19 +859,23 @@ static inline __attribute__((always_inline)) double sgld_k(agg_mf *s, const mf_b
         }
         if (ha && A.e == A.end) {
             lane_store(s, &A, ua, KP);
+            gsum += (double)A.es * (double)gwa;
+            A.es = 0.0f;
             ha = LANE_LOAD(A, ua, next);
             next += (uint32_t)ha;
             if (ha) SGLD_LANE_PARAMS(A, gwa, eua, ebua);
         }
         if (hb && B.e == B.end) {
             lane_store(s, &B, ub, KP);
+            gsum += (double)B.es * (double)gwb;
+            B.es = 0.0f;
             hb = LANE_LOAD(B, ub, next);
             next += (uint32_t)hb;
             if (hb) SGLD_LANE_PARAMS(B, gwb, eub, ebub);
         }
     }
 #undef SGLD_LANE_PARAMS
-    return sse;
+    return gsum;
 }
 
 #define MF_KERNELS(SFX, ATTR)                                                                    \
@@ -889,7 +917,7 @@ typedef struct mf_pass {
     uint32_t *order;
     uint32_t nb, started;
     float lr, boost; /* SGD's step; SGLD's step multiplier (1, or 1 / step in a warm-up pass) */
-    double sse;
+    double sse;      /* SGD: the sum of squared errors; SGLD: the sum of 2 beta w err times boost (mu's drift) */
 } mf_pass;
 
 /* A block whose user group and item group are free, in the pass's order; -1 when every block was taken. */
@@ -1039,17 +1067,32 @@ int agg_mf_pass(agg_mf *s, dprec_rng *rng, double *train_sse, char *err, size_t 
         size_t rows = (size_t)s->users + s->items;
         for (unsigned t = 0; t < T; t++)
             jobs[t] = (mf_noise_job){s, &s->streams[t], rows * t / T, rows * (t + 1u) / T, warm ? (double)p.boost : 0.0};
+        if (s->cfg.mu_prior_sd > 0.0) {
+            /* mu: its data drift from the pass's errors at its own step (never boosted: every rating moves it, so a
+             * warm-up Newton step would overshoot together with the biases), then its prior's exact step and noise
+             * (drawn here, before the rows' noise threads use the streams) */
+            const double m0 = s->cfg.mu, sm2 = s->cfg.mu_prior_sd * s->cfg.mu_prior_sd;
+            s->mu += s->eta_mu * p.sse / (double)p.boost;
+            if (warm) {
+                s->mu = m0 + (s->mu - m0) * exp(-s->eta_mu / sm2);
+            } else {
+                float z;
+                agg_mf_stream_normals(&s->streams[0], &z, 1);
+                s->mu = m0 + s->a_mu * (s->mu - m0) + s->s_mu * (double)z;
+                dprec_wipe(&z, sizeof z);
+            }
+        }
         run_threads(T, noise_thread, jobs, sizeof jobs[0]);
     }
     s->passes++;
-    if (train_sse != NULL) *train_sse = p.sse;
+    if (train_sse != NULL) *train_sse = s->cfg.method == AGG_MF_SGD ? p.sse : NAN;
     return 0;
 }
 
 /* ---- the model ------------------------------------------------------------------------------------------------ */
 
 static double predict(const agg_mf *s, uint32_t user, uint32_t item) {
-    double p = s->cfg.mu;
+    double p = s->mu;
     if (user < s->users && item < s->items) {
         const f8 *u = (const f8 *)__builtin_assume_aligned(s->U + (size_t)s->user_row[user] * s->kp, 32);
         const f8 *v = (const f8 *)__builtin_assume_aligned(s->V + (size_t)s->item_row[item] * s->kp, 32);
@@ -1072,6 +1115,10 @@ double agg_mf_rmse(const agg_mf *s, const agg_mf_data *test, double lo, double h
         sse += e * e;
     }
     return sqrt(sse / (double)test->n);
+}
+
+double agg_mf_mu(const agg_mf *s) {
+    return s->mu;
 }
 
 void agg_mf_item(const agg_mf *s, uint32_t item, float *v, float *bias) {

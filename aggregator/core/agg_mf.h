@@ -65,6 +65,9 @@ typedef struct agg_mf_config {
     double lo, hi;         /* the prediction is clamped to [lo, hi] in the loss (lo < hi) */
     double prior_sd;       /* of every factor coordinate */
     double bias_prior_sd;  /* of every bias */
+    double mu_prior_sd;    /* > 0: mu is sampled too, prior N(mu, mu_prior_sd^2) around the public cfg.mu, stepped once a
+                            * pass from the pass's errors (its preconditioned step: step / (1 / sd^2 + 2 beta sum w));
+                            * 0: mu fixed at cfg.mu (default) */
     double step;           /* the preconditioned step (eta_row times the row's curvature), in (0, 1] */
     unsigned warmup;       /* SGLD: the first `warmup` passes are a deterministic descent on -log p (step 1, no noise),
                             * a start near the posterior's mode; the chain's target does not change (default 0) */
@@ -73,7 +76,7 @@ typedef struct agg_mf_config {
 } agg_mf_config;
 
 /* Defaults: SGD at lr 0.05, decay 0.3, lambda 0.05, lambda_bias 0.01, init_scale 0.1; SGLD sd 0.5 and 0.5, step 0.1,
- * beta 1, lo/hi 1 and 5, weight NULL; k 16, 1 thread, mu 0, seed 1. */
+ * beta 1, lo/hi 1 and 5, weight NULL, mu fixed (mu_prior_sd 0); k 16, 1 thread, mu 0, seed 1. */
 void agg_mf_config_default(agg_mf_config *c);
 
 typedef struct agg_mf agg_mf;
@@ -96,6 +99,9 @@ unsigned agg_mf_passes(const agg_mf *s);
 /* The RMSE of the model's predictions mu + b_i + c_j + u_i . v_j on test triples, clamped to [lo, hi] when lo < hi
  * (else raw). A user or item outside the training ids predicts with zero vector and bias. */
 double agg_mf_rmse(const agg_mf *s, const agg_mf_data *test, double lo, double hi);
+
+/* The global offset: cfg.mu, or with SGLD and mu_prior_sd > 0 the chain's current (sampled) mu. */
+double agg_mf_mu(const agg_mf *s);
 
 /* The model in the caller's ids: v (k floats) and c_j of an item, u (k floats) and b_i of a user. */
 void agg_mf_item(const agg_mf *s, uint32_t item, float *v, float *bias);

@@ -6,7 +6,9 @@
  * subset it drew itself) and its weight w_i; they are stored durably as reports. When the round closes, the global
  * step draws (U, V, biases) from
  *     exp(-eps / (4B) sum_i w_i sum_j (r_ij - clamp(mu + b_i + c_j + u_i . v_j, r_min - kappa, r_max + kappa))^2)
- *     times N(0, prior_sd^2) on every factor and N(0, bias_prior_sd^2) on every bias,
+ *     times N(0, prior_sd^2) on every factor, N(0, bias_prior_sd^2) on every bias and N(params.mu, mu_prior_sd^2) on mu
+ *     (mu is sampled with the rest, so the release's global mean is the data's up to the sample's spread, which is
+ *     small: every rating weighs on it; mu_prior_sd = 0 pins it to the public params.mu, the scale's midpoint),
  * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/core/agg_mf.c: params.warmup passes of descent toward
  * the mode without noise from a small public random start, then params.passes passes of the chain), and releases V (column 0 pinned to 1, so a device's least-squares u[0] is its own bias; columns 1.. the
  * sampled item factors), the sampled item biases and mu. U never leaves the step. Devices then fit their u by
@@ -34,14 +36,16 @@
 #define SGLD_DEFAULT_PASSES 100u
 #define SGLD_MAX_PASSES 100000u
 #define SGLD_DEFAULT_PRIOR_SD 0.1
-#define SGLD_DEFAULT_BIAS_PRIOR_SD 0.1
+#define SGLD_BIAS_PRIOR_SD_MAX 0.3 /* the bias prior when the data can carry the item biases (default_bias_prior_sd) */
+#define SGLD_BIAS_PRIOR_SD_SCALE 0.1 /* s = 0.1 sqrt(P) below that */
 #define SGLD_DEFAULT_STEP 0.1
 #define SGLD_DEFAULT_WARMUP 10u
+#define SGLD_DEFAULT_MU_PRIOR_SD 1.0
 
 typedef struct sgld_params {
     uint32_t tau, passes, threads, warmup;
-    double kappa, rho, mu, prior_sd, bias_prior_sd, step;
-    int has_mu;
+    double kappa, rho, mu, prior_sd, bias_prior_sd, mu_prior_sd, step;
+    int has_mu, has_rho, has_bias_prior;
     uint64_t seed;
 } sgld_params;
 
@@ -50,9 +54,8 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
     p->tau = DPREC_SGLD_DEFAULT_TAU;
     p->passes = SGLD_DEFAULT_PASSES;
     p->warmup = SGLD_DEFAULT_WARMUP;
-    p->rho = 1.0;
     p->prior_sd = SGLD_DEFAULT_PRIOR_SD;
-    p->bias_prior_sd = SGLD_DEFAULT_BIAS_PRIOR_SD;
+    p->mu_prior_sd = SGLD_DEFAULT_MU_PRIOR_SD;
     p->step = SGLD_DEFAULT_STEP;
     p->seed = 1;
     const cJSON *it;
@@ -73,17 +76,24 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
             bad = agg_json_number_in(it, 0.0, (double)AGG_MF_MAX_THREADS, 0, &v) || floor(v) != v;
             p->threads = (uint32_t)v;
         } else if (strcmp(k, "kappa") == 0) bad = agg_json_number_in(it, 0.0, DPREC_SGLD_MAX_KAPPA, 0, &p->kappa);
-        else if (strcmp(k, "max_weight") == 0) bad = agg_json_number_in(it, 0.0, DPREC_SGLD_MAX_WEIGHT, 1, &p->rho);
+        else if (strcmp(k, "max_weight") == 0) {
+            bad = agg_json_number_in(it, 0.0, DPREC_SGLD_MAX_WEIGHT, 1, &p->rho);
+            p->has_rho = 1;
+        }
         else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
         else if (strcmp(k, "prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 1, &p->prior_sd);
-        else if (strcmp(k, "bias_prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 1, &p->bias_prior_sd);
+        else if (strcmp(k, "bias_prior_sd") == 0) {
+            bad = agg_json_number_in(it, 0.0, 1e3, 1, &p->bias_prior_sd);
+            p->has_bias_prior = 1;
+        }
+        else if (strcmp(k, "mu_prior_sd") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 0, &p->mu_prior_sd);
         else if (strcmp(k, "step") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &p->step);
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             p->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of sgld (tau, kappa, max_weight, mu, prior_sd, "
-                     "bias_prior_sd, step, passes, warmup, threads, seed)", k);
+                     "bias_prior_sd, mu_prior_sd, step, passes, warmup, threads, seed)", k);
             return -1;
         }
         if (bad) {
@@ -91,7 +101,26 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
             return -1;
         }
     }
+    if (!p->has_rho) p->rho = dprec_sgld_default_rho(p->tau); /* the device computes the same default (sdk/sgld.h) */
     return 0;
+}
+
+/* The default prior sd of the biases, from the job's public shape only (never from the data: the prior is part of the
+ * target, fixed before any report): P = eps min_reports / (2 (r_max - r_min + kappa)^2 m) is the precision the
+ * tempered data term gives an item's bias on average when min_reports devices each weigh tau ratings (2 beta tau per
+ * device, beta = eps / (4 tau range^2), spread over m items). A sample's error on a bias of spread s0 is
+ * (s0^2 / s^4 + P) / Q^2 + 1 / Q, Q = 1 / s^2 + P: below P s0^2 of about 1 a broad prior only adds its own spread
+ * (the sample of an item the data hardly see is a prior draw), above it a prior near s0 is best; the most-rated items,
+ * which most predictions are about, have several times P. Hence s = min(0.3, 0.1 sqrt(P)), at least 0.01: 0.3 on the
+ * 100,000-device fleet from eps = 1 (P = 10.4 eps), 0.09 on ml10m:0.1 at eps = 5 (P = 0.87), 0.013 on ml-100k at
+ * eps = 1 (P = 0.0175), where biases sampled from a 0.3 prior cost 0.09 in squared error (docs/results.md,
+ * "Defaults", has the runs the constants come from). */
+static double default_bias_prior_sd(const agg_job *job, const sgld_params *p) {
+    const double range = job->rating_max - job->rating_min + p->kappa;
+    const double n = job->min_reports > 0 ? (double)job->min_reports : 1.0, m = job->m > 0 ? (double)job->m : 1.0;
+    const double P = job->budget_epsilon * n / (2.0 * range * range * m);
+    const double s = fmin(SGLD_BIAS_PRIOR_SD_MAX, SGLD_BIAS_PRIOR_SD_SCALE * sqrt(P));
+    return isfinite(s) && s > 0.01 ? s : 0.01;
 }
 
 static int job_params(const agg_job *job, sgld_params *p, char *err, size_t errcap) {
@@ -101,6 +130,7 @@ static int job_params(const agg_job *job, sgld_params *p, char *err, size_t errc
     cJSON_Delete(params);
     if (rc != 0) return rc;
     if (!p->has_mu) p->mu = (job->rating_min + job->rating_max) / 2.0;
+    if (!p->has_bias_prior) p->bias_prior_sd = default_bias_prior_sd(job, p);
     if (p->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         p->threads = n > 0 ? (uint32_t)(n < (long)AGG_MF_MAX_THREADS ? n : (long)AGG_MF_MAX_THREADS) : 1u;
@@ -137,6 +167,9 @@ static void sgld_privacy_extra(const agg_job *job, cJSON *priv) {
     cJSON_AddNumberToObject(priv, "tau", p.tau);
     cJSON_AddNumberToObject(priv, "kappa", p.kappa);
     cJSON_AddNumberToObject(priv, "max_weight", p.rho);
+    cJSON_AddNumberToObject(priv, "prior_sd", p.prior_sd); /* the target's prior (the bias one from the job's shape) */
+    cJSON_AddNumberToObject(priv, "bias_prior_sd", p.bias_prior_sd);
+    cJSON_AddNumberToObject(priv, "mu_prior_sd", p.mu_prior_sd);
     cJSON_AddNumberToObject(priv, "user_epsilon", job->budget_epsilon);
     cJSON_AddNumberToObject(priv, "user_delta", 0);
 }
@@ -273,6 +306,7 @@ int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dpr
     c.hi = job->rating_max + p.kappa;
     c.prior_sd = p.prior_sd;
     c.bias_prior_sd = p.bias_prior_sd;
+    c.mu_prior_sd = p.mu_prior_sd;
     c.step = p.step;
     c.warmup = p.warmup;
     agg_mf_data data = {(uint32_t)users, m, at, uu, ii, rr};
@@ -281,7 +315,7 @@ int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dpr
         if (agg_mf_pass(s, rng, NULL, err, errcap) != 0) goto out;
     next->m = m;
     next->d = d;
-    next->mu = (float)p.mu;
+    next->mu = (float)agg_mf_mu(s); /* sampled with the rest (params.mu_prior_sd > 0), else the public params.mu */
     next->v = malloc(sizeof(float) * (size_t)m * d);
     next->bias = malloc(sizeof(float) * m);
     if (next->v == NULL || next->bias == NULL) {

@@ -70,7 +70,8 @@ static const char help_head[] =
     "                           protocols: lambda_v of the gradient step, default 1e-8, seed 000)\n"
     "  --device-lambda L        ridge of the devices' user vectors (cfg.lambda; default: --lambda)\n"
     "  --device-lambda-per-rating W  a device with n ratings uses cfg.lambda = W n instead (ALS-WR;\n"
-    "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02; 0 turns it off)\n"
+    "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02, sgld a fixed\n"
+    "                           ridge, its --lambda; 0 turns it off)\n"
     "  --epsilon E --delta D    the job's privacy budget (default 1 and 1e-6; ignored by plain; the local\n"
     "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
     "  --compare LIST           after the job, run these protocols (comma-separated, or none) each on a fresh\n"
@@ -655,7 +656,10 @@ static int protocol_flag(options *o, const char *a, const char *v, int *consumed
 /* A protocol's defaults (its finish), then the common ones it left unset. */
 static int fleet_finish_proto(const fleet_proto *p, fleet_common *c) {
     int rc = p->finish(c);
-    if (c->device_lambda_per_rating < 0) c->device_lambda_per_rating = FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING;
+    /* the devices' ridge scales with their ratings (W > 0): the protocol's W, else the fleet's, unless the protocol
+     * asks for a fixed ridge (fleet_common.device_lambda_fixed); given on the command line, always */
+    if (c->device_lambda_per_rating < 0)
+        c->device_lambda_per_rating = c->device_lambda_fixed ? 0.0 : FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING;
     return rc;
 }
 
@@ -1178,6 +1182,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.rounds_set = o->c.rank_set = 0;
     o->c.lambda = -1;
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
+    o->c.device_lambda_fixed = 0;
     int rc = fleet_finish_proto(p, &o->c);
     if (rc == 0) rc = load_devices(f, ws, nthreads, 0);
     if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);

@@ -10,9 +10,12 @@
 #include "fleet_proto.h"
 #include "sgld.h"
 
+#define SGLD_DEVICE_LAMBDA 20.0 /* the devices' default ridge (docs/results.md, "Defaults") */
+
 static struct {
     unsigned tau, passes;
-    double kappa, max_weight, prior_sd, bias_prior_sd, step;
+    double kappa, max_weight, prior_sd, bias_prior_sd, mu_prior_sd, step;
+    int mu_prior_set;
     const char *personal_file;
     double *personal; /* per device index: its epsilon_i (0: the job's) */
     uint32_t npersonal;
@@ -41,9 +44,10 @@ static int sgld_arg(fleet_common *o, const char *flag, const char *value, int *t
     else if (strcmp(flag, "--max-weight") == 0) dst = &sg.max_weight;
     else if (strcmp(flag, "--prior-sd") == 0) dst = &sg.prior_sd;
     else if (strcmp(flag, "--bias-prior-sd") == 0) dst = &sg.bias_prior_sd;
+    else if (strcmp(flag, "--mu-prior-sd") == 0) dst = &sg.mu_prior_sd, sg.mu_prior_set = 1;
     else if (strcmp(flag, "--step") == 0) dst = &sg.step;
     else return 0;
-    if (value == NULL || fleet_parse_double(value, dst) || !(*dst >= 0) || (dst != &sg.kappa && !(*dst > 0)) ||
+    if (value == NULL || fleet_parse_double(value, dst) || !(*dst >= 0) || (dst != &sg.kappa && dst != &sg.mu_prior_sd && !(*dst > 0)) ||
         (dst == &sg.step && !(*dst <= 1.0)))
         return fleet_flag_error("bad value for", flag), -1;
     return 1;
@@ -91,13 +95,16 @@ static int load_personal(const char *path) {
 }
 
 static int sgld_finish(fleet_common *o) {
-    if (o->lambda < 0) o->lambda = 1.0; /* the devices' ridge when --device-lambda-per-rating is 0 */
+    /* the devices' ridge: fixed (a prior on u, whose first coordinate is the user's own bias), so that a device with few
+     * ratings stays near mu + c_j when the release's factors carry little (docs/results.md, "Defaults") */
+    if (o->lambda < 0) o->lambda = SGLD_DEVICE_LAMBDA;
+    o->device_lambda_fixed = 1;
     if (o->rounds_set && o->rounds != 1) return fleet_flag_error("sgld has one round (one upload per job): --rounds 1", NULL);
     o->rounds = 1;
     o->rounds_set = 1;
     if (o->rank < 2 || o->rank > 257) return fleet_flag_error("sgld needs --rank in 2..257 (column 0 is the user bias)", NULL);
     if (sg.tau == 0) sg.tau = DPREC_SGLD_DEFAULT_TAU;
-    if (sg.max_weight == 0) sg.max_weight = 1.0;
+    if (sg.max_weight == 0) sg.max_weight = dprec_sgld_default_rho(sg.tau); /* the aggregator's default, published */
     if (sg.personal_file != NULL && sg.personal == NULL) {
         int rc = load_personal(sg.personal_file);
         if (rc != 0) return rc;
@@ -111,6 +118,7 @@ static void sgld_spec(const fleet_common *o, const fleet_data *d, char *out, siz
     if (sg.passes > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"passes\":%u", sg.passes);
     if (sg.prior_sd > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"prior_sd\":%.17g", sg.prior_sd);
     if (sg.bias_prior_sd > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"bias_prior_sd\":%.17g", sg.bias_prior_sd);
+    if (sg.mu_prior_set) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"mu_prior_sd\":%.17g", sg.mu_prior_sd);
     if (sg.step > 0) snprintf(extra + n, sizeof extra - n, ",\"step\":%.17g", sg.step);
     snprintf(out, cap,
              "{\"protocol\":\"sgld\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":1,"
@@ -139,7 +147,7 @@ static void sgld_describe(const fleet_common *o) {
            sg.tau, listed, o->epsilon, sg.kappa);
 }
 
-static const char *const sgld_flags[] = {"--tau", "--kappa", "--max-weight", "--passes", "--prior-sd", "--bias-prior-sd",
+static const char *const sgld_flags[] = {"--tau", "--kappa", "--max-weight", "--passes", "--prior-sd", "--bias-prior-sd", "--mu-prior-sd",
                                          "--step", "--personal-eps-file", NULL};
 
 const fleet_proto fleet_proto_sgld = {
@@ -147,9 +155,12 @@ const fleet_proto fleet_proto_sgld = {
     "sgld (seed 003: one posterior sample by SGLD, trusted curator, user level; posterior-sampling heuristic):\n"
     "  --tau T                  each device uploads at most T ratings, a uniform subset (default 20)\n"
     "  --kappa K                predictions clamped to [min - K, max + K] in the loss (default 0)\n"
-    "  --max-weight R           the largest weight of a device with fewer than T ratings (default 1)\n"
+    "  --max-weight R           the largest weight of a device with fewer than T ratings (default T: every\n"
+    "                           device's ratings weigh as much as T ratings)\n"
     "  --passes N               SGLD passes of the aggregator (default: the aggregator's, 100)\n"
     "  --prior-sd S, --bias-prior-sd S, --step C   the sampler's prior and step (default: the aggregator's)\n"
+    "  --mu-prior-sd S          the prior sd of the sampled global mean around the scale's midpoint (default:\n"
+    "                           the aggregator's, 1; 0 pins it to the midpoint)\n"
     "  --personal-eps-file F    lines 'DEVICE EPSILON': a device's own epsilon_i (<= --epsilon; DEVICE is its\n"
     "                           0-based index, users numbered in order of their id); the others use --epsilon\n",
     sgld_flags, sgld_arg, sgld_finish, sgld_spec, sgld_device, NULL, sgld_describe, "bias",
