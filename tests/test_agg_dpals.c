@@ -75,10 +75,8 @@ static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32
 
 /* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(2k) in L2, and each
  * item's by at most sqrt(2), for honest and malicious payloads alike (the aggregator re-clips). */
-static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
-    (void)state;
-    agg_job j = make_job("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}", M, D, 100, 1e-6,
-                         10, 1.0);
+static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params) {
+    agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 5;
     float w[D], t[K];
     uint32_t items[K], n;
@@ -117,6 +115,14 @@ static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **s
     /* the bound is approached (a clipped user with every target at the clip), so the test has teeth */
     assert_true(worst_item > 0.9 * sqrt(2.0));
     assert_true(worst > 0.5 * dprec_dpals_sensitivity(K));
+}
+
+static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
+    (void)state;
+    one_user_moves_the_statistics_by_at_most_sqrt_2k("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}");
+    /* residual targets (params.residual): the same payload, the same re-clipping, the same bound */
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"residual\":true}");
 }
 
 /* The noise multiplier is the accountant inverted for the job's (epsilon, delta, rounds, q), the round's step
