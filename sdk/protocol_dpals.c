@@ -5,7 +5,9 @@
  * u[0] is the user's own bias c_i) and never sends u[0]. It reports w = u[1 .. d-1] clipped to norm Gamma_u
  * (params.u_clip) and, for at most k = params.max_items of its ratings (a uniform sample drawn afresh each round
  * from the CSPRNG: selection sampling, Knuth TAOCP vol. 2, 3.4.2, Algorithm S), the target
- * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default 1 or half the scale's width if less). The
+ * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default 1 or half the scale's width if less),
+ * or with params.residual the residual of the device's whole prediction on the release, r_j - mu - b_j - u . v_j,
+ * clamped the same way (the bound does not depend on the release, which a malicious aggregator chooses). The
  * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), re-clips, and adds the noise. The report
  * carries the same information as the per-item statistics DPALS describes (x x^T and t_j x, from which t_j and
  * x are read back) in d - 1 + 2k numbers instead of k (d (d + 3) / 2).
@@ -34,6 +36,7 @@
 typedef struct dpals_job {
     uint32_t max_items;
     double u_clip, rating_clip;
+    int residual; /* params.residual: utility only (the aggregator re-clamps every target whatever it is) */
 } dpals_job;
 
 static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_job *p) {
@@ -52,7 +55,22 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
         !(p->rating_clip > 0.0 && p->rating_clip <= DPREC_DPALS_MAX_CLIP))
         return DPREC_ERR_JOB_PARAMS;
     if (c->cfg.dim < 1 || c->cfg.dim > DPALS_MAX_D) return DPREC_ERR_JOB_PARAMS;
+    p->residual = 0;
+    rc = dprec_json_get_bool(doc, 0, "params.residual", &p->residual);
+    if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
     return DPREC_OK;
+}
+
+/* The target of rating i before the clamp: r - mu - c_i, or with params.residual the residual of the release's
+ * whole prediction, r - mu - b_j - u . v_j (v_j[0] = 1: u[0] v_j[0] is c_i), from the rows the fit kept. */
+static double target(const dprec_client *c, const dpals_job *p, uint32_t i) {
+    const uint32_t d = c->cfg.dim;
+    double e = (double)c->ratings[i].value - (double)c->fitted_mu;
+    if (!p->residual) return e - (double)c->u[0];
+    const float *row = c->rows + (size_t)i * (d + 1u); /* the device's own prediction, as recommend.c makes it */
+    e -= (double)row[d];
+    for (uint32_t a = 0; a < d; a++) e -= (double)c->u[a] * (double)row[a];
+    return e;
 }
 
 static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_job_policy *out) {
@@ -105,7 +123,6 @@ static int dpals_build(dprec_client *c, const dprec_sync_job *job, const dprec_j
         dprec_stf32(pl + 8 + 4 * (size_t)a, v);
     }
     unsigned char *pairs = pl + 8 + 4 * ((size_t)d - 1u);
-    const double base = (double)c->fitted_mu + (double)c->u[0];
     uint32_t chosen = 0;
     for (uint32_t i = 0; i < n && chosen < keep; i++) {
         int take = 1;
@@ -114,8 +131,9 @@ static int dpals_build(dprec_client *c, const dprec_sync_job *job, const dprec_j
             if (rc != DPREC_OK) return rc;
         }
         if (!take) continue;
-        float t = (float)dprec_dpals_clamp((double)c->ratings[i].value - base, p.rating_clip);
-        if (!isfinite(t) || !isfinite(base)) return DPREC_ERR_INVALID_ARGUMENT;
+        double e = target(c, &p, i);
+        float t = (float)dprec_dpals_clamp(e, p.rating_clip);
+        if (!isfinite(t) || !isfinite(e)) return DPREC_ERR_INVALID_ARGUMENT;
         unsigned char *pr = pairs + 8u * (size_t)chosen;
         dprec_st32(pr, c->ratings[i].item);
         dprec_stf32(pr + 4, t);

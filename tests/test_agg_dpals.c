@@ -75,10 +75,8 @@ static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32
 
 /* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(2k) in L2, and each
  * item's by at most sqrt(2), for honest and malicious payloads alike (the aggregator re-clips). */
-static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
-    (void)state;
-    agg_job j = make_job("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}", M, D, 100, 1e-6,
-                         10, 1.0);
+static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params) {
+    agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 5;
     float w[D], t[K];
     uint32_t items[K], n;
@@ -117,6 +115,14 @@ static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **s
     /* the bound is approached (a clipped user with every target at the clip), so the test has teeth */
     assert_true(worst_item > 0.9 * sqrt(2.0));
     assert_true(worst > 0.5 * dprec_dpals_sensitivity(K));
+}
+
+static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
+    (void)state;
+    one_user_moves_the_statistics_by_at_most_sqrt_2k("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}");
+    /* residual targets (params.residual): the same payload, the same re-clipping, the same bound */
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"residual\":true}");
 }
 
 /* The noise multiplier is the accountant inverted for the job's (epsilon, delta, rounds, q), the round's step
@@ -297,10 +303,16 @@ static void test_dpals_noisy_gram_is_symmetric(void **state) {
 
 /* With epsilon = infinity (no noise), every clip loose and k at least every user's ratings, a dpals round is
  * exactly the item half of ALS with biases on the same data: [f_j; b_j] = (sum x x^T + lambda I)^-1 sum t x. */
-static void test_dpals_without_noise_equals_exact_als(void **state) {
-    (void)state;
+/* Without noise, each item's solve against the normal equations solved directly. With residual targets
+ * (params.residual) the solve is the correction of the release's m_j = [f_j; b_j]: s = m_j + (G + lambda I)^-1 h',
+ * h' the sums of the residual targets t' x; since t' = t - x . m_j gives h' = h - G m_j, that is the ridge
+ * regression toward the release, (G + lambda I)^-1 (h + lambda m_j). */
+static void check_exact_als(int residual) {
     enum { U = 60 };
-    agg_job j = make_job("{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,\"noise_multiplier\":1}",
+    agg_job j = make_job(residual ? "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
+                                    "\"noise_multiplier\":1,\"residual\":true}"
+                                  : "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
+                                    "\"noise_multiplier\":1}",
                          M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 17;
     static float w[U][D], t[U][M];
@@ -323,6 +335,7 @@ static void test_dpals_without_noise_equals_exact_als(void **state) {
     agg_model prev, next;
     char err[AGG_ERRMSG];
     assert_int_equal(agg_protocol_dpals.initial_model(&j, &prev, err, sizeof err), 0);
+    for (uint32_t it = 0; it < M; it++) prev.bias[it] = (float)(2 * unif(&s) - 1); /* a release with biases */
     assert_int_equal(agg_dpals_step(&j, &prev, reps, U, NULL, 0, &next, err, sizeof err), 0);
     /* the reference: normal equations per item, solved by Gaussian elimination with partial pivoting */
     double worst = 0;
@@ -330,6 +343,7 @@ static void test_dpals_without_noise_equals_exact_als(void **state) {
         double A[D][D + 1];
         memset(A, 0, sizeof A);
         for (int a = 0; a < D; a++) A[a][a] = 0.7;
+
         for (int i = 0; i < U; i++)
             for (uint32_t r = 0; r < n[i]; r++) {
                 if (items[i][r] != it) continue;
@@ -358,6 +372,10 @@ static void test_dpals_without_noise_equals_exact_als(void **state) {
         }
         double sol[D];
         for (int a = 0; a < D; a++) sol[a] = A[a][D] / A[a][a];
+        if (residual) { /* + m_j: the correction is added to the release's coefficients */
+            for (int a = 0; a + 1 < D; a++) sol[a] += (double)prev.v[it * D + a + 1];
+            sol[D - 1] += (double)prev.bias[it];
+        }
         assert_true(next.v[it * D] == 1.0f);
         for (int a = 1; a < D; a++) {
             double dlt = fabs((double)next.v[it * D + a] - sol[a - 1]);
@@ -369,6 +387,16 @@ static void test_dpals_without_noise_equals_exact_als(void **state) {
     assert_true(worst < 1e-5); /* float32 releases */
     agg_model_free(&prev);
     agg_model_free(&next);
+}
+
+static void test_dpals_without_noise_equals_exact_als(void **state) {
+    (void)state;
+    check_exact_als(0);
+}
+
+static void test_dpals_residual_without_noise_equals_ridge_toward_the_release(void **state) {
+    (void)state;
+    check_exact_als(1);
 }
 
 /* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
@@ -439,7 +467,7 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
     assert_non_null(strstr(err, "budget"));
     const char *bad[] = {"{\"max_items\":0}", "{\"max_items\":1.5}", "{\"max_items\":70000}", "{\"u_clip\":0}",
                          "{\"rating_clip\":-1}", "{\"lambda\":0}", "{\"mu\":9}", "{\"noise_multiplier\":0}",
-                         "{\"what\":1}", "{\"u_clip\":\"big\"}"};
+                         "{\"what\":1}", "{\"u_clip\":\"big\"}", "{\"residual\":1}", "{\"bias_scale\":0}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(validate(bad[i], 100, 8, 1, 1.0, err, sizeof err), -1);
     /* a budget no multiplier up to 1e6 fits */
@@ -481,6 +509,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_solve_projects_and_never_fails),
         cmocka_unit_test(test_dpals_noisy_gram_is_symmetric),
         cmocka_unit_test(test_dpals_without_noise_equals_exact_als),
+        cmocka_unit_test(test_dpals_residual_without_noise_equals_ridge_toward_the_release),
         cmocka_unit_test(test_dpals_reports_are_padded_and_padding_adds_nothing),
         cmocka_unit_test(test_dpals_job_validation_refuses_bad_params),
         cmocka_unit_test(test_dpals_features_and_clamp),

@@ -26,6 +26,7 @@
 #include <math.h>
 
 #include "accountant.h"
+#include "bytes.h"
 #include "dpmf.h"
 #include "dprec/dprec.h"
 #include "dprec/sync.h"
@@ -556,6 +557,68 @@ static void test_dpals_understated_noise_is_refused(void **state) {
     play(attack_dpals_understated, &cfg);
 }
 
+/* dpals with residual targets (params.residual): the target is the residual of the release's whole prediction, so
+ * the aggregator chooses what it is taken against. Release 1 is dpals-shaped (column 0 of V is 1, the rest 0: the
+ * prediction is mu + b_j + u[0]) with b = -3 on TARGET (device A rated it, 1 star; mu 3.5), so that TARGET's
+ * residual 1 - 3.5 + 3 - u[0] is positive where the centred target 1 - 3.5 - u[0] of a non-residual job is below
+ * -1.5 (|u[0]| < 1 here). Release 2 puts b = -1e6 on it: the target sits at +rating_clip. Every target the device
+ * sends is finite and within the clip it read, the report has the same size as ever (play() compares A with B),
+ * and the aggregator re-clamps anyway (tests/test_agg_dpals.c). */
+static void dpals_shaped_release(world *w, uint64_t version, float target_bias) {
+    float v[M * D], b[M];
+    memset(v, 0, sizeof v);
+    memset(b, 0, sizeof b);
+    for (uint32_t j = 0; j < M; j++) v[j * D] = 1.0f;
+    b[TARGET] = target_bias;
+    size_t len = 0;
+    unsigned char *rel = fake_signed_release(&w->key, JOB, version, M, D, v, b, 3.5f, &len);
+    fake_agg_use_release(&w->agg, rel, len);
+}
+
+static float dpals_sent_target(world *w, float clip, int *seen) {
+    const size_t pairs_at = 56u + 8u + 4u * (D - 1u);
+    assert_int_equal(w->agg.last_post_len, pairs_at + 8u * 16u);
+    float at = NAN;
+    *seen = 0;
+    for (uint32_t i = 0; i < 16u; i++) {
+        const unsigned char *pr = w->agg.last_post + pairs_at + 8u * i;
+        float t = dprec_ldf32(pr + 4);
+        assert_true(isfinite(t) && fabsf(t) <= clip);
+        if (dprec_ld32(pr) == TARGET) {
+            at = t;
+            *seen = 1;
+        }
+    }
+    return at;
+}
+
+static void attack_dpals_residual_release(world *w) {
+    use_dpals(w, "{\"max_items\": 16, \"residual\": true, \"rating_clip\": 2}", 2.0, 2.0, 2);
+    w->agg.round = 1;
+    w->agg.release_version = 0;
+    dpals_shaped_release(w, 1, -3.0f);
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(reports_posted(w), 1);
+    int seen;
+    float t = dpals_sent_target(w, 2.0f, &seen);
+    assert_int_equal(seen, w->which == 0);
+    if (seen) assert_true(t > 0.0f && t < 2.0f);
+    w->agg.round = 2;
+    dpals_shaped_release(w, 2, -1e6f);
+    assert_int_equal(step(w), DPREC_OK);
+    assert_int_equal(reports_posted(w), 2);
+    t = dpals_sent_target(w, 2.0f, &seen);
+    assert_int_equal(seen, w->which == 0);
+    if (seen) assert_true(t == 2.0f);
+}
+
+static void test_dpals_residual_targets_stay_within_the_clip_whatever_the_release(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    play(attack_dpals_residual_release, &cfg);
+}
+
 /* ---- dpmf (seed 004) ------------------------------------------------------------------------------------------------ */
 
 static char dpmf_privacy[512], dpmf_params[256];
@@ -992,6 +1055,7 @@ int main(void) {
         cmocka_unit_test(test_private_fw_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpals_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpals_understated_noise_is_refused),
+        cmocka_unit_test(test_dpals_residual_targets_stay_within_the_clip_whatever_the_release),
         cmocka_unit_test(test_dpmf_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpmf_a_recommender_that_shrinks_the_noise_is_refused),
         cmocka_unit_test(test_dpmf_a_relay_that_replays_or_refuses_costs_no_extra_privacy),

@@ -25,6 +25,11 @@
  *   (small g) is shrunk to 0 instead of amplified (a fixed ridge gives the pure-noise directions of a rarely
  *   rated item factors of size sigma_h / lambda), and no direction's coefficient exceeds
  *   |h_e| / (lambda + 2 sqrt(kappa)). The solve never fails. Post-processing: it costs no privacy.
+ * With params.residual the devices' targets are residuals of the round's release (sdk/protocol_dpals.c) and
+ * [f_j; b_j] = m_j + s_j, m_j = [f_j; b_j / bias_scale] of that release: the same posterior mean with the prior
+ * N(m_j, tau^2 I) in place of N(0, tau^2 I) (without noise, the ridge regression toward the release,
+ * (G_j + lambda I)^-1 (h_j + lambda m_j), since h'_j = h_j - G_j m_j). The statistics, their re-clipping and their
+ * sensitivity are the same (the payload's form is): m_j is the previous release, public. Post-processing.
  * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
  * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
 #include <lapacke.h>
@@ -49,6 +54,7 @@ typedef struct dpals_params {
     uint32_t max_items;
     double u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, noise_multiplier, init_scale; /* noise_multiplier 0: from the budget */
     int has_mu, has_rating_clip;
+    int residual; /* params.residual: the targets are residuals of the round's release, the solve its correction */
     uint64_t seed;
 } dpals_params;
 
@@ -77,12 +83,16 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
         else if (strcmp(k, "noise_multiplier") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->noise_multiplier);
         else if (strcmp(k, "init_scale") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 0, &p->init_scale);
+        else if (strcmp(k, "residual") == 0) {
+            bad = !cJSON_IsBool(it);
+            p->residual = cJSON_IsTrue(it);
+        }
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             p->seed = (uint64_t)v;
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
-                     "noise_multiplier, init_scale, seed)", k);
+                     "noise_multiplier, init_scale, residual, seed)", k);
             return -1;
         }
         if (bad) {
@@ -441,11 +451,18 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         agg_dpals_unpack(stats + (size_t)j * cw, d, gsc, hsc, g, h);
         agg_dpals_shrink_gram(g, d, pooled, sigma * gsc);
         agg_dpals_solve(g, h, d, lambda, kappa, s);
+        const float *pv = prev->v + (size_t)j * d;
         float *v = next->v + (size_t)j * d;
         v[0] = 1.0f;
-        for (uint32_t a = 1; a < d; a++) v[a] = isfinite((float)s[a - 1u]) ? (float)s[a - 1u] : 0.0f;
-        float b = (float)(s[d - 1u] * p.bias_scale); /* the bias feature is bias_scale, not 1 */
-        next->bias[j] = isfinite(b) ? b : 0.0f;
+        /* residual targets: s is the correction of the release's coefficients [f_j; b_j / bias_scale], the
+         * posterior mean under the prior centred on them (the file's head) */
+        for (uint32_t a = 1; a < d; a++) {
+            double c = s[a - 1u] + (p.residual ? (double)pv[a] : 0.0);
+            v[a] = isfinite((float)c) ? (float)c : (p.residual && isfinite(pv[a]) ? pv[a] : 0.0f);
+        }
+        double pb = p.residual && prev->bias != NULL && isfinite(prev->bias[j]) ? (double)prev->bias[j] : 0.0;
+        float b = (float)(s[d - 1u] * p.bias_scale + pb); /* the bias feature is bias_scale, not 1 */
+        next->bias[j] = isfinite(b) ? b : (float)pb;
     }
     free(stats);
     return 0;

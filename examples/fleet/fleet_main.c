@@ -70,8 +70,8 @@ static const char help_head[] =
     "                           protocols: lambda_v of the gradient step, default 1e-8, seed 000)\n"
     "  --device-lambda L        ridge of the devices' user vectors (cfg.lambda; default: --lambda)\n"
     "  --device-lambda-per-rating W  a device with n ratings uses cfg.lambda = W n instead (ALS-WR;\n"
-    "                           default 0.1, except sgld, whose devices default to a fixed ridge: its\n"
-    "                           --lambda; 0 turns it off)\n"
+    "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02, sgld a fixed\n"
+    "                           ridge, its --lambda; 0 turns it off)\n"
     "  --epsilon E --delta D    the job's privacy budget (default 1 and 1e-6; ignored by plain; the local\n"
     "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
     "  --compare LIST           after the job, run these protocols (comma-separated, or none) each on a fresh\n"
@@ -128,21 +128,14 @@ typedef struct options {
     const char *data, *synthetic, *csv, *plot, *store_dir;
     const char *compare; /* --compare LIST (NULL: the protocol's default list) */
     unsigned threads, eval_every;
-    double device_lambda, device_lambda_per_rating, test_fraction;
-    int device_lambda_per_rating_set;
+    double device_lambda, test_fraction;
+    double device_lambda_per_rating_given; /* --device-lambda-per-rating, or -1: the protocol's default */
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
     int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
     int quiet, verbose, verify_each;
     const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
     fleet_conn_options conn;
 } options;
-
-/* Whether the devices' ridge scales with their ratings (--device-lambda-per-rating W > 0): its default W, unless the
- * protocol asks for a fixed ridge (fleet_common.device_lambda_fixed); given on the command line, always. */
-static int per_rating_ridge(const options *o) {
-    if (!(o->device_lambda_per_rating > 0)) return 0;
-    return o->device_lambda_per_rating_set || !o->c.device_lambda_fixed;
-}
 
 /* The signature-check memo the simulated devices share (dprec_sync_config.verified_*): the tags of the last
  * few verified releases. */
@@ -246,7 +239,7 @@ static int device_load(fleet *f, uint32_t u) {
     /* the device's ridge: fixed, or scaled with its number of ratings (the weighted-lambda regularization of
      * ALS-WR, Zhou et al. 2008), which an app may choose since cfg.lambda is its own setting */
     cfg.lambda = (float)(o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
-    if (per_rating_ridge(o)) cfg.lambda = (float)(o->device_lambda_per_rating * (ntrain > 0 ? ntrain : 1));
+    if (o->c.device_lambda_per_rating > 0) cfg.lambda = (float)(o->c.device_lambda_per_rating * (ntrain > 0 ? ntrain : 1));
     /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
     cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->c.epsilon;
     cfg.cap_user_delta = cfg.cap_rating_delta = o->c.delta;
@@ -660,6 +653,16 @@ static int protocol_flag(options *o, const char *a, const char *v, int *consumed
     return 2;
 }
 
+/* A protocol's defaults (its finish), then the common ones it left unset. */
+static int fleet_finish_proto(const fleet_proto *p, fleet_common *c) {
+    int rc = p->finish(c);
+    /* the devices' ridge scales with their ratings (W > 0): the protocol's W, else the fleet's, unless the protocol
+     * asks for a fixed ridge (fleet_common.device_lambda_fixed); given on the command line, always */
+    if (c->device_lambda_per_rating < 0)
+        c->device_lambda_per_rating = c->device_lambda_fixed ? 0.0 : FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING;
+    return rc;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->c.rounds = FLEET_DEFAULT_ROUNDS;
@@ -669,7 +672,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->c.delta = 1e-6;
     o->c.seed = 1;
     o->eval_every = 1;
-    o->device_lambda_per_rating = 0.1;
+    o->c.device_lambda_per_rating = o->device_lambda_per_rating_given = -1; /* the protocol's (fleet_finish_proto) */
     o->test_fraction = 0.1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)(ncpu > 64 ? 64 : ncpu) : 1;
@@ -754,9 +757,9 @@ static int parse_args(int argc, char **argv, options *o) {
                 return fleet_flag_error("--device-lambda must be > 0:", v);
         } else if (strcmp(a, "--device-lambda-per-rating") == 0) {
             NEED_VALUE();
-            if (fleet_parse_double(v, &o->device_lambda_per_rating) || o->device_lambda_per_rating < 0)
+            if (fleet_parse_double(v, &o->device_lambda_per_rating_given) || o->device_lambda_per_rating_given < 0)
                 return fleet_flag_error("--device-lambda-per-rating must be >= 0:", v);
-            o->device_lambda_per_rating_set = 1;
+            o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
         } else if (strcmp(a, "--epsilon") == 0) {
             NEED_VALUE();
             o->c.epsilon_set = 1;
@@ -803,7 +806,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (++n > FLEET_MAX_COMPARE) return fleet_flag_error("--compare: at most 4 protocols:", o->compare);
         }
     }
-    return o->proto->finish(&o->c);
+    return fleet_finish_proto(o->proto, &o->c);
 }
 
 static int load_data(const options *o, fleet_data *d, char *err, size_t errcap) {
@@ -959,7 +962,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     }
 
     char dl[64];
-    if (per_rating_ridge(o)) snprintf(dl, sizeof dl, "%g x ratings", o->device_lambda_per_rating);
+    if (o->c.device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o->c.device_lambda_per_rating);
     else snprintf(dl, sizeof dl, "%g", o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
     if (main_job) {
         printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
@@ -1178,8 +1181,9 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.rank = FLEET_DEFAULT_RANK;
     o->c.rounds_set = o->c.rank_set = 0;
     o->c.lambda = -1;
+    o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
     o->c.device_lambda_fixed = 0;
-    int rc = p->finish(&o->c);
+    int rc = fleet_finish_proto(p, &o->c);
     if (rc == 0) rc = load_devices(f, ws, nthreads, 0);
     if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);

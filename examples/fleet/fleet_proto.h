@@ -11,11 +11,16 @@
 #include "dprec/dprec.h"
 #include "fleet.h"
 
+#define FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING 0.1
+
 /* The options every protocol may read (set from the common flags before a protocol's finish runs). */
 typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
     double lambda;          /* --lambda, or -1: the protocol's default (its finish sets it) */
+    /* --device-lambda-per-rating W (a device with n ratings uses cfg.lambda = W n; 0: off), or -1: the protocol's
+     * default (its finish may set it; else FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING, or 0 with device_lambda_fixed) */
+    double device_lambda_per_rating;
     int device_lambda_fixed;/* set by a protocol's finish: its devices' default ridge is the fixed --device-lambda or
                              * lambda, not --device-lambda-per-rating's default (given on the command line, that wins) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */

@@ -14,9 +14,10 @@ static int bias_finish(fleet_common *o) {
     if (o->rank_set && o->rank != 1) return fleet_flag_error("bias is the model at d = 1: --rank must be 1 (or use dpals)", NULL);
     o->rank = 1;
     o->rank_set = 1;
-    /* one round: the devices' own biases are fitted on release 1 (b = 0) and the item biases once from them; a
-     * second round re-estimates the same biases with fresh noise at a larger multiplier (docs/results.md) */
-    if (!o->rounds_set) o->rounds = 1;
+    /* two rounds: the devices' own biases are fitted on release 1 (b = 0) and the item biases from them; with
+     * residual targets (params.residual, dpals's default) the second round corrects release 2's biases with the
+     * devices' biases refitted on them, instead of re-estimating them with fresh noise (docs/results.md) */
+    if (!o->rounds_set) o->rounds = 2;
     o->rounds_set = 1; /* dpals's own default (3 rounds) is for the factors */
     return fleet_proto_dpals.finish(o);
 }

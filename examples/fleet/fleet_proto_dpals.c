@@ -7,13 +7,20 @@
 #include "fleet_proto.h"
 
 static struct {
+    int residual; /* 1 on, 0 off, -1 unset (the default) */
     unsigned max_items;
-    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu;
-} dp;
+    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale;
+} dp = {.residual = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
     (void)o;
     *takes_value = 1;
+    if (strcmp(flag, "--residual") == 0) {
+        if (value == NULL || (strcmp(value, "on") != 0 && strcmp(value, "off") != 0))
+            return fleet_flag_error("--residual must be on or off:", value), -1;
+        dp.residual = strcmp(value, "on") == 0;
+        return 1;
+    }
     if (strcmp(flag, "--max-items") == 0) {
         if (value == NULL || fleet_parse_uint(value, 1, 65535, &dp.max_items))
             return fleet_flag_error("--max-items must be in 1..65535:", value), -1;
@@ -28,20 +35,41 @@ static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *
     else if (strcmp(flag, "--noise-multiplier") == 0) dst = &dp.noise_multiplier;
     else if (strcmp(flag, "--prior-sd") == 0) dst = &dp.prior_sd;
     else if (strcmp(flag, "--mu") == 0) dst = &dp.mu;
+    else if (strcmp(flag, "--bias-scale") == 0) dst = &dp.bias_scale;
     else return 0;
     if (value == NULL || fleet_parse_double(value, dst) || !(*dst > 0) || (dst == &dp.sampling_rate && !(*dst <= 1.0)))
         return fleet_flag_error("bad value for", flag), -1;
     return 1;
 }
 
+/* The defaults, per epsilon, chosen on the MovieLens-10M-shaped fleet ml10m:0.1 (docs/results.md, "Defaults"):
+ * every flag left unset takes its value from here, for the run at hand (the --compare runs share dp). */
+#define DPALS_HIGH_EPSILON 5.0 /* from here up: the factors are worth more rounds and more ratings */
+typedef struct dpals_eff {
+    unsigned max_items;
+    int residual;
+    double u_clip, rating_clip, bias_scale; /* rating_clip, bias_scale 0: the aggregator's default */
+} dpals_eff;
+
+static void dpals_effective(const fleet_common *o, dpals_eff *e) {
+    const int high = o->rank > 1 && o->epsilon >= DPALS_HIGH_EPSILON;
+    e->residual = dp.residual >= 0 ? dp.residual : 1;
+    e->max_items = dp.max_items > 0 ? dp.max_items : (high ? 200u : 100u);
+    e->u_clip = dp.u_clip > 0 ? dp.u_clip : DPREC_DPALS_DEFAULT_U_CLIP;
+    e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 ? 0.5 : 0.0);
+    /* the aggregator's default bias feature (u_clip: half of each report's sensitivity for the item bias). 1.5 (90%)
+     * was within the runs' spread on ml10m:0.1 at epsilon 1 (0.8620 and 0.8624 against 0.8666) and worse on ml-100k
+     * at epsilon 0.5 (1.0914 against 1.0458): its prior on b_j = 1.5 s is 1.5 times looser (docs/results.md) */
+    e->bias_scale = dp.bias_scale > 0 ? dp.bias_scale : 0.0;
+}
+
 static int dpals_finish(fleet_common *o) {
     if (o->lambda < 0) o->lambda = 10.0; /* the devices' ridge (--device-lambda-per-rating overrides it) */
-    if (dp.max_items == 0) dp.max_items = 100;
-    /* 3 rounds: on the MovieLens-10M-shaped fleet (ml10m:0.1) 3 beat 2 and 4 at epsilon 10; at epsilon 1 every
-     * extra round costs more than it learns, and the private bias model (protocol bias, one round) is better
-     * there, which the --compare line says (docs/results.md, "Defaults") */
-    if (!o->rounds_set) o->rounds = 3;
-    if (dp.u_clip == 0) dp.u_clip = DPREC_DPALS_DEFAULT_U_CLIP;
+    const int high = o->rank > 1 && o->epsilon >= DPALS_HIGH_EPSILON;
+    /* residual rounds accumulate (params.residual): at epsilon >= 5, 5 rounds; below, 3 (docs/results.md) */
+    if (!o->rounds_set) o->rounds = high ? 5 : 3;
+    /* with the noise of epsilon >= 5 the devices' ridge of 0.1 per rating shrank their factors too far: 0.02 */
+    if (o->device_lambda_per_rating < 0 && high) o->device_lambda_per_rating = 0.02;
     if (dp.sampling_rate == 0) dp.sampling_rate = 1.0;
     if (dp.init_scale == 0) dp.init_scale = 0.1;
     if (o->rank < 1 || o->rank > 64) return fleet_flag_error("dpals needs --rank in 1..64 (column 0 is the user bias)", NULL);
@@ -50,52 +78,67 @@ static int dpals_finish(fleet_common *o) {
 }
 
 static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
-    char rc[256] = "";
+    char rc[320] = "";
     size_t n = 0;
-    if (dp.rating_clip > 0) n += (size_t)snprintf(rc, sizeof rc, ",\"rating_clip\":%.17g", dp.rating_clip);
+    dpals_eff e;
+    dpals_effective(o, &e);
+    if (e.rating_clip > 0) n += (size_t)snprintf(rc, sizeof rc, ",\"rating_clip\":%.17g", e.rating_clip);
     if (dp.item_lambda > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"lambda\":%.17g", dp.item_lambda);
     if (dp.noise_multiplier > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"noise_multiplier\":%.17g", dp.noise_multiplier);
     if (dp.prior_sd > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
-    if (dp.mu > 0) snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
+    if (dp.mu > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
+    if (e.bias_scale > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"bias_scale\":%.17g", e.bias_scale);
+    snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
              "\"params\":{\"max_items\":%u,\"u_clip\":%.17g,\"init_scale\":%.17g,\"seed\":%llu%s},"
              "\"budget\":{\"epsilon\":%.17g,\"delta\":%.17g}}",
              o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users,
-             dp.sampling_rate, dp.max_items, dp.u_clip, dp.init_scale, (unsigned long long)o->seed, rc,
+             dp.sampling_rate, e.max_items, e.u_clip, dp.init_scale, (unsigned long long)o->seed, rc,
              o->epsilon, o->delta);
 }
 
 /* envelope + [d][k] + w (d - 1 floats) + k (item, target) pairs: every report has that size */
 static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t ntrain, dprec_config *cfg) {
     (void)d, (void)ntrain;
-    cfg->max_report_bytes = 64u + 4u * o->rank + 8u * dp.max_items;
+    dpals_eff e;
+    dpals_effective(o, &e);
+    cfg->max_report_bytes = 64u + 4u * o->rank + 8u * e.max_items;
 }
 
 static void dpals_describe(const fleet_common *o) {
-    (void)o;
-    printf("dpals (Chien et al. 2021): each device reports up to %u ratings a round, its w clipped to %g; column 0 "
-           "of V is the users' own bias (fitted on the device, never sent)\n",
-           dp.max_items, dp.u_clip);
+    dpals_eff e;
+    dpals_effective(o, &e);
+    printf("dpals (Chien et al. 2021): each device reports up to %u ratings a round (%s targets), its w clipped to %g; "
+           "column 0 of V is the users' own bias (fitted on the device, never sent)\n",
+           e.max_items, e.residual ? "residual" : "centred", e.u_clip);
 }
 
-static const char *const dpals_flags[] = {"--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
-                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", NULL};
+static const char *const dpals_flags[] = {"--residual", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
+                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", NULL};
 
 const fleet_proto fleet_proto_dpals = {
     "dpals",
     "dpals (private alternating least squares, Chien et al. 2021; user-level joint DP; docs/privacy.md):\n"
+    "  (defaults per epsilon, docs/results.md \"Defaults\": at epsilon >= 5, 5 rounds, --max-items 200 and\n"
+    "  --device-lambda-per-rating 0.02; below, 3 rounds, --max-items 100 and the fleet's device ridge)\n"
+    "  --residual on|off        targets are residuals of the round's release, which the solve corrects\n"
+    "                           (params.residual; default on)\n"
     "  --item-lambda L          lambda of the item systems' posterior solve, sigma_r^2 / tau^2 (default 5;\n"
     "                           published as privacy.item_lambda)\n"
-    "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default 100)\n"
+    "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default\n"
+    "                           above)\n"
     "  --u-clip G               norm bound of the reported user factor (default 0.5)\n"
-    "  --rating-clip R          bound of the centred targets (default 1, or half the scale's width if less)\n"
+    "  --rating-clip R          bound of the targets (default 0.5; bias: the aggregator's, 1, or half the\n"
+    "                           scale's width if less)\n"
     "  --sampling-rate Q        Poisson sampling rate of the devices per round (default 1)\n"
     "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n"
     "  --noise-multiplier Z     the noise multiplier itself (default: inverted from --epsilon, --delta and the\n"
     "                           rounds); the guarantee is then what z gives, and --epsilon must cover it\n"
     "  --prior-sd T             the prior scale of an item coefficient in the posterior solve (default 0.5)\n"
+    "  --bias-scale S           the item-bias feature of the aggregator's x = [w; S] (default: --u-clip): its\n"
+    "                           share S^2 / (G^2 + S^2) of each report's sensitivity goes to the item bias\n"
     "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
     "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
