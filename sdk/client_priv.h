@@ -120,6 +120,8 @@ struct dprec_client {
     /* Each protocol's state (protocol.h, dprec_proto_state), in the order of dprec_protocols[]: memory of the
      * arena the protocol lays out itself (NULL: none in this configuration). */
     unsigned char *proto_state[DPREC_MAX_PROTOCOLS];
+    /* Secure aggregation's area (sdk/secure.h; NULL when cfg.secagg_max_len is 0), after the protocols' state. */
+    unsigned char *secure;
 
     /* streaming over a release */
     stream_mode stream;

@@ -76,7 +76,10 @@ typedef struct dprec_sync_config {
 typedef enum dprec_sync_outcome {
     DPREC_SYNC_REPORTED = 0,      /* a report for the open round was acknowledged */
     DPREC_SYNC_NOTHING_TO_DO = 1, /* already reported this round, or skipped it (participation), or job done */
-    DPREC_SYNC_RETRY_LATER = 2    /* a transient failure: call again after retry_after_ms */
+    DPREC_SYNC_RETRY_LATER = 2,   /* a transient failure: call again after retry_after_ms */
+    /* a step of the open round's secure aggregation was done (or was done before), and the round needs more of the
+     * device (params.aggregation "secure", docs/protocol.md): call again after retry_after_ms */
+    DPREC_SYNC_IN_PROGRESS = 3
 } dprec_sync_outcome;
 
 typedef struct dprec_sync_result {
