@@ -83,7 +83,7 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
         return DPREC_ERR_JOB_PARAMS;
     char seed[2 * DPREC_DDG_SEED_SIZE + 1];
     size_t seed_len = 0;
-    if (dprec_json_get_string(doc, 0, "privacy.secagg.seed", seed, sizeof seed, &seed_len) != DPREC_OK ||
+    if (dprec_json_get_string(doc, 0, "secagg.seed", seed, sizeof seed, &seed_len) != DPREC_OK ||
         seed_len != 2 * DPREC_DDG_SEED_SIZE)
         return DPREC_ERR_JOB_PARAMS;
     for (uint32_t i = 0; i < DPREC_DDG_SEED_SIZE; i++)
