@@ -52,7 +52,7 @@ typedef struct ledger_line {
  * in memory only. Participation decisions live in the ledger (one line per job, never evicted). */
 #define DPREC_SYNC_TOKEN_LEN 64u        /* the device token: 64 hex characters */
 #define DPREC_SYNC_RESPONSE_MAX 4096u   /* the largest JSON response read (the aggregator's JSON cap) */
-#define DPREC_SYNC_JSON_TOKENS 96u      /* tokens of the largest JSON response parsed */
+#define DPREC_SYNC_JSON_TOKENS 160u     /* tokens of the largest JSON response parsed (a secure job's view: about 110) */
 
 /* The most protocols with state (protocol.h, dprec_proto_state) a build can have; protocol_table.c checks. */
 #define DPREC_MAX_PROTOCOLS 16u

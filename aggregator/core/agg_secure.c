@@ -116,7 +116,6 @@ void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy) {
     cJSON_AddNumberToObject(o, "norm2_bound", (double)p->norm2_bound);
     cJSON_AddNumberToObject(o, "share_num", (double)p->share_num);
     cJSON_AddNumberToObject(o, "clip", p->clip);
-    cJSON_AddNumberToObject(o, "share_variance", (double)p->share_num / DPREC_DDG_SHARE_DEN);
 }
 
 int agg_secure_job(const agg_job *job, agg_secure_spec *spec) {
