@@ -120,7 +120,7 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
         return DPREC_ERR_JOB_PARAMS;
     memset(pol, 0, sizeof *pol);
     pol->unit = DPREC_UNIT_USER;
-    pol->model = DPREC_MODEL_DISTRIBUTED;
+    pol->model = DPREC_MODEL_SECURE_AGGREGATION;
     pol->round.kind = DPREC_STEP_GAUSSIAN;
     pol->round.noise_multiplier = p->noise_multiplier;
     pol->round.q = job->participation;

@@ -53,7 +53,7 @@ double *dprec_secure_input(const dprec_client *c); /* cfg.secagg_max_len doubles
 int dprec_secure_requested(const dprec_sync_job *job);
 
 /* The device's checks of a secure job whose protocol sends `len` reals of L2 norm at most `clip` each round (see the
- * file head). Fills the policy: secure = 1, secure_job, model distributed, the round step (the discrete Gaussian of
+ * file head). Fills the policy: secure = 1, secure_job, model secure-aggregation, the round step (the discrete Gaussian of
  * the plan's noise multiplier at the job's participation rate), delta and the report's size. DPREC_ERR_CONFIG if the
  * client keeps no room for such a vector, DPREC_ERR_JOB_PARAMS for anything that would weaken the guarantee. */
 int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32_t len, double clip,

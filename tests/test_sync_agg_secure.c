@@ -211,7 +211,7 @@ static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_repor
     for (int i = 0; i < NDEV; i++) {
         dprec_ledger_entry line;
         assert_int_equal(dprec_ledger_job(dev[i].c, 1, &line), DPREC_OK);
-        assert_int_equal(line.model, DPREC_MODEL_DISTRIBUTED);
+        assert_int_equal(line.model, DPREC_MODEL_SECURE_AGGREGATION);
         assert_int_equal(line.unit, DPREC_UNIT_USER);
         /* round 3's early dropouts sent no masked input; everyone else three reports */
         assert_int_equal(line.reports, 1 + (two[i] != 1) + (four[i] != 1));

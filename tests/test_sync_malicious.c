@@ -589,7 +589,7 @@ static void use_secure(world *w, const secure_tamper *t) {
              t->unit != NULL ? ", \"unit\": \"" : "", t->unit != NULL ? t->unit : "", t->unit != NULL ? "\"" : "");
     w->agg.params = secure_params;
     snprintf(secure_privacy, sizeof secure_privacy,
-             "{\"unit\": \"%s\", \"model\": \"distributed\", \"epsilon\": %.17g, \"delta\": 1e-6, \"user_epsilon\": %.17g,"
+             "{\"unit\": \"%s\", \"model\": \"secure-aggregation\", \"epsilon\": %.17g, \"delta\": 1e-6, \"user_epsilon\": %.17g,"
              " \"user_delta\": 1e-6, \"noise_multiplier\": %.17g, \"secagg\": {\"neighbours\": %u, \"threshold\": %u,"
              " \"n_min\": %u, \"n_max\": %u, \"bits\": %u, \"d\": %u, \"dim\": %u, \"gamma_log2\": %d,"
              " \"norm2_bound\": %llu, \"share_num\": %llu, \"clip\": 1}}",

@@ -224,6 +224,7 @@ static const char *model_name(dprec_model m) {
     case DPREC_MODEL_JOINT: return "joint";
     case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-sampling heuristic";
     case DPREC_MODEL_DISTRIBUTED: return "distributed";
+    case DPREC_MODEL_SECURE_AGGREGATION: return "secure-aggregation";
     default: return "none";
     }
 }

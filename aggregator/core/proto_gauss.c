@@ -266,7 +266,7 @@ static dprec_unit gauss_unit_of(const agg_job *job) {
 
 static dprec_model gauss_model_of(const agg_job *job) {
     agg_secure_spec sp;
-    return gauss_secure_spec(job, &sp) ? DPREC_MODEL_DISTRIBUTED : DPREC_MODEL_CENTRAL;
+    return gauss_secure_spec(job, &sp) ? DPREC_MODEL_SECURE_AGGREGATION : DPREC_MODEL_CENTRAL;
 }
 
 static void gauss_privacy_extra(const agg_job *job, cJSON *priv) {

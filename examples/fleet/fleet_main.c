@@ -1166,7 +1166,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
             static const struct { const char *name; dprec_model m; } models[] = {
                 {"none", DPREC_MODEL_NONE}, {"local", DPREC_MODEL_LOCAL}, {"central", DPREC_MODEL_CENTRAL},
                 {"joint", DPREC_MODEL_JOINT}, {"posterior-sampling heuristic", DPREC_MODEL_POSTERIOR_HEURISTIC},
-                {"distributed", DPREC_MODEL_DISTRIBUTED}};
+                {"distributed", DPREC_MODEL_DISTRIBUTED}, {"secure-aggregation", DPREC_MODEL_SECURE_AGGREGATION}};
             for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
                 if (strcmp(model->valuestring, models[k].name) == 0) g.model = models[k].m;
         }
