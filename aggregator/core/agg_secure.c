@@ -80,7 +80,9 @@ int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, doub
     }
     uint32_t k_eff = k < n_max - 1u ? k : (n_max - 1u) & ~1u;
     if (k_eff < 2) k_eff = 2;
-    if (u32_param(params, "secagg_threshold", k_eff / 2u + 1u + k_eff / 8u, 1u, k, &t, err, errcap) != 0) return -1;
+    /* the default threshold is the smallest that is secure (more than half the neighbours): it tolerates the most
+     * dropouts; a round aborts if a survivor keeps fewer than t revealing neighbours (docs/privacy.md) */
+    if (u32_param(params, "secagg_threshold", k_eff / 2u + 1u, 1u, k, &t, err, errcap) != 0) return -1;
     /* every device must have more than 2t - 1 ... less than 2t neighbours: k_eff / 2 < t <= k_eff */
     if (2u * t <= k_eff || t > k_eff || n_min < t) {
         snprintf(err, errcap, "params.secagg_threshold must exceed half the neighbours (%u) and be at most %u and at "

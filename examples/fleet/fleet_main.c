@@ -1144,6 +1144,21 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     }
     if (main_job && o->plot != NULL) draw_plot(o, csv_path, gm, im);
     if (main_job) printf("mae: test MAE %.4f after round %u (the mean absolute prediction error)\n", f->mae, res->rounds);
+    if (main_job && o->c.secure_agg) {
+        /* what the aggregator kept: with secure aggregation no report (masked or not) enters its state database,
+         * the masked inputs live in memory for their round only (docs/privacy.md, "Secure aggregation") */
+        unsigned char *mt = NULL;
+        size_t mlen = 0;
+        int ms = fleet_conn_call(f->conn, 1, "GET", "/metrics", NULL, NULL, NULL, 0, &mt, &mlen);
+        const char *at = ms == 200 && mt != NULL ? strstr((const char *)mt, "\ndprec_committed_reports_total ") : NULL;
+        if (at != NULL)
+            printf("secure aggregation: reports stored by the aggregator: %llu (its state database; the masked inputs "
+                   "stayed in memory for their round)\n",
+                   strtoull(at + strlen("\ndprec_committed_reports_total "), NULL, 10));
+        else
+            printf("secure aggregation: reports stored by the aggregator: unknown (no metrics)\n");
+        free(mt);
+    }
 
     /* the job's guarantee, as the aggregator states it */
     snprintf(path, sizeof path, "/v1/jobs/%llu", (unsigned long long)f->job);
