@@ -39,6 +39,10 @@ typedef struct dprec_secure_state {
     size_t io_len;
     int io_overflow;
     unsigned char io[DPREC_SECURE_IO_MAX];
+    /* a step's parsed messages: here rather than on the stack (the SDK needs at most 16 KiB of it, docs/sdk.md) */
+    dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
+    dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
+    dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
 } dprec_secure_state;
 
 /* The fixed part of the area (the scratch follows it, 16-byte aligned). */

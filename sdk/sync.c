@@ -856,8 +856,23 @@ static int secure_sink(void *user, const unsigned char *chunk, size_t len) {
     return 0;
 }
 
-/* One phase exchange: POST body (the caller's, which may be s->io itself: it is sent before the answer is read) or
- * GET. *retry set (with the result filled) for a transient failure or a phase the aggregator has already left (409). */
+/* A POST's answer is `{}` or an error: read into a small buffer of the call's and dropped. */
+typedef struct small_sink {
+    unsigned char b[256];
+    size_t n;
+} small_sink;
+
+static int small_sink_put(void *user, const unsigned char *chunk, size_t len) {
+    small_sink *k = (small_sink *)user;
+    size_t room = sizeof k->b - k->n;
+    if (len > room) len = room; /* the answer's body is not used: the status says it all */
+    memcpy(k->b + k->n, chunk, len);
+    k->n += len;
+    return 0;
+}
+
+/* One phase exchange: POST body (the answer dropped; body may be s->io) or GET (the answer into s->io). *retry set
+ * (with the result filled) for a transient failure or a phase the aggregator has already left (409). */
 static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t job, const char *what,
                            const unsigned char *body, size_t body_len, dprec_sync_result *result, int *retry) {
     dprec_secure_state *s = dprec_secure_of(c);
@@ -868,16 +883,13 @@ static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t j
                               body != NULL ? "application/octet-stream" : NULL, body, body_len};
     dprec_http_response resp;
     memset(&resp, 0, sizeof resp);
-    unsigned char copy[DPREC_SECURE_IO_MAX];
-    if (body == s->io) { /* the answer goes into s->io: send from a copy */
-        memcpy(copy, body, body_len);
-        req.body = copy;
-    }
-    s->io_len = 0;
+    small_sink drop;
+    drop.n = 0;
     s->io_overflow = 0;
+    if (body == NULL) s->io_len = 0;
     *retry = 0;
-    int rc = t->request(t->ctx, &req, secure_sink, s, &resp);
-    if (body == s->io) dprec_wipe(copy, body_len);
+    int rc = body != NULL ? t->request(t->ctx, &req, small_sink_put, &drop, &resp)
+                          : t->request(t->ctx, &req, secure_sink, s, &resp);
     if (s->io_overflow) return DPREC_ERR_PROTOCOL;
     if (rc != DPREC_OK) {
         *retry = 1;
@@ -976,7 +988,7 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
         const size_t item = 4u + 2u * DPREC_SECAGG_KEY_SIZE;
         rc = secure_head(s, job->round, 0, item, DPREC_SECAGG_MAX_NEIGHBOURS, &k);
         if (rc != DPREC_OK) return rc;
-        dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
+        dprec_secagg_pub *nb = s->nb;
         for (uint32_t j = 0; j < k; j++) {
             const unsigned char *q = s->io + 12 + (size_t)j * item;
             nb[j].id = dprec_ld32(q);
@@ -1020,7 +1032,7 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
         rc = secure_head(s, job->round, 4, 8, DPREC_SECAGG_MAX_NEIGHBOURS, &n);
         if (rc != DPREC_OK) return rc;
         uint32_t survivors = dprec_ld32(s->io + 8);
-        dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
+        dprec_secagg_request *req = s->req;
         for (uint32_t j = 0; j < n; j++) {
             const unsigned char *q = s->io + 16 + 8u * (size_t)j;
             uint32_t kind = dprec_ld32(q + 4);
@@ -1028,7 +1040,7 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
             req[j].owner = dprec_ld32(q);
             req[j].kind = (dprec_secagg_kind)kind;
         }
-        dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
+        dprec_secagg_reveal *rv = s->rv;
         /* too few survivors, a neighbour asked for twice: refused, and the device reveals nothing (sdk/secagg.c) */
         rc = dprec_secagg_unmask(&s->dev, survivors, req, n, rv);
         if (rc != DPREC_OK) {
@@ -1046,7 +1058,7 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
             dprec_st32(q + 12, rv[j].share.x);
             for (uint32_t k = 0; k < DPREC_SECAGG_CHUNKS; k++) dprec_st32(q + 16 + 4 * k, rv[j].share.y[k]);
         }
-        dprec_wipe(rv, sizeof rv);
+        dprec_wipe(s->rv, sizeof s->rv);
         rc = secure_exchange(c, t, job->job_id, "reveals", s->io, 12u + (size_t)n * item, result, retry);
         dprec_wipe(s->io, sizeof s->io);
         if (rc == DPREC_OK && !*retry) {
