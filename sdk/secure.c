@@ -89,7 +89,10 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
     for (uint32_t i = 0; i < DPREC_DDG_SEED_SIZE; i++)
         if (hex_byte(seed + 2 * i, &sj->seed[i]) != 0) return DPREC_ERR_JOB_PARAMS;
     /* the vector is the protocol's, its bound the protocol's clip: the device's own figures, not the job's */
-    if (p->d != len || !(pclip == clip) || !(gamma == floor(gamma)) || fabs(gamma) > 200.0) return DPREC_ERR_JOB_PARAMS;
+    /* (the clip compared within the rounding of a JSON number: the device encodes with its own; the enforced bound is
+     * the plan's integer norm2_bound) */
+    if (p->d != len || !(fabs(pclip - clip) <= 1e-9 * clip) || !(gamma == floor(gamma)) || fabs(gamma) > 200.0)
+        return DPREC_ERR_JOB_PARAMS;
     while (log2_dim < 25 && (1u << log2_dim) < p->dim) log2_dim++;
     p->log2_dim = log2_dim;
     p->gamma_log2 = (int)gamma;

@@ -1,17 +1,17 @@
-# Runs dprec-fleet's gauss-gd with secure aggregation (--secure-agg, docs/privacy.md "Secure aggregation") on a small
+# Runs dprec-fleet's PROTOCOL (gauss-gd or dpals) with secure aggregation (--secure-agg, docs/privacy.md "Secure aggregation") on a small
 # synthetic fleet in-process, with DROPOUT (0: none; else --dropout DROPOUT: half of those devices drop after sharing
 # their keys, half after their masked input, so both recovery paths run) and checks its contract: the final line, a
 # user-level guarantee in the secure-aggregation model at the budget asked for, every device's ledger at most the
 # aggregator's figure, a test RMSE below the global mean, and no report stored by the aggregator.
-#   cmake -DBIN=path/to/dprec-fleet -DDROPOUT=0|0.1 -P fleet_secure.cmake
-if(NOT BIN OR NOT DEFINED DROPOUT)
-  message(FATAL_ERROR "usage: -DBIN=... -DDROPOUT=... -P fleet_secure.cmake")
+#   cmake -DBIN=path/to/dprec-fleet -DPROTOCOL=gauss-gd|dpals -DDROPOUT=0|0.1 -P fleet_secure.cmake
+if(NOT BIN OR NOT DEFINED DROPOUT OR NOT PROTOCOL)
+  message(FATAL_ERROR "usage: -DBIN=... -DPROTOCOL=... -DDROPOUT=... -P fleet_secure.cmake")
 endif()
 set(drop "")
 if(NOT DROPOUT STREQUAL "0")
   set(drop --dropout ${DROPOUT})
 endif()
-execute_process(COMMAND ${BIN} --synthetic 120,30,3000,3 --protocol gauss-gd --secure-agg ${drop} --epsilon 8 --rounds 2
+execute_process(COMMAND ${BIN} --synthetic 120,30,3000,3 --protocol ${PROTOCOL} --secure-agg ${drop} --epsilon 8 --rounds 2
                         --in-process --threads 2 --seed 3 --quiet --compare none
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 900)
 message(STATUS "dprec-fleet output:\n${out}${err}")
@@ -20,14 +20,14 @@ if(NOT rc EQUAL 0)
 endif()
 string(STRIP "${out}" out_stripped)
 string(REGEX MATCH "[^\n]*$" last "${out_stripped}")
-if(NOT last MATCHES "^final: protocol=gauss-gd rounds=2 test_rmse=([0-9]+\\.[0-9]+) epsilon=([0-9.]+) delta=1e-06$")
+if(NOT last MATCHES "^final: protocol=${PROTOCOL} rounds=2 test_rmse=([0-9]+\\.[0-9]+) epsilon=([0-9.]+) delta=1e-06$")
   message(FATAL_ERROR "the last line is not the contract: '${last}'")
 endif()
 set(rmse ${CMAKE_MATCH_1})
 if(CMAKE_MATCH_2 GREATER 8)
   message(FATAL_ERROR "the job's epsilon ${CMAKE_MATCH_2} is above its budget 8")
 endif()
-if(NOT out MATCHES "guarantee: [^\n]*gauss-gd[^\n]*user-level secure-aggregation DP[^\n]*caveat: distributed discrete Gaussian")
+if(NOT out MATCHES "guarantee: [^\n]*${PROTOCOL}[^\n]*user-level secure-aggregation DP[^\n]*caveat: distributed discrete Gaussian")
   message(FATAL_ERROR "no user-level secure-aggregation guarantee with its caveat")
 endif()
 if(NOT out MATCHES "ledgers: ([0-9]+) devices charged this job, at most epsilon = ([0-9.e+-]+) each [^\n]*the aggregator's accountant for the rounds run: ([0-9.e+-]+)")

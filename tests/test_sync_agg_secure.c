@@ -69,8 +69,8 @@ static void device_open(device *dv, int seed) {
     dv->cfg.rating_capacity = 20;
     dv->cfg.cap_user_epsilon = 10.0;
     dv->cfg.cap_user_delta = 1e-5;
-    dv->cfg.secagg_max_len = M * (D + 1u);
-    dv->cfg.max_report_bytes = 56u + 16u + 8u * 128u; /* m (d + 1) = 120 numbers, padded to 128 */
+    dv->cfg.secagg_max_len = M * 9u; /* dpals: m (d (d + 1) / 2 + d) = 270 numbers; gauss-gd m (d + 1) = 120 */
+    dv->cfg.max_report_bytes = 56u + 16u + 8u * 512u; /* padded to 512 */
     dv->fake.entropy_counter = 0x5ec0000u + (uint64_t)seed;
     size_t need = dprec_client_required_size(&dv->cfg);
     dv->mem = malloc(need);
@@ -158,8 +158,7 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
     assert_true(done == (double)round);
 }
 
-static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
-    (void)state;
+static void run_secure_job(const char *spec) {
     char dir[] = "/tmp/dprec-sync-secure-XXXXXX";
     assert_non_null(mkdtemp(dir));
     char db[128], key[128];
@@ -176,11 +175,6 @@ static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_repor
     dprec_agg *a = NULL;
     char err[256] = "", out[8192];
     assert_int_equal(dprec_agg_open(&acfg, &a, err, sizeof err), 0);
-    /* 8 devices, 4 neighbours each (threshold 3), at least 5 survivors */
-    const char *spec = "{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
-                       " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
-                       " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
-                       " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}";
     int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
     if (st != 201) fprintf(stderr, "create job: %d %s\n", st, out);
     assert_int_equal(st, 201);
@@ -232,9 +226,28 @@ static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_repor
     rmdir(dir);
 }
 
+/* 8 devices, 4 neighbours each (threshold 3), at least 5 survivors */
+static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
+    (void)state;
+    run_secure_job("{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                   " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
+                   " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
+}
+
+/* The same for dpals: the devices' normalized statistics of every item, masked */
+static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
+    (void)state;
+    run_secure_job("{\"protocol\": \"dpals\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                   " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
+                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report),
+        cmocka_unit_test(test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,6 +103,66 @@ int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, doub
     return 1;
 }
 
+typedef struct spec_cache_entry {
+    int64_t id, rounds, min_reports;
+    uint16_t proto;
+    uint32_t len;
+    double clip, eps, delta, q;
+    char params[512];
+    int result;
+    agg_secure_spec spec;
+} spec_cache_entry;
+static spec_cache_entry spec_cache[8];
+static unsigned spec_cache_next;
+static pthread_mutex_t spec_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int same_job(const spec_cache_entry *e, const agg_job *job, uint32_t len, double clip, const char *ptext) {
+    return e->result >= 0 && e->id == job->id && e->proto == job->proto_id && e->rounds == job->rounds &&
+           e->min_reports == job->min_reports && e->len == len && e->clip == clip && e->eps == job->budget_epsilon &&
+           e->delta == job->budget_delta && e->q == job->participation && strcmp(e->params, ptext) == 0;
+}
+
+int agg_secure_spec_for(const agg_job *job, uint32_t len, double clip, agg_secure_spec *spec, char *err, size_t errcap) {
+    const char *ptext = job->params != NULL ? job->params : "{}";
+    int cacheable = job->id > 0 && strlen(ptext) < sizeof spec_cache[0].params;
+    if (cacheable) {
+        pthread_mutex_lock(&spec_cache_mu);
+        for (unsigned i = 0; i < 8; i++)
+            if (same_job(&spec_cache[i], job, len, clip, ptext)) {
+                int r = spec_cache[i].result;
+                *spec = spec_cache[i].spec;
+                pthread_mutex_unlock(&spec_cache_mu);
+                return r;
+            }
+        pthread_mutex_unlock(&spec_cache_mu);
+    }
+    cJSON *params = cJSON_Parse(ptext);
+    if (params == NULL) {
+        snprintf(err, errcap, "params are not JSON");
+        return -1;
+    }
+    int rc = agg_secure_parse(job, params, len, clip, spec, err, errcap);
+    cJSON_Delete(params);
+    if (rc >= 0 && cacheable) {
+        pthread_mutex_lock(&spec_cache_mu);
+        spec_cache_entry *e = &spec_cache[spec_cache_next++ % 8];
+        e->id = job->id;
+        e->proto = job->proto_id;
+        e->rounds = job->rounds;
+        e->min_reports = job->min_reports;
+        e->len = len;
+        e->clip = clip;
+        e->eps = job->budget_epsilon;
+        e->delta = job->budget_delta;
+        e->q = job->participation;
+        strcpy(e->params, ptext);
+        e->result = rc;
+        e->spec = *spec;
+        pthread_mutex_unlock(&spec_cache_mu);
+    }
+    return rc;
+}
+
 void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy) {
     cJSON *o = cJSON_AddObjectToObject(privacy, "secagg");
     if (o == NULL) return;

@@ -29,6 +29,9 @@ typedef struct agg_secure_spec {
  * filled), 0 not secure, -1 invalid (err). */
 int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, double clip, agg_secure_spec *spec,
                      char *err, size_t errcap);
+/* agg_secure_parse on the job's own params, remembered per job (every request of a secure job asks; the planner
+ * inverts the accountant). A job without an id (being validated) is not remembered. */
+int agg_secure_spec_for(const agg_job *job, uint32_t len, double clip, agg_secure_spec *spec, char *err, size_t errcap);
 /* Adds privacy.secagg (the plan's integers and the SecAgg+ parameters) to a job view's privacy object. */
 void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy);
 

@@ -20,7 +20,6 @@
  *                  inverted, sdk/gauss.c).
  * The budget gate (agg_budget.c) never opens a round past the budget. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,61 +168,12 @@ static int accounted(const agg_job *job, double *z_unit, double *z_user, double 
 }
 
 /* params.aggregation "secure" (agg_secure.h): the devices send the dense contribution G_i (m (d + 1) reals of
- * Frobenius norm <= clip, user level) encoded and masked; the plan is computed once per job shape (a small cache:
- * every request of a secure job asks). 1 secure, 0 not, -1 invalid. */
-typedef struct secure_cache_entry {
-    int64_t id, rounds, min_reports;
-    double eps, delta, q;
-    char params[512];
-    int result;
-    agg_secure_spec spec;
-} secure_cache_entry;
-static secure_cache_entry secure_cache[8];
-static unsigned secure_cache_next;
-static pthread_mutex_t secure_cache_mu = PTHREAD_MUTEX_INITIALIZER;
-
+ * Frobenius norm <= clip, user level) encoded and masked. 1 secure, 0 not, -1 invalid. */
 static int secure_of(const agg_job *job, const gauss_params *gp, agg_secure_spec *spec, char *err, size_t errcap) {
-    const char *ptext = job->params != NULL ? job->params : "{}";
-    int cacheable = strlen(ptext) < sizeof secure_cache[0].params;
-    if (cacheable) {
-        pthread_mutex_lock(&secure_cache_mu);
-        for (unsigned i = 0; i < 8; i++) {
-            secure_cache_entry *e = &secure_cache[i];
-            if (e->id == job->id && e->rounds == job->rounds && e->min_reports == job->min_reports &&
-                e->eps == job->budget_epsilon && e->delta == job->budget_delta && e->q == job->participation &&
-                strcmp(e->params, ptext) == 0 && e->result >= 0) {
-                int r = e->result;
-                *spec = e->spec;
-                pthread_mutex_unlock(&secure_cache_mu);
-                return r;
-            }
-        }
-        pthread_mutex_unlock(&secure_cache_mu);
-    }
-    cJSON *params = cJSON_Parse(ptext);
-    if (params == NULL) {
-        snprintf(err, errcap, "params are not JSON");
-        return -1;
-    }
-    int rc = agg_secure_parse(job, params, job->m * (job->d + 1u), gp->clip, spec, err, errcap);
-    cJSON_Delete(params);
+    int rc = agg_secure_spec_for(job, job->m * (job->d + 1u), gp->clip, spec, err, errcap);
     if (rc == 1 && gp->unit != DPREC_UNIT_USER) {
         snprintf(err, errcap, "secure aggregation protects users: params.unit must be \"user\"");
         rc = -1;
-    }
-    if (rc >= 0 && cacheable && job->id > 0) {
-        pthread_mutex_lock(&secure_cache_mu);
-        secure_cache_entry *e = &secure_cache[secure_cache_next++ % 8];
-        e->id = job->id;
-        e->rounds = job->rounds;
-        e->min_reports = job->min_reports;
-        e->eps = job->budget_epsilon;
-        e->delta = job->budget_delta;
-        e->q = job->participation;
-        strcpy(e->params, ptext);
-        e->result = rc;
-        e->spec = *spec;
-        pthread_mutex_unlock(&secure_cache_mu);
     }
     return rc;
 }

@@ -41,7 +41,7 @@ const fleet_job_hooks *fleet_proto_hooks(const fleet_proto *p) {
 }
 
 /* The protocols that take --secure-agg (params.aggregation "secure"). */
-static const fleet_proto *const secure_agg[] = {&fleet_proto_gauss_gd};
+static const fleet_proto *const secure_agg[] = {&fleet_proto_gauss_gd, &fleet_proto_dpals};
 
 int fleet_proto_secure_agg(const fleet_proto *p) {
     for (size_t i = 0; i < sizeof secure_agg / sizeof secure_agg[0]; i++)
