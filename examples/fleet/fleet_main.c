@@ -1020,6 +1020,21 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     if (main_job && heuristic)
         printf("epsilon below: a posterior-sampling heuristic (it holds for an exact posterior sample; the sampler's is "
                "approximate, at an unknown distance delta' from it: docs/privacy.md)\n");
+    if (main_job && o->c.secure_agg) { /* the plan the aggregator published, which every device checked */
+        char vpath[64];
+        snprintf(vpath, sizeof vpath, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
+        cJSON *v = call_json(f, 1, "GET", vpath, NULL, NULL, 200, err, sizeof err);
+        const cJSON *pv = v != NULL ? cJSON_GetObjectItemCaseSensitive(v, "privacy") : NULL;
+        const cJSON *sa = pv != NULL ? cJSON_GetObjectItemCaseSensitive(pv, "secagg") : NULL;
+        if (sa != NULL)
+            printf("secure aggregation: %g neighbours, threshold %g, n_min %g of n_max %g, vector %g -> D = %g, b = %g bits, "
+                   "gamma = 2^%g, share variance %.6g, z = %.6g\n",
+                   json_num(sa, "neighbours", NAN), json_num(sa, "threshold", NAN), json_num(sa, "n_min", NAN),
+                   json_num(sa, "n_max", NAN), json_num(sa, "d", NAN), json_num(sa, "dim", NAN), json_num(sa, "bits", NAN),
+                   json_num(sa, "gamma_log2", NAN), json_num(sa, "share_num", NAN) / 1024.0,
+                   json_num(pv, "noise_multiplier", NAN));
+        cJSON_Delete(v);
+    }
     if (main_job) printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
     double rmse = NAN;
     if (main_job && o->eval_every > 0) {
