@@ -38,6 +38,9 @@ typedef struct dprec_secure_state {
     dprec_secagg_envelope inbox[DPREC_SECAGG_MAX_NEIGHBOURS];
     size_t io_len;
     int io_overflow;
+    /* a step message whose answer did not arrive (1 keys, 2 shares, 3 reveals; 0 none): re-sent, the same bytes
+     * (s->io[0 .. io_len)), while the phase lasts; the aggregator answers a repeat 200 and applies it once */
+    int unsent;
     unsigned char io[DPREC_SECURE_IO_MAX];
     /* a step's parsed messages: here rather than on the stack (the SDK needs at most 16 KiB of it, docs/sdk.md) */
     dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];

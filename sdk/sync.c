@@ -906,6 +906,24 @@ static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t j
     return resp.status == 200 ? DPREC_OK : DPREC_ERR_PROTOCOL;
 }
 
+/* Sends the step message in s->io[0 .. io_len) (code: 1 keys, 2 shares, 3 reveals); kept for a re-send until answered. */
+static int secure_post(dprec_client *c, const dprec_transport *t, uint64_t job, int code, dprec_sync_result *result,
+                       int *retry, int *in_progress) {
+    static const char *const what[4] = {"", "keys", "shares", "reveals"};
+    dprec_secure_state *s = dprec_secure_of(c);
+    s->unsent = code;
+    int rc = secure_exchange(c, t, job, what[code], s->io, s->io_len, result, retry);
+    if (rc == DPREC_OK && !*retry) {
+        s->unsent = 0;
+        dprec_wipe(s->io, sizeof s->io);
+        s->io_len = 0;
+        *in_progress = 1;
+    } else if (rc != DPREC_OK) {
+        s->unsent = 0; /* refused for good: the device leaves this step */
+    }
+    return rc;
+}
+
 static void put_envelope(unsigned char *p, const dprec_secagg_envelope *e) {
     dprec_st32(p, e->from);
     dprec_st32(p + 4, e->to);
@@ -955,6 +973,12 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
     dprec_secagg_state st = mine ? s->dev.state : DPREC_SECAGG_FRESH;
     int rc;
     if (mine && st == DPREC_SECAGG_ABORTED) return DPREC_OK; /* the device left this round: nothing more */
+    if (mine && s->unsent != 0) { /* a message whose answer was lost: the same bytes again while its phase lasts */
+        static const char *const of[4] = {"", "advertise", "share", "unmask"};
+        if (strcmp(phase, of[s->unsent]) == 0) return secure_post(c, t, job->job_id, s->unsent, result, retry, in_progress);
+        s->unsent = 0; /* its phase closed without it: the device dropped out of that step */
+        dprec_wipe(s->io, sizeof s->io);
+    }
     if (strcmp(phase, "advertise") == 0) {
         if (mine) {
             *in_progress = 1;
@@ -968,14 +992,12 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
         if (rc != DPREC_OK) return rc;
         s->job = job->job_id;
         s->round = job->round;
-        unsigned char body[12 + 2 * DPREC_SECAGG_KEY_SIZE];
-        dprec_st64(body, job->round);
-        dprec_st32(body + 8, pub.id);
-        memcpy(body + 12, pub.c_pk, DPREC_SECAGG_KEY_SIZE);
-        memcpy(body + 12 + DPREC_SECAGG_KEY_SIZE, pub.s_pk, DPREC_SECAGG_KEY_SIZE);
-        rc = secure_exchange(c, t, job->job_id, "keys", body, sizeof body, result, retry);
-        if (rc == DPREC_OK && !*retry) *in_progress = 1;
-        return rc;
+        dprec_st64(s->io, job->round);
+        dprec_st32(s->io + 8, pub.id);
+        memcpy(s->io + 12, pub.c_pk, DPREC_SECAGG_KEY_SIZE);
+        memcpy(s->io + 12 + DPREC_SECAGG_KEY_SIZE, pub.s_pk, DPREC_SECAGG_KEY_SIZE);
+        s->io_len = 12u + 2u * DPREC_SECAGG_KEY_SIZE;
+        return secure_post(c, t, job->job_id, 1, result, retry, in_progress);
     }
     if (strcmp(phase, "share") == 0) {
         if (st != DPREC_SECAGG_ADVERTISED) { /* done already, or not in this round (it advertised nothing) */
@@ -1001,10 +1023,8 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
         dprec_st64(s->io, job->round);
         dprec_st32(s->io + 8, k);
         for (uint32_t j = 0; j < k; j++) put_envelope(s->io + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &s->inbox[j]);
-        rc = secure_exchange(c, t, job->job_id, "shares", s->io, 12u + (size_t)k * DPREC_SECURE_ENVELOPE_WIRE, result,
-                             retry);
-        if (rc == DPREC_OK && !*retry) *in_progress = 1;
-        return rc;
+        s->io_len = 12u + (size_t)k * DPREC_SECURE_ENVELOPE_WIRE;
+        return secure_post(c, t, job->job_id, 2, result, retry, in_progress);
     }
     if (strcmp(phase, "mask") == 0) {
         if (st != DPREC_SECAGG_SHARED) {
@@ -1059,14 +1079,10 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
             for (uint32_t k = 0; k < DPREC_SECAGG_CHUNKS; k++) dprec_st32(q + 16 + 4 * k, rv[j].share.y[k]);
         }
         dprec_wipe(s->rv, sizeof s->rv);
-        rc = secure_exchange(c, t, job->job_id, "reveals", s->io, 12u + (size_t)n * item, result, retry);
-        dprec_wipe(s->io, sizeof s->io);
-        if (rc == DPREC_OK && !*retry) {
-            *in_progress = 1;
-            dprec_secagg_wipe(&s->dev); /* the round's secrets are spent */
-            s->dev.state = DPREC_SECAGG_DONE;
-        }
-        return rc;
+        dprec_secagg_wipe(&s->dev); /* the round's secrets are spent: only the reveals (in s->io) remain to send */
+        s->dev.state = DPREC_SECAGG_DONE;
+        s->io_len = 12u + (size_t)n * item;
+        return secure_post(c, t, job->job_id, 3, result, retry, in_progress);
     }
     /* any other phase (closed, aborted): the round's secrets are no longer needed */
     if (mine) {
@@ -1159,7 +1175,10 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
         if (s->job == job.job_id && s->round == job.round && s->dev.state >= DPREC_SECAGG_MASKED) {
             rc = secure_step(c, t, &job, &pol, result, &retry, &report_now, &in_progress);
             if (rc != DPREC_OK || retry) return rc;
-            done_ok(c, result, in_progress ? DPREC_SYNC_IN_PROGRESS : DPREC_SYNC_NOTHING_TO_DO,
+            /* a masked input re-sent and acknowledged in this call is the round's report */
+            done_ok(c, result,
+                    acked_round == job.round ? DPREC_SYNC_REPORTED
+                                             : in_progress ? DPREC_SYNC_IN_PROGRESS : DPREC_SYNC_NOTHING_TO_DO,
                     in_progress ? ROUND_POLL_MIN_MS : wait);
             return DPREC_OK;
         }

@@ -118,11 +118,31 @@ static int64_t reports_stored(const char *db) {
     return n;
 }
 
+/* A transport that loses the answer of every third secure-aggregation POST (and of every fourth report) after the
+ * aggregator took the request: the device must re-send the same bytes, and the aggregator must take them once. */
+typedef struct lossy {
+    dprec_transport inner;
+    int posts, lost;
+} lossy;
+
+static int lossy_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *user,
+                         dprec_http_response *resp) {
+    lossy *l = ctx;
+    int rc = l->inner.request(l->inner.ctx, req, sink, user, resp);
+    int step = strcmp(req->method, "POST") == 0 && (strstr(req->path, "/secagg/") != NULL || strstr(req->path, "/reports") != NULL);
+    if (rc == DPREC_OK && step && ++l->posts % (strstr(req->path, "/reports") != NULL ? 4 : 3) == 0) {
+        l->lost++;
+        return DPREC_ERR_NETWORK; /* the request arrived, its answer did not */
+    }
+    return rc;
+}
+
 /* dropout[i]: 0 stays, 1 drops after sharing its keys (no masked input), 2 drops after its masked input */
 static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, device *dev, const int *dropout,
                       uint64_t round, int abort_expected) {
     static const char *const steps[4] = {"advertise", "share", "mask", "unmask"};
     char phase[16], out[8192];
+    int reported[NDEV] = {0};
     double done, eps;
     for (int st = 0; st < 4; st++) {
         job_state(a, phase, sizeof phase, &done, &eps);
@@ -133,12 +153,19 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
         for (int i = 0; i < NDEV; i++) {
             if ((dropout[i] == 1 && st >= 2) || (dropout[i] == 2 && st >= 3)) continue;
             dprec_sync_result r;
-            int rc = dprec_client_sync(dev[i].c, t, sc, &r);
+            int rc, tries = 0;
+            do rc = dprec_client_sync(dev[i].c, t, sc, &r); /* a lost answer: the device comes back */
+            while (rc == DPREC_OK && r.outcome == DPREC_SYNC_RETRY_LATER && ++tries < 4);
             if (rc != DPREC_OK)
                 fail_msg("round %llu, step %s, device %d: %s", (unsigned long long)round, steps[st], i,
                          dprec_status_name(rc));
             assert_int_equal(r.round, round);
-            assert_int_equal(r.outcome, st == 2 ? DPREC_SYNC_REPORTED : DPREC_SYNC_IN_PROGRESS);
+            /* IN_PROGRESS, or REPORTED once: in the mask step, or in the step before it when a lost answer made the
+             * device come back after the phase had moved on (it then takes the next step in the same call) */
+            if (r.outcome == DPREC_SYNC_REPORTED) reported[i]++;
+            else if (r.outcome != DPREC_SYNC_IN_PROGRESS)
+                fail_msg("round %llu, step %s, device %d: outcome %d after %d tries", (unsigned long long)round, steps[st], i,
+                         (int)r.outcome, tries);
         }
         job_state(a, phase, sizeof phase, &done, &eps);
         int dropped_here = 0;
@@ -156,6 +183,8 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
     }
     job_state(a, phase, sizeof phase, &done, &eps);
     assert_true(done == (double)round);
+    for (int i = 0; i < NDEV; i++) /* one masked input per device that did not drop before it */
+        if (!abort_expected) assert_int_equal(reported[i], dropout[i] == 1 ? 0 : 1);
 }
 
 static void run_secure_job(const char *spec) {
@@ -181,8 +210,12 @@ static void run_secure_job(const char *spec) {
     unsigned char pub[256];
     size_t pub_len = dprec_agg_public_key(a, pub, sizeof pub);
     dprec_agg_transport ip;
-    dprec_transport t;
-    dprec_agg_transport_init(&t, &ip, a, 97);
+    lossy lt;
+    memset(&lt, 0, sizeof lt);
+    dprec_agg_transport_init(&lt.inner, &ip, a, 97);
+    dprec_transport t = lt.inner;
+    t.ctx = &lt;
+    t.request = lossy_request;
     dprec_sync_config sc = {.job_id = 1, .release_key = pub, .release_key_len = pub_len};
     device dev[NDEV];
     memset(dev, 0, sizeof dev);
@@ -211,6 +244,7 @@ static void run_secure_job(const char *spec) {
         assert_int_equal(line.reports, 1 + (two[i] != 1) + (four[i] != 1));
         assert_true(line.user_epsilon <= eps * (1.0 + 1e-9));
     }
+    assert_true(lt.lost > 10); /* answers were lost at every step, and every round still completed */
     /* the aggregator never stored a device's contribution: the masked inputs lived in memory for their round only */
     assert_int_equal(reports_stored(db), 0);
 

@@ -26,7 +26,23 @@ typedef struct secure_round {
     agg_secagg *sa;
     double *sum;                 /* the decoded noisy sum, once unmasked */
     uint32_t survivors;
+    /* who completed each step (keys, shares, reveals), n_max each: a device that re-sends a message whose answer it
+     * lost is answered 200 again, and nothing is applied twice */
+    uint32_t *done_ids[3];
 } secure_round;
+
+static int step_done(const secure_round *r, int step, uint32_t id) {
+    uint32_t n = step == 0 ? r->n_adv : step == 1 ? r->n_shared : r->n_revealed;
+    for (uint32_t i = 0; i < n; i++)
+        if (r->done_ids[step][i] == id) return 1;
+    return 0;
+}
+
+static void step_mark(secure_round *r, int step, uint32_t id) {
+    uint32_t *n = step == 0 ? &r->n_adv : step == 1 ? &r->n_shared : &r->n_revealed;
+    if (*n < r->spec.plan.n_max) r->done_ids[step][*n] = id;
+    (*n)++;
+}
 
 struct agg_secure_registry {
     pthread_mutex_t mu;
@@ -195,6 +211,7 @@ int agg_secure_init(dprec_agg *a) {
 }
 
 static void round_free(secure_round *r) {
+    for (int i = 0; i < 3; i++) free(r->done_ids[i]);
     agg_secagg_free(r->sa);
     free(r->sum);
     free(r);
@@ -246,8 +263,10 @@ static secure_round *round_of(dprec_agg *a, const agg_job *job) {
     sc.bits = r->spec.plan.bits;
     sc.dim = r->spec.plan.dim;
     memcpy(sc.graph_seed, r->seed, sizeof sc.graph_seed);
-    if (rc != DPREC_OK || agg_secagg_new(&sc, &r->sa) != DPREC_OK) {
-        free(r);
+    for (int i = 0; i < 3; i++) r->done_ids[i] = calloc(sc.n_max, sizeof(uint32_t));
+    if (rc != DPREC_OK || r->done_ids[0] == NULL || r->done_ids[1] == NULL || r->done_ids[2] == NULL ||
+        agg_secagg_new(&sc, &r->sa) != DPREC_OK) {
+        round_free(r);
         return NULL;
     }
     r->next = a->secure->head;
@@ -368,6 +387,8 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
         return agg_respond_error(resp, 409, "wrong_phase", "the round's secure aggregation is in another phase");
     if (is_post && (len < 12 || dprec_ld64(body) != (uint64_t)r->round))
         return agg_respond_error(resp, 400, "bad_request", "the message is not for the open round");
+    if (is_post && step_done(r, want_phase == SP_ADVERTISE ? 0 : want_phase == SP_SHARE ? 1 : 2, id))
+        return agg_respond_json(resp, 200, cJSON_CreateObject()); /* a re-send: taken already, nothing re-applied */
     int rc;
     if (strcmp(what, "keys") == 0) {
         if (len != 12 + 2 * DPREC_SECAGG_KEY_SIZE || dprec_ld32(body + 8) != id)
@@ -377,8 +398,8 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
         memcpy(pub.c_pk, body + 12, DPREC_SECAGG_KEY_SIZE);
         memcpy(pub.s_pk, body + 12 + DPREC_SECAGG_KEY_SIZE, DPREC_SECAGG_KEY_SIZE);
         rc = agg_secagg_advertise(r->sa, &pub);
-        if (rc != DPREC_OK) return agg_respond_error(resp, 409, "refused", "keys refused (repeated, or the round is full)");
-        r->n_adv++;
+        if (rc != DPREC_OK) return agg_respond_error(resp, 409, "refused", "keys refused (the round is full)");
+        step_mark(r, 0, id);
         maybe_advance(a, r);
         return agg_respond_json(resp, 200, cJSON_CreateObject());
     }
@@ -408,7 +429,7 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
         for (uint32_t j = 0; j < k; j++) get_env(body + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &env[j]);
         if (agg_secagg_put_shares(r->sa, id, env, k) != DPREC_OK)
             return agg_respond_error(resp, 409, "refused", "shares refused (not one per neighbour in order, or repeated)");
-        r->n_shared++;
+        step_mark(r, 1, id);
         maybe_advance(a, r);
         return agg_respond_json(resp, 200, cJSON_CreateObject());
     }
@@ -458,7 +479,7 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
     }
     if (agg_secagg_put_reveals(r->sa, id, rv, n) != DPREC_OK)
         return agg_respond_error(resp, 409, "refused", "reveals refused (not what was asked, or repeated)");
-    r->n_revealed++;
+    step_mark(r, 2, id);
     return agg_respond_json(resp, 200, cJSON_CreateObject());
 }
 
@@ -486,6 +507,9 @@ int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dp
     int rc;
     const unsigned char *p = e->payload;
     if (r == NULL) rc = agg_respond_error(resp, 500, "internal", "out of memory");
+    else if (e->round == (uint64_t)r->round && r->phase >= SP_MASK && r->phase <= SP_DONE &&
+             agg_secagg_masked_input(r->sa, (uint32_t)device) != NULL)
+        rc = agg_respond_json(resp, 200, cJSON_CreateObject()); /* a re-sent report: taken already */
     else if (e->round != (uint64_t)r->round || r->phase != SP_MASK)
         rc = agg_respond_error(resp, 409, "round_closed", "the round takes no masked input now");
     else if (e->payload_len != 16 + 8 * (size_t)r->spec.plan.dim || memcmp(p, DPREC_SECURE_PAYLOAD_MAGIC, 4) != 0 ||
