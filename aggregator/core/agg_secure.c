@@ -551,6 +551,19 @@ int agg_secure_close(dprec_agg *a, const agg_job *job) {
     return ready;
 }
 
+int agg_secure_deadline(dprec_agg *a, const agg_job *job) {
+    int ready = 0;
+    pthread_mutex_lock(&a->secure->mu);
+    secure_round *r = a->secure->head;
+    while (r != NULL && !(r->job == job->id && r->round == job->round)) r = r->next;
+    if (r != NULL && r->n_adv > 0) {
+        if (r->phase < SP_DONE) close_phase(a, r);
+        ready = r->phase >= SP_DONE;
+    }
+    pthread_mutex_unlock(&a->secure->mu);
+    return ready;
+}
+
 double *agg_secure_take_sum(dprec_agg *a, int64_t job, int64_t round, uint32_t *survivors) {
     double *out = NULL;
     *survivors = 0;

@@ -4,9 +4,9 @@
  * /v1/jobs/{job}/secagg/{keys,neighbours,shares,inbox,requests,reveals}; the masked inputs arrive as the round's
  * reports (POST .../reports, sdk/secure.h's payload) and are never written to the state database; the job view
  * carries "secagg": {round, phase, seed}. A phase closes by itself once every device of the previous phase has
- * acted (the first once min_reports devices advertised), or when the operator closes the round (POST
- * .../round/close: the open phase closes; in the unmask phase the round is unmasked and then finalized, its global
- * step taking the decoded noisy sum). A round that cannot be unmasked (too few devices in a phase) is finalized with
+ * acted (the first once min_reports devices advertised), at the round's deadline (agg_secure_deadline), or when the
+ * operator closes the round (POST .../round/close: the open phase closes; in the unmask phase the round is unmasked
+ * and then finalized, its global step taking the decoded noisy sum). A round that cannot be unmasked (too few devices in a phase) is finalized with
  * no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that round then
  * finalizes with no sum when closed (the devices' charges stand). */
 #ifndef DPREC_AGG_SECURE_H
@@ -50,6 +50,10 @@ int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dp
 /* The operator's round close on a secure job: closes the open phase. 1: the round is ready to finalize (unmasked or
  * aborted), 0: a phase was closed and the round goes on (the answer is the job's phase). */
 int agg_secure_close(dprec_agg *a, const agg_job *job);
+/* The round's deadline passed (the writer's tick): closes the open phase, as the operator's close does, if any device
+ * took part in the round. 1: the round is ready to finalize; 0: extend the deadline (nobody came, or the round goes
+ * on to its next phase, which gets a deadline of its own). */
+int agg_secure_deadline(dprec_agg *a, const agg_job *job);
 /* The finalizer: the decoded noisy sum of round `round` (plan.d doubles, malloc'd, the caller frees) and the number of
  * survivors; NULL when the round has none (aborted). */
 double *agg_secure_take_sum(dprec_agg *a, int64_t job, int64_t round, uint32_t *survivors);

@@ -1087,7 +1087,9 @@ static void tick(dprec_agg *a, agg_op *op) {
         agg_slot *s = a->jobs[i];
         if (s->job.done || s->closing || s->job.deadline > now) continue;
         int early = agg_closes_early(&s->job);
-        if (s->in_round == 0 || (!early && s->in_round < s->job.min_reports)) {
+        /* a secure job's round: each deadline closes its open phase; the unmasked round then finalizes (agg_secure.h) */
+        int secure = agg_secure_job(&s->job, NULL);
+        if (secure ? !agg_secure_deadline(a, &s->job) : (s->in_round == 0 || (!early && s->in_round < s->job.min_reports))) {
             int64_t *ne = realloc(ext, (next + 1) * sizeof *ne);
             if (ne == NULL) continue;
             ext = ne;
