@@ -569,10 +569,18 @@ double *agg_secure_take_sum(dprec_agg *a, int64_t job, int64_t round, uint32_t *
     *survivors = 0;
     pthread_mutex_lock(&a->secure->mu);
     for (secure_round *r = a->secure->head; r != NULL; r = r->next) {
-        if (r->job != job || r->round != round || r->sum == NULL) continue;
-        out = malloc(sizeof(double) * r->spec.plan.d);
-        if (out != NULL) memcpy(out, r->sum, sizeof(double) * r->spec.plan.d);
-        *survivors = r->survivors;
+        if (r->job != job || r->round != round) continue;
+        if (r->sum != NULL) {
+            out = malloc(sizeof(double) * r->spec.plan.d);
+            if (out != NULL) memcpy(out, r->sum, sizeof(double) * r->spec.plan.d);
+            *survivors = r->survivors;
+        }
+        /* the round is over: its keys, envelopes and masked inputs (n x D words) go now, not when the job's next round
+         * is first seen (never, after its last) */
+        if (r->phase >= SP_DONE) {
+            agg_secagg_free(r->sa);
+            r->sa = NULL;
+        }
     }
     pthread_mutex_unlock(&a->secure->mu);
     return out;
