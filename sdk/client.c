@@ -6,6 +6,7 @@
 #include "client_priv.h"
 #include "linalg.h"
 #include "protocol.h"
+#include "secure.h"
 
 int dprec_config_default_sized(dprec_config *cfg, size_t size) {
     if (cfg == NULL) return DPREC_ERR_INVALID_ARGUMENT;
@@ -60,6 +61,7 @@ static int config_check(const dprec_config *cfg) {
     if (cfg->max_report_bytes < 16 || cfg->max_report_bytes > DPREC_MAX_REPORT_BYTES) return DPREC_ERR_CONFIG;
     if (cfg->fw_max_ratings > 65535u) return DPREC_ERR_CONFIG;
     if (cfg->sgld_max_ratings > 65535u || !is_cap(cfg->sgld_epsilon)) return DPREC_ERR_CONFIG;
+    if (cfg->secagg_max_len > DPREC_DDG_MAX_DIM) return DPREC_ERR_CONFIG;
     if (cfg->allow_non_private != 0 && cfg->allow_non_private != 1) return DPREC_ERR_CONFIG;
     return DPREC_OK;
 }
@@ -97,7 +99,8 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
     /* the protocols' state shares the rows' block (after the rows, each part aligned): no new block */
-    sizes[BLK_ROWS] = dprec_heap_round((size_t)cfg->rating_capacity * (d + 1) * sizeof(float)) + proto_state_bytes(cfg);
+    sizes[BLK_ROWS] = dprec_heap_round((size_t)cfg->rating_capacity * (d + 1) * sizeof(float)) + proto_state_bytes(cfg) +
+                      dprec_heap_round(dprec_secure_memory(cfg));
 }
 
 _Static_assert(sizeof(struct dprec_client) <= DPREC_CLIENT_FIXED_BYTES,
@@ -175,6 +178,7 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
         state += dprec_heap_round(n);
         if (n > 0) st->reset(c);
     }
+    c->secure = dprec_secure_memory(cfg) > 0 ? state : NULL; /* secure aggregation's area (sdk/secure.h) */
     c->pending_skip = UINT32_MAX;
 
     /* always the port's entropy: the SDK has no test mode that could make a device's noise predictable (tests and

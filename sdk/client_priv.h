@@ -52,7 +52,7 @@ typedef struct ledger_line {
  * in memory only. Participation decisions live in the ledger (one line per job, never evicted). */
 #define DPREC_SYNC_TOKEN_LEN 64u        /* the device token: 64 hex characters */
 #define DPREC_SYNC_RESPONSE_MAX 4096u   /* the largest JSON response read (the aggregator's JSON cap) */
-#define DPREC_SYNC_JSON_TOKENS 96u      /* tokens of the largest JSON response parsed */
+#define DPREC_SYNC_JSON_TOKENS 160u     /* tokens of the largest JSON response parsed (a secure job's view: about 110) */
 
 /* The most protocols with state (protocol.h, dprec_proto_state) a build can have; protocol_table.c checks. */
 #define DPREC_MAX_PROTOCOLS 16u
@@ -120,6 +120,8 @@ struct dprec_client {
     /* Each protocol's state (protocol.h, dprec_proto_state), in the order of dprec_protocols[]: memory of the
      * arena the protocol lays out itself (NULL: none in this configuration). */
     unsigned char *proto_state[DPREC_MAX_PROTOCOLS];
+    /* Secure aggregation's area (sdk/secure.h; NULL when cfg.secagg_max_len is 0), after the protocols' state. */
+    unsigned char *secure;
 
     /* streaming over a release */
     stream_mode stream;

@@ -126,7 +126,7 @@ static int valid_unit(unsigned u) {
 }
 
 static int valid_model(unsigned m) {
-    return m <= DPREC_MODEL_DISTRIBUTED;
+    return m <= DPREC_MODEL_SECURE_AGGREGATION;
 }
 
 /* epsilon is +inf only for non-private jobs; never NaN or negative; delta in [0, 1]. */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "accountant.h"
+#include "ddg.h"
 #include "dprec/dprec.h"
 #include "dprec/privacy.h"
 #include "json.h"
@@ -53,6 +54,13 @@ typedef struct dprec_sync_job {
     const dprec_relay_round *relay; /* the relay's view of the open round (policy relay = 1; NULL in the policy) */
 } dprec_sync_job;
 
+/* What a secure-aggregation job asks of the device, as its policy checked it (sdk/secure.h). */
+typedef struct dprec_secure_job {
+    uint32_t k, threshold;                   /* neighbours, Shamir threshold */
+    dprec_ddg_plan plan;                     /* the published plan, checked (derived fields recomputed by the device) */
+    unsigned char seed[DPREC_DDG_SEED_SIZE]; /* the rotation's public seed */
+} dprec_secure_job;
+
 /* What a job is allowed to cost, computed on the device (docs/privacy.md, "The device's policy"). */
 typedef struct dprec_job_policy {
     dprec_unit unit;       /* what the job's guarantee protects */
@@ -71,6 +79,10 @@ typedef struct dprec_job_policy {
      * back, the head for the aggregator and the tail for the relay, and sync.c fetches the relay's round
      * (job->relay) before the build. Not part of the fingerprint (report_bytes and the model differ anyway). */
     int relay;
+    /* 1: params.aggregation "secure" (sdk/secure.h): sync.c runs the round's secure-aggregation steps and the report
+     * is the masked, encoded vector; secure_job is what the policy checked. */
+    int secure;
+    dprec_secure_job secure_job;
 } dprec_job_policy;
 
 /* A protocol's durable state on the device (private-fw's sample and row coefficients), if it has one: the

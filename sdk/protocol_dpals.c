@@ -29,13 +29,14 @@
 #include "noise.h"
 #include "protocol.h"
 #include "report.h"
+#include "secure.h"
 
 #define DPALS_MAX_NOISE_MULTIPLIER 1e6
 #define DPALS_MAX_D 64u /* as the aggregator (aggregator/core/proto_dpals.c) */
 
 typedef struct dpals_job {
     uint32_t max_items;
-    double u_clip, rating_clip;
+    double u_clip, rating_clip, bias_scale;
     int residual; /* params.residual: utility only (the aggregator re-clamps every target whatever it is) */
 } dpals_job;
 
@@ -58,6 +59,13 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
     p->residual = 0;
     rc = dprec_json_get_bool(doc, 0, "params.residual", &p->residual);
     if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
+    /* the bias feature, as the aggregator's (params.bias_scale, default u_clip, or 1 at d = 1): only the secure
+     * report carries the statistics themselves */
+    p->bias_scale = 0.0;
+    rc = dprec_json_get_number(doc, 0, "params.bias_scale", &p->bias_scale);
+    if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->bias_scale >= 0.0 && p->bias_scale <= DPREC_DPALS_MAX_CLIP))
+        return DPREC_ERR_JOB_PARAMS;
+    if (!(p->bias_scale > 0.0)) p->bias_scale = c->cfg.dim > 1 ? p->u_clip : 1.0;
     return DPREC_OK;
 }
 
@@ -73,10 +81,24 @@ static double target(const dprec_client *c, const dpals_job *p, uint32_t i) {
     return e;
 }
 
+/* params.aggregation "secure": the vector is the normalized statistics of every item (aggregator/core/proto_dpals.c,
+ * agg_dpals_accumulate), m (d (d + 1) / 2 + d) numbers of L2 norm <= sqrt(2k). 0 if longer than secure aggregation
+ * takes. */
+static uint32_t secure_len(const dprec_client *c) {
+    uint64_t n = (uint64_t)c->cfg.num_items * dprec_dpals_item_coords(c->cfg.dim);
+    return n <= DPREC_DDG_MAX_DIM ? (uint32_t)n : 0u;
+}
+
 static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_job_policy *out) {
     dpals_job p;
     int rc = job_params(c, job, &p);
     if (rc != DPREC_OK) return rc;
+    int secure = dprec_secure_requested(job);
+    if (secure < 0) return DPREC_ERR_JOB_PARAMS;
+    if (secure) { /* the aggregator is not trusted: the devices' shares make the noise (sdk/secure.h) */
+        if (secure_len(c) == 0) return DPREC_ERR_JOB_PARAMS;
+        return dprec_secure_policy(c, job, secure_len(c), dprec_dpals_sensitivity(p.max_items), out);
+    }
     double z = NAN, zp;
     if (dprec_json_get_number(job->doc, 0, "privacy.noise_multiplier", &z) != DPREC_OK || !(z > 0.0) ||
         !(z <= DPALS_MAX_NOISE_MULTIPLIER))
@@ -101,12 +123,51 @@ static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_
     return DPREC_OK;
 }
 
+/* The secure report: the same sample of at most k ratings and the same features as the trusted report, turned into
+ * the statistics the aggregator would have formed from it, for every item (0 for the others), then encoded and masked
+ * (sdk/secure.c). */
+static int build_secure(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol, const dpals_job *p,
+                        const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap,
+                        size_t *len) {
+    const uint32_t d = c->cfg.dim, n = c->count, k = p->max_items, keep = n < k ? n : k;
+    const uint32_t cw = dprec_dpals_item_coords(d), vlen = secure_len(c);
+    double *st = dprec_secure_input(c);
+    if (st == NULL || vlen == 0 || pol->secure_job.plan.d != vlen) return DPREC_ERR_STATE;
+    double x[DPALS_MAX_D];
+    dprec_dpals_features(c->u + 1, d, p->u_clip, x); /* the fallback's u is 0: w = 0 */
+    x[d - 1u] = p->bias_scale;
+    const double x2 = dprec_dpals_x2(d, p->u_clip, p->bias_scale), gs = 1.0 / x2, hs = 1.0 / (p->rating_clip * sqrt(x2));
+    memset(st, 0, sizeof(double) * vlen);
+    uint32_t chosen = 0;
+    for (uint32_t i = 0; i < n && chosen < keep; i++) {
+        int take = 1;
+        if (keep < n) {
+            int rc = dprec_sample_bernoulli_rational(&c->rng, keep - chosen, n - i, &take);
+            if (rc != DPREC_OK) return rc;
+        }
+        if (!take) continue;
+        /* the target as the trusted report carries it (a float32), clamped again as the aggregator does */
+        const double e = target(c, p, i);
+        if (!isfinite(e)) return DPREC_ERR_INVALID_ARGUMENT;
+        double t = dprec_dpals_clamp((double)(float)dprec_dpals_clamp(e, p->rating_clip), p->rating_clip);
+        double *row = st + (size_t)c->ratings[i].item * cw;
+        size_t at = 0;
+        for (uint32_t a = 0; a < d; a++)
+            for (uint32_t b = a; b < d; b++) row[at++] += x[a] * x[b] * gs;
+        for (uint32_t a = 0; a < d; a++) row[at++] += t * x[a] * hs;
+        chosen++;
+    }
+    if (chosen != keep) return DPREC_ERR_INTERNAL;
+    return dprec_secure_build(c, job, pol, DPREC_PROTO_DPALS, report_id, out, cap, len);
+}
+
 static int dpals_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol,
                        const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap, size_t *len) {
     if (!c->fitted && !c->fallback) return DPREC_ERR_STATE;
     dpals_job p;
     int rc = job_params(c, job, &p);
     if (rc != DPREC_OK) return rc;
+    if (pol->secure) return build_secure(c, job, pol, &p, report_id, out, cap, len);
     const uint32_t d = c->cfg.dim, n = c->count, k = p.max_items, keep = n < k ? n : k;
     size_t payload = dprec_dpals_payload_size(d, k);
     if (cap < pol->report_bytes || pol->report_bytes != DPREC_ENVELOPE_HEADER + payload) return DPREC_ERR_REPORT_TOO_LARGE;

@@ -39,6 +39,7 @@
 #include "noise.h"
 #include "protocol.h"
 #include "report.h"
+#include "secure.h"
 
 #define GAUSS_DEFAULT_CLIP 1.0
 #define GAUSS_DEFAULT_LR 5e-4 /* seed 001's step size, as the aggregator's default (proto_gauss.c) */
@@ -152,11 +153,24 @@ static void gaussian_step(dprec_step *s, double z, double q) {
     s->discrete = 1; /* sdk/noise.c: every Gaussian is the discrete Gaussian on a grid */
 }
 
+/* The vector of params.aggregation "secure": the dense gradient contribution G_i (m rows of d + 1), whose
+ * Frobenius norm the user-level clipping bounds by clip (sdk/gauss.h). 0 if longer than secure aggregation takes. */
+static uint32_t secure_len(const dprec_client *c) {
+    uint64_t n = (uint64_t)c->cfg.num_items * (c->cfg.dim + 1u);
+    return n <= DPREC_DDG_MAX_DIM ? (uint32_t)n : 0u;
+}
+
 static int gauss_policy(const dprec_client *c, const dprec_sync_job *job, dprec_job_policy *out) {
     gauss_job g;
     int rc = job_params(job, &g);
     if (rc != DPREC_OK) return rc;
     if (!(job->delta > 0.0 && job->delta < 1.0)) return DPREC_ERR_JOB_PARAMS;
+    int secure = dprec_secure_requested(job);
+    if (secure < 0) return DPREC_ERR_JOB_PARAMS;
+    if (secure) { /* the aggregator is not trusted: the devices' shares make the noise (sdk/secure.h) */
+        if (g.unit != DPREC_UNIT_USER || secure_len(c) == 0) return DPREC_ERR_JOB_PARAMS;
+        return dprec_secure_policy(c, job, secure_len(c), g.clip, out);
+    }
     memset(out, 0, sizeof *out);
     out->unit = g.unit;
     out->model = DPREC_MODEL_CENTRAL;
@@ -252,12 +266,56 @@ static double rating_residual(const dprec_client *c, dprec_unit unit, const floa
     return dprec_gauss_residual(unit, u, d, c->rows + (size_t)i * (d + 1u), c->ratings[i].value, c->fitted_mu, tau);
 }
 
+/* params.aggregation "secure": the same contribution (the same sample of at most max_ratings items, the same
+ * user-level clipping), written densely into the secure area's input, then encoded and masked (sdk/secure.c). */
+static int build_secure(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol, const gauss_job *g,
+                        const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap,
+                        size_t *len) {
+    const uint32_t d = c->cfg.dim, n = c->count, k = n < g->max_ratings ? n : g->max_ratings, w = d + 1u;
+    const uint32_t vlen = secure_len(c);
+    double *x = dprec_secure_input(c);
+    if (x == NULL || vlen == 0 || pol->secure_job.plan.d != vlen) return DPREC_ERR_STATE;
+    const double tau = (double)c->cfg.rating_max - (double)c->cfg.rating_min;
+    const float *u;
+    int rc = report_u(c, job, g, &u);
+    if (rc != DPREC_OK) return rc;
+    memset(x, 0, sizeof(double) * vlen);
+    double sq = 0.0;
+    uint32_t chosen = 0;
+    for (uint32_t i = 0; i < n && chosen < k; i++) { /* Algorithm S, as the trusted report; x holds e_j in column 0 */
+        int take = 1;
+        if (k < n) {
+            rc = dprec_sample_bernoulli_rational(&c->rng, k - chosen, n - i, &take);
+            if (rc != DPREC_OK) return rc;
+        }
+        if (!take) continue;
+        double e = rating_residual(c, g->unit, u, i, tau);
+        sq += e * e;
+        x[(size_t)c->ratings[i].item * w] = e;
+        chosen++;
+    }
+    if (chosen != k) return DPREC_ERR_INTERNAL;
+    double xs, cs, xv[DPREC_MAX_DIM + 1];
+    dprec_gauss_scales(g->unit, u, d, sq, g->clip, &xs, &cs);
+    for (uint32_t a = 0; a < d; a++) xv[a] = (double)u[a] * xs;
+    xv[d] = xs;
+    for (uint32_t j = 0; j < c->cfg.num_items; j++) {
+        double *row = x + (size_t)j * w, e = row[0];
+        if (e == 0.0) continue;
+        for (uint32_t a = 0; a < w; a++) row[a] = e * cs * xv[a];
+    }
+    for (uint32_t i = 0; i < vlen; i++)
+        if (!isfinite(x[i])) return DPREC_ERR_INVALID_ARGUMENT;
+    return dprec_secure_build(c, job, pol, DPREC_PROTO_GAUSS_GD, report_id, out, cap, len);
+}
+
 static int gauss_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol,
                        const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap, size_t *len) {
     if (!c->fitted && !c->fallback) return DPREC_ERR_STATE;
     gauss_job g;
     int rc = job_params(job, &g);
     if (rc != DPREC_OK) return rc;
+    if (pol->secure) return build_secure(c, job, pol, &g, report_id, out, cap, len);
     uint32_t d = c->cfg.dim, n = c->count, k = n < g.max_ratings ? n : g.max_ratings;
     size_t payload = dprec_gauss_payload_size(d, g.max_ratings);
     if (cap < pol->report_bytes || pol->report_bytes != DPREC_ENVELOPE_HEADER + payload) return DPREC_ERR_REPORT_TOO_LARGE;

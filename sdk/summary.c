@@ -22,6 +22,7 @@ const char *dprec_model_name(dprec_model model) {
     case DPREC_MODEL_JOINT: return "joint";
     case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-sampling heuristic";
     case DPREC_MODEL_DISTRIBUTED: return "distributed";
+    case DPREC_MODEL_SECURE_AGGREGATION: return "secure-aggregation";
     }
     return "unknown";
 }
@@ -167,12 +168,15 @@ static const char *caveat(const dprec_guarantee *g) {
     if (g->model == DPREC_MODEL_DISTRIBUTED)
         return "holds against the recommender while the relay does not collude with it and no device it controls "
                "learns the round's noise scales (docs/privacy.md, dpmf)";
+    if (g->model == DPREC_MODEL_SECURE_AGGREGATION)
+        return "distributed discrete Gaussian: holds against an aggregator that follows the protocol and sees only the "
+               "sum of at least n_min devices, none of them its own (docs/privacy.md, Secure aggregation)";
     return NULL;
 }
 
 static int check(const dprec_guarantee *g, char *out, size_t cap) {
     if (g == NULL || out == NULL || cap == 0) return DPREC_ERR_INVALID_ARGUMENT;
-    if ((g->unit != DPREC_UNIT_RATING && g->unit != DPREC_UNIT_USER) || (unsigned)g->model > DPREC_MODEL_DISTRIBUTED)
+    if ((g->unit != DPREC_UNIT_RATING && g->unit != DPREC_UNIT_USER) || (unsigned)g->model > DPREC_MODEL_SECURE_AGGREGATION)
         return DPREC_ERR_INVALID_ARGUMENT;
     if (g->epsilon != g->epsilon || g->epsilon < 0.0 || g->delta != g->delta || g->delta < 0.0)
         return DPREC_ERR_INVALID_ARGUMENT;

@@ -243,6 +243,35 @@ static void test_client_with_private_fw_state_stays_under_the_bound_plus_fw_byte
     assert_true(DPREC_CLIENT_FW_BYTES(4, 0) == 0);
 }
 
+/* Secure aggregation's room (cfg.secagg_max_len = n): the client's memory stays under the bound with the masked
+ * report's size as R, plus DPREC_CLIENT_SECAGG_BYTES(n), for n from 1 to the 2^24 cap (gauss-gd on ml-100k at d = 10:
+ * 18,502 numbers; at d = 64: 109,330); n = 0 costs nothing and n past the cap is refused. */
+static void test_client_with_secure_aggregation_stays_under_the_bound_plus_secagg_bytes(void **state) {
+    (void)state;
+    const uint32_t ds[] = {1, 10, 64};
+    const uint32_t ns[] = {1, 120, 18502, 109330, 1u << 20};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t ni = 0; ni < 5; ni++) {
+            dprec_config cfg;
+            cfg_for(&cfg, 300, ds[di], 50, 10);
+            uint32_t dim = 1;
+            while (dim < ns[ni]) dim <<= 1;
+            uint32_t rbytes = 56u + 16u + 8u * dim;
+            cfg.max_report_bytes = rbytes;
+            size_t base = dprec_client_required_size(&cfg);
+            cfg.secagg_max_len = ns[ni];
+            size_t need = dprec_client_required_size(&cfg);
+            assert_true(need > base);
+            assert_true(need <= DPREC_CLIENT_MEMORY_BOUND_EX(ds[di], 50, 10, 8u, 1u, rbytes) +
+                                     DPREC_CLIENT_SECAGG_BYTES(ns[ni]));
+        }
+    dprec_config cfg;
+    cfg_for(&cfg, 300, 4, 50, 10);
+    cfg.secagg_max_len = (1u << 24) + 1u;
+    assert_int_equal(dprec_client_required_size(&cfg), 0);
+    assert_true(DPREC_CLIENT_SECAGG_BYTES(0) == 0);
+}
+
 static void test_client_init_fails_cleanly_when_the_nth_allocation_fails(void **state) {
     (void)state;
     dprec_config cfg;
@@ -834,6 +863,7 @@ int main(void) {
         cmocka_unit_test(test_client_randomness_comes_from_the_ports_entropy_only),
         cmocka_unit_test(test_two_clients_in_one_process_are_independent),
         cmocka_unit_test(test_client_peak_memory_of_a_rate_recommend_cycle_is_under_the_documented_bound),
+        cmocka_unit_test(test_client_with_secure_aggregation_stays_under_the_bound_plus_secagg_bytes),
         cmocka_unit_test(test_client_init_fails_cleanly_when_the_nth_allocation_fails),
         cmocka_unit_test(test_recommend_equals_brute_force_sort_on_random_problems),
         cmocka_unit_test(test_streaming_fit_and_topk_match_the_buffer_calls_for_any_chunking),

@@ -27,6 +27,7 @@
 
 #include "accountant.h"
 #include "bytes.h"
+#include "ddg.h"
 #include "dpmf.h"
 #include "dprec/dprec.h"
 #include "dprec/sync.h"
@@ -619,6 +620,121 @@ static void test_dpals_residual_targets_stay_within_the_clip_whatever_the_releas
     play(attack_dpals_residual_release, &cfg);
 }
 
+/* ---- secure aggregation (gauss-gd with params.aggregation "secure"; sdk/secure.h) ---------------------------------- */
+
+static char secure_privacy[1024], secure_params[256], secure_extra[256];
+
+/* What a malicious aggregator may change in a secure job's published plan. */
+typedef struct secure_tamper {
+    uint32_t threshold, neighbours, n_min, bits_delta, d;
+    double share_scale, z_scale;
+    const char *unit;
+    int64_t round_offset; /* the round the "secagg" view names, relative to the open one */
+} secure_tamper;
+
+/* A secure gauss-gd job of 3 rounds at epsilon 4, delta 1e-6, planned honestly for n_max = 50 devices, n_min = 25,
+ * 4 neighbours, threshold 3 (what the aggregator would publish), then changed by t. The published total is the
+ * device's own figure for the honest plan. */
+static void use_secure(world *w, const secure_tamper *t) {
+    const uint32_t len = M * (D + 1u);
+    dprec_ddg_job j = {4.0, 1e-6, 1.0, 1.0, 3, len, 50, 25, 62};
+    dprec_ddg_plan p;
+    assert_int_equal(dprec_ddg_plan_make(&j, &p), DPREC_OK);
+    dprec_accountant acc;
+    dprec_accountant_init(&acc);
+    assert_int_equal(dprec_accountant_add_discrete_gaussian(&acc, p.noise_multiplier, 1.0, 3), DPREC_OK);
+    double eps = 0;
+    assert_int_equal(dprec_accountant_epsilon(&acc, 1e-6 * (1.0 - 1e-6), DPREC_CONVERSION_CKS, &eps, NULL), DPREC_OK);
+    eps *= 1.0 + 1e-6;
+    w->agg.protocol = "gauss-gd";
+    w->agg.rounds = 3;
+    snprintf(secure_params, sizeof secure_params, "{\"clip\": 1, \"aggregation\": \"secure\"%s%s%s}",
+             t->unit != NULL ? ", \"unit\": \"" : "", t->unit != NULL ? t->unit : "", t->unit != NULL ? "\"" : "");
+    w->agg.params = secure_params;
+    snprintf(secure_privacy, sizeof secure_privacy,
+             "{\"unit\": \"%s\", \"model\": \"secure-aggregation\", \"epsilon\": %.17g, \"delta\": 1e-6, \"user_epsilon\": %.17g,"
+             " \"user_delta\": 1e-6, \"noise_multiplier\": %.17g, \"secagg\": {\"neighbours\": %u, \"threshold\": %u,"
+             " \"n_min\": %u, \"n_max\": %u, \"bits\": %u, \"d\": %u, \"dim\": %u, \"gamma_log2\": %d,"
+             " \"norm2_bound\": %llu, \"share_num\": %llu, \"clip\": 1}}",
+             t->unit != NULL ? t->unit : "user", eps, eps, p.noise_multiplier * (t->z_scale > 0 ? t->z_scale : 1.0),
+             t->neighbours ? t->neighbours : 4u, t->threshold ? t->threshold : 3u, t->n_min ? t->n_min : p.n_min,
+             p.n_max, p.bits - t->bits_delta, t->d ? t->d : p.d, p.dim, p.gamma_log2,
+             (unsigned long long)p.norm2_bound,
+             (unsigned long long)((double)p.share_num * (t->share_scale > 0 ? t->share_scale : 1.0)));
+    w->agg.privacy = secure_privacy;
+    snprintf(secure_extra, sizeof secure_extra, "\"secagg\": {\"round\": %lld, \"phase\": \"advertise\", \"seed\": \"%064d\"}",
+             (long long)w->agg.round + (long long)t->round_offset, 0);
+    w->agg.extra = secure_extra;
+}
+
+static int secure_steps_sent(const world *w) {
+    int n = 0;
+    for (int i = 0; i < w->agg.nlog; i++) n += strstr(w->agg.log[i].path, "/secagg/") != NULL;
+    return n;
+}
+
+/* The honest job passes the device's checks: its first step is to advertise its keys (the fake does not know the
+ * route: 404, a protocol error). Each tampered variant is refused before anything is drawn or sent, and nothing is
+ * charged: a threshold at half the neighbours (two disjoint halves could recover both of a device's secrets), a
+ * floor of survivors below the minimum or below the threshold, a modulus one bit too small (the sum of n_max devices
+ * could wrap), less noise than the published total allows (the device's own charge exceeds the published total), a
+ * published noise multiplier above what the integers give, a plan for another vector length, the rating unit (the
+ * plan bounds a user's whole contribution), and a phase of another round than the open one (a replay). */
+static void attack_secure_parameters(world *w) {
+    open_round(w, 1);
+    secure_tamper honest;
+    memset(&honest, 0, sizeof honest);
+    use_secure(w, &honest);
+    assert_int_equal(step(w), DPREC_ERR_PROTOCOL);
+    assert_int_equal(secure_steps_sent(w), 1);
+    int before = w->agg.nlog;
+    static const secure_tamper bad[] = {
+        {.threshold = 2},     {.n_min = 2},        {.n_min = 2, .threshold = 3}, {.bits_delta = 1},
+        {.share_scale = 0.25}, {.z_scale = 1.5},   {.d = M * D},                 {.unit = "rating"},
+        {.round_offset = -1},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        w->agg.job_id = JOB + 1 + (uint64_t)k; /* a fresh job each: no fingerprint from the honest one */
+        w->sc.job_id = w->agg.job_id;
+        use_secure(w, &bad[k]);
+        open_round(w, 1);
+        int rc = step(w);
+        if (rc != (bad[k].round_offset != 0 ? DPREC_ERR_PROTOCOL : DPREC_ERR_JOB_PARAMS))
+            fail_msg("tamper %zu: %s", k, dprec_status_name(rc));
+        dprec_ledger_entry e;
+        if (dprec_ledger_job(w->dev.c, w->agg.job_id, &e) == DPREC_OK) assert_int_equal(e.reports, 0);
+    }
+    assert_int_equal(secure_steps_sent(w), 1);
+    assert_int_equal(reports_posted(w), 0);
+    for (int i = before; i < w->agg.nlog; i++) assert_null(strstr(w->agg.log[i].path, "/secagg/"));
+}
+
+static void test_secure_parameters_that_weaken_the_guarantee_are_refused(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.secagg_max_len = M * (D + 1u);
+    cfg.max_report_bytes = 56u + 16u + 8u * 128u;
+    play(attack_secure_parameters, &cfg);
+}
+
+/* A client that keeps no room for secure aggregation (cfg.secagg_max_len 0) refuses secure jobs: DPREC_ERR_CONFIG. */
+static void attack_secure_without_room(world *w) {
+    open_round(w, 1);
+    secure_tamper honest;
+    memset(&honest, 0, sizeof honest);
+    use_secure(w, &honest);
+    assert_int_equal(step(w), DPREC_ERR_CONFIG);
+    assert_int_equal(secure_steps_sent(w), 0);
+}
+
+static void test_a_client_without_secure_room_refuses_secure_jobs(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    play(attack_secure_without_room, &cfg);
+}
+
 /* ---- dpmf (seed 004) ------------------------------------------------------------------------------------------------ */
 
 static char dpmf_privacy[512], dpmf_params[256];
@@ -1056,6 +1172,8 @@ int main(void) {
         cmocka_unit_test(test_dpals_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpals_understated_noise_is_refused),
         cmocka_unit_test(test_dpals_residual_targets_stay_within_the_clip_whatever_the_release),
+        cmocka_unit_test(test_secure_parameters_that_weaken_the_guarantee_are_refused),
+        cmocka_unit_test(test_a_client_without_secure_room_refuses_secure_jobs),
         cmocka_unit_test(test_dpmf_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpmf_a_recommender_that_shrinks_the_noise_is_refused),
         cmocka_unit_test(test_dpmf_a_relay_that_replays_or_refuses_costs_no_extra_privacy),

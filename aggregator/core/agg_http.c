@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "agg_priv.h"
+#include "agg_secure.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 #include "mbedtls_compat.h"
@@ -223,6 +224,7 @@ static const char *model_name(dprec_model m) {
     case DPREC_MODEL_JOINT: return "joint";
     case DPREC_MODEL_POSTERIOR_HEURISTIC: return "posterior-sampling heuristic";
     case DPREC_MODEL_DISTRIBUTED: return "distributed";
+    case DPREC_MODEL_SECURE_AGGREGATION: return "secure-aggregation";
     default: return "none";
     }
 }
@@ -453,6 +455,11 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
         agg_job_free(&j);
         return respond_error(resp, 400, "bad_report", "the envelope's protocol is not the job's");
     }
+    if (agg_secure_job(&j, NULL)) { /* a masked input: kept in memory for the round's unmasking, never stored */
+        int rc2 = agg_secure_report(a, &j, device, &e, resp);
+        agg_job_free(&j);
+        return rc2;
+    }
     if (j.proto->validate_payload(&j, e.payload, e.payload_len, err, sizeof err) != 0) {
         agg_job_free(&j);
         return respond_error(resp, 400, "bad_report", err);
@@ -619,7 +626,7 @@ static int handle_list_jobs(dprec_agg *a, dprec_agg_response *resp) {
 
 typedef enum target_kind {
     T_HEALTHZ, T_METRICS, T_REGISTER, T_JOB, T_RELEASE, T_REPORT,
-    T_ADMIN_LIST, T_ADMIN_CREATE, T_ADMIN_JOB, T_ADMIN_CLOSE, T_ADMIN_ROUND_CLOSE
+    T_ADMIN_LIST, T_ADMIN_CREATE, T_ADMIN_JOB, T_ADMIN_CLOSE, T_ADMIN_ROUND_CLOSE, T_SECAGG
 } target_kind;
 
 /* What a request asks for, as far as its request line and headers tell. */
@@ -628,6 +635,7 @@ typedef struct target {
     target_kind kind;
     int64_t job, version, device;
     size_t cap; /* the body's cap */
+    char what[16]; /* T_SECAGG: the step (agg_secure.h) */
 } target;
 
 /* Everything decided before the body: route, listener, method, credentials, and the body's cap. 0 with *t filled,
@@ -696,7 +704,12 @@ static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_o
     if (ps.n == 3) t->rt = R_JOB, t->kind = T_JOB;
     else if (ps.n == 5 && strcmp(ps.s[3], "releases") == 0) t->rt = R_RELEASE, t->kind = T_RELEASE;
     else if (ps.n == 4 && strcmp(ps.s[3], "reports") == 0) t->rt = R_REPORTS, t->kind = T_REPORT, want_post = 1;
-    else ANSWER(404, "not_found", "unknown path");
+    else if (ps.n == 5 && strcmp(ps.s[3], "secagg") == 0 && strlen(ps.s[4]) < sizeof t->what) {
+        t->rt = R_REPORTS, t->kind = T_SECAGG; /* secure aggregation's steps (agg_secure.h) */
+        strcpy(t->what, ps.s[4]);
+        t->cap = 16384; /* the largest step message: 64 envelopes of 136 bytes (sdk/secure.h) */
+        want_post = strcmp(t->what, "keys") == 0 || strcmp(t->what, "shares") == 0 || strcmp(t->what, "reveals") == 0;
+    } else ANSWER(404, "not_found", "unknown path");
     if (want_post ? !is_post : !is_get) ANSWER(405, "method_not_allowed", "wrong method for this path");
     t->device = org->device;
     if (t->device <= 0) {
@@ -751,6 +764,15 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     }
     case T_ADMIN_LIST: return handle_list_jobs(a, resp);
     case T_ADMIN_CREATE: return handle_create_job(a, req, resp, ctx);
+    case T_SECAGG: {
+        agg_job j;
+        rc = agg_job_get(a, t.job, &j, NULL);
+        if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
+        if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
+        rc = agg_secure_handle(a, &j, t.device, t.what, strcmp(req->method, "POST") == 0, req->body, req->body_len, resp);
+        agg_job_free(&j);
+        return rc;
+    }
     case T_JOB:
     case T_ADMIN_JOB:
     case T_ADMIN_CLOSE:
@@ -763,11 +785,19 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
     if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
         cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
+        agg_secure_view(a, &j, v);
         agg_job_free(&j);
         return respond_json(resp, 200, v);
     }
     int done = j.done;
     int64_t round = j.round;
+    if (!done && t.kind == T_ADMIN_ROUND_CLOSE && agg_secure_job(&j, NULL) && !agg_secure_close(a, &j)) {
+        /* a secure round: its open phase closed, the round goes on (agg_secure.h) */
+        cJSON *v = job_view(&j, in_round, 1);
+        agg_secure_view(a, &j, v);
+        agg_job_free(&j);
+        return respond_json(resp, 200, v);
+    }
     agg_job_free(&j);
     if (done) return respond_error(resp, 409, "job_done", "the job has finished");
     agg_call *c = call_new(a, req, resp, R_ADMIN, CALL_ADMIN_VIEW, t.kind == T_ADMIN_CLOSE ? AGG_OP_JOB_CLOSE : AGG_OP_ROUND_CLOSE,

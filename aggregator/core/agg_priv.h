@@ -46,6 +46,10 @@ typedef struct agg_job {
     /* The encoding of the job's releases (spec field "release_encoding": "f32", the default, "q16" or "q8"):
      * 0 or one of DPREC_RELEASE_ENC_* (docs/release-format.md, compact releases). Post-processing of the model. */
     uint16_t release_encoding;
+    /* A secure job's round, for its global step only (agg_secure.h; set by the finalizer): the decoded noisy sum of
+     * the survivors' vectors (NULL: the round could not be unmasked, nothing was learned) and their number. */
+    const double *secure_sum;
+    uint32_t secure_survivors;
 } agg_job;
 
 void agg_job_free(agg_job *j);
@@ -75,6 +79,7 @@ typedef struct agg_report {
 
 /* A training protocol: one const table per protocol, listed in proto_table.c. Every function writes a
  * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
+struct agg_secure_spec;
 typedef struct agg_protocol {
     const char *name;
     uint16_t id;        /* wire id (report.h) */
@@ -108,6 +113,9 @@ typedef struct agg_protocol {
     /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
      * from d, m and the params. The front end refuses a longer body before reading it (413). */
     uint64_t (*max_payload)(const agg_job *job);
+    /* Optional: 1 if the job runs with secure aggregation (params.aggregation "secure", agg_secure.h), its plan in
+     * *spec; 0 if not. A protocol that has it sends its vectors masked, and its global step reads job->secure_sum. */
+    int (*secure_spec)(const agg_job *job, struct agg_secure_spec *spec);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -343,6 +351,7 @@ struct dprec_agg {
     pthread_mutex_t m_mu;
     agg_metrics metrics;
     int64_t last_tick;         /* the largest `now` given to dprec_agg_tick (under m_mu) */
+    struct agg_secure_registry *secure; /* the secure jobs' open rounds (agg_secure.c) */
 };
 
 /* agg.c */

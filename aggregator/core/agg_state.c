@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "agg_priv.h"
+#include "agg_secure.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 
@@ -881,9 +882,17 @@ static void fin_compute(dprec_agg *a, agg_conn *c, agg_fin *f) {
     pthread_mutex_unlock(&c->mu);
     if (rc == 0) {
         f->count = (int64_t)l.n;
+        double *sum = NULL; /* a secure job's round: the unmasked noisy sum (agg_secure.h) */
+        if (agg_secure_job(&f->job, NULL)) {
+            sum = agg_secure_take_sum(a, f->job.id, f->round, &f->job.secure_survivors);
+            f->job.secure_sum = sum;
+            f->count = f->job.secure_survivors;
+        }
         pthread_mutex_lock(&a->rng_mu);
         rc = f->job.proto->global_step(&f->job, &prev, l.r, l.n, &a->rng, &next, f->err, sizeof f->err);
         pthread_mutex_unlock(&a->rng_mu);
+        f->job.secure_sum = NULL;
+        free(sum);
     }
     loaded_free(&l);
     if (rc == 0) {
@@ -1078,7 +1087,9 @@ static void tick(dprec_agg *a, agg_op *op) {
         agg_slot *s = a->jobs[i];
         if (s->job.done || s->closing || s->job.deadline > now) continue;
         int early = agg_closes_early(&s->job);
-        if (s->in_round == 0 || (!early && s->in_round < s->job.min_reports)) {
+        /* a secure job's round: each deadline closes its open phase; the unmasked round then finalizes (agg_secure.h) */
+        int secure = agg_secure_job(&s->job, NULL);
+        if (secure ? !agg_secure_deadline(a, &s->job) : (s->in_round == 0 || (!early && s->in_round < s->job.min_reports))) {
             int64_t *ne = realloc(ext, (next + 1) * sizeof *ne);
             if (ne == NULL) continue;
             ext = ne;
@@ -1355,6 +1366,10 @@ static void stop_threads(dprec_agg *a) {
 }
 
 int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
+    if (a->secure == NULL && agg_secure_init(a) != 0) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
     pthread_mutex_init(&a->jobs_mu, NULL);
     pthread_mutex_init(&a->q_mu, NULL);
     pthread_cond_init(&a->q_cv, NULL);
@@ -1489,6 +1504,7 @@ void agg_state_close(dprec_agg *a) {
     free(a->jobs);
     a->jobs = NULL;
     a->njobs = a->jobs_cap = 0;
+    agg_secure_free(a);
     pthread_mutex_destroy(&a->jobs_mu);
     pthread_mutex_destroy(&a->q_mu);
     pthread_cond_destroy(&a->q_cv);

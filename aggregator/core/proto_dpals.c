@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "agg_priv.h"
+#include "agg_secure.h"
 #include "bytes.h"
 #include "dpals.h"
 #include "dprec/status.h"
@@ -90,9 +91,11 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             p->seed = (uint64_t)v;
+        } else if (strcmp(k, "aggregation") == 0 || strncmp(k, "secagg_", 7) == 0) {
+            /* secure aggregation's parameters: agg_secure_parse checks them */
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
-                     "noise_multiplier, init_scale, residual, seed)", k);
+                     "noise_multiplier, init_scale, residual, seed, aggregation, secagg_*)", k);
             return -1;
         }
         if (bad) {
@@ -127,6 +130,27 @@ static int mechanism(const agg_job *job, const dpals_params *p, double *z, doubl
 
 static uint64_t noised_coords(const agg_job *job) {
     return (uint64_t)job->m * dprec_dpals_item_coords(job->d);
+}
+
+/* params.aggregation "secure" (agg_secure.h): the devices send their normalized statistics for every item (m (d (d +
+ * 1) / 2 + d) reals, those of agg_dpals_accumulate, L2 norm <= sqrt(2k), the sensitivity the trusted noise uses)
+ * encoded and masked. 1 secure, 0 not, -1 invalid. */
+static int secure_of(const agg_job *job, const dpals_params *p, agg_secure_spec *spec, char *err, size_t errcap) {
+    uint64_t len = noised_coords(job);
+    if (len > DPREC_DDG_MAX_DIM) len = 0; /* refused by agg_secure_parse, if secure */
+    return agg_secure_spec_for(job, (uint32_t)len, dprec_dpals_sensitivity(p->max_items), spec, err, errcap);
+}
+
+static int dpals_secure_spec(const agg_job *job, agg_secure_spec *spec) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &p, err, sizeof err) != 0) return 0;
+    return secure_of(job, &p, spec, err, sizeof err) == 1;
+}
+
+static dprec_model dpals_model_of(const agg_job *job) {
+    agg_secure_spec sp;
+    return dpals_secure_spec(job, &sp) ? DPREC_MODEL_SECURE_AGGREGATION : DPREC_MODEL_JOINT;
 }
 
 static int noise_scale(const agg_job *job, const dpals_params *p, double *z, double *sens, double *sigma) {
@@ -166,7 +190,13 @@ static int dpals_round_step(const agg_job *job, dprec_step *step) {
     dpals_params p;
     char err[AGG_ERRMSG];
     double z, q;
-    if (job_params(job, &p, err, sizeof err) != 0 || mechanism(job, &p, &z, &q) != 0) return -1;
+    if (job_params(job, &p, err, sizeof err) != 0) return -1;
+    agg_secure_spec sp;
+    if (dpals_secure_spec(job, &sp)) { /* the devices' shares at the fewest survivors (sdk/ddg.h) */
+        gaussian_step(step, sp.plan.noise_multiplier, job->participation);
+        return 0;
+    }
+    if (mechanism(job, &p, &z, &q) != 0) return -1;
     gaussian_step(step, z, q);
     return 0;
 }
@@ -174,6 +204,14 @@ static int dpals_round_step(const agg_job *job, dprec_step *step) {
 static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
     double z, sens, sigma;
     if (agg_dpals_noise_scale(job, &z, &sens, &sigma) != 0) return;
+    agg_secure_spec sp;
+    if (dpals_secure_spec(job, &sp)) { /* no trusted noise: the devices' shares, sized for the fewest survivors */
+        z = sp.plan.noise_multiplier;
+        sens = sp.plan.clip;
+        sigma = ldexp(sqrt((double)sp.plan.n_min * (double)sp.plan.share_num / DPREC_DDG_SHARE_DEN), sp.plan.gamma_log2);
+        agg_secure_publish(&sp, priv);
+        cJSON_AddStringToObject(priv, "aggregation", "secure");
+    }
     cJSON_AddStringToObject(priv, "accountant",
                             job->participation < 1.0
                                 ? "RDP of the Poisson-subsampled discrete Gaussian (Zhu-Wang bound, integer orders), "
@@ -207,6 +245,17 @@ static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *e
         return -1;
     }
     if (parse_params(params, &p, err, errcap) != 0) return -1;
+    {
+        agg_job tmp = *shape;
+        dpals_params tp;
+        agg_secure_spec sp;
+        tmp.id = 0; /* not remembered: the job has no id yet */
+        char *ptext = cJSON_PrintUnformatted(params);
+        tmp.params = ptext;
+        int sec = ptext != NULL && job_params(&tmp, &tp, err, errcap) == 0 ? secure_of(&tmp, &tp, &sp, err, errcap) : -1;
+        free(ptext);
+        if (sec < 0) return -1;
+    }
     if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
         snprintf(err, errcap, "dpals needs a budget with delta > 0");
         return -1;
@@ -425,12 +474,43 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         return -1;
     }
     double z = 0.0, sens = 0.0, sigma = 0.0, q = job->participation;
-    if (noisy && noise_scale(job, &p, &z, &sens, &sigma) != 0) {
+    agg_secure_spec sp;
+    const int secure = dpals_secure_spec(job, &sp);
+    if (!secure && noisy && noise_scale(job, &p, &z, &sens, &sigma) != 0) {
         snprintf(err, errcap, "dpals: no noise multiplier for this job");
         return -1;
     }
     double *stats = NULL;
-    if (agg_dpals_stats(job, reports, n, rng, noisy, &stats, err, errcap) != 0) return -1;
+    if (secure) {
+        if (job->secure_sum == NULL) { /* a round that could not be unmasked: nothing learned, the model stays */
+            memset(next, 0, sizeof *next);
+            next->m = m;
+            next->d = d;
+            next->mu = prev->mu;
+            next->v = malloc(sizeof(float) * (size_t)m * d);
+            next->bias = malloc(sizeof(float) * m);
+            if (next->v == NULL || next->bias == NULL) {
+                agg_model_free(next);
+                snprintf(err, errcap, "out of memory in the dpals global step");
+                return -1;
+            }
+            memcpy(next->v, prev->v, sizeof(float) * (size_t)m * d);
+            for (uint32_t j = 0; j < m; j++) next->bias[j] = prev->bias != NULL ? prev->bias[j] : 0.0f;
+            return 0;
+        }
+        /* the survivors' noisy statistics (agg_secure.h); the noise on each coordinate: their shares' sum */
+        stats = malloc(sizeof(double) * (size_t)m * cw);
+        if (stats == NULL) {
+            snprintf(err, errcap, "out of memory in the dpals global step");
+            return -1;
+        }
+        memcpy(stats, job->secure_sum, sizeof(double) * (size_t)m * cw);
+        sigma = ldexp(sqrt((double)job->secure_survivors * (double)sp.plan.share_num / DPREC_DDG_SHARE_DEN),
+                      sp.plan.gamma_log2);
+        noisy = 1;
+    } else if (agg_dpals_stats(job, reports, n, rng, noisy, &stats, err, errcap) != 0) {
+        return -1;
+    }
     memset(next, 0, sizeof *next);
     next->m = m;
     next->d = d;
@@ -477,6 +557,8 @@ static int dpals_global_step(const agg_job *job, const agg_model *prev, const ag
 static uint64_t dpals_max_payload(const agg_job *job) {
     dpals_params p;
     char err[AGG_ERRMSG];
+    agg_secure_spec sp;
+    if (dpals_secure_spec(job, &sp)) return 16u + 8u * (uint64_t)sp.plan.dim; /* a masked input (sdk/secure.h) */
     return job_params(job, &p, err, sizeof err) == 0 ? (uint64_t)dprec_dpals_payload_size(job->d, p.max_items) : 0;
 }
 
@@ -495,4 +577,6 @@ const agg_protocol agg_protocol_dpals = {
     .round_step = dpals_round_step,
     .unit_of = NULL,
     .privacy_extra = dpals_privacy_extra,
+    .model_of = dpals_model_of,
+    .secure_spec = dpals_secure_spec,
 };

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "agg_priv.h"
+#include "agg_secure.h"
 #include "bytes.h"
 #include "dprec/status.h"
 #include "gauss.h"
@@ -84,9 +85,12 @@ static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t
             double v = 0;
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
             gp->seed = (uint64_t)v;
+        } else if (strcmp(k, "aggregation") == 0 || strncmp(k, "secagg_", 7) == 0) {
+            /* secure aggregation's parameters: agg_secure_parse checks them */
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of gauss-gd (unit, clip, lr, lambda, mu, eps_i, "
-                     "delta_i, noise_multiplier, u_update, u_lr, max_ratings, user_bias, seed)", k);
+                     "delta_i, noise_multiplier, u_update, u_lr, max_ratings, user_bias, seed, aggregation, "
+                     "secagg_neighbours, secagg_threshold, secagg_min_survivors, secagg_max_devices, secagg_bits_max)", k);
             return -1;
         }
         if (bad) {
@@ -163,6 +167,24 @@ static int accounted(const agg_job *job, double *z_unit, double *z_user, double 
     return 0;
 }
 
+/* params.aggregation "secure" (agg_secure.h): the devices send the dense contribution G_i (m (d + 1) reals of
+ * Frobenius norm <= clip, user level) encoded and masked. 1 secure, 0 not, -1 invalid. */
+static int secure_of(const agg_job *job, const gauss_params *gp, agg_secure_spec *spec, char *err, size_t errcap) {
+    int rc = agg_secure_spec_for(job, job->m * (job->d + 1u), gp->clip, spec, err, errcap);
+    if (rc == 1 && gp->unit != DPREC_UNIT_USER) {
+        snprintf(err, errcap, "secure aggregation protects users: params.unit must be \"user\"");
+        rc = -1;
+    }
+    return rc;
+}
+
+static int gauss_secure_spec(const agg_job *job, agg_secure_spec *spec) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &gp, err, sizeof err) != 0) return 0;
+    return secure_of(job, &gp, spec, err, sizeof err) == 1;
+}
+
 static void gaussian_step(dprec_step *step, double z, double q) {
     memset(step, 0, sizeof *step);
     step->kind = DPREC_STEP_GAUSSIAN;
@@ -174,6 +196,11 @@ static void gaussian_step(dprec_step *step, double z, double q) {
 
 static int gauss_round_step(const agg_job *job, dprec_step *step) {
     double zu, zuser, q;
+    agg_secure_spec sp;
+    if (gauss_secure_spec(job, &sp)) { /* the devices' shares at the fewest survivors (KLS Prop. 14; sdk/ddg.h) */
+        gaussian_step(step, sp.plan.noise_multiplier, job->participation);
+        return 0;
+    }
     if (accounted(job, &zu, &zuser, &q) != 0) return -1;
     gaussian_step(step, zu, q);
     return 0;
@@ -187,6 +214,11 @@ static dprec_unit gauss_unit_of(const agg_job *job) {
     return gp.unit;
 }
 
+static dprec_model gauss_model_of(const agg_job *job) {
+    agg_secure_spec sp;
+    return gauss_secure_spec(job, &sp) ? DPREC_MODEL_SECURE_AGGREGATION : DPREC_MODEL_CENTRAL;
+}
+
 static void gauss_privacy_extra(const agg_job *job, cJSON *priv) {
     gauss_params gp;
     char err[AGG_ERRMSG];
@@ -194,6 +226,14 @@ static void gauss_privacy_extra(const agg_job *job, cJSON *priv) {
     if (job_params(job, &gp, err, sizeof err) != 0 || mechanism(job, &gp, &z, &q, &sens) != 0) return;
     double zu, zuser;
     if (accounted(job, &zu, &zuser, &q) != 0) return;
+    agg_secure_spec sp;
+    if (gauss_secure_spec(job, &sp)) {
+        /* no trusted noise: each device adds its discrete Gaussian share, sized for the fewest survivors */
+        zu = zuser = sp.plan.noise_multiplier;
+        q = job->participation;
+        agg_secure_publish(&sp, priv);
+        cJSON_AddStringToObject(priv, "aggregation", "secure");
+    }
     cJSON_AddStringToObject(priv, "accountant",
                             q < 1.0 ? "RDP of the Poisson-subsampled discrete Gaussian (Zhu-Wang bound, integer orders), "
                                       "CKS conversion"
@@ -237,6 +277,16 @@ static int gauss_validate_job(const agg_job *shape, const cJSON *params, char *e
         return -1;
     }
     if (parse_params(params, &gp, err, errcap) != 0) return -1;
+    {
+        agg_secure_spec sp;
+        agg_job tmp = *shape;
+        tmp.id = 0; /* not cached: the job has no id yet */
+        char *ptext = cJSON_PrintUnformatted(params);
+        tmp.params = ptext;
+        int sec = ptext != NULL ? secure_of(&tmp, &gp, &sp, err, errcap) : -1;
+        free(ptext);
+        if (sec < 0) return -1;
+    }
     if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
         snprintf(err, errcap, "gauss-gd needs a budget with delta > 0 (seed 001's delta_r)");
         return -1;
@@ -405,7 +455,11 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
         snprintf(err, errcap, "out of memory in the gauss-gd global step");
         return -1;
     }
-    for (size_t i = 0; i < n; i++)
+    agg_secure_spec sp;
+    const int secure = gauss_secure_spec(job, &sp);
+    if (secure && job->secure_sum != NULL) /* the survivors' noisy sum, unmasked and decoded (agg_secure.h) */
+        memcpy(sum, job->secure_sum, sizeof(double) * (size_t)m * w);
+    for (size_t i = 0; i < n && !secure; i++)
         if (agg_gauss_accumulate(job, reports[i].payload, reports[i].payload_len, sum) != 0) {
             /* validated at intake: never happens; a bad report is left out, its device's data unused */
             continue;
@@ -413,8 +467,10 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
     for (uint32_t j = 0; j < m; j++) {
         for (uint32_t k = 0; k <= d; k++) {
             double old = k < d ? (double)prev->v[(size_t)j * d + k] : (prev->bias ? (double)prev->bias[j] : 0.0);
-            double noisy;
-            int rc = dprec_noise_gaussian(rng, sum[(size_t)j * w + k], sens_eff, sigma, &noisy, NULL);
+            double noisy = sum[(size_t)j * w + k];
+            /* secure: the noise is in the sum already (the devices' shares); a round that could not be unmasked
+             * (no sum) leaves the model where it was */
+            int rc = secure ? DPREC_OK : dprec_noise_gaussian(rng, sum[(size_t)j * w + k], sens_eff, sigma, &noisy, NULL);
             if (rc != DPREC_OK) {
                 free(sum);
                 agg_model_free(next);
@@ -423,6 +479,7 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
             }
             /* seed 001 Alg. 1 line 10 with the Poisson sample's sum scaled by 1/q (an unbiased full-batch sum) */
             double nw = old - gp.lr * (noisy / q + gp.lambda * old);
+            if (secure && job->secure_sum == NULL) nw = old;
             if (!isfinite((float)nw)) nw = old;
             if (k == 0 && gp.user_bias) nw = 1.0; /* the pinned column: u[0] is each device's own bias */
             if (k < d) next->v[(size_t)j * d + k] = (float)nw;
@@ -437,7 +494,10 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
 static uint64_t gauss_max_payload(const agg_job *job) {
     gauss_params gp;
     char err[AGG_ERRMSG];
-    return job_params(job, &gp, err, sizeof err) == 0 ? (uint64_t)dprec_gauss_payload_size(job->d, gp.max_ratings) : 0;
+    if (job_params(job, &gp, err, sizeof err) != 0) return 0;
+    agg_secure_spec sp;
+    if (gauss_secure_spec(job, &sp)) return 16u + 8u * (uint64_t)sp.plan.dim; /* a masked input (sdk/secure.h) */
+    return (uint64_t)dprec_gauss_payload_size(job->d, gp.max_ratings);
 }
 
 const agg_protocol agg_protocol_gauss_gd = {
@@ -455,4 +515,6 @@ const agg_protocol agg_protocol_gauss_gd = {
     .round_step = gauss_round_step,
     .unit_of = gauss_unit_of,
     .privacy_extra = gauss_privacy_extra,
+    .model_of = gauss_model_of,
+    .secure_spec = gauss_secure_spec,
 };

@@ -74,6 +74,11 @@ static const char help_head[] =
     "                           ridge, its --lambda; 0 turns it off)\n"
     "  --epsilon E --delta D    the job's privacy budget (default 1 and 1e-6; ignored by plain; the local\n"
     "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
+    "  --secure-agg             the job's aggregation is secure (gauss-gd, dpals): SecAgg+ masks and each\n"
+    "                           device's discrete Gaussian share, so that the aggregator sees only the noisy sum\n"
+    "                           (docs/privacy.md \"Secure aggregation\"); n_min is 95%% of the devices left\n"
+    "  --dropout RATE           with --secure-agg: the share of devices that drop out of each round (half\n"
+    "                           after sharing their keys, half after their masked input), so recovery runs\n"
     "  --compare LIST           after the job, run these protocols (comma-separated, or none) each on a fresh\n"
     "                           copy of the fleet at the same budget with their own defaults, and say whether\n"
     "                           the job beats them (default: the protocol's own list, bias for gauss-gd,\n"
@@ -201,6 +206,8 @@ typedef struct fleet {
     atomic_uint_fast64_t next, done, reported, errors;
     double mae; /* the last evaluation's mean absolute error */
     int phase; /* 0 load, 1 sync, 2 evaluate */
+    int secure_step; /* a secure round's pass: 0 advertise, 1 share, 2 mask, 3 unmask (-1: not secure) */
+    unsigned round;  /* the round being run */
     char first_error[512];
     pthread_mutex_t lock;
     struct timespec phase_start;
@@ -285,8 +292,32 @@ static void sleep_ms(uint32_t ms) {
     nanosleep(&ts, NULL);
 }
 
+/* --dropout: whether device u drops out of round r's secure aggregation, and when (1: after sharing its keys, before
+ * its masked input; 2: after its masked input, before the unmasking). A hash of the seed, the device and the round. */
+static int dropout_of(const fleet *f, uint32_t u, unsigned r) {
+    if (!(f->o->c.dropout > 0)) return 0;
+    uint64_t h = f->o->c.seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)u << 20) ^ r;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    if ((double)(h >> 11) * 0x1p-53 >= f->o->c.dropout) return 0;
+    return (h & 1u) ? 1 : 2;
+}
+
+unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n) {
+    double keep = (double)n * (1.0 - o->dropout / 2.0) * 0.95;
+    unsigned m = (unsigned)floor(keep);
+    return m < 3 ? 3 : m;
+}
+
 static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dprec_transport *relay) {
     device *dv = &f->dev[u];
+    if (f->secure_step >= 0) { /* a secure round: one step a pass, and the dropouts leave it */
+        int drop = dropout_of(f, u, f->round);
+        if ((drop == 1 && f->secure_step >= 2) || (drop == 2 && f->secure_step >= 3)) return;
+    }
     dprec_sync_config sc = f->scfg;
     sc.relay = relay; /* a protocol's relay (fleet_proto.h, worker_relay), or NULL */
     for (int attempt = 0; attempt < FLEET_MAX_SYNC_ATTEMPTS; attempt++) {
@@ -301,7 +332,7 @@ static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dp
             atomic_fetch_add(&f->reported, 1);
             return;
         }
-        if (res.outcome == DPREC_SYNC_NOTHING_TO_DO) return;
+        if (res.outcome == DPREC_SYNC_NOTHING_TO_DO || res.outcome == DPREC_SYNC_IN_PROGRESS) return;
         uint32_t wait = res.retry_after_ms;
         if (wait > 2000) wait = 2000; /* simulated devices come back sooner than real ones would */
         if (wait < 5) wait = 5;
@@ -728,6 +759,12 @@ static int parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_uint(v, 2, DPREC_MAX_ITEMS, &o->c.items_top)) return fleet_flag_error("--items-top must be >= 2:", v);
         }
         else if (strcmp(a, "--in-process") == 0) o->conn.in_process = 1;
+        else if (strcmp(a, "--secure-agg") == 0) o->c.secure_agg = 1;
+        else if (strcmp(a, "--dropout") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_double(v, &o->c.dropout) || !(o->c.dropout >= 0.0 && o->c.dropout < 1.0))
+                return fleet_flag_error("--dropout must be in [0, 1):", v);
+        }
         else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
         else if (strcmp(a, "--verify-each") == 0) o->verify_each = 1;
         else if (strcmp(a, "--release-encoding") == 0) {
@@ -805,6 +842,17 @@ static int parse_args(int argc, char **argv, options *o) {
             if (p == o->proto) return fleet_flag_error("--compare: the protocol run is not compared with itself:", name);
             if (++n > FLEET_MAX_COMPARE) return fleet_flag_error("--compare: at most 4 protocols:", o->compare);
         }
+    }
+    if (o->c.dropout > 0 && !o->c.secure_agg) return fleet_flag_error("--dropout needs --secure-agg", NULL);
+    if (o->c.secure_agg && !fleet_proto_secure_agg(o->proto)) {
+        char names[128] = "";
+        size_t n = 0;
+        for (size_t i = 0; i < fleet_proto_count; i++)
+            if (fleet_proto_secure_agg(fleet_protos[i]))
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", fleet_protos[i]->name);
+        fprintf(stderr, "dprec-fleet: --secure-agg: protocol %s has no secure aggregation (%s have)\n", o->proto->name,
+                names);
+        return 2;
     }
     return fleet_finish_proto(o->proto, &o->c);
 }
@@ -985,6 +1033,21 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     if (main_job && heuristic)
         printf("epsilon below: a posterior-sampling heuristic (it holds for an exact posterior sample; the sampler's is "
                "approximate, at an unknown distance delta' from it: docs/privacy.md)\n");
+    if (main_job && o->c.secure_agg) { /* the plan the aggregator published, which every device checked */
+        char vpath[64];
+        snprintf(vpath, sizeof vpath, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
+        cJSON *v = call_json(f, 1, "GET", vpath, NULL, NULL, 200, err, sizeof err);
+        const cJSON *pv = v != NULL ? cJSON_GetObjectItemCaseSensitive(v, "privacy") : NULL;
+        const cJSON *sa = pv != NULL ? cJSON_GetObjectItemCaseSensitive(pv, "secagg") : NULL;
+        if (sa != NULL)
+            printf("secure aggregation: %g neighbours, threshold %g, n_min %g of n_max %g, vector %g -> D = %g, b = %g bits, "
+                   "gamma = 2^%g, share variance %.6g, z = %.6g\n",
+                   json_num(sa, "neighbours", NAN), json_num(sa, "threshold", NAN), json_num(sa, "n_min", NAN),
+                   json_num(sa, "n_max", NAN), json_num(sa, "d", NAN), json_num(sa, "dim", NAN), json_num(sa, "bits", NAN),
+                   json_num(sa, "gamma_log2", NAN), json_num(sa, "share_num", NAN) / 1024.0,
+                   json_num(pv, "noise_multiplier", NAN));
+        cJSON_Delete(v);
+    }
     if (main_job) printf("%5s %9s %10s %8s %8s\n", "round", "reported", "test_rmse", "epsilon", "seconds");
     double rmse = NAN;
     if (main_job && o->eval_every > 0) {
@@ -1004,7 +1067,38 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         atomic_store(&f->reported, 0);
         atomic_store(&f->errors, 0);
         f->first_error[0] = '\0';
-        run_phase(f, 1, "syncing", ws, nthreads);
+        f->round = r;
+        if (o->c.secure_agg) {
+            /* secure aggregation: four passes over the devices, one step each (advertise, share, masked input,
+             * unmask); a phase that did not close by itself (devices sat out or dropped) is closed as an operator
+             * would, and the last close unmasks the sum and finalizes the round */
+            static const char *const steps[4] = {"advertise", "share", "mask", "unmask"};
+            for (int st = 0; st < 4; st++) {
+                f->secure_step = st;
+                run_phase(f, 1, steps[st], ws, nthreads);
+                snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
+                j = call_json(f, 1, "GET", path, NULL, NULL, 200, err, sizeof err);
+                if (j == NULL) {
+                    fprintf(stderr, "dprec-fleet: job status: %s\n", err);
+                    goto out;
+                }
+                const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "secagg");
+                const cJSON *ph = sa != NULL ? cJSON_GetObjectItemCaseSensitive(sa, "phase") : NULL;
+                int same = cJSON_IsString(ph) && strcmp(ph->valuestring, steps[st]) == 0;
+                double rd = json_num(j, "rounds_done", -1);
+                if (rd < 0) rd = json_num(j, "release_version", 1) - 1;
+                cJSON_Delete(j);
+                j = NULL;
+                if (rd >= (double)r) break;
+                if ((same || st == 3) && fleet_conn_close_round(f->conn, f->job, err, sizeof err) != 0) {
+                    fprintf(stderr, "dprec-fleet: round %u, secure aggregation's %s: %s\n", r, steps[st], err);
+                    goto out;
+                }
+            }
+            f->secure_step = -1;
+        } else {
+            run_phase(f, 1, "syncing", ws, nthreads);
+        }
         unsigned long long reported = atomic_load(&f->reported), errors = atomic_load(&f->errors);
         res->failures += errors;
         if (errors > 0)
@@ -1078,6 +1172,21 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     }
     if (main_job && o->plot != NULL) draw_plot(o, csv_path, gm, im);
     if (main_job) printf("mae: test MAE %.4f after round %u (the mean absolute prediction error)\n", f->mae, res->rounds);
+    if (main_job && o->c.secure_agg) {
+        /* what the aggregator kept: with secure aggregation no report (masked or not) enters its state database,
+         * the masked inputs live in memory for their round only (docs/privacy.md, "Secure aggregation") */
+        unsigned char *mt = NULL;
+        size_t mlen = 0;
+        int ms = fleet_conn_call(f->conn, 1, "GET", "/metrics", NULL, NULL, NULL, 0, &mt, &mlen);
+        const char *at = ms == 200 && mt != NULL ? strstr((const char *)mt, "\ndprec_committed_reports_total ") : NULL;
+        if (at != NULL)
+            printf("secure aggregation: reports stored by the aggregator: %llu (its state database; the masked inputs "
+                   "stayed in memory for their round)\n",
+                   strtoull(at + strlen("\ndprec_committed_reports_total "), NULL, 10));
+        else
+            printf("secure aggregation: reports stored by the aggregator: unknown (no metrics)\n");
+        free(mt);
+    }
 
     /* the job's guarantee, as the aggregator states it */
     snprintf(path, sizeof path, "/v1/jobs/%llu", (unsigned long long)f->job);
@@ -1100,7 +1209,7 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
             static const struct { const char *name; dprec_model m; } models[] = {
                 {"none", DPREC_MODEL_NONE}, {"local", DPREC_MODEL_LOCAL}, {"central", DPREC_MODEL_CENTRAL},
                 {"joint", DPREC_MODEL_JOINT}, {"posterior-sampling heuristic", DPREC_MODEL_POSTERIOR_HEURISTIC},
-                {"distributed", DPREC_MODEL_DISTRIBUTED}};
+                {"distributed", DPREC_MODEL_DISTRIBUTED}, {"secure-aggregation", DPREC_MODEL_SECURE_AGGREGATION}};
             for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
                 if (strcmp(model->valuestring, models[k].name) == 0) g.model = models[k].m;
         }
@@ -1183,6 +1292,8 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.lambda = -1;
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
     o->c.device_lambda_fixed = 0;
+    o->c.secure_agg = 0; /* a comparison runs with its own trusted aggregator */
+    o->c.dropout = 0;
     int rc = fleet_finish_proto(p, &o->c);
     if (rc == 0) rc = load_devices(f, ws, nthreads, 0);
     if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);
@@ -1202,6 +1313,7 @@ int main(int argc, char **argv) {
     static fleet f;
     memset(&f, 0, sizeof f);
     f.o = &o;
+    f.secure_step = -1;
     pthread_mutex_init(&f.lock, NULL);
     if (load_data(&o, &f.data, err, sizeof err) != 0 || filter_items(&o, &f.data) != 0 ||
         fleet_data_split(&f.data, o.test_fraction, o.c.seed) != 0) {

@@ -28,6 +28,12 @@ typedef struct fleet_common {
     uint64_t seed;
     unsigned items_top;     /* --items-top N (0: every item) */
     const char *item_subset;/* with --items-top: the kept items as a hex bitmap of m bits (bit j % 8 of byte j / 8) */
+    /* --secure-agg: the job's params.aggregation "secure" (an untrusted aggregator; docs/privacy.md "Secure
+     * aggregation"), for a protocol whose descriptor has secure_agg; --dropout: the share of devices that drop out of
+     * each round's secure aggregation (half of them after sharing their keys and before their masked input, half
+     * after their masked input), so that the recovery paths run */
+    int secure_agg;
+    double dropout;
 } fleet_common;
 
 typedef struct fleet_proto {
@@ -58,6 +64,14 @@ typedef struct fleet_proto {
     /* What this protocol is, in a few words, for the comparison lines (NULL: its name). */
     const char *summary;
 } fleet_proto;
+
+/* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
+ * fleet_proto_table.c's secure list. */
+int fleet_proto_secure_agg(const fleet_proto *p);
+
+/* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the
+ * devices --dropout leaves in the sum, at least 3. The devices' noise shares are sized for that many. */
+unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n);
 
 /* For a protocol whose devices also talk to a service of its own (dpmf's relay), in the order run: job_begin before
  * the job's spec (start the service as the aggregator was started: in-process or a child over HTTPS, per

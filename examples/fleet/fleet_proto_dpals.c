@@ -78,7 +78,7 @@ static int dpals_finish(fleet_common *o) {
 }
 
 static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
-    char rc[320] = "";
+    char rc[512] = "";
     size_t n = 0;
     dpals_eff e;
     dpals_effective(o, &e);
@@ -88,7 +88,10 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.prior_sd > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
     if (dp.mu > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
     if (e.bias_scale > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"bias_scale\":%.17g", e.bias_scale);
-    snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
+    n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
+    if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
+        snprintf(rc + n, sizeof rc - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
+                 fleet_secure_min_survivors(o, d->num_users));
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
@@ -101,10 +104,16 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
 
 /* envelope + [d][k] + w (d - 1 floats) + k (item, target) pairs: every report has that size */
 static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t ntrain, dprec_config *cfg) {
-    (void)d, (void)ntrain;
+    (void)ntrain;
     dpals_eff e;
     dpals_effective(o, &e);
     cfg->max_report_bytes = 64u + 4u * o->rank + 8u * e.max_items;
+    if (o->secure_agg) { /* every item's statistics, m (d (d + 1) / 2 + d) numbers padded to a power of two, masked */
+        uint32_t len = d->num_items * (o->rank * (o->rank + 1u) / 2u + o->rank), dim = 1;
+        while (dim < len) dim <<= 1;
+        cfg->secagg_max_len = len;
+        cfg->max_report_bytes = 56u + 16u + 8u * dim;
+    }
 }
 
 static void dpals_describe(const fleet_common *o) {

@@ -120,6 +120,8 @@ static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, si
             sigma = dprec_gauss_sigma_seed001((double)d->rating_max - (double)d->rating_min, gp.clip, gp.eps_i, gp.delta_i);
         else if (dprec_gauss_noise_multiplier(o->epsilon, o->delta, o->rounds, gp.sampling_rate, &z) == DPREC_OK)
             sigma = z * gp.clip;
+        if (o->secure_agg && sigma > 0) /* the shares are sized for the fewest survivors: all of them add more */
+            sigma *= sqrt((double)d->num_users / fleet_secure_min_survivors(o, d->num_users));
         if (sigma > 0 && GAUSS_LR_NOISE / (sigma * sqrt((double)o->rounds)) < lr_used)
             lr_used = GAUSS_LR_NOISE / (sigma * sqrt((double)o->rounds));
     } else {
@@ -129,7 +131,10 @@ static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, si
     size_t n = 0;
     if (rating) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"eps_i\":%.17g,\"delta_i\":%.17g", gp.eps_i, gp.delta_i);
     if (gp.u_update != NULL) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"u_update\":\"%s\"", gp.u_update);
-    if (gp.u_lr > 0) snprintf(extra + n, sizeof extra - n, ",\"u_lr\":%.17g", gp.u_lr);
+    if (gp.u_lr > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ",\"u_lr\":%.17g", gp.u_lr);
+    if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
+        snprintf(extra + n, sizeof extra - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
+                 fleet_secure_min_survivors(o, d->num_users));
     snprintf(out, cap,
              "{\"protocol\":\"gauss-gd\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
@@ -142,8 +147,14 @@ static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, si
 
 /* envelope + [d][n] + x (d + 1 floats) + max_ratings (item, coef) pairs: every report has that size */
 static void gauss_device(const fleet_common *o, const fleet_data *d, uint32_t ntrain, dprec_config *cfg) {
-    (void)d, (void)ntrain;
+    (void)ntrain;
     cfg->max_report_bytes = 132u + 4u * o->rank + 8u * gp.max_ratings;
+    if (o->secure_agg) { /* the dense contribution, m (d + 1) numbers padded to a power of two, masked */
+        uint32_t len = d->num_items * (o->rank + 1u), dim = 1;
+        while (dim < len) dim <<= 1;
+        cfg->secagg_max_len = len;
+        cfg->max_report_bytes = 56u + 16u + 8u * dim;
+    }
 }
 
 static void gauss_describe(const fleet_common *o) {

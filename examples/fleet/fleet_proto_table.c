@@ -40,6 +40,15 @@ const fleet_job_hooks *fleet_proto_hooks(const fleet_proto *p) {
     return NULL;
 }
 
+/* The protocols that take --secure-agg (params.aggregation "secure"). */
+static const fleet_proto *const secure_agg[] = {&fleet_proto_gauss_gd, &fleet_proto_dpals};
+
+int fleet_proto_secure_agg(const fleet_proto *p) {
+    for (size_t i = 0; i < sizeof secure_agg / sizeof secure_agg[0]; i++)
+        if (secure_agg[i] == p) return 1;
+    return 0;
+}
+
 const fleet_proto *fleet_proto_find(const char *name) {
     for (size_t i = 0; i < fleet_proto_count; i++)
         if (strcmp(fleet_protos[i]->name, name) == 0) return fleet_protos[i];

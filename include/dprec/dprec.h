@@ -57,6 +57,12 @@ DPREC_BEGIN_DECLS
  * (8-byte section header, 32-byte prefix, 4 xi + 4 d bytes). */
 #define DPREC_CLIENT_FW_BYTES(d, xi) ((xi) ? 24u * (size_t)(xi) + 8u * (size_t)(d) + 80u : (size_t)0)
 
+/* The extra memory of a client that can take part in secure aggregation (cfg.secagg_max_len = n > 0; 0 costs
+ * nothing): the round's secrets, the phase messages' buffer and the parsed inbox (40960 bytes, a _Static_assert in
+ * sdk/secure.c), n doubles of input and 4 words of scratch per coordinate of the rotated vector, whose length is the
+ * power of two D >= n (< 2n), 16 bytes of alignment. */
+#define DPREC_CLIENT_SECAGG_BYTES(n) ((n) ? 40960u + 8u * (size_t)(n) + 64u * (size_t)(n) + 32u : (size_t)0)
+
 /* The bound with the default ledger and report settings (8 jobs, 1 pending slot, 4096-byte reports). */
 #define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)
 
@@ -90,6 +96,11 @@ typedef struct dprec_config {
      * its ledger (docs/privacy.md "sgld"). */
     uint32_t sgld_max_ratings;
     double sgld_epsilon;
+    /* Secure aggregation (`params.aggregation: "secure"` of gauss-gd and dpals; docs/privacy.md "Secure
+     * aggregation"): the longest vector such a job may ask the device to encode and mask (gauss-gd: m (d + 1); dpals:
+     * m (d (d + 1) / 2 + d)). 0, the default: the device keeps no room for it and refuses such jobs
+     * (DPREC_ERR_CONFIG). At most 2^24. The client then needs DPREC_CLIENT_SECAGG_BYTES(n) more memory. */
+    uint32_t secagg_max_len;
 } dprec_config;
 
 /* Fills the size bytes at *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1,

@@ -33,8 +33,11 @@ typedef enum dprec_model {
     DPREC_MODEL_CENTRAL = 2, /* central DP: a trusted aggregator adds the noise */
     DPREC_MODEL_JOINT = 3,   /* joint DP: each user's own output may depend on their data */
     DPREC_MODEL_POSTERIOR_HEURISTIC = 4, /* one posterior sample; exact only for an exact sample */
-    DPREC_MODEL_DISTRIBUTED = 5 /* distributed noise (dpmf's relay modes): an untrusted recommender sees only the noisy
-                                 * sum, which a non-colluding relay forms from masked shares (docs/privacy.md) */
+    DPREC_MODEL_DISTRIBUTED = 5, /* distributed noise (dpmf's relay modes): an untrusted recommender sees only the noisy
+                                  * sum, which a non-colluding relay forms from masked shares (docs/privacy.md) */
+    DPREC_MODEL_SECURE_AGGREGATION = 6 /* distributed discrete Gaussian under secure aggregation (params.aggregation
+                                        * "secure"): the aggregator sees only the sum of at least n_min devices' masked
+                                        * inputs, whose shares of noise make the guarantee (docs/privacy.md) */
 } dprec_model;
 
 #define DPREC_REPORT_ID_SIZE 16

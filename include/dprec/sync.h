@@ -76,7 +76,10 @@ typedef struct dprec_sync_config {
 typedef enum dprec_sync_outcome {
     DPREC_SYNC_REPORTED = 0,      /* a report for the open round was acknowledged */
     DPREC_SYNC_NOTHING_TO_DO = 1, /* already reported this round, or skipped it (participation), or job done */
-    DPREC_SYNC_RETRY_LATER = 2    /* a transient failure: call again after retry_after_ms */
+    DPREC_SYNC_RETRY_LATER = 2,   /* a transient failure: call again after retry_after_ms */
+    /* a step of the open round's secure aggregation was done (or was done before), and the round needs more of the
+     * device (params.aggregation "secure", docs/protocol.md): call again after retry_after_ms */
+    DPREC_SYNC_IN_PROGRESS = 3
 } dprec_sync_outcome;
 
 typedef struct dprec_sync_result {
@@ -124,6 +127,10 @@ typedef struct dprec_sync_result {
  *      no ratings, sent in the same call, so that whether and how much the device sends never depends on its
  *      data;
  *   6. sends it and, once acknowledged, marks it done -> REPORTED.
+ * A secure-aggregation job (params.aggregation "secure", docs/protocol.md "Secure aggregation rounds") takes one step
+ * of the round per call between 3 and 4, by the phase its job view shows: advertise its keys, send its shares,
+ * fetch its inbox (then 4-6: the report is the masked, noised vector), reveal the shares the aggregator asks for;
+ * each of those calls returns IN_PROGRESS with retry_after_ms = 1 s. The client needs cfg.secagg_max_len for it.
  * Transient failures (no response, 408, 425, 429, 5xx, a release cut short, a release not yet published,
  * a token the aggregator no longer knows) return DPREC_OK with outcome RETRY_LATER, last_error set, and
  * retry_after_ms from an exponential backoff with full jitter from the CSPRNG (1 s doubling to 15 min),

@@ -154,8 +154,10 @@ public final class DprecClient implements AutoCloseable {
     /** What one {@link #sync} step did (dprec_sync_result). */
     public static final class SyncResult {
         /** REPORTED: a report was acknowledged; NOTHING_TO_DO: already reported, sat out, or the job is done;
-         *  RETRY_LATER: a transient failure, call again after {@link #getRetryAfterMillis()}. */
-        public enum Outcome { REPORTED, NOTHING_TO_DO, RETRY_LATER }
+         *  RETRY_LATER: a transient failure, call again after {@link #getRetryAfterMillis()}; IN_PROGRESS: a step of
+         *  the round's secure aggregation was done and the round needs more of the device, call again after
+         *  {@link #getRetryAfterMillis()} (jobs with params.aggregation "secure"). In the SDK's order. */
+        public enum Outcome { REPORTED, NOTHING_TO_DO, RETRY_LATER, IN_PROGRESS }
 
         private final long[] v;
 

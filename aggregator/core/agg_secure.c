@@ -1,0 +1,587 @@
+/* dprec aggregator — secure aggregation as a job option (agg_secure.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg_secagg.h"
+#include "agg_secure.h"
+#include "bytes.h"
+#include "dprec/status.h"
+#include "secure.h"
+
+#define SECURE_DEFAULT_K 16u
+
+enum { SP_ADVERTISE = 0, SP_SHARE, SP_MASK, SP_UNMASK, SP_DONE, SP_ABORTED };
+static const char *const phase_names[] = {"advertise", "share", "mask", "unmask", "closed", "aborted"};
+
+typedef struct secure_round {
+    struct secure_round *next;
+    int64_t job, round;
+    int phase;
+    agg_secure_spec spec;
+    uint32_t expected;           /* devices whose keys close the first phase by themselves */
+    uint32_t n_adv, n_shared, n_masked, n_revealed;
+    unsigned char seed[32];      /* the rotation's public seed (and the graph's) */
+    agg_secagg *sa;
+    double *sum;                 /* the decoded noisy sum, once unmasked */
+    uint32_t survivors;
+    /* who completed each step (keys, shares, reveals), n_max each: a device that re-sends a message whose answer it
+     * lost is answered 200 again, and nothing is applied twice */
+    uint32_t *done_ids[3];
+} secure_round;
+
+static int step_done(const secure_round *r, int step, uint32_t id) {
+    uint32_t n = step == 0 ? r->n_adv : step == 1 ? r->n_shared : r->n_revealed;
+    for (uint32_t i = 0; i < n; i++)
+        if (r->done_ids[step][i] == id) return 1;
+    return 0;
+}
+
+static void step_mark(secure_round *r, int step, uint32_t id) {
+    uint32_t *n = step == 0 ? &r->n_adv : step == 1 ? &r->n_shared : &r->n_revealed;
+    if (*n < r->spec.plan.n_max) r->done_ids[step][*n] = id;
+    (*n)++;
+}
+
+struct agg_secure_registry {
+    pthread_mutex_t mu;
+    secure_round *head;
+};
+
+/* ---- the job's parameters ----------------------------------------------------------------------------------- */
+
+static int u32_param(const cJSON *params, const char *name, uint32_t dflt, uint32_t lo, uint32_t hi, uint32_t *out,
+                     char *err, size_t errcap) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(params, name);
+    *out = dflt;
+    if (it == NULL) return 0;
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < lo || it->valuedouble > hi) {
+        snprintf(err, errcap, "params.%s must be an integer in %u..%u", name, lo, hi);
+        return -1;
+    }
+    *out = (uint32_t)it->valuedouble;
+    return 0;
+}
+
+int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, double clip, agg_secure_spec *spec,
+                     char *err, size_t errcap) {
+    const cJSON *agg = cJSON_GetObjectItemCaseSensitive(params, "aggregation");
+    if (agg == NULL) return 0;
+    if (!cJSON_IsString(agg) || (strcmp(agg->valuestring, "secure") != 0 && strcmp(agg->valuestring, "trusted") != 0)) {
+        snprintf(err, errcap, "params.aggregation must be \"trusted\" or \"secure\"");
+        return -1;
+    }
+    if (strcmp(agg->valuestring, "trusted") == 0) return 0;
+    if (!job->has_budget) {
+        snprintf(err, errcap, "secure aggregation needs the job's budget");
+        return -1;
+    }
+    if (len == 0 || len > DPREC_DDG_MAX_DIM) {
+        snprintf(err, errcap, "secure aggregation takes vectors of at most 2^24 numbers; this job's are longer");
+        return -1;
+    }
+    uint32_t n_max_default = job->min_reports > 0 && job->min_reports < UINT32_MAX ? (uint32_t)job->min_reports : 1000u;
+    uint32_t n_max, n_min, k, t, bits_max;
+    if (u32_param(params, "secagg_max_devices", n_max_default, DPREC_SECURE_MIN_SURVIVORS, 10000000u, &n_max, err,
+                  errcap) != 0 ||
+        u32_param(params, "secagg_min_survivors", (n_max + 1u) / 2u, DPREC_SECURE_MIN_SURVIVORS, n_max, &n_min, err,
+                  errcap) != 0 ||
+        u32_param(params, "secagg_neighbours", SECURE_DEFAULT_K, 2u, DPREC_SECAGG_MAX_NEIGHBOURS, &k, err, errcap) != 0 ||
+        u32_param(params, "secagg_bits_max", DPREC_DDG_MAX_BITS, 2u, DPREC_DDG_MAX_BITS, &bits_max, err, errcap) != 0)
+        return -1;
+    if (k % 2 != 0) {
+        snprintf(err, errcap, "params.secagg_neighbours must be even (a Harary graph)");
+        return -1;
+    }
+    uint32_t k_eff = k < n_max - 1u ? k : (n_max - 1u) & ~1u;
+    if (k_eff < 2) k_eff = 2;
+    /* the default threshold is the smallest that is secure (more than half the neighbours): it tolerates the most
+     * dropouts; a round aborts if a survivor keeps fewer than t revealing neighbours (docs/privacy.md) */
+    if (u32_param(params, "secagg_threshold", k_eff / 2u + 1u, 1u, k, &t, err, errcap) != 0) return -1;
+    /* every device must have more than 2t - 1 ... less than 2t neighbours: k_eff / 2 < t <= k_eff */
+    if (2u * t <= k_eff || t > k_eff || n_min < t) {
+        snprintf(err, errcap, "params.secagg_threshold must exceed half the neighbours (%u) and be at most %u and at "
+                 "most secagg_min_survivors", k_eff, k_eff);
+        return -1;
+    }
+    dprec_ddg_job dj = {job->budget_epsilon, job->budget_delta, clip, job->participation, (uint64_t)job->rounds, len,
+                        n_max, n_min, bits_max};
+    memset(spec, 0, sizeof *spec);
+    spec->k = k_eff;
+    spec->threshold = t;
+    int rc = dprec_ddg_plan_make(&dj, &spec->plan);
+    if (rc != DPREC_OK) {
+        snprintf(err, errcap, "no secure-aggregation plan fits this job (%s): the sum of %u devices would need more "
+                 "than %u bits, or the budget cannot be met", dprec_status_name(rc), n_max, bits_max);
+        return -1;
+    }
+    return 1;
+}
+
+typedef struct spec_cache_entry {
+    int64_t id, rounds, min_reports;
+    uint16_t proto;
+    uint32_t len;
+    double clip, eps, delta, q;
+    char params[512];
+    int result;
+    agg_secure_spec spec;
+} spec_cache_entry;
+static spec_cache_entry spec_cache[8];
+static unsigned spec_cache_next;
+static pthread_mutex_t spec_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int same_job(const spec_cache_entry *e, const agg_job *job, uint32_t len, double clip, const char *ptext) {
+    return e->result >= 0 && e->id == job->id && e->proto == job->proto_id && e->rounds == job->rounds &&
+           e->min_reports == job->min_reports && e->len == len && e->clip == clip && e->eps == job->budget_epsilon &&
+           e->delta == job->budget_delta && e->q == job->participation && strcmp(e->params, ptext) == 0;
+}
+
+int agg_secure_spec_for(const agg_job *job, uint32_t len, double clip, agg_secure_spec *spec, char *err, size_t errcap) {
+    const char *ptext = job->params != NULL ? job->params : "{}";
+    int cacheable = job->id > 0 && strlen(ptext) < sizeof spec_cache[0].params;
+    if (cacheable) {
+        pthread_mutex_lock(&spec_cache_mu);
+        for (unsigned i = 0; i < 8; i++)
+            if (same_job(&spec_cache[i], job, len, clip, ptext)) {
+                int r = spec_cache[i].result;
+                *spec = spec_cache[i].spec;
+                pthread_mutex_unlock(&spec_cache_mu);
+                return r;
+            }
+        pthread_mutex_unlock(&spec_cache_mu);
+    }
+    cJSON *params = cJSON_Parse(ptext);
+    if (params == NULL) {
+        snprintf(err, errcap, "params are not JSON");
+        return -1;
+    }
+    int rc = agg_secure_parse(job, params, len, clip, spec, err, errcap);
+    cJSON_Delete(params);
+    if (rc >= 0 && cacheable) {
+        pthread_mutex_lock(&spec_cache_mu);
+        spec_cache_entry *e = &spec_cache[spec_cache_next++ % 8];
+        e->id = job->id;
+        e->proto = job->proto_id;
+        e->rounds = job->rounds;
+        e->min_reports = job->min_reports;
+        e->len = len;
+        e->clip = clip;
+        e->eps = job->budget_epsilon;
+        e->delta = job->budget_delta;
+        e->q = job->participation;
+        strcpy(e->params, ptext);
+        e->result = rc;
+        e->spec = *spec;
+        pthread_mutex_unlock(&spec_cache_mu);
+    }
+    return rc;
+}
+
+void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy) {
+    cJSON *o = cJSON_AddObjectToObject(privacy, "secagg");
+    if (o == NULL) return;
+    const dprec_ddg_plan *p = &spec->plan;
+    cJSON_AddNumberToObject(o, "neighbours", spec->k);
+    cJSON_AddNumberToObject(o, "threshold", spec->threshold);
+    cJSON_AddNumberToObject(o, "n_min", p->n_min);
+    cJSON_AddNumberToObject(o, "n_max", p->n_max);
+    cJSON_AddNumberToObject(o, "bits", p->bits);
+    cJSON_AddNumberToObject(o, "d", p->d);
+    cJSON_AddNumberToObject(o, "dim", p->dim);
+    cJSON_AddNumberToObject(o, "gamma_log2", p->gamma_log2);
+    cJSON_AddNumberToObject(o, "norm2_bound", (double)p->norm2_bound);
+    cJSON_AddNumberToObject(o, "share_num", (double)p->share_num);
+    cJSON_AddNumberToObject(o, "clip", p->clip);
+}
+
+int agg_secure_job(const agg_job *job, agg_secure_spec *spec) {
+    agg_secure_spec tmp;
+    return job->proto->secure_spec != NULL && job->proto->secure_spec(job, spec != NULL ? spec : &tmp) == 1;
+}
+
+/* ---- the registry ---------------------------------------------------------------------------------------------- */
+
+int agg_secure_init(dprec_agg *a) {
+    a->secure = calloc(1, sizeof *a->secure);
+    if (a->secure == NULL) return -1;
+    pthread_mutex_init(&a->secure->mu, NULL);
+    return 0;
+}
+
+static void round_free(secure_round *r) {
+    for (int i = 0; i < 3; i++) free(r->done_ids[i]);
+    agg_secagg_free(r->sa);
+    free(r->sum);
+    free(r);
+}
+
+void agg_secure_free(dprec_agg *a) {
+    if (a == NULL || a->secure == NULL) return;
+    for (secure_round *r = a->secure->head, *n; r != NULL; r = n) {
+        n = r->next;
+        round_free(r);
+    }
+    pthread_mutex_destroy(&a->secure->mu);
+    free(a->secure);
+    a->secure = NULL;
+}
+
+/* The job's open round's state (created on first sight; an older round's is dropped). Under mu. */
+static secure_round *round_of(dprec_agg *a, const agg_job *job) {
+    secure_round **pp = &a->secure->head;
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        secure_round *r = *pp;
+        if (r->job != job->id) continue;
+        if (r->round == job->round) return r;
+        if (r->round > job->round) return NULL;
+        *pp = r->next; /* an older round: gone */
+        round_free(r);
+        break;
+    }
+    secure_round *r = calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    r->job = job->id;
+    r->round = job->round;
+    if (!agg_secure_job(job, &r->spec)) {
+        free(r);
+        return NULL;
+    }
+    r->expected = job->min_reports > 0 && (uint64_t)job->min_reports <= r->spec.plan.n_max ? (uint32_t)job->min_reports
+                                                                                          : r->spec.plan.n_max;
+    pthread_mutex_lock(&a->rng_mu);
+    int rc = dprec_rng_bytes(&a->rng, r->seed, sizeof r->seed);
+    pthread_mutex_unlock(&a->rng_mu);
+    agg_secagg_config sc;
+    memset(&sc, 0, sizeof sc);
+    sc.round = (uint64_t)job->round;
+    sc.n_max = r->spec.plan.n_max;
+    sc.n_min = r->spec.plan.n_min;
+    sc.k = r->spec.k;
+    sc.threshold = r->spec.threshold;
+    sc.bits = r->spec.plan.bits;
+    sc.dim = r->spec.plan.dim;
+    memcpy(sc.graph_seed, r->seed, sizeof sc.graph_seed);
+    for (int i = 0; i < 3; i++) r->done_ids[i] = calloc(sc.n_max, sizeof(uint32_t));
+    if (rc != DPREC_OK || r->done_ids[0] == NULL || r->done_ids[1] == NULL || r->done_ids[2] == NULL ||
+        agg_secagg_new(&sc, &r->sa) != DPREC_OK) {
+        round_free(r);
+        return NULL;
+    }
+    r->next = a->secure->head;
+    a->secure->head = r;
+    return r;
+}
+
+/* Closes the open phase; a phase that cannot close (too few devices) aborts the round. Under mu. */
+static void close_phase(dprec_agg *a, secure_round *r) {
+    int rc = DPREC_OK;
+    switch (r->phase) {
+    case SP_ADVERTISE: rc = agg_secagg_close_advertise(r->sa); break;
+    case SP_SHARE: rc = agg_secagg_close_shares(r->sa); break;
+    case SP_MASK: rc = agg_secagg_close_masked(r->sa); break;
+    case SP_UNMASK: {
+        uint64_t *sum = calloc(r->spec.plan.dim, sizeof *sum);
+        double *work = calloc(r->spec.plan.dim, sizeof *work);
+        r->sum = calloc(r->spec.plan.d, sizeof *r->sum);
+        if (sum == NULL || work == NULL || r->sum == NULL) rc = DPREC_ERR_NO_MEMORY;
+        if (rc == DPREC_OK) {
+            pthread_mutex_lock(&a->rng_mu);
+            rc = agg_secagg_finish(r->sa, &a->rng, sum, &r->survivors);
+            pthread_mutex_unlock(&a->rng_mu);
+        }
+        if (rc == DPREC_OK) rc = dprec_ddg_decode(&r->spec.plan, r->seed, sum, work, r->sum);
+        free(sum);
+        free(work);
+        if (rc != DPREC_OK) {
+            free(r->sum);
+            r->sum = NULL;
+        }
+        break;
+    }
+    default: return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (o != NULL) {
+        cJSON_AddNumberToObject(o, "job", (double)r->job);
+        cJSON_AddNumberToObject(o, "round", (double)r->round);
+        cJSON_AddStringToObject(o, "phase", phase_names[r->phase]);
+        cJSON_AddNumberToObject(o, "devices", r->phase == SP_ADVERTISE ? r->n_adv : r->phase == SP_SHARE ? r->n_shared
+                                                                 : r->phase == SP_MASK ? r->n_masked : r->n_revealed);
+        if (rc != DPREC_OK) cJSON_AddStringToObject(o, "aborted", dprec_status_name(rc));
+    }
+    agg_log(a, rc == DPREC_OK ? "info" : "warn", "secagg_phase_closed", o);
+    r->phase = rc == DPREC_OK ? r->phase + 1 : SP_ABORTED;
+}
+
+/* The phases that close by themselves once every device of the previous one acted. Under mu. */
+static void maybe_advance(dprec_agg *a, secure_round *r) {
+    if (r->phase == SP_ADVERTISE && r->n_adv >= r->expected) close_phase(a, r);
+    if (r->phase == SP_SHARE && r->n_shared == r->n_adv) close_phase(a, r);
+    if (r->phase == SP_MASK && r->n_masked == r->n_shared) close_phase(a, r);
+}
+
+static void hex_of(const unsigned char *b, size_t n, char *out) {
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[b[i] >> 4];
+        out[2 * i + 1] = hx[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+void agg_secure_view(dprec_agg *a, const agg_job *job, cJSON *view) {
+    if (view == NULL || job->done || !agg_secure_job(job, NULL)) return;
+    pthread_mutex_lock(&a->secure->mu);
+    secure_round *r = round_of(a, job);
+    cJSON *o = cJSON_AddObjectToObject(view, "secagg");
+    if (o != NULL) {
+        char seed[65];
+        cJSON_AddNumberToObject(o, "round", (double)job->round);
+        cJSON_AddStringToObject(o, "phase", r != NULL ? phase_names[r->phase] : "aborted");
+        if (r != NULL) {
+            hex_of(r->seed, sizeof r->seed, seed);
+            cJSON_AddStringToObject(o, "seed", seed);
+        }
+    }
+    pthread_mutex_unlock(&a->secure->mu);
+}
+
+/* ---- the device routes ----------------------------------------------------------------------------------------- */
+
+static int answer(dprec_agg_response *resp, unsigned char *body, size_t len) {
+    resp->status = 200;
+    resp->content_type = "application/octet-stream";
+    resp->body = body;
+    resp->body_len = len;
+    return 0;
+}
+
+static void get_env(const unsigned char *p, dprec_secagg_envelope *e) {
+    e->from = dprec_ld32(p);
+    e->to = dprec_ld32(p + 4);
+    memcpy(e->iv, p + 8, DPREC_GCM_IV_SIZE);
+    memcpy(e->sealed, p + 8 + DPREC_GCM_IV_SIZE, DPREC_SECAGG_SEALED_BYTES);
+    memcpy(e->tag, p + 8 + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES, DPREC_GCM_TAG_SIZE);
+}
+
+static void put_env(unsigned char *p, const dprec_secagg_envelope *e) {
+    dprec_st32(p, e->from);
+    dprec_st32(p + 4, e->to);
+    memcpy(p + 8, e->iv, DPREC_GCM_IV_SIZE);
+    memcpy(p + 8 + DPREC_GCM_IV_SIZE, e->sealed, DPREC_SECAGG_SEALED_BYTES);
+    memcpy(p + 8 + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES, e->tag, DPREC_GCM_TAG_SIZE);
+}
+
+static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char *what, int is_post,
+                         const unsigned char *body, size_t len, dprec_agg_response *resp) {
+    const int want_phase = strcmp(what, "keys") == 0 ? SP_ADVERTISE
+                         : strcmp(what, "neighbours") == 0 || strcmp(what, "shares") == 0 ? SP_SHARE
+                         : strcmp(what, "inbox") == 0 ? SP_MASK
+                         : strcmp(what, "requests") == 0 || strcmp(what, "reveals") == 0 ? SP_UNMASK : -1;
+    const int post = want_phase == SP_ADVERTISE || strcmp(what, "shares") == 0 || strcmp(what, "reveals") == 0;
+    if (want_phase < 0) return agg_respond_error(resp, 404, "not_found", "unknown secure-aggregation step");
+    if (post != is_post) return agg_respond_error(resp, 405, "method_not_allowed", "wrong method for this path");
+    if (r->phase != want_phase)
+        return agg_respond_error(resp, 409, "wrong_phase", "the round's secure aggregation is in another phase");
+    if (is_post && (len < 12 || dprec_ld64(body) != (uint64_t)r->round))
+        return agg_respond_error(resp, 400, "bad_request", "the message is not for the open round");
+    if (is_post && step_done(r, want_phase == SP_ADVERTISE ? 0 : want_phase == SP_SHARE ? 1 : 2, id))
+        return agg_respond_json(resp, 200, cJSON_CreateObject()); /* a re-send: taken already, nothing re-applied */
+    int rc;
+    if (strcmp(what, "keys") == 0) {
+        if (len != 12 + 2 * DPREC_SECAGG_KEY_SIZE || dprec_ld32(body + 8) != id)
+            return agg_respond_error(resp, 400, "bad_request", "keys: [round u64][id u32][c_pk 32][s_pk 32], id = device");
+        dprec_secagg_pub pub;
+        pub.id = id;
+        memcpy(pub.c_pk, body + 12, DPREC_SECAGG_KEY_SIZE);
+        memcpy(pub.s_pk, body + 12 + DPREC_SECAGG_KEY_SIZE, DPREC_SECAGG_KEY_SIZE);
+        rc = agg_secagg_advertise(r->sa, &pub);
+        if (rc != DPREC_OK) return agg_respond_error(resp, 409, "refused", "keys refused (the round is full)");
+        step_mark(r, 0, id);
+        maybe_advance(a, r);
+        return agg_respond_json(resp, 200, cJSON_CreateObject());
+    }
+    if (strcmp(what, "neighbours") == 0) {
+        dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
+        uint32_t k = 0;
+        if (agg_secagg_neighbours(r->sa, id, nb, DPREC_SECAGG_MAX_NEIGHBOURS, &k) != DPREC_OK)
+            return agg_respond_error(resp, 409, "not_in_round", "this device did not advertise keys in this round");
+        size_t item = 4 + 2 * DPREC_SECAGG_KEY_SIZE, n = 12 + (size_t)k * item;
+        unsigned char *out = malloc(n);
+        if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+        dprec_st64(out, (uint64_t)r->round);
+        dprec_st32(out + 8, k);
+        for (uint32_t j = 0; j < k; j++) {
+            unsigned char *q = out + 12 + j * item;
+            dprec_st32(q, nb[j].id);
+            memcpy(q + 4, nb[j].c_pk, DPREC_SECAGG_KEY_SIZE);
+            memcpy(q + 4 + DPREC_SECAGG_KEY_SIZE, nb[j].s_pk, DPREC_SECAGG_KEY_SIZE);
+        }
+        return answer(resp, out, n);
+    }
+    if (strcmp(what, "shares") == 0) {
+        uint32_t k = len >= 12 ? dprec_ld32(body + 8) : 0;
+        if (k > DPREC_SECAGG_MAX_NEIGHBOURS || len != 12 + (size_t)k * DPREC_SECURE_ENVELOPE_WIRE)
+            return agg_respond_error(resp, 400, "bad_request", "shares: [round u64][k u32] then k envelopes");
+        dprec_secagg_envelope env[DPREC_SECAGG_MAX_NEIGHBOURS];
+        for (uint32_t j = 0; j < k; j++) get_env(body + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &env[j]);
+        if (agg_secagg_put_shares(r->sa, id, env, k) != DPREC_OK)
+            return agg_respond_error(resp, 409, "refused", "shares refused (not one per neighbour in order, or repeated)");
+        step_mark(r, 1, id);
+        maybe_advance(a, r);
+        return agg_respond_json(resp, 200, cJSON_CreateObject());
+    }
+    if (strcmp(what, "inbox") == 0) {
+        dprec_secagg_envelope env[DPREC_SECAGG_MAX_NEIGHBOURS];
+        uint32_t n = 0;
+        if (agg_secagg_inbox(r->sa, id, env, DPREC_SECAGG_MAX_NEIGHBOURS, &n) != DPREC_OK)
+            return agg_respond_error(resp, 409, "not_in_round", "this device did not share in this round");
+        size_t len_out = 12 + (size_t)n * DPREC_SECURE_ENVELOPE_WIRE;
+        unsigned char *out = malloc(len_out);
+        if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+        dprec_st64(out, (uint64_t)r->round);
+        dprec_st32(out + 8, n);
+        for (uint32_t j = 0; j < n; j++) put_env(out + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &env[j]);
+        return answer(resp, out, len_out);
+    }
+    if (strcmp(what, "requests") == 0) {
+        dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
+        uint32_t n = 0, survivors = 0;
+        if (agg_secagg_requests(r->sa, id, req, DPREC_SECAGG_MAX_NEIGHBOURS, &n, &survivors) != DPREC_OK)
+            return agg_respond_error(resp, 409, "not_in_round", "this device sent no masked input in this round");
+        size_t len_out = 16 + 8 * (size_t)n;
+        unsigned char *out = malloc(len_out);
+        if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+        dprec_st64(out, (uint64_t)r->round);
+        dprec_st32(out + 8, survivors);
+        dprec_st32(out + 12, n);
+        for (uint32_t j = 0; j < n; j++) {
+            dprec_st32(out + 16 + 8 * j, req[j].owner);
+            dprec_st32(out + 20 + 8 * j, (uint32_t)req[j].kind);
+        }
+        return answer(resp, out, len_out);
+    }
+    /* reveals */
+    const size_t item = 16 + 4 * DPREC_SECAGG_CHUNKS;
+    uint32_t n = len >= 12 ? dprec_ld32(body + 8) : 0;
+    if (n > DPREC_SECAGG_MAX_NEIGHBOURS || len != 12 + (size_t)n * item)
+        return agg_respond_error(resp, 400, "bad_request", "reveals: [round u64][n u32] then n reveals");
+    dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
+    for (uint32_t j = 0; j < n; j++) {
+        const unsigned char *q = body + 12 + (size_t)j * item;
+        rv[j].owner = dprec_ld32(q);
+        rv[j].holder = dprec_ld32(q + 4);
+        rv[j].kind = (dprec_secagg_kind)dprec_ld32(q + 8);
+        rv[j].share.x = dprec_ld32(q + 12);
+        for (uint32_t c = 0; c < DPREC_SECAGG_CHUNKS; c++) rv[j].share.y[c] = dprec_ld32(q + 16 + 4 * c);
+    }
+    if (agg_secagg_put_reveals(r->sa, id, rv, n) != DPREC_OK)
+        return agg_respond_error(resp, 409, "refused", "reveals refused (not what was asked, or repeated)");
+    step_mark(r, 2, id);
+    return agg_respond_json(resp, 200, cJSON_CreateObject());
+}
+
+int agg_secure_handle(dprec_agg *a, const agg_job *job, int64_t device, const char *what, int is_post,
+                      const unsigned char *body, size_t len, dprec_agg_response *resp) {
+    if (job->done) return agg_respond_error(resp, 409, "job_done", "the job has finished");
+    if (!agg_secure_job(job, NULL)) return agg_respond_error(resp, 404, "not_found", "the job is not a secure one");
+    if (device <= 0 || device > (int64_t)UINT32_MAX)
+        return agg_respond_error(resp, 400, "bad_request", "device ids past 2^32 cannot take part");
+    pthread_mutex_lock(&a->secure->mu);
+    secure_round *r = round_of(a, job);
+    int rc = r == NULL ? agg_respond_error(resp, 500, "internal", "out of memory")
+                       : handle_locked(a, r, (uint32_t)device, what, is_post, body, len, resp);
+    pthread_mutex_unlock(&a->secure->mu);
+    return rc;
+}
+
+int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dprec_envelope *e,
+                      dprec_agg_response *resp) {
+    if (job->done) return agg_respond_error(resp, 409, "job_done", "the job has finished");
+    if (device <= 0 || device > (int64_t)UINT32_MAX)
+        return agg_respond_error(resp, 400, "bad_report", "device ids past 2^32 cannot take part");
+    pthread_mutex_lock(&a->secure->mu);
+    secure_round *r = round_of(a, job);
+    int rc;
+    const unsigned char *p = e->payload;
+    if (r == NULL) rc = agg_respond_error(resp, 500, "internal", "out of memory");
+    else if (e->round == (uint64_t)r->round && r->phase >= SP_MASK && r->phase <= SP_DONE &&
+             agg_secagg_masked_input(r->sa, (uint32_t)device) != NULL)
+        rc = agg_respond_json(resp, 200, cJSON_CreateObject()); /* a re-sent report: taken already */
+    else if (e->round != (uint64_t)r->round || r->phase != SP_MASK)
+        rc = agg_respond_error(resp, 409, "round_closed", "the round takes no masked input now");
+    else if (e->payload_len != 16 + 8 * (size_t)r->spec.plan.dim || memcmp(p, DPREC_SECURE_PAYLOAD_MAGIC, 4) != 0 ||
+             dprec_ld32(p + 4) != (uint32_t)device || dprec_ld32(p + 8) != r->spec.plan.dim ||
+             dprec_ld32(p + 12) != r->spec.plan.bits)
+        rc = agg_respond_error(resp, 400, "bad_report", "a secure job's report is [\"DSA1\"][id][dim][bits] and dim residues");
+    else {
+        uint64_t *y = malloc(sizeof(uint64_t) * r->spec.plan.dim);
+        uint64_t lim = ((uint64_t)1 << r->spec.plan.bits) - 1;
+        int ok = y != NULL;
+        for (uint32_t j = 0; ok && j < r->spec.plan.dim; j++) {
+            y[j] = dprec_ld64(p + 16 + 8 * (size_t)j);
+            if (y[j] > lim) ok = 0;
+        }
+        if (y == NULL) rc = agg_respond_error(resp, 500, "internal", "out of memory");
+        else if (!ok) rc = agg_respond_error(resp, 400, "bad_report", "a residue is not below 2^bits");
+        else if (agg_secagg_put_masked(r->sa, (uint32_t)device, y) != DPREC_OK)
+            rc = agg_respond_error(resp, 409, "already_reported", "no masked input expected from this device");
+        else {
+            r->n_masked++;
+            maybe_advance(a, r);
+            rc = agg_respond_json(resp, 200, cJSON_CreateObject());
+        }
+        free(y);
+    }
+    pthread_mutex_unlock(&a->secure->mu);
+    return rc;
+}
+
+int agg_secure_close(dprec_agg *a, const agg_job *job) {
+    pthread_mutex_lock(&a->secure->mu);
+    secure_round *r = round_of(a, job);
+    int ready = 1;
+    if (r != NULL && r->phase < SP_DONE) {
+        close_phase(a, r);
+        ready = r->phase >= SP_DONE;
+    }
+    pthread_mutex_unlock(&a->secure->mu);
+    return ready;
+}
+
+int agg_secure_deadline(dprec_agg *a, const agg_job *job) {
+    int ready = 0;
+    pthread_mutex_lock(&a->secure->mu);
+    secure_round *r = a->secure->head;
+    while (r != NULL && !(r->job == job->id && r->round == job->round)) r = r->next;
+    if (r != NULL && r->n_adv > 0) {
+        if (r->phase < SP_DONE) close_phase(a, r);
+        ready = r->phase >= SP_DONE;
+    }
+    pthread_mutex_unlock(&a->secure->mu);
+    return ready;
+}
+
+double *agg_secure_take_sum(dprec_agg *a, int64_t job, int64_t round, uint32_t *survivors) {
+    double *out = NULL;
+    *survivors = 0;
+    pthread_mutex_lock(&a->secure->mu);
+    for (secure_round *r = a->secure->head; r != NULL; r = r->next) {
+        if (r->job != job || r->round != round) continue;
+        if (r->sum != NULL) {
+            out = malloc(sizeof(double) * r->spec.plan.d);
+            if (out != NULL) memcpy(out, r->sum, sizeof(double) * r->spec.plan.d);
+            *survivors = r->survivors;
+        }
+        /* the round is over: its keys, envelopes and masked inputs (n x D words) go now, not when the job's next round
+         * is first seen (never, after its last) */
+        if (r->phase >= SP_DONE) {
+            agg_secagg_free(r->sa);
+            r->sa = NULL;
+        }
+    }
+    pthread_mutex_unlock(&a->secure->mu);
+    return out;
+}

@@ -1,0 +1,61 @@
+/* dprec aggregator — secure aggregation as a job option (`params.aggregation: "secure"` of gauss-gd and dpals;
+ * docs/protocol.md "Secure aggregation", docs/privacy.md "Secure aggregation"). One SecAgg+ round (agg_secagg.c) per
+ * open round of a secure job, in memory: the phases' messages come and go on the device routes
+ * /v1/jobs/{job}/secagg/{keys,neighbours,shares,inbox,requests,reveals}; the masked inputs arrive as the round's
+ * reports (POST .../reports, sdk/secure.h's payload) and are never written to the state database; the job view
+ * carries "secagg": {round, phase, seed}. A phase closes by itself once every device of the previous phase has
+ * acted (the first once min_reports devices advertised), at the round's deadline (agg_secure_deadline), or when the
+ * operator closes the round (POST .../round/close: the open phase closes; in the unmask phase the round is unmasked
+ * and then finalized, its global step taking the decoded noisy sum). A round that cannot be unmasked (too few devices in a phase) is finalized with
+ * no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that round then
+ * finalizes with no sum when closed (the devices' charges stand). */
+#ifndef DPREC_AGG_SECURE_H
+#define DPREC_AGG_SECURE_H
+
+#include <stdint.h>
+
+#include "agg_priv.h"
+#include "ddg.h"
+
+/* A secure job's parameters, from its protocol (agg_protocol.secure_plan). */
+typedef struct agg_secure_spec {
+    uint32_t k, threshold;
+    dprec_ddg_plan plan;
+} agg_secure_spec;
+
+/* Parses the secure-aggregation params of a job (params.aggregation, secagg_neighbours, secagg_threshold,
+ * secagg_min_survivors, secagg_max_devices, secagg_bits_max) for a protocol whose devices send `len` reals of norm at
+ * most clip; plans the noise (dprec_ddg_plan_make at the job's budget, rounds and participation). 1 secure (spec
+ * filled), 0 not secure, -1 invalid (err). */
+int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, double clip, agg_secure_spec *spec,
+                     char *err, size_t errcap);
+/* agg_secure_parse on the job's own params, remembered per job (every request of a secure job asks; the planner
+ * inverts the accountant). A job without an id (being validated) is not remembered. */
+int agg_secure_spec_for(const agg_job *job, uint32_t len, double clip, agg_secure_spec *spec, char *err, size_t errcap);
+/* Adds privacy.secagg (the plan's integers and the SecAgg+ parameters) to a job view's privacy object. */
+void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy);
+
+int agg_secure_init(dprec_agg *a);
+void agg_secure_free(dprec_agg *a);
+/* 1 if the job is secure (spec filled when not NULL). */
+int agg_secure_job(const agg_job *job, agg_secure_spec *spec);
+/* Adds "secagg" {round, phase, seed} to the job view of a secure job (creating the round's state on first sight). */
+void agg_secure_view(dprec_agg *a, const agg_job *job, cJSON *view);
+/* A device route: what ("keys", ...), the device, the body. Writes the answer (binary or an error). */
+int agg_secure_handle(dprec_agg *a, const agg_job *job, int64_t device, const char *what, int is_post,
+                      const unsigned char *body, size_t len, dprec_agg_response *resp);
+/* A masked input (a report of a secure job): its envelope already parsed. */
+int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dprec_envelope *e,
+                      dprec_agg_response *resp);
+/* The operator's round close on a secure job: closes the open phase. 1: the round is ready to finalize (unmasked or
+ * aborted), 0: a phase was closed and the round goes on (the answer is the job's phase). */
+int agg_secure_close(dprec_agg *a, const agg_job *job);
+/* The round's deadline passed (the writer's tick): closes the open phase, as the operator's close does, if any device
+ * took part in the round. 1: the round is ready to finalize; 0: extend the deadline (nobody came, or the round goes
+ * on to its next phase, which gets a deadline of its own). */
+int agg_secure_deadline(dprec_agg *a, const agg_job *job);
+/* The finalizer: the decoded noisy sum of round `round` (plan.d doubles, malloc'd, the caller frees) and the number of
+ * survivors; NULL when the round has none (aborted). */
+double *agg_secure_take_sum(dprec_agg *a, int64_t job, int64_t round, uint32_t *survivors);
+
+#endif /* DPREC_AGG_SECURE_H */

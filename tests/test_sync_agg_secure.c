@@ -1,0 +1,296 @@
+/* Secure aggregation end to end, in process: devices running dprec_client_sync against the real aggregator core
+ * (dprec_agg_handle as the transport, SQLite state in a temporary directory) on a gauss-gd job with
+ * params.aggregation "secure" (docs/privacy.md "Secure aggregation"). Each round runs the four steps, one sync call
+ * per device and step, as the fleet does; the operator's round close closes a phase that devices left open (a
+ * device that dropped) and finally unmasks the sum and finalizes the round. Checked: the steps' outcomes, the
+ * release moving, every device charged the distributed discrete Gaussian's RDP (model distributed, user level), the
+ * aggregator's published guarantee equal to the devices' figure, and the state database holding no report of the
+ * job: the aggregator never stored a device's contribution, masked or not. Round 2 has two dropouts, one before its
+ * masked input (its pairwise masks are removed through its neighbours' shares of its key) and one after it (its
+ * self-mask through theirs of its seed); a round with fewer survivors than n_min is finalized with no sum. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <sqlite3.h>
+
+#include "agg.h"
+#include "dprec/dprec.h"
+#include "dprec/release.h"
+#include "dprec/sync.h"
+#include "fake_port.h"
+#include "json.h"
+
+#define M 30u
+#define D 3u
+#define NDEV 8
+#define ADMIN_TOKEN "admin-token-for-tests-0123456789"
+
+static int admin(dprec_agg *a, const char *method, const char *path, const char *body, char *out, size_t cap) {
+    dprec_agg_request r;
+    memset(&r, 0, sizeof r);
+    r.listener = DPREC_LISTENER_ADMIN;
+    r.method = method;
+    r.path = path;
+    r.authorization = "Bearer " ADMIN_TOKEN;
+    r.body = (const unsigned char *)body;
+    r.body_len = body ? strlen(body) : 0;
+    dprec_agg_response resp;
+    assert_int_equal(dprec_agg_handle(a, &r, &resp), 0);
+    size_t n = resp.body_len < cap - 1 ? resp.body_len : cap - 1;
+    memcpy(out, resp.body, n);
+    out[n] = '\0';
+    int status = resp.status;
+    dprec_agg_response_free(&resp);
+    return status;
+}
+
+typedef struct device {
+    fake_port fake;
+    dprec_port port;
+    dprec_config cfg;
+    void *mem;
+    dprec_client *c;
+} device;
+
+static void device_open(device *dv, int seed) {
+    fake_port_init(&dv->fake, &dv->port);
+    dprec_config_default(&dv->cfg);
+    dv->cfg.num_items = M;
+    dv->cfg.dim = D;
+    dv->cfg.rating_capacity = 20;
+    dv->cfg.cap_user_epsilon = 10.0;
+    dv->cfg.cap_user_delta = 1e-5;
+    dv->cfg.secagg_max_len = M * 9u; /* dpals: m (d (d + 1) / 2 + d) = 270 numbers; gauss-gd m (d + 1) = 120 */
+    dv->cfg.max_report_bytes = 56u + 16u + 8u * 512u; /* padded to 512 */
+    dv->fake.entropy_counter = 0x5ec0000u + (uint64_t)seed;
+    size_t need = dprec_client_required_size(&dv->cfg);
+    dv->mem = malloc(need);
+    assert_int_equal(dprec_client_init(&dv->c, &dv->cfg, &dv->port, dv->mem, need), DPREC_OK);
+    assert_int_equal(dprec_store_load(dv->c), DPREC_OK);
+    for (uint32_t i = 0; i < 8; i++)
+        assert_int_equal(dprec_store_put(dv->c, (uint32_t)(seed * 3 + i * 2) % M, (float)(1 + (i + (uint32_t)seed) % 5), 0),
+                         DPREC_OK);
+    dv->fake.wall = (int64_t)time(NULL);
+}
+
+static void device_close(device *dv) {
+    dprec_client_free(dv->c);
+    free(dv->mem);
+    fake_port_free(&dv->fake);
+}
+
+/* The "secagg" phase of the admin job view, and the rounds finalized. */
+static void job_state(dprec_agg *a, char *phase, size_t cap, double *rounds_done, double *epsilon) {
+    char out[8192];
+    assert_int_equal(admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out), 200);
+    dprec_json_token tok[512];
+    dprec_json_doc doc;
+    if (dprec_json_parse(&doc, out, strlen(out), tok, 512) != DPREC_OK) fail_msg("job view: %s", out);
+    phase[0] = '\0';
+    (void)dprec_json_get_string(&doc, 0, "secagg.phase", phase, cap, NULL);
+    uint64_t rv = 0;
+    assert_int_equal(dprec_json_get_u64(&doc, 0, "release_version", &rv), DPREC_OK);
+    *rounds_done = (double)rv - 1.0;
+    *epsilon = NAN;
+    (void)dprec_json_get_number(&doc, 0, "privacy.epsilon", epsilon);
+}
+
+static int64_t reports_stored(const char *db) {
+    sqlite3 *db3 = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT (SELECT count(*) FROM reports) + (SELECT count(*) FROM report_payloads)",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    int64_t n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(db3);
+    return n;
+}
+
+/* A transport that loses the answer of every third secure-aggregation POST (and of every fourth report) after the
+ * aggregator took the request: the device must re-send the same bytes, and the aggregator must take them once. */
+typedef struct lossy {
+    dprec_transport inner;
+    int posts, lost;
+} lossy;
+
+static int lossy_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *user,
+                         dprec_http_response *resp) {
+    lossy *l = ctx;
+    int rc = l->inner.request(l->inner.ctx, req, sink, user, resp);
+    int step = strcmp(req->method, "POST") == 0 && (strstr(req->path, "/secagg/") != NULL || strstr(req->path, "/reports") != NULL);
+    if (rc == DPREC_OK && step && ++l->posts % (strstr(req->path, "/reports") != NULL ? 4 : 3) == 0) {
+        l->lost++;
+        return DPREC_ERR_NETWORK; /* the request arrived, its answer did not */
+    }
+    return rc;
+}
+
+static int64_t tick_clock; /* the aggregator's clock as the test moves it */
+
+/* dropout[i]: 0 stays, 1 drops after sharing its keys (no masked input), 2 drops after its masked input */
+static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, device *dev, const int *dropout,
+                      uint64_t round, int abort_expected) {
+    static const char *const steps[4] = {"advertise", "share", "mask", "unmask"};
+    char phase[16], out[8192];
+    int reported[NDEV] = {0};
+    double done, eps;
+    for (int st = 0; st < 4; st++) {
+        job_state(a, phase, sizeof phase, &done, &eps);
+        if (strcmp(phase, steps[st]) != 0) {
+            admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out);
+            fail_msg("round %llu step %s: %s", (unsigned long long)round, steps[st], out);
+        }
+        for (int i = 0; i < NDEV; i++) {
+            if ((dropout[i] == 1 && st >= 2) || (dropout[i] == 2 && st >= 3)) continue;
+            dprec_sync_result r;
+            int rc, tries = 0;
+            do rc = dprec_client_sync(dev[i].c, t, sc, &r); /* a lost answer: the device comes back */
+            while (rc == DPREC_OK && r.outcome == DPREC_SYNC_RETRY_LATER && ++tries < 4);
+            if (rc != DPREC_OK)
+                fail_msg("round %llu, step %s, device %d: %s", (unsigned long long)round, steps[st], i,
+                         dprec_status_name(rc));
+            assert_int_equal(r.round, round);
+            /* IN_PROGRESS, or REPORTED once: in the mask step, or in the step before it when a lost answer made the
+             * device come back after the phase had moved on (it then takes the next step in the same call) */
+            if (r.outcome == DPREC_SYNC_REPORTED) reported[i]++;
+            else if (r.outcome != DPREC_SYNC_IN_PROGRESS)
+                fail_msg("round %llu, step %s, device %d: outcome %d after %d tries", (unsigned long long)round, steps[st], i,
+                         (int)r.outcome, tries);
+        }
+        job_state(a, phase, sizeof phase, &done, &eps);
+        int dropped_here = 0;
+        for (int i = 0; i < NDEV; i++) dropped_here += (dropout[i] == 1 && st == 2) || (dropout[i] == 2 && st == 3);
+        if (st < 3 && !dropped_here) assert_string_equal(phase, steps[st + 1]); /* closed by itself */
+        if (st == 3 || dropped_here) {
+            assert_string_equal(phase, steps[st]); /* waits for the dropped device: the operator closes it, or in round
+                                                    * 2 the phase's deadline does */
+            if (round == 2) {
+                tick_clock += 86400;
+                (void)dprec_agg_tick(a, tick_clock);
+            } else {
+                assert_int_equal(admin(a, "POST", "/v1/admin/jobs/1/round/close", "", out, sizeof out), 200);
+            }
+        }
+        job_state(a, phase, sizeof phase, &done, &eps);
+        if (done == (double)round && st < 3) { /* too few survivors: the round could not be unmasked and was */
+            assert_true(st == 2 && abort_expected); /* finalized at once, with no sum: nothing was learned */
+            break;
+        }
+    }
+    job_state(a, phase, sizeof phase, &done, &eps);
+    assert_true(done == (double)round);
+    for (int i = 0; i < NDEV; i++) /* one masked input per device that did not drop before it */
+        if (!abort_expected) assert_int_equal(reported[i], dropout[i] == 1 ? 0 : 1);
+}
+
+static void run_secure_job(const char *spec) {
+    char dir[] = "/tmp/dprec-sync-secure-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char db[128], key[128];
+    snprintf(db, sizeof db, "%s/state.db", dir);
+    snprintf(key, sizeof key, "%s/signing.pem", dir);
+    dprec_agg_config acfg;
+    dprec_agg_config_default(&acfg);
+    acfg.state_path = db;
+    acfg.signing_key_path = key;
+    acfg.admin_token = ADMIN_TOKEN;
+    acfg.seed = 1;
+    acfg.group_commit_us = 0;
+    acfg.keep_report_payloads = 1; /* were any report stored, it would stay for the check below */
+    dprec_agg *a = NULL;
+    char err[256] = "", out[8192];
+    assert_int_equal(dprec_agg_open(&acfg, &a, err, sizeof err), 0);
+    tick_clock = (int64_t)time(NULL);
+    int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
+    if (st != 201) fprintf(stderr, "create job: %d %s\n", st, out);
+    assert_int_equal(st, 201);
+    unsigned char pub[256];
+    size_t pub_len = dprec_agg_public_key(a, pub, sizeof pub);
+    dprec_agg_transport ip;
+    lossy lt;
+    memset(&lt, 0, sizeof lt);
+    dprec_agg_transport_init(&lt.inner, &ip, a, 97);
+    dprec_transport t = lt.inner;
+    t.ctx = &lt;
+    t.request = lossy_request;
+    dprec_sync_config sc = {.job_id = 1, .release_key = pub, .release_key_len = pub_len};
+    device dev[NDEV];
+    memset(dev, 0, sizeof dev);
+    for (int i = 0; i < NDEV; i++) device_open(&dev[i], i);
+
+    static const int none[NDEV] = {0};
+    static const int two[NDEV] = {0, 1, 0, 0, 0, 2, 0, 0};
+    run_round(a, &t, &sc, dev, none, 1, 0);
+    run_round(a, &t, &sc, dev, two, 2, 0);
+    /* round 3: four devices drop before their masked input: 4 survivors < n_min = 5, nothing is unmasked and the
+     * model stays where it was (the release after round 3 equals the one before it, but for its version) */
+    static const int four[NDEV] = {1, 1, 0, 0, 1, 0, 1, 0};
+    run_round(a, &t, &sc, dev, four, 3, 1);
+
+    char phase[16];
+    double done, eps;
+    job_state(a, phase, sizeof phase, &done, &eps);
+    assert_true(done == 3.0);
+    assert_true(eps > 0 && eps <= 8.0);
+    for (int i = 0; i < NDEV; i++) {
+        dprec_ledger_entry line;
+        assert_int_equal(dprec_ledger_job(dev[i].c, 1, &line), DPREC_OK);
+        assert_int_equal(line.model, DPREC_MODEL_SECURE_AGGREGATION);
+        assert_int_equal(line.unit, DPREC_UNIT_USER);
+        /* round 3's early dropouts sent no masked input; everyone else three reports */
+        assert_int_equal(line.reports, 1 + (two[i] != 1) + (four[i] != 1));
+        assert_true(line.user_epsilon <= eps * (1.0 + 1e-9));
+    }
+    assert_true(lt.lost > 10); /* answers were lost at every step, and every round still completed */
+    /* the aggregator never stored a device's contribution: the masked inputs lived in memory for their round only */
+    assert_int_equal(reports_stored(db), 0);
+
+    for (int i = 0; i < NDEV; i++) device_close(&dev[i]);
+    dprec_agg_close(a);
+    unlink(db);
+    char side[160];
+    snprintf(side, sizeof side, "%s-wal", db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    unlink(side);
+    unlink(key);
+    rmdir(dir);
+}
+
+/* 8 devices, 4 neighbours each (threshold 3), at least 5 survivors */
+static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
+    (void)state;
+    run_secure_job("{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                   " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
+                   " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
+}
+
+/* The same for dpals: the devices' normalized statistics of every item, masked */
+static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
+    (void)state;
+    run_secure_job("{\"protocol\": \"dpals\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                   " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
+                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report),
+        cmocka_unit_test(test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
