@@ -111,7 +111,9 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
         return DPREC_ERR_JOB_PARAMS;
     if (p->dim != pow2_at_least(len) || job->rounds < 1) return DPREC_ERR_JOB_PARAMS;
     if (dprec_ddg_plan_check(p, job->rounds) != DPREC_OK) return DPREC_ERR_JOB_PARAMS; /* wrapping b, bad integers */
-    if (!(job->participation > 0.0 && job->participation <= 1.0) || !(job->delta > 0.0 && job->delta < 1.0) ||
+    /* participation must be 1: the aggregator, the adversary here, sees which devices join a round (their keys), so
+     * Poisson sampling amplifies nothing against it; a job that claims the amplification is refused */
+    if (!(job->participation == 1.0) || !(job->delta > 0.0 && job->delta < 1.0) ||
         !(job->epsilon > 0.0) || !isfinite(job->epsilon))
         return DPREC_ERR_JOB_PARAMS;
     double conv = job->delta - (1.0 + exp(job->epsilon < 700.0 ? job->epsilon : 700.0)) * p->delta_clamp;
@@ -126,13 +128,13 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
     pol->model = DPREC_MODEL_SECURE_AGGREGATION;
     pol->round.kind = DPREC_STEP_GAUSSIAN;
     pol->round.noise_multiplier = p->noise_multiplier;
-    pol->round.q = job->participation;
+    pol->round.q = 1.0;
     pol->round.steps = 1;
     pol->round.discrete = 1;
     pol->user_round = pol->round;
     pol->delta = conv;
     pol->rounds = job->rounds;
-    pol->charge_sit_outs = job->participation < 1.0;
+    pol->charge_sit_outs = 0;
     pol->report_bytes = dprec_secure_report_size(p);
     pol->secure = 1;
     pol->secure_job = own;

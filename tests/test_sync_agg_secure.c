@@ -287,8 +287,50 @@ static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(v
                    " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
 }
 
+/* A secure job with participation below 1 is refused at creation: the aggregator sees which devices join a round
+ * (their keys), so Poisson sampling amplifies nothing against it (agg_secure_parse; the device refuses it too,
+ * tests/test_sync_malicious.c) */
+static void test_a_secure_job_with_sampling_is_refused(void **state) {
+    (void)state;
+    char dir[] = "/tmp/dprec-sync-secure-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char db[128], key[128];
+    snprintf(db, sizeof db, "%s/state.db", dir);
+    snprintf(key, sizeof key, "%s/signing.pem", dir);
+    dprec_agg_config acfg;
+    dprec_agg_config_default(&acfg);
+    acfg.state_path = db;
+    acfg.signing_key_path = key;
+    acfg.admin_token = ADMIN_TOKEN;
+    acfg.seed = 1;
+    dprec_agg *a = NULL;
+    char err[256] = "", out[8192];
+    assert_int_equal(dprec_agg_open(&acfg, &a, err, sizeof err), 0);
+    static const char *const protos[] = {"gauss-gd", "dpals"};
+    for (int i = 0; i < 2; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"protocol\": \"%s\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5, \"rounds\": 3,"
+                 " \"min_reports\": 8, \"round_seconds\": 600, \"participation\": %s, \"params\": {\"aggregation\":"
+                 " \"secure\", \"secagg_neighbours\": 4, \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8,"
+                 " \"delta\": 1e-6}}", protos[i], "0.5");
+        int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
+        if (st != 400 || strstr(out, "participation") == NULL) fail_msg("%s: %d %s", protos[i], st, out);
+    }
+    dprec_agg_close(a);
+    char side[160];
+    unlink(db);
+    snprintf(side, sizeof side, "%s-wal", db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    unlink(side);
+    unlink(key);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_secure_job_with_sampling_is_refused),
         cmocka_unit_test(test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report),
         cmocka_unit_test(test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report),
     };

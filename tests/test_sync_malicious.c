@@ -630,6 +630,7 @@ typedef struct secure_tamper {
     double share_scale, z_scale;
     const char *unit;
     int64_t round_offset; /* the round the "secagg" view names, relative to the open one */
+    double q;             /* the job's participation (0: 1, the only rate secure aggregation takes) */
 } secure_tamper;
 
 /* A secure gauss-gd job of 3 rounds at epsilon 4, delta 1e-6, planned honestly for n_max = 50 devices, n_min = 25,
@@ -648,6 +649,7 @@ static void use_secure(world *w, const secure_tamper *t) {
     eps *= 1.0 + 1e-6;
     w->agg.protocol = "gauss-gd";
     w->agg.rounds = 3;
+    w->agg.participation = t->q > 0 ? t->q : 1.0;
     snprintf(secure_params, sizeof secure_params, "{\"clip\": 1, \"aggregation\": \"secure\"%s%s%s}",
              t->unit != NULL ? ", \"unit\": \"" : "", t->unit != NULL ? t->unit : "", t->unit != NULL ? "\"" : "");
     w->agg.params = secure_params;
@@ -679,7 +681,8 @@ static int secure_steps_sent(const world *w) {
  * floor of survivors below the minimum or below the threshold, a modulus one bit too small (the sum of n_max devices
  * could wrap), less noise than the published total allows (the device's own charge exceeds the published total), a
  * published noise multiplier above what the integers give, a plan for another vector length, the rating unit (the
- * plan bounds a user's whole contribution), and a phase of another round than the open one (a replay). */
+ * plan bounds a user's whole contribution), a phase of another round than the open one (a replay), and a participation
+ * below 1 (the aggregator sees who joins a round: no amplification by sampling against it). */
 static void attack_secure_parameters(world *w) {
     open_round(w, 1);
     secure_tamper honest;
@@ -691,7 +694,7 @@ static void attack_secure_parameters(world *w) {
     static const secure_tamper bad[] = {
         {.threshold = 2},     {.n_min = 2},        {.n_min = 2, .threshold = 3}, {.bits_delta = 1},
         {.share_scale = 0.25}, {.z_scale = 1.5},   {.d = M * D},                 {.unit = "rating"},
-        {.round_offset = -1},
+        {.round_offset = -1}, {.q = 0.5},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         w->agg.job_id = JOB + 1 + (uint64_t)k; /* a fresh job each: no fingerprint from the honest one */

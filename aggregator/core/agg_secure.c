@@ -77,6 +77,13 @@ int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, doub
         snprintf(err, errcap, "secure aggregation needs the job's budget");
         return -1;
     }
+    /* no amplification by subsampling against this adversary: the aggregator sees which devices join a round (their
+     * keys), so a device's rounds are known to it and each costs the unamplified mechanism (sdk/secure.c does the same) */
+    if (job->participation != 1.0) {
+        snprintf(err, errcap, "secure aggregation needs participation 1: the aggregator sees which devices join a round, "
+                 "so Poisson sampling gives no amplification against it");
+        return -1;
+    }
     if (len == 0 || len > DPREC_DDG_MAX_DIM) {
         snprintf(err, errcap, "secure aggregation takes vectors of at most 2^24 numbers; this job's are longer");
         return -1;
