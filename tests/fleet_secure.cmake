@@ -11,7 +11,14 @@ set(drop "")
 if(NOT DROPOUT STREQUAL "0")
   set(drop --dropout ${DROPOUT})
 endif()
-execute_process(COMMAND ${BIN} --synthetic 120,30,3000,3 --protocol ${PROTOCOL} --secure-agg ${drop} --epsilon 8 --rounds 2
+# dpals: the devices' ridge of its epsilon < 5 defaults (0.1 per rating). Its epsilon >= 5 default, 0.02, was chosen on
+# fleets of thousands of devices; on these 120 its final RMSE spread over 1.17-1.21 across runs (global mean 1.15),
+# against 1.085-1.089 with 0.1 for seeds 3, 4 and 5, so the checks below would test the noise, not the protocol.
+set(extra "")
+if(PROTOCOL STREQUAL "dpals")
+  set(extra --device-lambda-per-rating 0.1)
+endif()
+execute_process(COMMAND ${BIN} --synthetic 120,30,3000,3 --protocol ${PROTOCOL} --secure-agg ${drop} ${extra} --epsilon 8 --rounds 2
                         --in-process --threads 2 --seed 3 --quiet --compare none
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 900)
 message(STATUS "dprec-fleet output:\n${out}${err}")
