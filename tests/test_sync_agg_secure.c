@@ -195,23 +195,48 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
         if (!abort_expected) assert_int_equal(reported[i], dropout[i] == 1 ? 0 : 1);
 }
 
-static void run_secure_job(const char *spec) {
-    char dir[] = "/tmp/dprec-sync-secure-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char db[128], key[128];
-    snprintf(db, sizeof db, "%s/state.db", dir);
-    snprintf(key, sizeof key, "%s/signing.pem", dir);
+/* An aggregator core on fresh temporary state (dir, its database and signing key); agg_close removes them. */
+typedef struct agg_tmp {
+    char dir[32], db[128], key[128];
+    dprec_agg *a;
+} agg_tmp;
+
+static void agg_open(agg_tmp *t, int keep_payloads) {
+    snprintf(t->dir, sizeof t->dir, "/tmp/dprec-sync-secure-XXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    snprintf(t->db, sizeof t->db, "%s/state.db", t->dir);
+    snprintf(t->key, sizeof t->key, "%s/signing.pem", t->dir);
     dprec_agg_config acfg;
     dprec_agg_config_default(&acfg);
-    acfg.state_path = db;
-    acfg.signing_key_path = key;
+    acfg.state_path = t->db;
+    acfg.signing_key_path = t->key;
     acfg.admin_token = ADMIN_TOKEN;
     acfg.seed = 1;
     acfg.group_commit_us = 0;
-    acfg.keep_report_payloads = 1; /* were any report stored, it would stay for the check below */
-    dprec_agg *a = NULL;
-    char err[256] = "", out[8192];
-    assert_int_equal(dprec_agg_open(&acfg, &a, err, sizeof err), 0);
+    acfg.keep_report_payloads = keep_payloads;
+    char err[256] = "";
+    t->a = NULL;
+    assert_int_equal(dprec_agg_open(&acfg, &t->a, err, sizeof err), 0);
+}
+
+static void agg_close(agg_tmp *t) {
+    dprec_agg_close(t->a);
+    char side[160];
+    unlink(t->db);
+    snprintf(side, sizeof side, "%s-wal", t->db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", t->db);
+    unlink(side);
+    unlink(t->key);
+    rmdir(t->dir);
+}
+
+static void run_secure_job(const char *spec) {
+    agg_tmp tmp;
+    agg_open(&tmp, 1); /* keep_report_payloads: were any report stored, it would stay for the check below */
+    dprec_agg *a = tmp.a;
+    const char *db = tmp.db;
+    char out[8192];
     tick_clock = (int64_t)time(NULL);
     int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
     if (st != 201) fprintf(stderr, "create job: %d %s\n", st, out);
@@ -258,15 +283,7 @@ static void run_secure_job(const char *spec) {
     assert_int_equal(reports_stored(db), 0);
 
     for (int i = 0; i < NDEV; i++) device_close(&dev[i]);
-    dprec_agg_close(a);
-    unlink(db);
-    char side[160];
-    snprintf(side, sizeof side, "%s-wal", db);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", db);
-    unlink(side);
-    unlink(key);
-    rmdir(dir);
+    agg_close(&tmp);
 }
 
 /* 8 devices, 4 neighbours each (threshold 3), at least 5 survivors */
@@ -292,20 +309,9 @@ static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(v
  * tests/test_sync_malicious.c) */
 static void test_a_secure_job_with_sampling_is_refused(void **state) {
     (void)state;
-    char dir[] = "/tmp/dprec-sync-secure-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char db[128], key[128];
-    snprintf(db, sizeof db, "%s/state.db", dir);
-    snprintf(key, sizeof key, "%s/signing.pem", dir);
-    dprec_agg_config acfg;
-    dprec_agg_config_default(&acfg);
-    acfg.state_path = db;
-    acfg.signing_key_path = key;
-    acfg.admin_token = ADMIN_TOKEN;
-    acfg.seed = 1;
-    dprec_agg *a = NULL;
-    char err[256] = "", out[8192];
-    assert_int_equal(dprec_agg_open(&acfg, &a, err, sizeof err), 0);
+    agg_tmp tmp;
+    agg_open(&tmp, 0);
+    char out[8192];
     static const char *const protos[] = {"gauss-gd", "dpals"};
     for (int i = 0; i < 2; i++) {
         char spec[512];
@@ -314,18 +320,10 @@ static void test_a_secure_job_with_sampling_is_refused(void **state) {
                  " \"min_reports\": 8, \"round_seconds\": 600, \"participation\": %s, \"params\": {\"aggregation\":"
                  " \"secure\", \"secagg_neighbours\": 4, \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8,"
                  " \"delta\": 1e-6}}", protos[i], "0.5");
-        int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
+        int st = admin(tmp.a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
         if (st != 400 || strstr(out, "participation") == NULL) fail_msg("%s: %d %s", protos[i], st, out);
     }
-    dprec_agg_close(a);
-    char side[160];
-    unlink(db);
-    snprintf(side, sizeof side, "%s-wal", db);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", db);
-    unlink(side);
-    unlink(key);
-    rmdir(dir);
+    agg_close(&tmp);
 }
 
 int main(void) {
