@@ -2,7 +2,7 @@
 """The seed-003 solver against LIBMF on the same data, in the same run (docs/benchmarks.md, "The MF solver").
 
     python3 bench/bench_mf.py --libmf DIR [--spec U,I,N] [--work DIR] [--ks 16,32,64] [--threads 1,2]
-                              [--iterations 20] [--sgld-epsilon E] [--out FILE]
+                              [--iterations 20] [--sgld-epsilon E] [--repeat R] [--out FILE]
 
 DIR is a built LIBMF (https://github.com/cjlin1/libmf, outside this repository; its AVX build:
 `make DFLAG="-DUSEAVX -DUSEOMP" CXXFLAGS="-Wall -O3 -pthread -std=c++0x -march=native -mavx -fopenmp"`) holding
@@ -16,11 +16,16 @@ For each k and thread count, LIBMF and dprec run back to back (LIBMF first), so 
     (LIBMF's "slow_only" first pass), so it is left out.
   - dprec: `dprec-aggregator train --data ... --test ...`, which times each pass alone (the test RMSE after it is
     computed outside the timed part). Its first pass is left out too.
-The per-pass time reported is the median over passes 2..N (robust to other processes on a shared machine), and
+The per-pass time reported is the median over passes 2..N (robust to other processes on a shared machine); for
+SGLD over its sampling passes only (after its 5 warm-up passes, which draw no noise and would pull its median down),
+and
 rating updates per second = training ratings / that time. Beside it, the CPU time per pass of all the process's
 threads (dprec: CLOCK_PROCESS_CPUTIME_ID around the pass; LIBMF: /proc/PID/stat at each of its lines, 10 ms
 resolution), which does not count the waits for a core that a loaded machine adds to the wall time. With --rmse (default on for k = 32, T = 2) LIBMF runs once
 more with `-p test` for its test RMSE per pass, which both tools print. SGLD (dprec only) runs at the same k and T.
+With --repeat R each configuration's tools run R times in turn (LIBMF, SGD, SGLD, LIBMF, ...), and each figure is
+the median of the R runs' medians: a virtual machine's speed drifts by tens of percent over minutes here (two runs of
+the same binary a minute apart), which one back-to-back run per tool cannot tell from a real difference.
 Prints a markdown table and appends CSV rows to --out.
 """
 import argparse
@@ -75,7 +80,8 @@ def libmf_run(libmf, k, t, n, train, test=None):
     return times[1:], cpus[1:], rmse
 
 
-def dprec_run(binary, k, t, n, train, test, extra):
+def dprec_run(binary, k, t, n, train, test, extra, skip=1):
+    """Per-pass wall and CPU times of passes skip+1..n, the test RMSE of every pass, and the last line."""
     cmd = [binary, "train", "--data", train, "--test", test, "--rank", str(k), "--threads", str(t),
            "--iterations", str(n)] + extra
     lines = [l for _, _, l in timed_lines(cmd)]
@@ -83,7 +89,7 @@ def dprec_run(binary, k, t, n, train, test, extra):
     times = [float(r[1]) for r in rows]
     rmse = [float(r[4]) for r in rows]
     cpus = [float(r[5]) for r in rows]
-    return times[1:], cpus[1:], rmse, lines[-1]
+    return times[skip:], cpus[skip:], rmse, lines[-1]
 
 
 def SGLD(a):
@@ -91,7 +97,11 @@ def SGLD(a):
     as the scale, priors wide enough for its factors, 5 warm-up passes (counted among the passes), weight 1 for every
     user (as before the protocol's default became rho = tau) and mu fixed at the scale's midpoint."""
     return ["--method", "sgld", "--epsilon", str(a.sgld_epsilon), "--scale", "-2", "8", "--tau", "1000",
-            "--prior-sd", "0.5", "--bias-prior-sd", "0.5", "--warmup", "5", "--max-weight", "1", "--mu-prior-sd", "0"]
+            "--prior-sd", "0.5", "--bias-prior-sd", "0.5", "--warmup", str(SGLD_WARMUP), "--max-weight", "1",
+            "--mu-prior-sd", "0"]
+
+
+SGLD_WARMUP = 5  # SGLD's descent passes before sampling; its timed passes are the ones after them
 
 
 def main():
@@ -105,6 +115,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--sgld-epsilon", type=float, default=1e6,
                     help="SGLD's epsilon (a timing run: 1e6 puts beta = 2.5, near the ordinary posterior)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each tool per configuration, in turn; each figure is the median of their medians")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -126,14 +138,19 @@ def main():
     for k in [int(x) for x in a.ks.split(",")]:
         for t in [int(x) for x in a.threads.split(",")]:
             load = os.getloadavg()[0]
-            lt, lc = [], []
-            if a.libmf:
-                lt, lc, _ = libmf_run(a.libmf, k, t, a.iterations, train)
-            dt, dc, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
-            st, sc, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, SGLD(a))
             med = lambda x: statistics.median(x) if x else None
-            row = {"k": k, "t": t, "load": load, "libmf": med(lt), "libmf_cpu": med(lc), "sgd": med(dt),
-                   "sgd_cpu": med(dc), "sgld": med(st), "sgld_cpu": med(sc), "rmse": drmse[-1]}
+            runs = {"libmf": [], "libmf_cpu": [], "sgd": [], "sgd_cpu": [], "sgld": [], "sgld_cpu": []}
+            for _ in range(max(1, a.repeat)):
+                if a.libmf:
+                    lt, lc, _ = libmf_run(a.libmf, k, t, a.iterations, train)
+                    runs["libmf"].append(med(lt)), runs["libmf_cpu"].append(med(lc))
+                dt, dc, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
+                st, sc, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, SGLD(a), skip=SGLD_WARMUP)
+                runs["sgd"].append(med(dt)), runs["sgd_cpu"].append(med(dc))
+                runs["sgld"].append(med(st)), runs["sgld_cpu"].append(med(sc))
+            row = {key: med(v) for key, v in runs.items()}
+            row.update({"k": k, "t": t, "load": load, "rmse": drmse[-1],
+                        "ratios": [b / c for b, c in zip(runs["sgld_cpu"], runs["sgd_cpu"])]})
             rows.append(row)
             for tool, method, v, c, r in (("libmf", "sgd", row["libmf"], row["libmf_cpu"], ""),
                                           ("dprec", "sgd", row["sgd"], row["sgd_cpu"], drmse[-1]),
@@ -145,7 +162,8 @@ def main():
                 if out:
                     out.write(line + "\n")
                     out.flush()
-    print("\nwall time per pass, median of passes 2..N (M rating updates/s); CPU s per pass (all threads) after /")
+    print("\nwall time per pass, median of passes 2..N (SGLD: its sampling passes; M rating updates/s); CPU s per pass"
+          " (all threads) after /" + (", each the median of %d runs" % a.repeat if a.repeat > 1 else ""))
     print("| k | threads | LIBMF | dprec SGD | dprec SGLD | SGD: dprec / LIBMF, wall / CPU | SGLD / SGD, wall / CPU |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -155,11 +173,14 @@ def main():
         print("| %d | %d | %s | %s | %s | %s | %.2f / %.2f |" % (r["k"], r["t"], lib, cell(r["sgd"], r["sgd_cpu"]),
                                                                  cell(r["sgld"], r["sgld_cpu"]), ratio,
                                                                  r["sgld"] / r["sgd"], r["sgld_cpu"] / r["sgd_cpu"]))
+    if a.repeat > 1:
+        print("\nSGLD / SGD in CPU time, run by run: " + "; ".join(
+            "k = %d, %d threads: %s" % (r["k"], r["t"], ", ".join("%.2f" % x for x in r["ratios"])) for r in rows))
     if a.libmf:
         k, t = (32, 2)
         _, _, lrmse = libmf_run(a.libmf, k, t, a.iterations, train, test)
         _, _, drmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, [])
-        _, _, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, SGLD(a))
+        _, _, srmse, _ = dprec_run(a.bin, k, t, a.iterations, train, test, SGLD(a), skip=SGLD_WARMUP)
         print("\ntest RMSE per pass, k = %d, %d threads:" % (k, t))
         print("| pass | " + " | ".join(str(i + 1) for i in range(a.iterations)) + " |")
         print("|---|" + "---|" * a.iterations)
