@@ -72,6 +72,9 @@ static const char help_head[] =
     "  --device-lambda-per-rating W  a device with n ratings uses cfg.lambda = W n instead (ALS-WR;\n"
     "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02, sgld a fixed\n"
     "                           ridge, its --lambda; 0 turns it off)\n"
+    "  --device-lambda-floor L  the least per-rating ridge: cfg.lambda = max(W n, L) (default 0, or the\n"
+    "                           protocol's: dpals at d > 1 3, so that a device with a few ratings does not\n"
+    "                           fit d coordinates to them)\n"
     "  --epsilon E --delta D    the job's privacy budget (default 1 and 1e-6; ignored by plain; the local\n"
     "                           protocols are pure, delta 0); the devices' ledger caps are set to it\n"
     "  --secure-agg             the job's aggregation is secure (gauss-gd, dpals): SecAgg+ masks and each\n"
@@ -134,6 +137,7 @@ typedef struct options {
     const char *compare; /* --compare LIST (NULL: the protocol's default list) */
     unsigned threads, eval_every;
     double device_lambda, test_fraction;
+    double device_lambda_floor_given; /* --device-lambda-floor, or -1: the protocol's default */
     double device_lambda_per_rating_given; /* --device-lambda-per-rating, or -1: the protocol's default */
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
     int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
@@ -246,7 +250,10 @@ static int device_load(fleet *f, uint32_t u) {
     /* the device's ridge: fixed, or scaled with its number of ratings (the weighted-lambda regularization of
      * ALS-WR, Zhou et al. 2008), which an app may choose since cfg.lambda is its own setting */
     cfg.lambda = (float)(o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
-    if (o->c.device_lambda_per_rating > 0) cfg.lambda = (float)(o->c.device_lambda_per_rating * (ntrain > 0 ? ntrain : 1));
+    if (o->c.device_lambda_per_rating > 0) {
+        double l = o->c.device_lambda_per_rating * (ntrain > 0 ? ntrain : 1);
+        cfg.lambda = (float)(l > o->c.device_lambda_floor ? l : o->c.device_lambda_floor);
+    }
     /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
     cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->c.epsilon;
     cfg.cap_user_delta = cfg.cap_rating_delta = o->c.delta;
@@ -691,6 +698,7 @@ static int fleet_finish_proto(const fleet_proto *p, fleet_common *c) {
      * asks for a fixed ridge (fleet_common.device_lambda_fixed); given on the command line, always */
     if (c->device_lambda_per_rating < 0)
         c->device_lambda_per_rating = c->device_lambda_fixed ? 0.0 : FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING;
+    if (c->device_lambda_floor < 0) c->device_lambda_floor = 0.0;
     return rc;
 }
 
@@ -704,6 +712,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->c.seed = 1;
     o->eval_every = 1;
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given = -1; /* the protocol's (fleet_finish_proto) */
+    o->c.device_lambda_floor = o->device_lambda_floor_given = -1;
     o->test_fraction = 0.1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)(ncpu > 64 ? 64 : ncpu) : 1;
@@ -792,6 +801,11 @@ static int parse_args(int argc, char **argv, options *o) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->device_lambda) || o->device_lambda <= 0)
                 return fleet_flag_error("--device-lambda must be > 0:", v);
+        } else if (strcmp(a, "--device-lambda-floor") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_double(v, &o->device_lambda_floor_given) || o->device_lambda_floor_given < 0)
+                return fleet_flag_error("--device-lambda-floor must be >= 0:", v);
+            o->c.device_lambda_floor = o->device_lambda_floor_given;
         } else if (strcmp(a, "--device-lambda-per-rating") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->device_lambda_per_rating_given) || o->device_lambda_per_rating_given < 0)
@@ -1010,13 +1024,15 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
     }
 
     char dl[64];
-    if (o->c.device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o->c.device_lambda_per_rating);
+    if (o->c.device_lambda_per_rating > 0 && o->c.device_lambda_floor > 0)
+        snprintf(dl, sizeof dl, "%g x ratings, at least %g", o->c.device_lambda_per_rating, o->c.device_lambda_floor);
+    else if (o->c.device_lambda_per_rating > 0) snprintf(dl, sizeof dl, "%g x ratings", o->c.device_lambda_per_rating);
     else snprintf(dl, sizeof dl, "%g", o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
     if (main_job) {
         printf("job %llu: protocol %s, d = %u, lambda = %g (devices: %s), %u rounds, %u devices, %u threads\n",
                (unsigned long long)f->job, o->proto->name, o->c.rank, o->c.lambda, dl, o->c.rounds, f->data.num_users,
                nthreads);
-        if (o->proto->describe != NULL) o->proto->describe(&o->c);
+        if (o->proto->describe != NULL) o->proto->describe(&o->c, &f->data);
     } else if (!o->quiet) {
         fprintf(stderr, "compare: job %llu: protocol %s, d = %u, %u rounds\n", (unsigned long long)f->job,
                 o->proto->name, o->c.rank, o->c.rounds);
@@ -1291,6 +1307,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.rounds_set = o->c.rank_set = 0;
     o->c.lambda = -1;
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
+    o->c.device_lambda_floor = o->device_lambda_floor_given;
     o->c.device_lambda_fixed = 0;
     o->c.secure_agg = 0; /* a comparison runs with its own trusted aggregator */
     o->c.dropout = 0;

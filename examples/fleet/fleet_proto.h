@@ -21,6 +21,9 @@ typedef struct fleet_common {
     /* --device-lambda-per-rating W (a device with n ratings uses cfg.lambda = W n; 0: off), or -1: the protocol's
      * default (its finish may set it; else FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING, or 0 with device_lambda_fixed) */
     double device_lambda_per_rating;
+    /* --device-lambda-floor L: with a per-rating ridge, a device uses max(W n, L); or -1: the protocol's default (its
+     * finish may set it; else 0) */
+    double device_lambda_floor;
     int device_lambda_fixed;/* set by a protocol's finish: its devices' default ridge is the fixed --device-lambda or
                              * lambda, not --device-lambda-per-rating's default (given on the command line, that wins) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
@@ -56,8 +59,8 @@ typedef struct fleet_proto {
      * (u = 0). NULL: predictions come from the least-squares fit on the release, mu + b_j + u . v_j. */
     int (*own_vector)(const fleet_common *o, const fleet_data *d, dprec_client *c, uint64_t job, float *u,
                       uint32_t dim, double *base);
-    /* Printed after the job line (NULL: nothing). */
-    void (*describe)(const fleet_common *o);
+    /* Printed after the job line (NULL: nothing); d: the fleet's data. */
+    void (*describe)(const fleet_common *o, const fleet_data *d);
     /* The protocols a run of this one is compared with by default (--compare: each on a fresh copy of the fleet at
      * the same budget, with its own defaults), comma-separated; NULL: none. */
     const char *compare;

@@ -22,10 +22,10 @@ static int bias_finish(fleet_common *o) {
     return fleet_proto_dpals.finish(o);
 }
 
-static void bias_describe(const fleet_common *o) {
+static void bias_describe(const fleet_common *o, const fleet_data *d) {
     printf("bias: the private bias model mu + b_j + c_i (dpals at d = 1: the item biases released with user-level "
            "joint DP, each device's own bias c_i fitted on the device)\n");
-    fleet_proto_dpals.describe(o);
+    fleet_proto_dpals.describe(o, d);
 }
 
 static int bias_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {

@@ -51,10 +51,16 @@ typedef struct dpals_eff {
     double u_clip, rating_clip, bias_scale; /* rating_clip, bias_scale 0: the aggregator's default */
 } dpals_eff;
 
-static void dpals_effective(const fleet_common *o, dpals_eff *e) {
+/* d: the fleet's data, for k's default. The sensitivity is sqrt(2k) whatever the devices hold, so a k above every
+ * device's count buys only noise: the default k is at most the largest number of training ratings a device holds
+ * (in a deployment, the app's rating capacity, a public setting that bounds every device's count; the fleet reads it
+ * off its data as it reads m and the number of devices). On a 120-device fleet of at most 13 ratings a device, k = 200
+ * gave 1.13-1.36 at epsilon 8, above the global mean, and k = 13 0.96-1.04 (docs/results.md, "Defaults"). */
+static void dpals_effective(const fleet_common *o, const fleet_data *d, dpals_eff *e) {
     const int high = o->rank > 1 && o->epsilon >= DPALS_HIGH_EPSILON;
     e->residual = dp.residual >= 0 ? dp.residual : 1;
     e->max_items = dp.max_items > 0 ? dp.max_items : (high ? 200u : 100u);
+    if (dp.max_items == 0 && d->max_train > 0 && d->max_train < e->max_items) e->max_items = d->max_train;
     e->u_clip = dp.u_clip > 0 ? dp.u_clip : DPREC_DPALS_DEFAULT_U_CLIP;
     e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 ? 0.5 : 0.0);
     /* the aggregator's default bias feature (u_clip: half of each report's sensitivity for the item bias). 1.5 (90%)
@@ -70,6 +76,10 @@ static int dpals_finish(fleet_common *o) {
     if (!o->rounds_set) o->rounds = high ? 5 : 3;
     /* with the noise of epsilon >= 5 the devices' ridge of 0.1 per rating shrank their factors too far: 0.02 */
     if (o->device_lambda_per_rating < 0 && high) o->device_lambda_per_rating = 0.02;
+    /* a device with a few ratings would fit its d coordinates to them at W n (0.24 for 12 ratings at d = 10): at least
+     * 3 (120 devices of at most 13 ratings, epsilon 8: 0.80-1.03 against 0.96-1.04; ml10m:0.1 and ml-100k within
+     * their spread or better, docs/results.md "Defaults") */
+    if (o->device_lambda_floor < 0 && o->rank > 1) o->device_lambda_floor = 3.0;
     if (dp.sampling_rate == 0) dp.sampling_rate = 1.0;
     if (dp.init_scale == 0) dp.init_scale = 0.1;
     if (o->rank < 1 || o->rank > 64) return fleet_flag_error("dpals needs --rank in 1..64 (column 0 is the user bias)", NULL);
@@ -81,7 +91,7 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     char rc[512] = "";
     size_t n = 0;
     dpals_eff e;
-    dpals_effective(o, &e);
+    dpals_effective(o, d, &e);
     if (e.rating_clip > 0) n += (size_t)snprintf(rc, sizeof rc, ",\"rating_clip\":%.17g", e.rating_clip);
     if (dp.item_lambda > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"lambda\":%.17g", dp.item_lambda);
     if (dp.noise_multiplier > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"noise_multiplier\":%.17g", dp.noise_multiplier);
@@ -106,7 +116,7 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
 static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t ntrain, dprec_config *cfg) {
     (void)ntrain;
     dpals_eff e;
-    dpals_effective(o, &e);
+    dpals_effective(o, d, &e);
     cfg->max_report_bytes = 64u + 4u * o->rank + 8u * e.max_items;
     if (o->secure_agg) { /* every item's statistics, m (d (d + 1) / 2 + d) numbers padded to a power of two, masked */
         uint32_t len = d->num_items * (o->rank * (o->rank + 1u) / 2u + o->rank), dim = 1;
@@ -116,9 +126,9 @@ static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     }
 }
 
-static void dpals_describe(const fleet_common *o) {
+static void dpals_describe(const fleet_common *o, const fleet_data *d) {
     dpals_eff e;
-    dpals_effective(o, &e);
+    dpals_effective(o, d, &e);
     printf("dpals (Chien et al. 2021): each device reports up to %u ratings a round (%s targets), its w clipped to %g; "
            "column 0 of V is the users' own bias (fitted on the device, never sent)\n",
            e.max_items, e.residual ? "residual" : "centred", e.u_clip);
@@ -131,7 +141,8 @@ const fleet_proto fleet_proto_dpals = {
     "dpals",
     "dpals (private alternating least squares, Chien et al. 2021; user-level joint DP; docs/privacy.md):\n"
     "  (defaults per epsilon, docs/results.md \"Defaults\": at epsilon >= 5, 5 rounds, --max-items 200 and\n"
-    "  --device-lambda-per-rating 0.02; below, 3 rounds, --max-items 100 and the fleet's device ridge)\n"
+    "  --device-lambda-per-rating 0.02; below, 3 rounds, --max-items 100 and the fleet's device ridge; at d > 1\n"
+    "  --device-lambda-floor 3; --max-items at most the largest device's training ratings)\n"
     "  --residual on|off        targets are residuals of the round's release, which the solve corrects\n"
     "                           (params.residual; default on)\n"
     "  --item-lambda L          lambda of the item systems' posterior solve, sigma_r^2 / tau^2 (default 5;\n"

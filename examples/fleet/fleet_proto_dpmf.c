@@ -98,8 +98,9 @@ static void dpmf_device(const fleet_common *o, const fleet_data *d, uint32_t ntr
     cfg->max_report_bytes = (uint32_t)n;
 }
 
-static void dpmf_describe(const fleet_common *o) {
+static void dpmf_describe(const fleet_common *o, const fleet_data *d) {
     (void)o;
+    (void)d;
     if (dm.mode == DPREC_DPMF_TRUSTED)
         printf("dpmf (seed 004), trusted recommender: each device reports x = [w; 1] (w clipped to %g) and up to %u "
                "targets a round; the aggregator minimizes the pseudo-Huber objective (c = %g) perturbed by eta_j . theta\n",

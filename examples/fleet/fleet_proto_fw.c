@@ -84,7 +84,8 @@ static int fw_own_vector(const fleet_common *o, const fleet_data *d, dprec_clien
     return dprec_fw_user_vector(c, job, u, dim);
 }
 
-static void fw_describe(const fleet_common *o) {
+static void fw_describe(const fleet_common *o, const fleet_data *d) {
+    (void)d;
     printf("private-fw (seed 002): %s, n = %u items, xi = %u, T = %u, L = %g; the epsilon column is user-level "
            "joint DP (the releases and the other users' rows; each device's own Y_i is not covered)\n",
            fw.variant, o->items_top, fw.xi, o->rounds, fw.L);

@@ -157,7 +157,8 @@ static void gauss_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     }
 }
 
-static void gauss_describe(const fleet_common *o) {
+static void gauss_describe(const fleet_common *o, const fleet_data *d) {
+    (void)d;
     printf("gauss-gd (seed 001): unit %s, clip %g, step %g%s, reports of %u (item, coef) pairs\n", gp.unit, gp.clip,
            lr_used, gp.lr > 0 ? "" : " (the default: min(1 / raters per item, 0.2 / (sigma sqrt(rounds))))",
            gp.max_ratings);

@@ -137,7 +137,8 @@ static void sgld_device(const fleet_common *o, const fleet_data *d, uint32_t ntr
     cfg->sgld_epsilon = user < sg.npersonal ? sg.personal[user] : 0.0;
 }
 
-static void sgld_describe(const fleet_common *o) {
+static void sgld_describe(const fleet_common *o, const fleet_data *d) {
+    (void)d;
     uint32_t listed = 0;
     for (uint32_t k = 0; k < sg.npersonal; k++) listed += sg.personal[k] > 0;
     printf("sgld (seed 003): each device uploads at most tau = %u of its ratings once (a uniform subset), weighted so that "
