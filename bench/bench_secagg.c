@@ -25,12 +25,12 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int parse_list(const char *s, unsigned *out, int max) {
+static int parse_list(const char *s, unsigned *out, int max, unsigned long limit) {
     int n = 0;
     while (*s && n < max) {
         char *end;
         unsigned long v = strtoul(s, &end, 10);
-        if (end == s || v == 0 || v > 100000) return -1;
+        if (end == s || v == 0 || v > limit) return -1;
         out[n++] = (unsigned)v;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') return -1;
@@ -178,12 +178,16 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--help")) {
             printf("usage: dprec-bench-secagg [--devices N[,N...]] [--dims D[,D...]] [--dropout RATE]\n"
                    "One secure-aggregation round with the distributed discrete Gaussian, in process: per device the\n"
-                   "encoding's and the round's CPU time, memory and bytes; the aggregator's CPU time (docs/benchmarks.md).\n");
+                   "encoding's and the round's CPU time, memory and bytes; the aggregator's CPU time (docs/benchmarks.md).\n"
+                   "  --devices N  devices in the round, 1..100000 (default 100,1000)\n"
+                   "  --dims D     vector lengths, 1..1048576 (default 10,64; a protocol's whole contribution, e.g. dpals's\n"
+                   "               109330 on ml-100k, is one of these)\n"
+                   "  --dropout R  the share of devices that drop before masking, 0..0.3 (default 0.1)\n");
             return 0;
         } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
-            if ((nn = parse_list(argv[++i], ns, 8)) <= 0) return fprintf(stderr, "bench: bad --devices\n"), 2;
+            if ((nn = parse_list(argv[++i], ns, 8, 100000)) <= 0) return fprintf(stderr, "bench: bad --devices (1..100000)\n"), 2;
         } else if (!strcmp(argv[i], "--dims") && i + 1 < argc) {
-            if ((nd = parse_list(argv[++i], ds, 8)) <= 0) return fprintf(stderr, "bench: bad --dims\n"), 2;
+            if ((nd = parse_list(argv[++i], ds, 8, 1u << 20)) <= 0) return fprintf(stderr, "bench: bad --dims (1..1048576)\n"), 2;
         } else if (!strcmp(argv[i], "--dropout") && i + 1 < argc) {
             dropout = atof(argv[++i]);
             if (!(dropout >= 0.0 && dropout <= 0.3)) return fprintf(stderr, "bench: --dropout in [0, 0.3]\n"), 2;
