@@ -54,8 +54,9 @@ typedef struct dpals_eff {
 /* d: the fleet's data, for k's default. The sensitivity is sqrt(2k) whatever the devices hold, so a k above every
  * device's count buys only noise: the default k is at most the largest number of training ratings a device holds
  * (in a deployment, the app's rating capacity, a public setting that bounds every device's count; the fleet reads it
- * off its data as it reads m and the number of devices). On a 120-device fleet of at most 13 ratings a device, k = 200
- * gave 1.13-1.36 at epsilon 8, above the global mean, and k = 13 0.96-1.04 (docs/results.md, "Defaults"). */
+ * off its data as it reads m and the number of devices). On a 120-device fleet of at most 13 ratings a device at
+ * epsilon 8, k = 200 with the ridge of 0.02 per rating gave 1.05-1.37 over eight seeds, mostly above the global mean;
+ * k = 13 alone 0.96-1.04 on four of them, with the ridge's floor below 0.79-0.92 (docs/results.md, "Defaults"). */
 static void dpals_effective(const fleet_common *o, const fleet_data *d, dpals_eff *e) {
     const int high = o->rank > 1 && o->epsilon >= DPALS_HIGH_EPSILON;
     e->residual = dp.residual >= 0 ? dp.residual : 1;
