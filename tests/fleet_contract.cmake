@@ -3,7 +3,8 @@
 # fleet_run_ok(): the exit status was 0 (rc), with the output printed for the test log (out, err).
 # fleet_final(PROTOCOL ROUNDS BUDGET RMSE_VAR): the last line is the contract
 #   `final: protocol=P rounds=N test_rmse=X epsilon=E delta=1e-06`, with E at most BUDGET; RMSE_VAR gets X.
-# fleet_ledgers_within(): every device's ledger is at most the aggregator's accountant's figure.
+# fleet_ledgers_within([DEVICES]): every device's ledger is at most the aggregator's accountant's figure (and, given
+#   DEVICES, the line covers that many devices).
 # fleet_baseline(WHAT VAR): VAR gets the baseline WHAT ("global mean" or "item mean") of the first baselines line.
 macro(fleet_run_ok)
   message(STATUS "dprec-fleet output:\n${out}${err}")
@@ -25,8 +26,12 @@ function(fleet_final protocol rounds budget rmse_var)
 endfunction()
 
 function(fleet_ledgers_within)
-  if(NOT out MATCHES "ledgers: [0-9]+ devices charged this job, at most epsilon = ([0-9.e+-]+) each [^\n]*the aggregator's accountant for the rounds run: ([0-9.e+-]+)")
-    message(FATAL_ERROR "no ledger check line")
+  set(devices "[0-9]+")
+  if(ARGC GREATER 0)
+    set(devices "${ARGV0}")
+  endif()
+  if(NOT out MATCHES "ledgers: ${devices} devices charged this job, at most epsilon = ([0-9.e+-]+) each [^\n]*the aggregator's accountant for the rounds run: ([0-9.e+-]+)")
+    message(FATAL_ERROR "no ledger check line covering ${devices} devices")
   endif()
   if(CMAKE_MATCH_1 GREATER CMAKE_MATCH_2)
     message(FATAL_ERROR "a device charged more (${CMAKE_MATCH_1}) than the aggregator's figure (${CMAKE_MATCH_2})")
