@@ -19,6 +19,6 @@ double dprec_dpals_clamp(double t, double rating_clip) {
     return t > rating_clip ? rating_clip : (t < -rating_clip ? -rating_clip : t);
 }
 
-double dprec_dpals_sensitivity(uint32_t max_items) {
-    return sqrt(2.0 * (double)max_items);
+double dprec_dpals_sensitivity(uint32_t max_items, double gram_weight) {
+    return sqrt((double)max_items * (1.0 + gram_weight * gram_weight));
 }

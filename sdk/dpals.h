@@ -17,13 +17,17 @@
  *     where x_i = [1]: dprec_dpals_x2);
  *   - every target is clamped to [-Gamma_r, Gamma_r] (params.rating_clip);
  *   - at most k of the user's ratings are reported (params.max_items; a uniform sample, drawn afresh each round).
- * The aggregator noises the *normalized* statistics G_j / X2 (on and above the diagonal) and h_j / (Gamma_r
- * sqrt(X2)). For one user and one item, the normalized upper triangle of x x^T has norm at most
- * ||x||^2 / X2 <= 1 (the sum over a <= b of (x_a x_b)^2 is at most ||x||^4), and the normalized t x at most 1;
- * over the user's at most k items, adding or removing the user moves the normalized statistics by at most
- *   Delta = sqrt(2 k)                                                                  (dprec_dpals_sensitivity)
- * in L2. The aggregator re-clips every report itself (agg_dpals_accumulate), so the bound holds whatever a
- * device sends. */
+ * The aggregator noises the *normalized* statistics alpha G_j / X2 (on and above the diagonal) and h_j / (Gamma_r
+ * sqrt(X2)), alpha = params.gram_weight. For one user and one item, the normalized upper triangle of x x^T has norm
+ * at most alpha ||x||^2 / X2 <= alpha (the sum over a <= b of (x_a x_b)^2 is at most ||x||^4), and the normalized
+ * t x at most 1; over the user's at most k items, adding or removing the user moves the normalized statistics by at
+ * most
+ *   Delta = sqrt(k (1 + alpha^2))                                                      (dprec_dpals_sensitivity)
+ * in L2 (DPALS's sqrt(2 k) at alpha = 1). The aggregator re-clips every report itself (agg_dpals_accumulate), so
+ * the bound holds whatever a device sends. alpha splits one noise level between the two statistics: once scaled
+ * back, the noise on G_j is sigma X2 / alpha and on h_j sigma Gamma_r sqrt(X2), so alpha < 1 buys a more precise
+ * h_j with a noisier G_j, which the aggregator shrinks toward the fleet's pooled Gram structure
+ * (agg_dpals_shrink_gram) where h_j has no such help. */
 #ifndef DPREC_DPALS_H
 #define DPREC_DPALS_H
 
@@ -58,8 +62,15 @@ static inline double dprec_dpals_x2(uint32_t d, double u_clip, double bias_scale
     return (d > 1u ? u_clip * u_clip : 0.0) + bias_scale * bias_scale;
 }
 
-/* The L2 sensitivity of the normalized statistics when one user is added or removed: sqrt(2 k). */
-double dprec_dpals_sensitivity(uint32_t max_items);
+/* The weight alpha of the Gram statistics (params.gram_weight): chosen on the MovieLens-10M-shaped fleet at a tenth
+ * (ml10m:0.1, seeds 2 and 3, not the leaderboard's seed 1): at epsilon 10, 1, 0.5 and 0.25 gave 0.7954, 0.7909,
+ * 0.7923 (seed 2) and 0.7928, 0.7882, 0.7871 (seed 3); docs/results.md "Defaults". */
+#define DPREC_DPALS_DEFAULT_GRAM_WEIGHT 0.5
+#define DPREC_DPALS_MAX_GRAM_WEIGHT 16.0
+
+/* The L2 sensitivity of the normalized statistics when one user is added or removed: sqrt(k (1 + alpha^2)),
+ * alpha = gram_weight (sqrt(2 k) at alpha = 1). */
+double dprec_dpals_sensitivity(uint32_t max_items, double gram_weight);
 
 /* Coordinates of one item's normalized statistics: the upper triangle of G (d (d + 1) / 2) then h (d). */
 static inline uint32_t dprec_dpals_item_coords(uint32_t d) {

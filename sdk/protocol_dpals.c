@@ -16,7 +16,7 @@
  * (DPREC_PAD_ITEM, +0.0: report.h), so that its length never tells how many ratings the user has.
  *
  * The policy: each round is the Poisson-subsampled discrete Gaussian with the published noise multiplier z
- * (privacy.noise_multiplier, over the sensitivity sqrt(2k) of the normalized statistics) at the job's
+ * (privacy.noise_multiplier, over the sensitivity sqrt(k (1 + alpha^2)) of the normalized statistics) at the job's
  * participation rate q; every round the device draws for is charged, sat out or not (when q < 1).
  *
  * Payload: [d u32][k u32] then w (d - 1 float32) then k pairs [item u32][target float32]. */
@@ -36,7 +36,7 @@
 
 typedef struct dpals_job {
     uint32_t max_items;
-    double u_clip, rating_clip, bias_scale;
+    double u_clip, rating_clip, bias_scale, gram_weight;
     int residual; /* params.residual: utility only (the aggregator re-clamps every target whatever it is) */
 } dpals_job;
 
@@ -66,6 +66,13 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
     if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->bias_scale >= 0.0 && p->bias_scale <= DPREC_DPALS_MAX_CLIP))
         return DPREC_ERR_JOB_PARAMS;
     if (!(p->bias_scale > 0.0)) p->bias_scale = c->cfg.dim > 1 ? p->u_clip : 1.0;
+    /* the Gram statistics' weight (sdk/dpals.h): only the secure report, which the device noises itself, uses it,
+     * and the device computes its sensitivity from it, so no value of it weakens the device's guarantee */
+    p->gram_weight = DPREC_DPALS_DEFAULT_GRAM_WEIGHT;
+    rc = dprec_json_get_number(doc, 0, "params.gram_weight", &p->gram_weight);
+    if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) ||
+        !(p->gram_weight > 0.0 && p->gram_weight <= DPREC_DPALS_MAX_GRAM_WEIGHT))
+        return DPREC_ERR_JOB_PARAMS;
     return DPREC_OK;
 }
 
@@ -82,7 +89,7 @@ static double target(const dprec_client *c, const dpals_job *p, uint32_t i) {
 }
 
 /* params.aggregation "secure": the vector is the normalized statistics of every item (aggregator/core/proto_dpals.c,
- * agg_dpals_accumulate), m (d (d + 1) / 2 + d) numbers of L2 norm <= sqrt(2k). 0 if longer than secure aggregation
+ * agg_dpals_accumulate), m (d (d + 1) / 2 + d) numbers of L2 norm <= sqrt(k (1 + alpha^2)). 0 if longer than secure aggregation
  * takes. */
 static uint32_t secure_len(const dprec_client *c) {
     uint64_t n = (uint64_t)c->cfg.num_items * dprec_dpals_item_coords(c->cfg.dim);
@@ -97,7 +104,7 @@ static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_
     if (secure < 0) return DPREC_ERR_JOB_PARAMS;
     if (secure) { /* the aggregator is not trusted: the devices' shares make the noise (sdk/secure.h) */
         if (secure_len(c) == 0) return DPREC_ERR_JOB_PARAMS;
-        return dprec_secure_policy(c, job, secure_len(c), dprec_dpals_sensitivity(p.max_items), out);
+        return dprec_secure_policy(c, job, secure_len(c), dprec_dpals_sensitivity(p.max_items, p.gram_weight), out);
     }
     double z = NAN, zp;
     if (dprec_json_get_number(job->doc, 0, "privacy.noise_multiplier", &z) != DPREC_OK || !(z > 0.0) ||
@@ -136,7 +143,7 @@ static int build_secure(dprec_client *c, const dprec_sync_job *job, const dprec_
     double x[DPALS_MAX_D];
     dprec_dpals_features(c->u + 1, d, p->u_clip, x); /* the fallback's u is 0: w = 0 */
     x[d - 1u] = p->bias_scale;
-    const double x2 = dprec_dpals_x2(d, p->u_clip, p->bias_scale), gs = 1.0 / x2, hs = 1.0 / (p->rating_clip * sqrt(x2));
+    const double x2 = dprec_dpals_x2(d, p->u_clip, p->bias_scale), gs = p->gram_weight / x2, hs = 1.0 / (p->rating_clip * sqrt(x2));
     memset(st, 0, sizeof(double) * vlen);
     uint32_t chosen = 0;
     for (uint32_t i = 0; i < n && chosen < keep; i++) {

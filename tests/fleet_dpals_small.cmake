@@ -1,6 +1,6 @@
 # dpals's defaults on a fleet of light devices: 120 devices of at most 13 training ratings each (synthetic, d = 10,
 # epsilon 8, user level, 5 rounds), nothing set but the budget. Its defaults must fit such a fleet: k no larger than
-# the largest device's count (the sensitivity is sqrt(2k) whatever the devices hold) and a device ridge of at least
+# the largest device's count (the sensitivity is sqrt(k (1 + alpha^2)) whatever the devices hold) and a device ridge of at least
 # 3, so that a device does not fit its d coordinates to a dozen ratings. Before those two rules this run gave
 # 1.17-1.37 (global mean 1.12, item mean 1.02: worse than predicting the mean); with them 0.79-0.87 in six runs.
 # Checks the job line and the reports' size the rules give, and a test RMSE below the item mean.

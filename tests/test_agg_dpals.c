@@ -73,15 +73,17 @@ static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32
     *n = cnt;
 }
 
-/* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(2k) in L2, and each
- * item's by at most sqrt(2), for honest and malicious payloads alike (the aggregator re-clips). */
-static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params) {
+/* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(k (1 + alpha^2)) in L2
+ * (sqrt(2k) at alpha = 1), and each item's by at most sqrt(1 + alpha^2), for honest and malicious payloads alike
+ * (the aggregator re-clips); alpha is the job's params.gram_weight. */
+static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params, double alpha) {
     agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 5;
     float w[D], t[K];
     uint32_t items[K], n;
     unsigned char p[PMAX];
-    double worst = 0, worst_item = 0;
+    double worst = 0, worst_item = 0, worst_g = 0, worst_h = 0;
+    const uint32_t tri = D * (D + 1) / 2;
     for (int trial = 0; trial < 400; trial++) {
         random_user(&s, w, items, t, &n);
         double *base = calloc(M * CW, sizeof(double)), *with = calloc(M * CW, sizeof(double));
@@ -98,36 +100,50 @@ static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params)
         assert_int_equal(agg_dpals_accumulate(&j, p, len, with), 0);
         double tot = 0;
         for (uint32_t it = 0; it < M; it++) {
-            double e = 0;
+            double e = 0, eg = 0;
             for (uint32_t c = 0; c < CW; c++) {
                 double dd = with[it * CW + c] - base[it * CW + c];
                 e += dd * dd;
+                if (c < tri) eg += dd * dd;
             }
             if (sqrt(e) > worst_item) worst_item = sqrt(e);
-            assert_true(sqrt(e) <= sqrt(2.0) * (1 + 1e-12));
+            if (sqrt(eg) > worst_g) worst_g = sqrt(eg);
+            if (sqrt(e - eg) > worst_h) worst_h = sqrt(e - eg);
+            assert_true(sqrt(eg) <= alpha * (1 + 1e-12) && sqrt(e - eg) <= 1 + 1e-12);
+            assert_true(sqrt(e) <= sqrt(1.0 + alpha * alpha) * (1 + 1e-12));
             tot += e;
         }
         if (sqrt(tot) > worst) worst = sqrt(tot);
-        assert_true(sqrt(tot) <= dprec_dpals_sensitivity(K) * (1 + 1e-12));
+        assert_true(sqrt(tot) <= dprec_dpals_sensitivity(K, alpha) * (1 + 1e-12));
         free(base);
         free(with);
     }
-    /* the bound is approached (a clipped user with every target at the clip), so the test has teeth */
-    assert_true(worst_item > 0.9 * sqrt(2.0));
-    assert_true(worst > 0.5 * dprec_dpals_sensitivity(K));
+    /* the bounds are approached (a clipped user with every target at the clip), so the test has teeth: h's part
+     * reaches 1, the Gram part alpha times the triangle's norm, (||x||^4 + sum x_a^4) / 2 under ||x||^4, about 0.8
+     * of it for these clipped x = [w; 0.8] */
+    assert_true(worst_h > 0.99 && worst_g > 0.75 * alpha);
+    assert_true(worst_item > 0.9 * sqrt(1.0 + 0.75 * 0.75 * alpha * alpha));
+    assert_true(worst > 0.5 * dprec_dpals_sensitivity(K, alpha));
 }
 
 static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
     (void)state;
-    one_user_moves_the_statistics_by_at_most_sqrt_2k("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}");
+    /* the default Gram weight, DPALS's own (1), and one above it */
+    one_user_moves_the_statistics_by_at_most_sqrt_2k("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}",
+                                                     DPREC_DPALS_DEFAULT_GRAM_WEIGHT);
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":1}", 1.0);
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":3}", 3.0);
     /* residual targets (params.residual): the same payload, the same re-clipping, the same bound */
     one_user_moves_the_statistics_by_at_most_sqrt_2k(
-        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"residual\":true}");
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"residual\":true}",
+        DPREC_DPALS_DEFAULT_GRAM_WEIGHT);
 }
 
 /* The noise multiplier is the accountant inverted for the job's (epsilon, delta, rounds, q), the round's step
- * is that Gaussian, the published figure equals the accountant's, and sigma = z times the sensitivity sqrt(2k)
- * with the grid's allowance. */
+ * is that Gaussian, the published figure equals the accountant's, and sigma = z times the sensitivity
+ * sqrt(k (1 + alpha^2)) with the grid's allowance (alpha the default Gram weight, 0.5: sqrt(62.5) at k = 50). */
 static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state) {
     (void)state;
     agg_job j = make_job("{\"max_items\":50}", 200, 6, 2.0, 1e-6, 8, 0.5);
@@ -136,8 +152,9 @@ static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state)
     assert_int_equal(agg_dpals_noise_scale(&j, &z, &sens, &sigma), 0);
     assert_true(z == zinv);
     double a = sqrt(200.0 * (6 * 7 / 2 + 6)) * z * 0x1p-19;
-    assert_true(fabs(sens - sqrt(100.0) / (1 - a)) <= 1e-12 * sens);
-    assert_true(sens >= sqrt(100.0) && sigma == z * sens);
+    assert_true(DPREC_DPALS_DEFAULT_GRAM_WEIGHT == 0.5);
+    assert_true(fabs(sens - sqrt(62.5) / (1 - a)) <= 1e-12 * sens);
+    assert_true(sens >= sqrt(62.5) && sigma == z * sens);
     dprec_step st;
     assert_int_equal(agg_protocol_dpals.round_step(&j, &st), 0);
     assert_true(st.kind == DPREC_STEP_GAUSSIAN && st.noise_multiplier == z && st.q == 0.5 && st.discrete == 1);
@@ -154,6 +171,8 @@ static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state)
     const cJSON *ue = cJSON_GetObjectItemCaseSensitive(priv, "user_epsilon");
     assert_true(cJSON_IsNumber(nm) && nm->valuedouble == z);
     assert_true(cJSON_IsNumber(ue) && ue->valuedouble == eps);
+    const cJSON *gw = cJSON_GetObjectItemCaseSensitive(priv, "gram_weight");
+    assert_true(cJSON_IsNumber(gw) && gw->valuedouble == 0.5);
     cJSON_Delete(priv);
     /* an explicit multiplier is taken as it is */
     agg_job j2 = make_job("{\"noise_multiplier\":3.5}", 200, 6, 1e4, 1e-6, 8, 1.0);
@@ -166,14 +185,16 @@ static void test_dpals_noise_scale_equals_the_accountant_inversion(void **state)
  * (the published z times the sensitivity with its allowance), for the private bias model (d = 1: each item's
  * count and sum) as for a factor model (d = 2). 4000 items: the sample std within 4 standard errors (false failure
  * below 1e-4) and the mean within 4.5; a scale off by 3% fails. */
-static void check_published_noise(uint32_t d, const char *params, double eps, double want_z) {
+static void check_published_noise(uint32_t d, const char *params, double eps, double want_z, double alpha) {
     const uint32_t m = 4000, cw = d * (d + 1) / 2 + d;
     agg_job j = make_job(params, m, d, eps, 1e-6, 5, 0.5);
     double z, sens, sigma;
     assert_int_equal(agg_dpals_noise_scale(&j, &z, &sens, &sigma), 0);
-    /* sqrt(2 k) = 4, with the grid's allowance 1 / (1 - sqrt(N) z 2^-19) over the N noised coordinates */
+    /* sqrt(k (1 + alpha^2)) (k = 8), with the grid's allowance 1 / (1 - sqrt(N) z 2^-19) over the N noised
+     * coordinates */
     assert_true(z == want_z);
-    assert_true(fabs(sens / (4.0 / (1.0 - sqrt((double)m * cw) * z * ldexp(1.0, -19))) - 1.0) < 1e-12);
+    const double want_sens = sqrt(8.0 * (1.0 + alpha * alpha));
+    assert_true(fabs(sens / (want_sens / (1.0 - sqrt((double)m * cw) * z * ldexp(1.0, -19))) - 1.0) < 1e-12);
     dprec_rng rng;
     assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"dpals-noise", 11, "test"), DPREC_OK);
     double *stats = NULL;
@@ -198,14 +219,15 @@ static void check_published_noise(uint32_t d, const char *params, double eps, do
 
 static void test_dpals_step_adds_the_published_noise(void **state) {
     (void)state;
-    check_published_noise(2, "{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5}", 1e4, 2.0);
+    check_published_noise(2, "{\"noise_multiplier\":2,\"max_items\":8,\"rating_clip\":1.5}", 1e4, 2.0, 0.5);
+    check_published_noise(2, "{\"noise_multiplier\":2,\"max_items\":8,\"gram_weight\":1}", 1e4, 2.0, 1.0);
     /* the private bias model, its multiplier inverted from the budget (eps 1, delta 1e-6, 5 rounds, q = 0.5) */
     agg_job b = make_job("{\"max_items\":8}", 4000, 1, 1.0, 1e-6, 5, 0.5);
     double z, sens, sigma, want;
     assert_int_equal(agg_dpals_noise_scale(&b, &z, &sens, &sigma), 0);
     assert_int_equal(dprec_gauss_noise_multiplier(1.0, 1e-6, 5, 0.5, &want), DPREC_OK);
     assert_true(fabs(z / want - 1.0) < 1e-12);
-    check_published_noise(1, "{\"max_items\":8}", 1.0, z);
+    check_published_noise(1, "{\"max_items\":8}", 1.0, z, 0.5);
 }
 
 /* The posterior filter (agg_dpals_solve with kappa > 0): in G's eigenbasis each coefficient is g h_e / (g^2 +
@@ -307,13 +329,14 @@ static void test_dpals_noisy_gram_is_symmetric(void **state) {
  * (params.residual) the solve is the correction of the release's m_j = [f_j; b_j]: s = m_j + (G + lambda I)^-1 h',
  * h' the sums of the residual targets t' x; since t' = t - x . m_j gives h' = h - G m_j, that is the ridge
  * regression toward the release, (G + lambda I)^-1 (h + lambda m_j). */
-static void check_exact_als(int residual) {
+static void check_exact_als(int residual, const char *gram_weight) {
     enum { U = 60 };
-    agg_job j = make_job(residual ? "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
-                                    "\"noise_multiplier\":1,\"residual\":true}"
-                                  : "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
-                                    "\"noise_multiplier\":1}",
-                         M, D, 100, 1e-6, 10, 1.0);
+    char params[256];
+    snprintf(params, sizeof params,
+             "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
+             "\"noise_multiplier\":1,\"gram_weight\":%s%s}",
+             gram_weight, residual ? ",\"residual\":true" : "");
+    agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 17;
     static float w[U][D], t[U][M];
     static uint32_t items[U][M], n[U];
@@ -391,12 +414,15 @@ static void check_exact_als(int residual) {
 
 static void test_dpals_without_noise_equals_exact_als(void **state) {
     (void)state;
-    check_exact_als(0);
+    check_exact_als(0, "1");
+    check_exact_als(0, "0.5"); /* the Gram statistics' weight is undone before the solve */
+    check_exact_als(0, "3");
 }
 
 static void test_dpals_residual_without_noise_equals_ridge_toward_the_release(void **state) {
     (void)state;
-    check_exact_als(1);
+    check_exact_als(1, "1");
+    check_exact_als(1, "0.5");
 }
 
 /* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
@@ -461,13 +487,15 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
     (void)state;
     char err[AGG_ERRMSG];
     assert_int_equal(validate("{}", 100, 8, 1, 1.0, err, sizeof err), 0);
+    assert_int_equal(validate("{\"gram_weight\":16}", 100, 8, 1, 1.0, err, sizeof err), 0);
     assert_int_equal(validate("{}", 100, 0, 1, 1.0, err, sizeof err), -1);
     assert_int_equal(validate("{}", 100, 65, 1, 1.0, err, sizeof err), -1);
     assert_int_equal(validate("{}", 100, 8, 0, 1.0, err, sizeof err), -1); /* no budget */
     assert_non_null(strstr(err, "budget"));
     const char *bad[] = {"{\"max_items\":0}", "{\"max_items\":1.5}", "{\"max_items\":70000}", "{\"u_clip\":0}",
                          "{\"rating_clip\":-1}", "{\"lambda\":0}", "{\"mu\":9}", "{\"noise_multiplier\":0}",
-                         "{\"what\":1}", "{\"u_clip\":\"big\"}", "{\"residual\":1}", "{\"bias_scale\":0}"};
+                         "{\"what\":1}", "{\"u_clip\":\"big\"}", "{\"residual\":1}", "{\"bias_scale\":0}",
+                         "{\"gram_weight\":0}", "{\"gram_weight\":17}", "{\"gram_weight\":-1}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(validate(bad[i], 100, 8, 1, 1.0, err, sizeof err), -1);
     /* a budget no multiplier up to 1e6 fits */

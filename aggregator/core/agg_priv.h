@@ -178,7 +178,7 @@ int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *rep
 extern const agg_protocol agg_protocol_dpals;
 
 /* proto_dpals.c, exposed for tests: the round's noise (multiplier z over the normalized statistics'
- * sensitivity sqrt(2k), the sensitivity with the grid's allowance, and sigma = z sens); one report's normalized,
+ * sensitivity sqrt(k (1 + alpha^2)), the sensitivity with the grid's allowance, and sigma = z sens); one report's normalized,
  * re-clipped statistics added to stats (m rows of dprec_dpals_item_coords(d) doubles: Gn_j's upper triangle row
  * by row, then hn_j; sdk/dpals.h); the posterior-mean solve of one item (g: d x d row-major, overwritten; -1 only
  * for d outside 1..64, lambda <= 0 or kappa < 0; kappa = 0: the projected ridge solve); the global step with or without noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */

@@ -6,12 +6,13 @@
  * reports to itself; what it releases (V, b) is DP at user level, and each user's own u_i never leaves the device.
  *
  * Each round, from the reports of release r (each: a device's clipped w_i and up to k clamped targets t_ij):
- *   Gn_j = sum_i x_i x_i^T / X2,  hn_j = sum_i t_ij x_i / (Gamma_r sqrt(X2))       (re-clipped here: agg_dpals_accumulate)
+ *   Gn_j = alpha sum_i x_i x_i^T / X2,  hn_j = sum_i t_ij x_i / (Gamma_r sqrt(X2))   (re-clipped here: agg_dpals_accumulate;
+ *   alpha = params.gram_weight, default 0.5)
  *   every coordinate of (Gn_j upper triangle, hn_j), for every item j, rated or not (which items a user rated is
- *   private), gets discrete Gaussian noise of multiplier z over Delta = sqrt(2 k) (sdk/dpals.h), on the grid of
+ *   private), gets discrete Gaussian noise of multiplier z over Delta = sqrt(k (1 + alpha^2)) (sdk/dpals.h), on the grid of
  *   sdk/noise.h with its allowance (agg_grid_allowance); the lower triangle mirrors the upper (DPALS Alg. 1: a
  *   symmetric noise matrix);
- *   G_j = Gn_j X2 / q, h_j = hn_j Gamma_r sqrt(X2) / q    (q: the Poisson participation rate; 1/q unbiases the sums)
+ *   G_j = Gn_j X2 / (alpha q), h_j = hn_j Gamma_r sqrt(X2) / q    (q: the Poisson participation rate; 1/q unbiases the sums)
  *   [f_j; b_j] = the posterior mean of the item's coefficients given the noisy statistics (agg_dpals_solve):
  *   with P(G_j) = Q diag(g) Q^T, P the projection onto the positive semidefinite cone (eigenvalues below 0 set to
  *   0, LAPACKE_dsyevr), each eigen-direction e gets
@@ -54,6 +55,7 @@
 typedef struct dpals_params {
     uint32_t max_items;
     double u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, noise_multiplier, init_scale; /* noise_multiplier 0: from the budget */
+    double gram_weight; /* alpha: the Gram statistics' share of each report's sensitivity (sdk/dpals.h) */
     int has_mu, has_rating_clip;
     int residual; /* params.residual: the targets are residuals of the round's release, the solve its correction */
     uint64_t seed;
@@ -67,6 +69,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
     p->prior_sd = DPALS_DEFAULT_PRIOR_SD;
     p->bias_scale = 0.0; /* 0: u_clip (job_params) */
     p->init_scale = DPALS_DEFAULT_INIT_SCALE;
+    p->gram_weight = DPREC_DPALS_DEFAULT_GRAM_WEIGHT;
     p->seed = 1;
     const cJSON *it;
     cJSON_ArrayForEach(it, params) {
@@ -84,6 +87,8 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         else if (strcmp(k, "mu") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 0, &p->mu); p->has_mu = 1; }
         else if (strcmp(k, "noise_multiplier") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->noise_multiplier);
         else if (strcmp(k, "init_scale") == 0) bad = agg_json_number_in(it, 0.0, 1e3, 0, &p->init_scale);
+        else if (strcmp(k, "gram_weight") == 0)
+            bad = agg_json_number_in(it, 0.0, DPREC_DPALS_MAX_GRAM_WEIGHT, 1, &p->gram_weight);
         else if (strcmp(k, "residual") == 0) {
             bad = !cJSON_IsBool(it);
             p->residual = cJSON_IsTrue(it);
@@ -95,7 +100,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
             /* secure aggregation's parameters: agg_secure_parse checks them */
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
-                     "noise_multiplier, init_scale, residual, seed, aggregation, secagg_*)", k);
+                     "noise_multiplier, init_scale, gram_weight, residual, seed, aggregation, secagg_*)", k);
             return -1;
         }
         if (bad) {
@@ -118,7 +123,7 @@ static int job_params(const agg_job *job, dpals_params *p, char *err, size_t err
     return 0;
 }
 
-/* The round's mechanism: the noise multiplier z (over Delta = sqrt(2k)) and the sampling rate q. */
+/* The round's mechanism: the noise multiplier z (over Delta = sqrt(k (1 + alpha^2))) and the sampling rate q. */
 static int mechanism(const agg_job *job, const dpals_params *p, double *z, double *q) {
     *q = job->participation;
     if (p->noise_multiplier > 0.0) {
@@ -133,12 +138,13 @@ static uint64_t noised_coords(const agg_job *job) {
 }
 
 /* params.aggregation "secure" (agg_secure.h): the devices send their normalized statistics for every item (m (d (d +
- * 1) / 2 + d) reals, those of agg_dpals_accumulate, L2 norm <= sqrt(2k), the sensitivity the trusted noise uses)
+ * 1) / 2 + d) reals, those of agg_dpals_accumulate, L2 norm <= sqrt(k (1 + alpha^2)), the sensitivity the trusted
+ * noise uses)
  * encoded and masked. 1 secure, 0 not, -1 invalid. */
 static int secure_of(const agg_job *job, const dpals_params *p, agg_secure_spec *spec, char *err, size_t errcap) {
     uint64_t len = noised_coords(job);
     if (len > DPREC_DDG_MAX_DIM) len = 0; /* refused by agg_secure_parse, if secure */
-    return agg_secure_spec_for(job, (uint32_t)len, dprec_dpals_sensitivity(p->max_items), spec, err, errcap);
+    return agg_secure_spec_for(job, (uint32_t)len, dprec_dpals_sensitivity(p->max_items, p->gram_weight), spec, err, errcap);
 }
 
 static int dpals_secure_spec(const agg_job *job, agg_secure_spec *spec) {
@@ -156,7 +162,7 @@ static dprec_model dpals_model_of(const agg_job *job) {
 static int noise_scale(const agg_job *job, const dpals_params *p, double *z, double *sens, double *sigma) {
     double q, s_eff;
     if (mechanism(job, p, z, &q) != 0) return -1;
-    if (agg_grid_allowance(dprec_dpals_sensitivity(p->max_items), *z, noised_coords(job), &s_eff) != 0) return -1;
+    if (agg_grid_allowance(dprec_dpals_sensitivity(p->max_items, p->gram_weight), *z, noised_coords(job), &s_eff) != 0) return -1;
     *sens = s_eff;
     *sigma = *z * s_eff;
     return 0;
@@ -226,6 +232,7 @@ static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
     if (job_params(job, &p, err, sizeof err) == 0) {
         cJSON_AddNumberToObject(priv, "item_lambda", p.lambda);
         cJSON_AddNumberToObject(priv, "item_kappa", item_kappa(job, &p, sigma));
+        cJSON_AddNumberToObject(priv, "gram_weight", p.gram_weight);
     }
     /* the unit is the user: the job's own figure is the user-level one every device counts against its cap */
     double eps = INFINITY;
@@ -320,7 +327,7 @@ static int dpals_validate_payload(const agg_job *job, const unsigned char *b, si
 
 /* Adds one report's normalized, re-clipped statistics to stats (m rows of dprec_dpals_item_coords(d) doubles:
  * the upper triangle of Gn_j row by row, then hn_j). Whatever the device sent, ||w|| <= Gamma_u and
- * |t| <= Gamma_r here, so the report moves stats by at most sqrt(2 k) (sdk/dpals.h). */
+ * |t| <= Gamma_r here, so the report moves stats by at most sqrt(k (1 + alpha^2)) (sdk/dpals.h). */
 int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len, double *stats) {
     dpals_params p;
     char err[AGG_ERRMSG];
@@ -334,7 +341,7 @@ int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len,
     for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a);
     dprec_dpals_features(w, d, p.u_clip, x);
     x[d - 1u] = p.bias_scale;
-    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gs = 1.0 / x2, hs = 1.0 / (p.rating_clip * sqrt(x2));
+    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gs = p.gram_weight / x2, hs = 1.0 / (p.rating_clip * sqrt(x2));
     const unsigned char *pairs = b + 8 + 4 * ((size_t)d - 1u);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);
@@ -523,7 +530,7 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         snprintf(err, errcap, "out of memory in the dpals global step");
         return -1;
     }
-    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gsc = x2 / q, hsc = p.rating_clip * sqrt(x2) / q;
+    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gsc = x2 / (p.gram_weight * q), hsc = p.rating_clip * sqrt(x2) / q;
     const double lambda = p.lambda, kappa = noisy ? item_kappa(job, &p, sigma) : 0.0;
     double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D], pooled[DPALS_MAX_D * DPALS_MAX_D];
     agg_dpals_pool(stats, m, d, gsc, pooled);

@@ -9,7 +9,7 @@
 static struct {
     int residual; /* 1 on, 0 off, -1 unset (the default) */
     unsigned max_items;
-    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale;
+    double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale, gram_weight;
 } dp = {.residual = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
@@ -36,8 +36,10 @@ static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *
     else if (strcmp(flag, "--prior-sd") == 0) dst = &dp.prior_sd;
     else if (strcmp(flag, "--mu") == 0) dst = &dp.mu;
     else if (strcmp(flag, "--bias-scale") == 0) dst = &dp.bias_scale;
+    else if (strcmp(flag, "--gram-weight") == 0) dst = &dp.gram_weight;
     else return 0;
-    if (value == NULL || fleet_parse_double(value, dst) || !(*dst > 0) || (dst == &dp.sampling_rate && !(*dst <= 1.0)))
+    if (value == NULL || fleet_parse_double(value, dst) || !(*dst > 0) || (dst == &dp.sampling_rate && !(*dst <= 1.0)) ||
+        (dst == &dp.gram_weight && !(*dst <= DPREC_DPALS_MAX_GRAM_WEIGHT)))
         return fleet_flag_error("bad value for", flag), -1;
     return 1;
 }
@@ -51,7 +53,7 @@ typedef struct dpals_eff {
     double u_clip, rating_clip, bias_scale; /* rating_clip, bias_scale 0: the aggregator's default */
 } dpals_eff;
 
-/* d: the fleet's data, for k's default. The sensitivity is sqrt(2k) whatever the devices hold, so a k above every
+/* d: the fleet's data, for k's default. The sensitivity is sqrt(k (1 + alpha^2)) whatever the devices hold, so a k above every
  * device's count buys only noise: the default k is at most the largest number of training ratings a device holds
  * (in a deployment, the app's rating capacity, a public setting that bounds every device's count; the fleet reads it
  * off its data as it reads m and the number of devices). On a 120-device fleet of at most 13 ratings a device at
@@ -99,6 +101,7 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.prior_sd > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"prior_sd\":%.17g", dp.prior_sd);
     if (dp.mu > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
     if (e.bias_scale > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"bias_scale\":%.17g", e.bias_scale);
+    if (dp.gram_weight > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"gram_weight\":%.17g", dp.gram_weight);
     n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
     if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
         snprintf(rc + n, sizeof rc - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
@@ -136,7 +139,7 @@ static void dpals_describe(const fleet_common *o, const fleet_data *d) {
 }
 
 static const char *const dpals_flags[] = {"--residual", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
-                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", NULL};
+                                          "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", "--gram-weight", NULL};
 
 const fleet_proto fleet_proto_dpals = {
     "dpals",
@@ -160,6 +163,9 @@ const fleet_proto fleet_proto_dpals = {
     "  --prior-sd T             the prior scale of an item coefficient in the posterior solve (default 0.5)\n"
     "  --bias-scale S           the item-bias feature of the aggregator's x = [w; S] (default: --u-clip): its\n"
     "                           share S^2 / (G^2 + S^2) of each report's sensitivity goes to the item bias\n"
+    "  --gram-weight A          weight of the Gram statistics against the right-hand side: the sensitivity is\n"
+    "                           sqrt(k (1 + A^2)), the Gram noise 1 / A times the right-hand side's (default\n"
+    "                           0.5; DPALS's own split is 1)\n"
     "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
     "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
