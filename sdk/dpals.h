@@ -63,7 +63,7 @@ static inline double dprec_dpals_x2(uint32_t d, double u_clip, double bias_scale
 }
 
 /* The weight alpha of the Gram statistics (params.gram_weight): chosen on the MovieLens-10M-shaped fleet at a tenth
- * (ml10m:0.1, seeds 2 and 3, not the leaderboard's seed 1): at epsilon 10, 1, 0.5 and 0.25 gave 0.7954, 0.7909,
+ * (ml10m:0.1, seeds 2 and 3, not the leaderboard's seed 1): at epsilon 10, alpha = 1, 0.5 and 0.25 gave 0.7954, 0.7909,
  * 0.7923 (seed 2) and 0.7928, 0.7882, 0.7871 (seed 3); docs/results.md "Defaults". */
 #define DPREC_DPALS_DEFAULT_GRAM_WEIGHT 0.5
 #define DPREC_DPALS_MAX_GRAM_WEIGHT 16.0

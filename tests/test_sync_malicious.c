@@ -540,12 +540,18 @@ static void test_dpals_report_sizes_do_not_count_a_users_ratings(void **state) {
 
 /* dpals: the aggregator publishes a guarantee for less noise than it declares in the job (its figure computed at
  * z = 2 while the job view claims z = 0.5), or a params.noise_multiplier other than the published one: the
- * device computes the cost from the published multiplier, finds the total understated, and sends nothing. */
+ * device computes the cost from the published multiplier, finds the total understated, and sends nothing. So for a
+ * params.gram_weight out of range. */
 static void attack_dpals_understated(world *w) {
     use_dpals(w, "{\"max_items\": 10}", 2.0, 0.5, 3);
     open_round(w, 1);
     assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
     use_dpals(w, "{\"max_items\": 10, \"noise_multiplier\": 3}", 2.0, 2.0, 3);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    /* a Gram weight out of (0, 16] (the device's secure report, its own noise, is sized by it): refused too */
+    use_dpals(w, "{\"max_items\": 10, \"gram_weight\": 0}", 2.0, 2.0, 3);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    use_dpals(w, "{\"max_items\": 10, \"gram_weight\": 1e9}", 2.0, 2.0, 3);
     assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
     assert_int_equal(reports_posted(w), 0);
     assert_int_equal(dprec_ledger_count(w->dev.c), 0);
