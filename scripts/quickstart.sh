@@ -21,10 +21,10 @@ echo "$out"
 echo "== README main command: the default fleet over HTTPS"
 fleet_out=$(build/examples/fleet/dprec-fleet --quiet)
 printf '%s\n' "$fleet_out" | tail -16
-printf '%s\n' "$fleet_out" | tail -1 | grep -Eq '^final: protocol=gauss-gd rounds=10 test_rmse=[0-9.]+ epsilon=1 delta=1e-06$' \
+printf '%s\n' "$fleet_out" | tail -1 | grep -Eq '^final: protocol=bias rounds=2 test_rmse=[0-9.]+ epsilon=1 delta=1e-06$' \
   || { echo "quickstart.sh: the fleet's last line is not the documented final line" >&2; exit 1; }
-for want in '^guarantee: job 1 \(gauss-gd\): user-level central DP, epsilon = 1, delta = 1e-06' '^compare: bias test_rmse=' \
-            '^compare: plain test_rmse=[0-9.]+ epsilon=inf' '^verdict: gauss-gd '; do
+for want in '^guarantee: job 1 \(bias\): user-level joint DP, epsilon = 1, delta = 1e-06' '^compare: gauss-gd test_rmse=' \
+            '^compare: plain test_rmse=[0-9.]+ epsilon=inf' '^verdict: bias '; do
   printf '%s\n' "$fleet_out" | grep -Eq "$want" || { echo "quickstart.sh: no line matching $want" >&2; exit 1; }
 done
 echo "quickstart: ok"
