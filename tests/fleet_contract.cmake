@@ -1,8 +1,9 @@
 # Shared checks of a dprec-fleet run's output (included by the fleet_*.cmake scripts).
 #
 # fleet_run_ok(): the exit status was 0 (rc), with the output printed for the test log (out, err).
-# fleet_final(PROTOCOL ROUNDS BUDGET RMSE_VAR): the last line is the contract
-#   `final: protocol=P rounds=N test_rmse=X epsilon=E delta=1e-06`, with E at most BUDGET; RMSE_VAR gets X.
+# fleet_final(PROTOCOL ROUNDS BUDGET RMSE_VAR [DELTA]): the last line is the contract
+#   `final: protocol=P rounds=N test_rmse=X epsilon=E delta=D`, with E at most BUDGET; RMSE_VAR gets X. DELTA is a
+#   regular expression for D and what follows it (default 1e-06).
 # fleet_ledgers_within([DEVICES]): every device's ledger is at most the aggregator's accountant's figure (and, given
 #   DEVICES, the line covers that many devices).
 # fleet_baseline(WHAT VAR): VAR gets the baseline WHAT ("global mean" or "item mean") of the first baselines line.
@@ -14,9 +15,13 @@ macro(fleet_run_ok)
 endmacro()
 
 function(fleet_final protocol rounds budget rmse_var)
+  set(delta "1e-06")
+  if(ARGC GREATER 4)
+    set(delta "${ARGV4}")
+  endif()
   string(STRIP "${out}" stripped)
   string(REGEX MATCH "[^\n]*$" last "${stripped}")
-  if(NOT last MATCHES "^final: protocol=${protocol} rounds=${rounds} test_rmse=([0-9]+\\.[0-9]+) epsilon=([0-9.]+) delta=1e-06$")
+  if(NOT last MATCHES "^final: protocol=${protocol} rounds=${rounds} test_rmse=([0-9]+\\.[0-9]+) epsilon=([0-9.]+) delta=${delta}$")
     message(FATAL_ERROR "the last line is not the contract: '${last}'")
   endif()
   if(CMAKE_MATCH_2 GREATER budget)
