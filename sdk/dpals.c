@@ -22,3 +22,10 @@ double dprec_dpals_clamp(double t, double rating_clip) {
 double dprec_dpals_sensitivity(uint32_t max_items, double gram_weight) {
     return sqrt((double)max_items * (1.0 + gram_weight * gram_weight));
 }
+
+double dprec_dpals_report_weight(uint32_t max_items, uint32_t real, int reweight) {
+    if (!reweight || real == 0u || real >= max_items) return 1.0;
+    /* sqrt and the division are correctly rounded (relative error 2^-53 each): the factor 1 - 2^-40 keeps
+     * real * omega^2 below k */
+    return sqrt((double)max_items / (double)real) * (1.0 - 0x1p-40);
+}

@@ -17,11 +17,17 @@
  *     where x_i = [1]: dprec_dpals_x2);
  *   - every target is clamped to [-Gamma_r, Gamma_r] (params.rating_clip);
  *   - at most k of the user's ratings are reported (params.max_items; a uniform sample, drawn afresh each round).
+ * With params.reweight (the default), a report of n < k real pairs is scaled by omega = sqrt(k / n)
+ * (dprec_dpals_report_weight): the sensitivity below is a bound on the whole report's L2 norm, and a device with
+ * fewer than k ratings would otherwise spend only n / k of it. Scaled, every report has the norm of a full one, the
+ * sum of its squared per-item norms n omega^2 <= k, and the statistics are those of a weighted ALS (user i's
+ * weight omega_i in G_j and h_j alike), as in the per-user contribution bounds of Amin, Kulesza, Munoz Medina,
+ * Vassilvitskii, "Bounding User Contributions: A Bias-Variance Trade-off in Differential Privacy", ICML 2019.
  * The aggregator noises the *normalized* statistics alpha G_j / X2 (on and above the diagonal) and h_j / (Gamma_r
  * sqrt(X2)), alpha = params.gram_weight. For one user and one item, the normalized upper triangle of x x^T has norm
  * at most alpha ||x||^2 / X2 <= alpha (the sum over a <= b of (x_a x_b)^2 is at most ||x||^4), and the normalized
- * t x at most 1; over the user's at most k items, adding or removing the user moves the normalized statistics by at
- * most
+ * t x at most 1, each times the report's scale omega; over the user's n <= k items, with n omega^2 <= k, adding or
+ * removing the user moves the normalized statistics by at most
  *   Delta = sqrt(k (1 + alpha^2))                                                      (dprec_dpals_sensitivity)
  * in L2 (DPALS's sqrt(2 k) at alpha = 1). The aggregator re-clips every report itself (agg_dpals_accumulate), so
  * the bound holds whatever a device sends. alpha splits one noise level between the two statistics: once scaled
@@ -34,8 +40,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Defaults shared by both sides (docs/protocol.md, dpals). */
-#define DPREC_DPALS_DEFAULT_MAX_ITEMS 100u
+/* Defaults shared by both sides (docs/protocol.md, dpals). k = 400 with reweighting, chosen on ml10m:0.1 (seeds 2
+ * and 3, not the leaderboard's seed 1; docs/results.md "Defaults"): dpals at epsilon 10, k = 200, 400, 800 gave
+ * 0.7922, 0.7866, 0.7887 and 0.7879, 0.7835, 0.7853; at epsilon 1, 0.8626, 0.8568, 0.8592 and 0.8506, 0.8483, 0.8505. */
+#define DPREC_DPALS_DEFAULT_MAX_ITEMS 400u
 #define DPREC_DPALS_MAX_MAX_ITEMS 65535u
 /* chosen on the MovieLens-10M-shaped fleet (ml10m:0.1, epsilon 10): 0.5, 0.6, 0.7 and 1 gave 0.8291, 0.8305, 0.8302
  * and 0.8367 (docs/results.md, "Defaults") */
@@ -71,6 +79,13 @@ static inline double dprec_dpals_x2(uint32_t d, double u_clip, double bias_scale
 /* The L2 sensitivity of the normalized statistics when one user is added or removed: sqrt(k (1 + alpha^2)),
  * alpha = gram_weight (sqrt(2 k) at alpha = 1). */
 double dprec_dpals_sensitivity(uint32_t max_items, double gram_weight);
+
+/* params.reweight's default (both sides): on. */
+#define DPREC_DPALS_DEFAULT_REWEIGHT 1
+
+/* The scale of a report with `real` real pairs out of k = max_items: sqrt(k / real) (just under it, so that
+ * real * omega^2 <= k holds in floating point) when reweight is on and 0 < real < k, else 1. */
+double dprec_dpals_report_weight(uint32_t max_items, uint32_t real, int reweight);
 
 /* Coordinates of one item's normalized statistics: the upper triangle of G (d (d + 1) / 2) then h (d). */
 static inline uint32_t dprec_dpals_item_coords(uint32_t d) {

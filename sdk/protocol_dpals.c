@@ -8,7 +8,8 @@
  * t_j = clamp(r_j - mu - c_i, -Gamma_r, Gamma_r) (params.rating_clip, default 1 or half the scale's width if less),
  * or with params.residual the residual of the device's whole prediction on the release, r_j - mu - b_j - u . v_j,
  * clamped the same way (the bound does not depend on the release, which a malicious aggregator chooses). The
- * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), re-clips, and adds the noise. The report
+ * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), scaled by sqrt(k / n) for n < k pairs with
+ * params.reweight (sdk/dpals.h), re-clips, and adds the noise. The report
  * carries the same information as the per-item statistics DPALS describes (x x^T and t_j x, from which t_j and
  * x are read back) in d - 1 + 2k numbers instead of k (d (d + 3) / 2).
  *
@@ -38,6 +39,7 @@ typedef struct dpals_job {
     uint32_t max_items;
     double u_clip, rating_clip, bias_scale, gram_weight;
     int residual; /* params.residual: utility only (the aggregator re-clamps every target whatever it is) */
+    int reweight; /* params.reweight: only the secure report, which carries the statistics, scales them */
 } dpals_job;
 
 static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_job *p) {
@@ -58,6 +60,10 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
     if (c->cfg.dim < 1 || c->cfg.dim > DPALS_MAX_D) return DPREC_ERR_JOB_PARAMS;
     p->residual = 0;
     rc = dprec_json_get_bool(doc, 0, "params.residual", &p->residual);
+    if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
+    /* a report of n < k ratings scaled by sqrt(k / n) (sdk/dpals.h): its norm stays within the sensitivity either way */
+    p->reweight = DPREC_DPALS_DEFAULT_REWEIGHT;
+    rc = dprec_json_get_bool(doc, 0, "params.reweight", &p->reweight);
     if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
     /* the bias feature, as the aggregator's (params.bias_scale, default u_clip, or 1 at d = 1): only the secure
      * report carries the statistics themselves */
@@ -143,7 +149,8 @@ static int build_secure(dprec_client *c, const dprec_sync_job *job, const dprec_
     double x[DPALS_MAX_D];
     dprec_dpals_features(c->u + 1, d, p->u_clip, x); /* the fallback's u is 0: w = 0 */
     x[d - 1u] = p->bias_scale;
-    const double x2 = dprec_dpals_x2(d, p->u_clip, p->bias_scale), gs = p->gram_weight / x2, hs = 1.0 / (p->rating_clip * sqrt(x2));
+    const double x2 = dprec_dpals_x2(d, p->u_clip, p->bias_scale), om = dprec_dpals_report_weight(k, keep, p->reweight);
+    const double gs = om * p->gram_weight / x2, hs = om / (p->rating_clip * sqrt(x2));
     memset(st, 0, sizeof(double) * vlen);
     uint32_t chosen = 0;
     for (uint32_t i = 0; i < n && chosen < keep; i++) {

@@ -62,27 +62,30 @@ static size_t payload(uint32_t d, uint32_t k, const float *w, const uint32_t *it
 }
 
 /* A random user, honest or not: w from well inside to far outside the clip (1e30 for some), targets within or
- * far outside the rating clip, between 0 and K items. */
+ * far outside the rating clip, between 0 and K items (a few for a third of them: the light users reweighting
+ * scales up). */
 static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32_t *n) {
     double scale = unif(s) < 0.1 ? 1e30 : 0.05 + 10.0 * unif(s);
     for (uint32_t a = 0; a + 1 < D; a++) w[a] = (float)(scale * (2 * unif(s) - 1));
     uint32_t cnt = 0;
+    const double rate = unif(s) < 0.33 ? 0.05 : 0.4;
     for (uint32_t j = 0; j < M && cnt < K; j++)
-        if (unif(s) < 0.4) items[cnt++] = j;
+        if (unif(s) < rate) items[cnt++] = j;
     for (uint32_t i = 0; i < cnt; i++) t[i] = (float)((unif(s) < 0.2 ? 1e30 : 6.0) * (2 * unif(s) - 1));
     *n = cnt;
 }
 
 /* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(k (1 + alpha^2)) in L2
- * (sqrt(2k) at alpha = 1), and each item's by at most sqrt(1 + alpha^2), for honest and malicious payloads alike
- * (the aggregator re-clips); alpha is the job's params.gram_weight. */
-static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params, double alpha) {
+ * (sqrt(2k) at alpha = 1), and each item's by at most om sqrt(1 + alpha^2), for honest and malicious payloads alike
+ * (the aggregator re-clips); alpha is the job's params.gram_weight, om = sqrt(k / n) for a report of n < k pairs with
+ * params.reweight (the default), else 1. */
+static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params, double alpha, int reweight) {
     agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 5;
     float w[D], t[K];
     uint32_t items[K], n;
     unsigned char p[PMAX];
-    double worst = 0, worst_item = 0, worst_g = 0, worst_h = 0;
+    double worst = 0, worst_item = 0, worst_g = 0, worst_h = 0, worst_light = 0; /* light: at most k / 2 pairs */
     const uint32_t tri = D * (D + 1) / 2;
     for (int trial = 0; trial < 400; trial++) {
         random_user(&s, w, items, t, &n);
@@ -99,6 +102,7 @@ static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params,
         size_t len = payload(D, K, w, items, t, n, p);
         assert_int_equal(agg_dpals_accumulate(&j, p, len, with), 0);
         double tot = 0;
+        const double om = reweight && n > 0 && n < K ? sqrt((double)K / n) : 1.0; /* written out, not the SDK's */
         for (uint32_t it = 0; it < M; it++) {
             double e = 0, eg = 0;
             for (uint32_t c = 0; c < CW; c++) {
@@ -109,11 +113,12 @@ static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params,
             if (sqrt(e) > worst_item) worst_item = sqrt(e);
             if (sqrt(eg) > worst_g) worst_g = sqrt(eg);
             if (sqrt(e - eg) > worst_h) worst_h = sqrt(e - eg);
-            assert_true(sqrt(eg) <= alpha * (1 + 1e-12) && sqrt(e - eg) <= 1 + 1e-12);
-            assert_true(sqrt(e) <= sqrt(1.0 + alpha * alpha) * (1 + 1e-12));
+            assert_true(sqrt(eg) <= om * alpha * (1 + 1e-12) && sqrt(e - eg) <= om * (1 + 1e-12));
+            assert_true(sqrt(e) <= om * sqrt(1.0 + alpha * alpha) * (1 + 1e-12));
             tot += e;
         }
         if (sqrt(tot) > worst) worst = sqrt(tot);
+        if (n > 0 && 2 * n <= K && sqrt(tot) > worst_light) worst_light = sqrt(tot);
         assert_true(sqrt(tot) <= dprec_dpals_sensitivity(K, alpha) * (1 + 1e-12));
         free(base);
         free(with);
@@ -124,21 +129,32 @@ static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params,
     assert_true(worst_h > 0.99 && worst_g > 0.75 * alpha);
     assert_true(worst_item > 0.9 * sqrt(1.0 + 0.75 * 0.75 * alpha * alpha));
     assert_true(worst > 0.5 * dprec_dpals_sensitivity(K, alpha));
+    /* reweighted, a clipped light user's report has the whole sensitivity's norm (up to the Gram part's 0.8);
+     * without, at most half of it */
+    if (reweight) assert_true(worst_light > 0.9 * dprec_dpals_sensitivity(K, 0.8 * alpha));
+    else assert_true(worst_light <= dprec_dpals_sensitivity(K / 2, alpha) * (1 + 1e-12));
+    assert_true(worst_light > 0.0);
 }
 
 static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **state) {
     (void)state;
     /* the default Gram weight, DPALS's own (1), and one above it */
     one_user_moves_the_statistics_by_at_most_sqrt_2k("{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1}",
-                                                     DPREC_DPALS_DEFAULT_GRAM_WEIGHT);
+                                                     DPREC_DPALS_DEFAULT_GRAM_WEIGHT, DPREC_DPALS_DEFAULT_REWEIGHT);
     one_user_moves_the_statistics_by_at_most_sqrt_2k(
-        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":1}", 1.0);
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":1}", 1.0, 1);
     one_user_moves_the_statistics_by_at_most_sqrt_2k(
-        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":3}", 3.0);
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":3}", 3.0, 1);
+    /* without reweighting (DPALS's own: every rating weighs 1) */
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"reweight\":false}", 0.5, 0);
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":1,\"reweight\":false}",
+        1.0, 0);
     /* residual targets (params.residual): the same payload, the same re-clipping, the same bound */
     one_user_moves_the_statistics_by_at_most_sqrt_2k(
         "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"residual\":true}",
-        DPREC_DPALS_DEFAULT_GRAM_WEIGHT);
+        DPREC_DPALS_DEFAULT_GRAM_WEIGHT, 1);
 }
 
 /* The noise multiplier is the accountant inverted for the job's (epsilon, delta, rounds, q), the round's step
@@ -329,13 +345,13 @@ static void test_dpals_noisy_gram_is_symmetric(void **state) {
  * (params.residual) the solve is the correction of the release's m_j = [f_j; b_j]: s = m_j + (G + lambda I)^-1 h',
  * h' the sums of the residual targets t' x; since t' = t - x . m_j gives h' = h - G m_j, that is the ridge
  * regression toward the release, (G + lambda I)^-1 (h + lambda m_j). */
-static void check_exact_als(int residual, const char *gram_weight) {
+static void check_exact_als(int residual, const char *gram_weight, int reweight) {
     enum { U = 60 };
     char params[256];
     snprintf(params, sizeof params,
              "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
-             "\"noise_multiplier\":1,\"gram_weight\":%s%s}",
-             gram_weight, residual ? ",\"residual\":true" : "");
+             "\"noise_multiplier\":1,\"gram_weight\":%s%s,\"reweight\":%s}",
+             gram_weight, residual ? ",\"residual\":true" : "", reweight ? "true" : "false");
     agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
     uint64_t s = 17;
     static float w[U][D], t[U][M];
@@ -370,12 +386,14 @@ static void check_exact_als(int residual, const char *gram_weight) {
         for (int i = 0; i < U; i++)
             for (uint32_t r = 0; r < n[i]; r++) {
                 if (items[i][r] != it) continue;
+                /* reweighted: user i's terms weigh sqrt(k / n_i) (k = 30) */
+                const double om = reweight && n[i] < 30 ? sqrt(30.0 / n[i]) : 1.0;
                 double x[D];
                 for (int a = 0; a + 1 < D; a++) x[a] = w[i][a];
                 x[D - 1] = 1.0;
                 for (int a = 0; a < D; a++) {
-                    for (int b = 0; b < D; b++) A[a][b] += x[a] * x[b];
-                    A[a][D] += (double)t[i][r] * x[a];
+                    for (int b = 0; b < D; b++) A[a][b] += om * x[a] * x[b];
+                    A[a][D] += om * (double)t[i][r] * x[a];
                 }
             }
         for (int col = 0; col < D; col++) {
@@ -414,15 +432,24 @@ static void check_exact_als(int residual, const char *gram_weight) {
 
 static void test_dpals_without_noise_equals_exact_als(void **state) {
     (void)state;
-    check_exact_als(0, "1");
-    check_exact_als(0, "0.5"); /* the Gram statistics' weight is undone before the solve */
-    check_exact_als(0, "3");
+    check_exact_als(0, "1", 0);
+    check_exact_als(0, "0.5", 0); /* the Gram statistics' weight is undone before the solve */
+    check_exact_als(0, "3", 0);
+}
+
+/* With reweighting (the default), the noiseless round is exactly the weighted ridge ALS item step, user i's terms
+ * weighing sqrt(k / n_i): most of the 60 users here report fewer than k = 30 ratings. */
+static void test_dpals_reweighted_without_noise_equals_weighted_als(void **state) {
+    (void)state;
+    check_exact_als(0, "1", 1);
+    check_exact_als(0, "0.5", 1);
+    check_exact_als(1, "0.5", 1);
 }
 
 static void test_dpals_residual_without_noise_equals_ridge_toward_the_release(void **state) {
     (void)state;
-    check_exact_als(1, "1");
-    check_exact_als(1, "0.5");
+    check_exact_als(1, "1", 0);
+    check_exact_als(1, "0.5", 0);
 }
 
 /* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
@@ -488,6 +515,7 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
     char err[AGG_ERRMSG];
     assert_int_equal(validate("{}", 100, 8, 1, 1.0, err, sizeof err), 0);
     assert_int_equal(validate("{\"gram_weight\":16}", 100, 8, 1, 1.0, err, sizeof err), 0);
+    assert_int_equal(validate("{\"reweight\":false}", 100, 8, 1, 1.0, err, sizeof err), 0);
     assert_int_equal(validate("{}", 100, 0, 1, 1.0, err, sizeof err), -1);
     assert_int_equal(validate("{}", 100, 65, 1, 1.0, err, sizeof err), -1);
     assert_int_equal(validate("{}", 100, 8, 0, 1.0, err, sizeof err), -1); /* no budget */
@@ -495,7 +523,8 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
     const char *bad[] = {"{\"max_items\":0}", "{\"max_items\":1.5}", "{\"max_items\":70000}", "{\"u_clip\":0}",
                          "{\"rating_clip\":-1}", "{\"lambda\":0}", "{\"mu\":9}", "{\"noise_multiplier\":0}",
                          "{\"what\":1}", "{\"u_clip\":\"big\"}", "{\"residual\":1}", "{\"bias_scale\":0}",
-                         "{\"gram_weight\":0}", "{\"gram_weight\":17}", "{\"gram_weight\":-1}"};
+                         "{\"gram_weight\":0}", "{\"gram_weight\":17}", "{\"gram_weight\":-1}", "{\"reweight\":1}",
+                         "{\"reweight\":\"yes\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(validate(bad[i], 100, 8, 1, 1.0, err, sizeof err), -1);
     /* a budget no multiplier up to 1e6 fits */
@@ -537,6 +566,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_solve_projects_and_never_fails),
         cmocka_unit_test(test_dpals_noisy_gram_is_symmetric),
         cmocka_unit_test(test_dpals_without_noise_equals_exact_als),
+        cmocka_unit_test(test_dpals_reweighted_without_noise_equals_weighted_als),
         cmocka_unit_test(test_dpals_residual_without_noise_equals_ridge_toward_the_release),
         cmocka_unit_test(test_dpals_reports_are_padded_and_padding_adds_nothing),
         cmocka_unit_test(test_dpals_job_validation_refuses_bad_params),

@@ -6,8 +6,9 @@
  * reports to itself; what it releases (V, b) is DP at user level, and each user's own u_i never leaves the device.
  *
  * Each round, from the reports of release r (each: a device's clipped w_i and up to k clamped targets t_ij):
- *   Gn_j = alpha sum_i x_i x_i^T / X2,  hn_j = sum_i t_ij x_i / (Gamma_r sqrt(X2))   (re-clipped here: agg_dpals_accumulate;
- *   alpha = params.gram_weight, default 0.5)
+ *   Gn_j = alpha sum_i om_i x_i x_i^T / X2,  hn_j = sum_i om_i t_ij x_i / (Gamma_r sqrt(X2))   (re-clipped here:
+ *   agg_dpals_accumulate; alpha = params.gram_weight, default 0.5; om_i = sqrt(k / n_i) for a report of n_i < k
+ *   ratings with params.reweight, the default, else 1: a weighted ALS whose every report spends the whole sensitivity)
  *   every coordinate of (Gn_j upper triangle, hn_j), for every item j, rated or not (which items a user rated is
  *   private), gets discrete Gaussian noise of multiplier z over Delta = sqrt(k (1 + alpha^2)) (sdk/dpals.h), on the grid of
  *   sdk/noise.h with its allowance (agg_grid_allowance); the lower triangle mirrors the upper (DPALS Alg. 1: a
@@ -21,8 +22,10 @@
  *   public prior scale of a coefficient (params.prior_sd). Derivation: with the prior s ~ N(0, tau^2 I), ratings
  *   of noise variance sigma_r^2 and the added noise e ~ N(0, sigma_h^2 I), h = G s + N(0, sigma_r^2 G) + e, and
  *   the posterior mean in G's eigenbasis is g h_e / (g^2 + (sigma_r^2 / tau^2) g + sigma_h^2 / tau^2): lambda
- *   plays sigma_r^2 / tau^2 (params.lambda) and the noisy G is plugged in for G. Without added noise (kappa = 0)
- *   this is the ridge solution (G + lambda I)^-1 h of exact ALS; with it, a direction that few users rated
+ *   plays sigma_r^2 / tau^2 (params.lambda) and the noisy G is plugged in for G (with reweighting the ratings'
+ *   part is N(0, sigma_r^2 sum_i om_i^2 x_i x_i^T), about the mean om times sigma_r^2 G: lambda, chosen by
+ *   measurement, absorbs it). Without added noise (kappa = 0)
+ *   this is the ridge solution (G + lambda I)^-1 h of exact ALS (weighted by om_i with reweighting); with it, a direction that few users rated
  *   (small g) is shrunk to 0 instead of amplified (a fixed ridge gives the pure-noise directions of a rarely
  *   rated item factors of size sigma_h / lambda), and no direction's coefficient exceeds
  *   |h_e| / (lambda + 2 sqrt(kappa)). The solve never fails. Post-processing: it costs no privacy.
@@ -58,6 +61,7 @@ typedef struct dpals_params {
     double gram_weight; /* alpha: the Gram statistics' share of each report's sensitivity (sdk/dpals.h) */
     int has_mu, has_rating_clip;
     int residual; /* params.residual: the targets are residuals of the round's release, the solve its correction */
+    int reweight; /* params.reweight: a report of n < k pairs is scaled by sqrt(k / n) (sdk/dpals.h) */
     uint64_t seed;
 } dpals_params;
 
@@ -70,6 +74,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
     p->bias_scale = 0.0; /* 0: u_clip (job_params) */
     p->init_scale = DPALS_DEFAULT_INIT_SCALE;
     p->gram_weight = DPREC_DPALS_DEFAULT_GRAM_WEIGHT;
+    p->reweight = DPREC_DPALS_DEFAULT_REWEIGHT;
     p->seed = 1;
     const cJSON *it;
     cJSON_ArrayForEach(it, params) {
@@ -92,6 +97,9 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         else if (strcmp(k, "residual") == 0) {
             bad = !cJSON_IsBool(it);
             p->residual = cJSON_IsTrue(it);
+        } else if (strcmp(k, "reweight") == 0) {
+            bad = !cJSON_IsBool(it);
+            p->reweight = cJSON_IsTrue(it);
         }
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
@@ -100,7 +108,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
             /* secure aggregation's parameters: agg_secure_parse checks them */
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
-                     "noise_multiplier, init_scale, gram_weight, residual, seed, aggregation, secagg_*)", k);
+                     "noise_multiplier, init_scale, gram_weight, residual, reweight, seed, aggregation, secagg_*)", k);
             return -1;
         }
         if (bad) {
@@ -233,6 +241,7 @@ static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
         cJSON_AddNumberToObject(priv, "item_lambda", p.lambda);
         cJSON_AddNumberToObject(priv, "item_kappa", item_kappa(job, &p, sigma));
         cJSON_AddNumberToObject(priv, "gram_weight", p.gram_weight);
+        cJSON_AddBoolToObject(priv, "reweight", p.reweight);
     }
     /* the unit is the user: the job's own figure is the user-level one every device counts against its cap */
     double eps = INFINITY;
@@ -326,8 +335,9 @@ static int dpals_validate_payload(const agg_job *job, const unsigned char *b, si
 }
 
 /* Adds one report's normalized, re-clipped statistics to stats (m rows of dprec_dpals_item_coords(d) doubles:
- * the upper triangle of Gn_j row by row, then hn_j). Whatever the device sent, ||w|| <= Gamma_u and
- * |t| <= Gamma_r here, so the report moves stats by at most sqrt(k (1 + alpha^2)) (sdk/dpals.h). */
+ * the upper triangle of Gn_j row by row, then hn_j), each scaled by the report's weight omega (sqrt(k / n) for n
+ * real pairs with params.reweight, else 1). Whatever the device sent, ||w|| <= Gamma_u, |t| <= Gamma_r and
+ * n omega^2 <= k here, so the report moves stats by at most sqrt(k (1 + alpha^2)) (sdk/dpals.h). */
 int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len, double *stats) {
     dpals_params p;
     char err[AGG_ERRMSG];
@@ -341,7 +351,8 @@ int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len,
     for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a);
     dprec_dpals_features(w, d, p.u_clip, x);
     x[d - 1u] = p.bias_scale;
-    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gs = p.gram_weight / x2, hs = 1.0 / (p.rating_clip * sqrt(x2));
+    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), om = dprec_dpals_report_weight(p.max_items, n, p.reweight);
+    const double gs = om * p.gram_weight / x2, hs = om / (p.rating_clip * sqrt(x2));
     const unsigned char *pairs = b + 8 + 4 * ((size_t)d - 1u);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);

@@ -8,17 +8,19 @@
 
 static struct {
     int residual; /* 1 on, 0 off, -1 unset (the default) */
+    int reweight; /* 1 on, 0 off, -1 unset (the aggregator's default, on) */
     unsigned max_items;
     double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale, gram_weight;
-} dp = {.residual = -1};
+} dp = {.residual = -1, .reweight = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
     (void)o;
     *takes_value = 1;
-    if (strcmp(flag, "--residual") == 0) {
+    const int residual = strcmp(flag, "--residual") == 0;
+    if (residual || strcmp(flag, "--reweight") == 0) {
         if (value == NULL || (strcmp(value, "on") != 0 && strcmp(value, "off") != 0))
-            return fleet_flag_error("--residual must be on or off:", value), -1;
-        dp.residual = strcmp(value, "on") == 0;
+            return fleet_flag_error(residual ? "--residual must be on or off:" : "--reweight must be on or off:", value), -1;
+        *(residual ? &dp.residual : &dp.reweight) = strcmp(value, "on") == 0;
         return 1;
     }
     if (strcmp(flag, "--max-items") == 0) {
@@ -46,23 +48,23 @@ static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *
 
 /* The defaults, per epsilon, chosen on the MovieLens-10M-shaped fleet ml10m:0.1 (docs/results.md, "Defaults"):
  * every flag left unset takes its value from here, for the run at hand (the --compare runs share dp). */
-#define DPALS_HIGH_EPSILON 5.0 /* from here up: the factors are worth more rounds and more ratings */
+#define DPALS_HIGH_EPSILON 5.0 /* from here up: the factors are worth more rounds and a looser device ridge */
 typedef struct dpals_eff {
     unsigned max_items;
     int residual;
     double u_clip, rating_clip, bias_scale; /* rating_clip, bias_scale 0: the aggregator's default */
 } dpals_eff;
 
-/* d: the fleet's data, for k's default. The sensitivity is sqrt(k (1 + alpha^2)) whatever the devices hold, so a k above every
- * device's count buys only noise: the default k is at most the largest number of training ratings a device holds
+/* d: the fleet's data, for k's default. The sensitivity is sqrt(k (1 + alpha^2)) whatever the devices hold, so without
+ * reweighting a k above every device's count buys only noise, and with it (each report scaled by sqrt(k / n), the
+ * noise by sqrt(k)) only bytes: the default k is at most the largest number of training ratings a device holds
  * (in a deployment, the app's rating capacity, a public setting that bounds every device's count; the fleet reads it
  * off its data as it reads m and the number of devices). On a 120-device fleet of at most 13 ratings a device at
  * epsilon 8, k = 200 with the ridge of 0.02 per rating gave 1.05-1.37 over eight seeds, mostly above the global mean;
  * k = 13 alone 0.96-1.04 on four of them, with the ridge's floor below 0.79-0.92 (docs/results.md, "Defaults"). */
 static void dpals_effective(const fleet_common *o, const fleet_data *d, dpals_eff *e) {
-    const int high = o->rank > 1 && o->epsilon >= DPALS_HIGH_EPSILON;
     e->residual = dp.residual >= 0 ? dp.residual : 1;
-    e->max_items = dp.max_items > 0 ? dp.max_items : (high ? 200u : 100u);
+    e->max_items = dp.max_items > 0 ? dp.max_items : DPREC_DPALS_DEFAULT_MAX_ITEMS;
     if (dp.max_items == 0 && d->max_train > 0 && d->max_train < e->max_items) e->max_items = d->max_train;
     e->u_clip = dp.u_clip > 0 ? dp.u_clip : DPREC_DPALS_DEFAULT_U_CLIP;
     e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 ? 0.5 : 0.0);
@@ -102,6 +104,7 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.mu > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"mu\":%.17g", dp.mu);
     if (e.bias_scale > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"bias_scale\":%.17g", e.bias_scale);
     if (dp.gram_weight > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"gram_weight\":%.17g", dp.gram_weight);
+    if (dp.reweight >= 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"reweight\":%s", dp.reweight ? "true" : "false");
     n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
     if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
         snprintf(rc + n, sizeof rc - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
@@ -138,17 +141,19 @@ static void dpals_describe(const fleet_common *o, const fleet_data *d) {
            e.max_items, e.residual ? "residual" : "centred", e.u_clip);
 }
 
-static const char *const dpals_flags[] = {"--residual", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
+static const char *const dpals_flags[] = {"--residual", "--reweight", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
                                           "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", "--gram-weight", NULL};
 
 const fleet_proto fleet_proto_dpals = {
     "dpals",
     "dpals (private alternating least squares, Chien et al. 2021; user-level joint DP; docs/privacy.md):\n"
-    "  (defaults per epsilon, docs/results.md \"Defaults\": at epsilon >= 5, 5 rounds, --max-items 200 and\n"
-    "  --device-lambda-per-rating 0.02; below, 3 rounds, --max-items 100 and the fleet's device ridge; at d > 1\n"
-    "  --device-lambda-floor 3; --max-items at most the largest device's training ratings)\n"
+    "  (defaults per epsilon, docs/results.md \"Defaults\": at epsilon >= 5, 5 rounds and\n"
+    "  --device-lambda-per-rating 0.02; below, 3 rounds and the fleet's device ridge; at d > 1\n"
+    "  --device-lambda-floor 3; --max-items 400, at most the largest device's training ratings)\n"
     "  --residual on|off        targets are residuals of the round's release, which the solve corrects\n"
     "                           (params.residual; default on)\n"
+    "  --reweight on|off        a report of n < k ratings is scaled by sqrt(k / n), so that every report\n"
+    "                           spends the whole sensitivity (params.reweight; default on)\n"
     "  --item-lambda L          lambda of the item systems' posterior solve, sigma_r^2 / tau^2 (default 5;\n"
     "                           published as privacy.item_lambda)\n"
     "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default\n"
