@@ -19,7 +19,7 @@
  *   - at most k of the user's ratings are reported (params.max_items; a uniform sample, drawn afresh each round).
  * With params.reweight (the default), a report of n < k real pairs is scaled by omega = sqrt(k / n)
  * (dprec_dpals_report_weight): the sensitivity below is a bound on the whole report's L2 norm, and a device with
- * fewer than k ratings would otherwise spend only n / k of it. Scaled, every report has the norm of a full one, the
+ * fewer than k ratings would otherwise spend only sqrt(n / k) of it. Scaled, every report has the norm of a full one, the
  * sum of its squared per-item norms n omega^2 <= k, and the statistics are those of a weighted ALS (user i's
  * weight omega_i in G_j and h_j alike), as in the per-user contribution bounds of Amin, Kulesza, Munoz Medina,
  * Vassilvitskii, "Bounding User Contributions: A Bias-Variance Trade-off in Differential Privacy", ICML 2019.
