@@ -63,7 +63,9 @@ if plot:
             pts = sorted((float(r["eps"]), float(r["rmse"])) for r in sel if r["protocol"] == p and r["rmse"])
             f.write("".join(f"{e} {v}\n" for e, v in pts) + "\n\n")
         f.close()
-        lines = [f"'{f.name}' index {i} using 1:2 with linespoints lw 2 pt {i + 5} title '{p}'" for i, p in enumerate(protos)]
+        # the colour and point of a protocol are its place in `order`, the same in every panel
+        lines = [f"'{f.name}' index {i} using 1:2 with linespoints lw 2 lt {key(p) + 1} pt {key(p) + 5} title '{p}'"
+                 for i, p in enumerate(protos)]
         for label, val, dt in (("plain (no privacy)", plain[-1]["rmse"] if plain else "", 1), ("item mean", base["item"], 2),
                                ("user mean (free)", base["user"], 4), ("global mean", base["global"], 3)):
             if val: lines.append(f"{float(val)} with lines dt {dt} lw 1.5 lc rgb 'gray30' title '{label}'")
