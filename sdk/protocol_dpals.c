@@ -106,9 +106,14 @@ static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_
     dpals_job p;
     int rc = job_params(c, job, &p);
     if (rc != DPREC_OK) return rc;
-    int secure = dprec_secure_requested(job);
+    int secure = dprec_secure_requested(job), factors = 1;
     if (secure < 0) return DPREC_ERR_JOB_PARAMS;
+    rc = dprec_json_get_bool(job->doc, 0, "params.factors", &factors);
+    if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
     if (secure) { /* the aggregator is not trusted: the devices' shares make the noise (sdk/secure.h) */
+        /* the secure report carries the statistics at the job's d; the bias model at d (params.factors false)
+         * would need those of d = 1, which the aggregator refuses to combine with secure aggregation */
+        if (!factors) return DPREC_ERR_JOB_PARAMS;
         if (secure_len(c) == 0) return DPREC_ERR_JOB_PARAMS;
         return dprec_secure_policy(c, job, secure_len(c), dprec_dpals_sensitivity(p.max_items, p.gram_weight), out);
     }

@@ -81,15 +81,18 @@ static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32
  * params.reweight (the default), else 1. */
 static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params, double alpha, int reweight) {
     agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);
+    /* params.factors false (the bias model at d): rows of d = 1's statistics, x = [bias_scale] */
+    const int factors = strstr(params, "\"factors\":false") == NULL;
+    const uint32_t cw = factors ? CW : dprec_dpals_item_coords(1);
     uint64_t s = 5;
     float w[D], t[K];
     uint32_t items[K], n;
     unsigned char p[PMAX];
     double worst = 0, worst_item = 0, worst_g = 0, worst_h = 0, worst_light = 0; /* light: at most k / 2 pairs */
-    const uint32_t tri = D * (D + 1) / 2;
+    const uint32_t tri = factors ? D * (D + 1) / 2 : 1;
     for (int trial = 0; trial < 400; trial++) {
         random_user(&s, w, items, t, &n);
-        double *base = calloc(M * CW, sizeof(double)), *with = calloc(M * CW, sizeof(double));
+        double *base = calloc(M * cw, sizeof(double)), *with = calloc(M * cw, sizeof(double));
         /* other users' statistics, then the same plus this user */
         for (int o = 0; o < 3; o++) {
             float wo[D], to[K];
@@ -98,15 +101,15 @@ static void one_user_moves_the_statistics_by_at_most_sqrt_2k(const char *params,
             size_t lo = payload(D, K, wo, io, to, no, p);
             assert_int_equal(agg_dpals_accumulate(&j, p, lo, base), 0);
         }
-        memcpy(with, base, sizeof(double) * M * CW);
+        memcpy(with, base, sizeof(double) * M * cw);
         size_t len = payload(D, K, w, items, t, n, p);
         assert_int_equal(agg_dpals_accumulate(&j, p, len, with), 0);
         double tot = 0;
         const double om = reweight && n > 0 && n < K ? sqrt((double)K / n) : 1.0; /* written out, not the SDK's */
         for (uint32_t it = 0; it < M; it++) {
             double e = 0, eg = 0;
-            for (uint32_t c = 0; c < CW; c++) {
-                double dd = with[it * CW + c] - base[it * CW + c];
+            for (uint32_t c = 0; c < cw; c++) {
+                double dd = with[it * cw + c] - base[it * cw + c];
                 e += dd * dd;
                 if (c < tri) eg += dd * dd;
             }
@@ -151,6 +154,10 @@ static void test_dpals_one_user_moves_the_statistics_by_at_most_sqrt_2k(void **s
     one_user_moves_the_statistics_by_at_most_sqrt_2k(
         "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"gram_weight\":1,\"reweight\":false}",
         1.0, 0);
+    /* the bias model at d (params.factors false): w is ignored, the same bound on d = 1's statistics */
+    one_user_moves_the_statistics_by_at_most_sqrt_2k(
+        "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"factors\":false}",
+        DPREC_DPALS_DEFAULT_GRAM_WEIGHT, 1);
     /* residual targets (params.residual): the same payload, the same re-clipping, the same bound */
     one_user_moves_the_statistics_by_at_most_sqrt_2k(
         "{\"max_items\":12,\"u_clip\":0.8,\"rating_clip\":1.5,\"noise_multiplier\":1,\"residual\":true}",
@@ -452,6 +459,75 @@ static void test_dpals_residual_without_noise_equals_ridge_toward_the_release(vo
     check_exact_als(1, "0.5", 0);
 }
 
+/* params.factors false is the private bias model at the job's d (the base of another protocol's job at that d): the
+ * same statistics, noise and item biases as the d = 1 job on the same ratings, whatever w the reports carry, and a
+ * release whose factor columns stay 0 (column 0 pinned to 1). */
+static void check_bias_model_at_d(int residual) {
+    enum { U = 60 };
+    char pd[256], p1[256];
+    snprintf(pd, sizeof pd, "{\"max_items\":30,\"noise_multiplier\":2,\"lambda\":0.7,\"factors\":false%s}",
+             residual ? ",\"residual\":true" : "");
+    snprintf(p1, sizeof p1, "{\"max_items\":30,\"noise_multiplier\":2,\"lambda\":0.7%s}", residual ? ",\"residual\":true" : "");
+    agg_job jd = make_job(pd, M, D, 100, 1e-6, 10, 1.0), j1 = make_job(p1, M, 1, 100, 1e-6, 10, 1.0);
+    uint64_t s = 29;
+    static float w[U][D], t[U][M];
+    static uint32_t items[U][M], n[U];
+    static unsigned char bd[U][8 + 4 * (D - 1) + 8 * 30], b1[U][8 + 8 * 30];
+    agg_report rd[U], r1[U];
+    for (int i = 0; i < U; i++) {
+        for (int a = 0; a + 1 < D; a++) w[i][a] = (float)(3 * (2 * unif(&s) - 1)); /* ignored: no factors */
+        n[i] = 0;
+        for (uint32_t it = 0; it < M && n[i] < 30; it++)
+            if (unif(&s) < 0.4) {
+                items[i][n[i]] = it;
+                t[i][n[i]] = (float)(3 * unif(&s) - 1.5); /* some past the default clamp of 1 */
+                n[i]++;
+            }
+        rd[i] = (agg_report){.device = (uint64_t)i + 1, .payload = bd[i], .payload_len = payload(D, 30, w[i], items[i], t[i], n[i], bd[i])};
+        r1[i] = (agg_report){.device = (uint64_t)i + 1, .payload = b1[i], .payload_len = payload(1, 30, NULL, items[i], t[i], n[i], b1[i])};
+    }
+    char err[AGG_ERRMSG];
+    double zd, sd, sgd, z1, s1, sg1;
+    assert_int_equal(agg_dpals_noise_scale(&jd, &zd, &sd, &sgd), 0);
+    assert_int_equal(agg_dpals_noise_scale(&j1, &z1, &s1, &sg1), 0);
+    assert_true(zd == z1 && sd == s1 && sgd == sg1); /* the same noise on the same statistics */
+    agg_model prevd, prev1, nextd, next1;
+    assert_int_equal(agg_protocol_dpals.initial_model(&jd, &prevd, err, sizeof err), 0);
+    assert_int_equal(agg_protocol_dpals.initial_model(&j1, &prev1, err, sizeof err), 0);
+    for (uint32_t it = 0; it < M; it++) {
+        assert_true(prevd.v[it * D] == 1.0f);
+        for (uint32_t a = 1; a < D; a++) assert_true(prevd.v[it * D + a] == 0.0f);
+        prevd.bias[it] = prev1.bias[it] = (float)(2 * unif(&s) - 1); /* a release with biases (the residual's prior) */
+    }
+    assert_int_equal(agg_dpals_step(&jd, &prevd, rd, U, NULL, 0, &nextd, err, sizeof err), 0);
+    assert_int_equal(agg_dpals_step(&j1, &prev1, r1, U, NULL, 0, &next1, err, sizeof err), 0);
+    double moved = 0;
+    for (uint32_t it = 0; it < M; it++) {
+        assert_true(nextd.bias[it] == next1.bias[it]);
+        moved += fabs((double)next1.bias[it] - (double)prev1.bias[it]);
+        assert_true(nextd.v[it * D] == 1.0f);
+        for (uint32_t a = 1; a < D; a++) assert_true(nextd.v[it * D + a] == 0.0f);
+    }
+    assert_true(moved > 0.1); /* the step learned something: the equality is not of two untouched releases */
+    agg_model_free(&prevd);
+    agg_model_free(&prev1);
+    agg_model_free(&nextd);
+    agg_model_free(&next1);
+    /* the statistics themselves: one row of d = 1 coordinates per item, identical */
+    double *std = NULL, *st1 = NULL;
+    assert_int_equal(agg_dpals_stats(&jd, rd, U, NULL, 0, &std, err, sizeof err), 0);
+    assert_int_equal(agg_dpals_stats(&j1, r1, U, NULL, 0, &st1, err, sizeof err), 0);
+    for (uint32_t c = 0; c < M * dprec_dpals_item_coords(1); c++) assert_true(std[c] == st1[c]);
+    free(std);
+    free(st1);
+}
+
+static void test_dpals_bias_model_at_any_d_equals_d1(void **state) {
+    (void)state;
+    check_bias_model_at_d(0);
+    check_bias_model_at_d(1);
+}
+
 /* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
  * any other shape is refused, and padding adds nothing. */
 static void test_dpals_reports_are_padded_and_padding_adds_nothing(void **state) {
@@ -516,6 +592,11 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
     assert_int_equal(validate("{}", 100, 8, 1, 1.0, err, sizeof err), 0);
     assert_int_equal(validate("{\"gram_weight\":16}", 100, 8, 1, 1.0, err, sizeof err), 0);
     assert_int_equal(validate("{\"reweight\":false}", 100, 8, 1, 1.0, err, sizeof err), 0);
+    assert_int_equal(validate("{\"factors\":false}", 100, 8, 1, 1.0, err, sizeof err), 0);
+    assert_int_equal(validate("{\"aggregation\":\"secure\"}", 100, 8, 1, 1.0, err, sizeof err), 0);
+    /* the bias model at d > 1 with secure aggregation: the devices' secure report carries the statistics at d */
+    assert_int_equal(validate("{\"factors\":false,\"aggregation\":\"secure\"}", 100, 8, 1, 1.0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "factors"));
     assert_int_equal(validate("{}", 100, 0, 1, 1.0, err, sizeof err), -1);
     assert_int_equal(validate("{}", 100, 65, 1, 1.0, err, sizeof err), -1);
     assert_int_equal(validate("{}", 100, 8, 0, 1.0, err, sizeof err), -1); /* no budget */
@@ -524,7 +605,7 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
                          "{\"rating_clip\":-1}", "{\"lambda\":0}", "{\"mu\":9}", "{\"noise_multiplier\":0}",
                          "{\"what\":1}", "{\"u_clip\":\"big\"}", "{\"residual\":1}", "{\"bias_scale\":0}",
                          "{\"gram_weight\":0}", "{\"gram_weight\":17}", "{\"gram_weight\":-1}", "{\"reweight\":1}",
-                         "{\"reweight\":\"yes\"}"};
+                         "{\"reweight\":\"yes\"}", "{\"factors\":0}", "{\"factors\":\"no\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(validate(bad[i], 100, 8, 1, 1.0, err, sizeof err), -1);
     /* a budget no multiplier up to 1e6 fits */
@@ -568,6 +649,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_without_noise_equals_exact_als),
         cmocka_unit_test(test_dpals_reweighted_without_noise_equals_weighted_als),
         cmocka_unit_test(test_dpals_residual_without_noise_equals_ridge_toward_the_release),
+        cmocka_unit_test(test_dpals_bias_model_at_any_d_equals_d1),
         cmocka_unit_test(test_dpals_reports_are_padded_and_padding_adds_nothing),
         cmocka_unit_test(test_dpals_job_validation_refuses_bad_params),
         cmocka_unit_test(test_dpals_features_and_clamp),

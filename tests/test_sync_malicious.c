@@ -541,7 +541,7 @@ static void test_dpals_report_sizes_do_not_count_a_users_ratings(void **state) {
 /* dpals: the aggregator publishes a guarantee for less noise than it declares in the job (its figure computed at
  * z = 2 while the job view claims z = 0.5), or a params.noise_multiplier other than the published one: the
  * device computes the cost from the published multiplier, finds the total understated, and sends nothing. So for a
- * params.gram_weight out of range, and a params.reweight that is not a boolean. */
+ * params.gram_weight out of range, and a params.reweight or params.factors that is not a boolean. */
 static void attack_dpals_understated(world *w) {
     use_dpals(w, "{\"max_items\": 10}", 2.0, 0.5, 3);
     open_round(w, 1);
@@ -554,6 +554,8 @@ static void attack_dpals_understated(world *w) {
     use_dpals(w, "{\"max_items\": 10, \"gram_weight\": 1e9}", 2.0, 2.0, 3);
     assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
     use_dpals(w, "{\"max_items\": 10, \"reweight\": 1}", 2.0, 2.0, 3); /* not a boolean */
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    use_dpals(w, "{\"max_items\": 10, \"factors\": 0}", 2.0, 2.0, 3); /* not a boolean either */
     assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
     assert_int_equal(reports_posted(w), 0);
     assert_int_equal(dprec_ledger_count(w->dev.c), 0);

@@ -34,6 +34,10 @@
  * N(m_j, tau^2 I) in place of N(0, tau^2 I) (without noise, the ridge regression toward the release,
  * (G_j + lambda I)^-1 (h_j + lambda m_j), since h'_j = h_j - G_j m_j). The statistics, their re-clipping and their
  * sensitivity are the same (the payload's form is): m_j is the previous release, public. Post-processing.
+ * With params.factors false (default true) the job is the private bias model at the job's d: the statistics are
+ * those of d = 1 (x = [bias_scale], whatever w a report carries; stat_d), the release's factor columns stay 0 and
+ * column 0 is 1, so that devices of another protocol's d can learn the item biases its job then starts from
+ * (base_job, docs/protocol.md). The sensitivity and the accounting are those of any dpals job.
  * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
  * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
 #include <lapacke.h>
@@ -62,6 +66,7 @@ typedef struct dpals_params {
     int has_mu, has_rating_clip;
     int residual; /* params.residual: the targets are residuals of the round's release, the solve its correction */
     int reweight; /* params.reweight: a report of n < k pairs is scaled by sqrt(k / n) (sdk/dpals.h) */
+    int factors;  /* params.factors: false is the private bias model at the job's d (stat_d) */
     uint64_t seed;
 } dpals_params;
 
@@ -75,6 +80,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
     p->init_scale = DPALS_DEFAULT_INIT_SCALE;
     p->gram_weight = DPREC_DPALS_DEFAULT_GRAM_WEIGHT;
     p->reweight = DPREC_DPALS_DEFAULT_REWEIGHT;
+    p->factors = 1;
     p->seed = 1;
     const cJSON *it;
     cJSON_ArrayForEach(it, params) {
@@ -100,6 +106,9 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         } else if (strcmp(k, "reweight") == 0) {
             bad = !cJSON_IsBool(it);
             p->reweight = cJSON_IsTrue(it);
+        } else if (strcmp(k, "factors") == 0) {
+            bad = !cJSON_IsBool(it);
+            p->factors = cJSON_IsTrue(it);
         }
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
@@ -108,7 +117,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
             /* secure aggregation's parameters: agg_secure_parse checks them */
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
-                     "noise_multiplier, init_scale, gram_weight, residual, reweight, seed, aggregation, secagg_*)", k);
+                     "noise_multiplier, init_scale, gram_weight, residual, reweight, factors, seed, aggregation, secagg_*)", k);
             return -1;
         }
         if (bad) {
@@ -119,6 +128,14 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
     return 0;
 }
 
+/* The dimension of the statistics: the job's d, or 1 with params.factors false, the private bias model at any d
+ * (x = [bias_scale] whatever w the report carries; V's factor columns stay 0, column 0 is 1). A job at the d of
+ * the devices of another protocol gives that protocol's job its item biases (base_job, docs/protocol.md): a
+ * device takes part only in jobs at its own d. */
+static uint32_t stat_d(const agg_job *job, const dpals_params *p) {
+    return p->factors ? job->d : 1u;
+}
+
 static int job_params(const agg_job *job, dpals_params *p, char *err, size_t errcap) {
     cJSON *params = cJSON_Parse(job->params != NULL ? job->params : "{}");
     int rc = params != NULL ? parse_params(params, p, err, errcap) : -1;
@@ -127,7 +144,7 @@ static int job_params(const agg_job *job, dpals_params *p, char *err, size_t err
     if (rc != 0) return rc;
     if (!p->has_mu) p->mu = (job->rating_min + job->rating_max) / 2.0;
     if (!p->has_rating_clip) p->rating_clip = dprec_dpals_default_rating_clip(job->rating_min, job->rating_max);
-    if (!(p->bias_scale > 0.0)) p->bias_scale = job->d > 1 ? p->u_clip : 1.0;
+    if (!(p->bias_scale > 0.0)) p->bias_scale = stat_d(job, p) > 1 ? p->u_clip : 1.0;
     return 0;
 }
 
@@ -141,8 +158,8 @@ static int mechanism(const agg_job *job, const dpals_params *p, double *z, doubl
     return agg_budget_multiplier(job, z);
 }
 
-static uint64_t noised_coords(const agg_job *job) {
-    return (uint64_t)job->m * dprec_dpals_item_coords(job->d);
+static uint64_t noised_coords(const agg_job *job, const dpals_params *p) {
+    return (uint64_t)job->m * dprec_dpals_item_coords(stat_d(job, p));
 }
 
 /* params.aggregation "secure" (agg_secure.h): the devices send their normalized statistics for every item (m (d (d +
@@ -150,7 +167,7 @@ static uint64_t noised_coords(const agg_job *job) {
  * noise uses)
  * encoded and masked. 1 secure, 0 not, -1 invalid. */
 static int secure_of(const agg_job *job, const dpals_params *p, agg_secure_spec *spec, char *err, size_t errcap) {
-    uint64_t len = noised_coords(job);
+    uint64_t len = noised_coords(job, p);
     if (len > DPREC_DDG_MAX_DIM) len = 0; /* refused by agg_secure_parse, if secure */
     return agg_secure_spec_for(job, (uint32_t)len, dprec_dpals_sensitivity(p->max_items, p->gram_weight), spec, err, errcap);
 }
@@ -170,7 +187,7 @@ static dprec_model dpals_model_of(const agg_job *job) {
 static int noise_scale(const agg_job *job, const dpals_params *p, double *z, double *sens, double *sigma) {
     double q, s_eff;
     if (mechanism(job, p, z, &q) != 0) return -1;
-    if (agg_grid_allowance(dprec_dpals_sensitivity(p->max_items, p->gram_weight), *z, noised_coords(job), &s_eff) != 0) return -1;
+    if (agg_grid_allowance(dprec_dpals_sensitivity(p->max_items, p->gram_weight), *z, noised_coords(job, p), &s_eff) != 0) return -1;
     *sens = s_eff;
     *sigma = *z * s_eff;
     return 0;
@@ -180,7 +197,7 @@ static int noise_scale(const agg_job *job, const dpals_params *p, double *z, dou
  * sqrt(X2) / q the noise on each coordinate of h_j once scaled back (sigma of the normalized statistics; 0
  * without noise). */
 static double item_kappa(const agg_job *job, const dpals_params *p, double sigma) {
-    double sh = sigma * p->rating_clip * sqrt(dprec_dpals_x2(job->d, p->u_clip, p->bias_scale)) / job->participation;
+    double sh = sigma * p->rating_clip * sqrt(dprec_dpals_x2(stat_d(job, p), p->u_clip, p->bias_scale)) / job->participation;
     return (sh / p->prior_sd) * (sh / p->prior_sd);
 }
 
@@ -242,6 +259,7 @@ static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
         cJSON_AddNumberToObject(priv, "item_kappa", item_kappa(job, &p, sigma));
         cJSON_AddNumberToObject(priv, "gram_weight", p.gram_weight);
         cJSON_AddBoolToObject(priv, "reweight", p.reweight);
+        cJSON_AddBoolToObject(priv, "factors", p.factors);
     }
     /* the unit is the user: the job's own figure is the user-level one every device counts against its cap */
     double eps = INFINITY;
@@ -256,7 +274,7 @@ static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *e
         snprintf(err, errcap, "dpals needs 1 <= d <= %u (column 0 of V is the users' own bias)", DPALS_MAX_D);
         return -1;
     }
-    if (noised_coords(shape) > DPALS_MAX_CELLS) {
+    if ((uint64_t)shape->m * dprec_dpals_item_coords(shape->d) > DPALS_MAX_CELLS) {
         snprintf(err, errcap, "dpals supports m (d (d + 1) / 2 + d) <= %llu", (unsigned long long)DPALS_MAX_CELLS);
         return -1;
     }
@@ -271,6 +289,10 @@ static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *e
         int sec = ptext != NULL && job_params(&tmp, &tp, err, errcap) == 0 ? secure_of(&tmp, &tp, &sp, err, errcap) : -1;
         free(ptext);
         if (sec < 0) return -1;
+        if (sec == 1 && !tp.factors) { /* the devices' secure report carries the statistics at the job's d */
+            snprintf(err, errcap, "params.factors false is not supported with secure aggregation");
+            return -1;
+        }
     }
     if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
         snprintf(err, errcap, "dpals needs a budget with delta > 0");
@@ -288,8 +310,8 @@ static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *e
     /* the noise grid's allowance (agg_grid_allowance) must exist: refused here rather than failing every round */
     if (noise_scale(shape, &p, &z, &sens, &sigma) != 0) {
         snprintf(err, errcap, "dpals: the noise grid's rounding over %llu coordinates needs sqrt(N) z 2^-19 < 1, and "
-                 "z = %g gives %g: lower m, d or the noise multiplier", (unsigned long long)noised_coords(shape), z,
-                 sqrt((double)noised_coords(shape)) * z * 0x1p-19);
+                 "z = %g gives %g: lower m, d or the noise multiplier", (unsigned long long)noised_coords(shape, &p), z,
+                 sqrt((double)noised_coords(shape, &p)) * z * 0x1p-19);
         return -1;
     }
     return 0;
@@ -344,16 +366,16 @@ int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len,
     uint32_t n;
     if (job_params(job, &p, err, sizeof err) != 0) return -1;
     if (payload_check(job, &p, b, len, &n, err, sizeof err) != 0) return -1; /* padding adds nothing */
-    const uint32_t d = job->d, cw = dprec_dpals_item_coords(d);
-    if (d < 1 || d > DPALS_MAX_D) return -1;
+    const uint32_t d = stat_d(job, &p), cw = dprec_dpals_item_coords(d);
+    if (job->d < 1 || job->d > DPALS_MAX_D) return -1;
     float w[DPALS_MAX_D];
     double x[DPALS_MAX_D];
-    for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a);
+    for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a); /* none with factors false */
     dprec_dpals_features(w, d, p.u_clip, x);
     x[d - 1u] = p.bias_scale;
     const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), om = dprec_dpals_report_weight(p.max_items, n, p.reweight);
     const double gs = om * p.gram_weight / x2, hs = om / (p.rating_clip * sqrt(x2));
-    const unsigned char *pairs = b + 8 + 4 * ((size_t)d - 1u);
+    const unsigned char *pairs = b + 8 + 4 * ((size_t)job->d - 1u);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);
         double t = dprec_dpals_clamp((double)dprec_ldf32(pairs + 8 * (size_t)i + 4), p.rating_clip);
@@ -447,7 +469,11 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
     dpals_params p;
     if (job_params(job, &p, err, errcap) != 0 || agg_model_random(job, p.seed, p.init_scale, p.mu, out, err, errcap) != 0)
         return -1;
-    for (size_t j = 0; j < job->m; j++) out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (sdk/dpals.h) */
+    for (size_t j = 0; j < job->m; j++) {
+        out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (sdk/dpals.h) */
+        if (!p.factors) /* the bias model at d: no factors, so a device's u is [c_i; 0] */
+            for (uint32_t a = 1; a < job->d; a++) out->v[j * job->d + a] = 0.0f;
+    }
     return 0;
 }
 
@@ -456,7 +482,7 @@ int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dpr
     dpals_params p;
     *out = NULL;
     if (job_params(job, &p, err, errcap) != 0) return -1;
-    const uint32_t d = job->d, m = job->m, cw = dprec_dpals_item_coords(d);
+    const uint32_t d = stat_d(job, &p), m = job->m, cw = dprec_dpals_item_coords(d);
     double z = 0.0, sens = 0.0, sigma = 0.0;
     if (noisy && noise_scale(job, &p, &z, &sens, &sigma) != 0) {
         snprintf(err, errcap, "dpals: no noise multiplier for this job");
@@ -486,7 +512,7 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
                    int noisy, agg_model *next, char *err, size_t errcap) {
     dpals_params p;
     if (job_params(job, &p, err, errcap) != 0) return -1;
-    const uint32_t d = job->d, m = job->m, cw = dprec_dpals_item_coords(d);
+    const uint32_t d = job->d, sd = stat_d(job, &p), m = job->m, cw = dprec_dpals_item_coords(sd);
     if (d < 1 || d > DPALS_MAX_D || prev->d != d || prev->m != m) {
         snprintf(err, errcap, "release shape differs from the job");
         return -1;
@@ -541,25 +567,29 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         snprintf(err, errcap, "out of memory in the dpals global step");
         return -1;
     }
-    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), gsc = x2 / (p.gram_weight * q), hsc = p.rating_clip * sqrt(x2) / q;
+    const double x2 = dprec_dpals_x2(sd, p.u_clip, p.bias_scale), gsc = x2 / (p.gram_weight * q), hsc = p.rating_clip * sqrt(x2) / q;
     const double lambda = p.lambda, kappa = noisy ? item_kappa(job, &p, sigma) : 0.0;
     double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D], pooled[DPALS_MAX_D * DPALS_MAX_D];
-    agg_dpals_pool(stats, m, d, gsc, pooled);
+    agg_dpals_pool(stats, m, sd, gsc, pooled);
     for (uint32_t j = 0; j < m; j++) {
-        agg_dpals_unpack(stats + (size_t)j * cw, d, gsc, hsc, g, h);
-        agg_dpals_shrink_gram(g, d, pooled, sigma * gsc);
-        agg_dpals_solve(g, h, d, lambda, kappa, s);
+        agg_dpals_unpack(stats + (size_t)j * cw, sd, gsc, hsc, g, h);
+        agg_dpals_shrink_gram(g, sd, pooled, sigma * gsc);
+        agg_dpals_solve(g, h, sd, lambda, kappa, s);
         const float *pv = prev->v + (size_t)j * d;
         float *v = next->v + (size_t)j * d;
         v[0] = 1.0f;
         /* residual targets: s is the correction of the release's coefficients [f_j; b_j / bias_scale], the
          * posterior mean under the prior centred on them (the file's head) */
         for (uint32_t a = 1; a < d; a++) {
+            if (!p.factors) { /* the bias model at d: the factor columns stay 0 */
+                v[a] = 0.0f;
+                continue;
+            }
             double c = s[a - 1u] + (p.residual ? (double)pv[a] : 0.0);
             v[a] = isfinite((float)c) ? (float)c : (p.residual && isfinite(pv[a]) ? pv[a] : 0.0f);
         }
         double pb = p.residual && prev->bias != NULL && isfinite(prev->bias[j]) ? (double)prev->bias[j] : 0.0;
-        float b = (float)(s[d - 1u] * p.bias_scale + pb); /* the bias feature is bias_scale, not 1 */
+        float b = (float)(s[sd - 1u] * p.bias_scale + pb); /* the bias feature is bias_scale, not 1 */
         next->bias[j] = isfinite(b) ? b : (float)pb;
     }
     free(stats);
