@@ -88,6 +88,11 @@ static const char help_head[] =
     "                           copy of the fleet at the same budget with their own defaults, and say whether\n"
     "                           the job beats them (default: the protocol's own list, bias for gauss-gd,\n"
     "                           private-fw and dpals; with no --protocol, " FLEET_DEFAULT_COMPARE ")\n"
+    "  --bias-base F            first spend the share F (0 < F < 1) of --epsilon and --delta on the private bias\n"
+    "                           model (a bias job at the protocol's d, params.factors false) on the same devices,\n"
+    "                           then run the job from its item biases (base_job) at the rest; the guarantee is\n"
+    "                           the two jobs' sum, and the bias job trusts the aggregator (joint DP), whatever\n"
+    "                           the protocol's own model (ldp-gd, ldp-gddr, ldp-rr, gauss-gd)\n"
     "\n";
 
 static const char help_tail[] =
@@ -145,6 +150,11 @@ typedef struct options {
     int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
     int quiet, verbose, verify_each;
     const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
+    /* --bias-base F (0: none): the share of the budget the base job (the private bias model) spends first; its
+     * budget; and the whole budget, which the devices' caps and the comparisons get (c.epsilon and c.delta are the
+     * main job's share) */
+    double bias_base, base_epsilon, base_delta, total_epsilon, total_delta;
+    uint64_t base_job; /* the finished base job the main job names as base_job (0: none) */
     fleet_conn_options conn;
 } options;
 
@@ -257,10 +267,17 @@ static int device_load(fleet *f, uint32_t u) {
         cfg.lambda = (float)(l > o->c.device_lambda_floor ? l : o->c.device_lambda_floor);
     }
     /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
-    cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->c.epsilon;
-    cfg.cap_user_delta = cfg.cap_rating_delta = o->c.delta;
+    cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->total_epsilon;
+    cfg.cap_user_delta = cfg.cap_rating_delta = o->total_delta;
     fleet_device_index = u;
     o->proto->device(&o->c, d, ntrain, &cfg); /* the protocol's report size and state */
+    if (o->bias_base > 0) { /* the base job's reports too (its own configuration otherwise is the protocol's) */
+        dprec_config bc = cfg;
+        fleet_common bcom = o->c;
+        bcom.base_model = 1;
+        fleet_proto_base_model()->device(&bcom, d, ntrain, &bc);
+        if (bc.max_report_bytes > cfg.max_report_bytes) cfg.max_report_bytes = bc.max_report_bytes;
+    }
     if (o->store_dir != NULL) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%s/user-%u", o->store_dir, u);
@@ -776,6 +793,11 @@ static int parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_double(v, &o->c.dropout) || !(o->c.dropout >= 0.0 && o->c.dropout < 1.0))
                 return fleet_flag_error("--dropout must be in [0, 1):", v);
         }
+        else if (strcmp(a, "--bias-base") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_double(v, &o->bias_base) || !(o->bias_base > 0.0 && o->bias_base < 1.0))
+                return fleet_flag_error("--bias-base must be in (0, 1):", v);
+        }
         else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
         else if (strcmp(a, "--verify-each") == 0) o->verify_each = 1;
         else if (strcmp(a, "--release-encoding") == 0) {
@@ -869,6 +891,29 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "dprec-fleet: --secure-agg: protocol %s has no secure aggregation (%s have)\n", o->proto->name,
                 names);
         return 2;
+    }
+    o->total_epsilon = o->c.epsilon;
+    o->total_delta = o->c.delta;
+    if (o->bias_base > 0) {
+        if (!fleet_proto_takes_bias_base(o->proto)) {
+            char names[128] = "";
+            size_t n = 0;
+            for (size_t i = 0; i < fleet_proto_count; i++)
+                if (fleet_proto_takes_bias_base(fleet_protos[i]))
+                    n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", fleet_protos[i]->name);
+            fprintf(stderr, "dprec-fleet: --bias-base: protocol %s does not start from a base job's biases (%s do)\n",
+                    o->proto->name, names);
+            return 2;
+        }
+        if (o->c.secure_agg) return fleet_flag_error("--bias-base: the bias model at d > 1 has no secure aggregation", NULL);
+        if (!(o->c.delta > 0)) return fleet_flag_error("--bias-base needs --delta > 0 (the bias job's Gaussian noise)", NULL);
+        /* the two shares never add up to more than the whole, in floating point too: the devices' caps are the whole */
+        o->base_epsilon = o->bias_base * o->c.epsilon;
+        o->base_delta = o->bias_base * o->c.delta;
+        o->c.epsilon -= o->base_epsilon;
+        o->c.delta -= o->base_delta;
+        while (o->base_epsilon + o->c.epsilon > o->total_epsilon) o->c.epsilon = nextafter(o->c.epsilon, 0.0);
+        while (o->base_delta + o->c.delta > o->total_delta) o->c.delta = nextafter(o->c.delta, 0.0);
     }
     return fleet_finish_proto(o->proto, &o->c);
 }
@@ -990,6 +1035,12 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
         memcpy(spec, with, sizeof spec - 1);
         spec[sizeof spec - 1] = '\0';
     }
+    if (main_job && o->base_job > 0 && spec[0] == '{') { /* --bias-base: the job starts from the base's biases */
+        static char with[sizeof spec + 64];
+        snprintf(with, sizeof with, "{\"base_job\":%llu,%s", (unsigned long long)o->base_job, spec + 1);
+        memcpy(spec, with, sizeof spec - 1);
+        spec[sizeof spec - 1] = '\0';
+    }
     j = call_json(f, 1, "POST", "/v1/admin/jobs", NULL, spec, 201, err, sizeof err);
     if (j == NULL) {
         fprintf(stderr, "dprec-fleet: creating the %s job: %s\n", o->proto->name, err);
@@ -1036,8 +1087,8 @@ static int run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, i
                nthreads);
         if (o->proto->describe != NULL) o->proto->describe(&o->c, &f->data);
     } else if (!o->quiet) {
-        fprintf(stderr, "compare: job %llu: protocol %s, d = %u, %u rounds\n", (unsigned long long)f->job,
-                o->proto->name, o->c.rank, o->c.rounds);
+        fprintf(stderr, "%s: job %llu: protocol %s, d = %u, %u rounds\n", o->c.base_model ? "base" : "compare",
+                (unsigned long long)f->job, o->proto->name, o->c.rank, o->c.rounds);
     }
     /* round 0: the initial release, before any report */
     double t0 = now_s();
@@ -1313,10 +1364,36 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.device_lambda_fixed = 0;
     o->c.secure_agg = 0; /* a comparison runs with its own trusted aggregator */
     o->c.dropout = 0;
+    o->c.epsilon = o->total_epsilon; /* the whole budget, which a --bias-base run spends over two jobs */
+    o->c.delta = o->total_delta;
     int rc = fleet_finish_proto(p, &o->c);
     if (rc == 0) rc = load_devices(f, ws, nthreads, 0);
     if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);
+    o->proto = main_proto;
+    o->c = main_c;
+    return rc == 0 ? 0 : -1;
+}
+
+/* --bias-base: the private bias model at the main job's d (the base model's job with params.factors false) on the
+ * same devices, at its share of the budget; the main job then names it as base_job. *res gets its outcome; 0, or
+ * -1 (printed). */
+static int run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res) {
+    options *o = f->o;
+    const fleet_proto *main_proto = o->proto, *bp = fleet_proto_base_model();
+    fleet_common main_c = o->c;
+    o->proto = bp;
+    o->c.rounds = FLEET_DEFAULT_ROUNDS;
+    o->c.rounds_set = o->c.rank_set = 0;
+    o->c.lambda = -1;
+    o->c.epsilon = o->base_epsilon;
+    o->c.delta = o->base_delta;
+    o->c.base_model = 1;
+    int rc = fleet_finish_proto(bp, &o->c);
+    o->c.rank = main_c.rank; /* the bias model at the devices' own d (a device takes part only at its d) */
+    if (rc == 0) rc = run_job(f, ws, nthreads, token, 0, 0, 0, res);
+    else fprintf(stderr, "dprec-fleet: --bias-base: the %s job's defaults do not fit this run\n", bp->name);
+    if (rc == 0) o->base_job = f->job;
     o->proto = main_proto;
     o->c = main_c;
     return rc == 0 ? 0 : -1;
@@ -1398,10 +1475,32 @@ int main(int argc, char **argv) {
     cJSON_Delete(j);
     j = NULL;
 
-    /* the devices and the job */
+    /* the devices and the job (after --bias-base's job, on the same devices) */
+    job_result base_res;
+    memset(&base_res, 0, sizeof base_res);
     if (load_devices(&f, ws, nthreads, 1) != 0) goto out;
+    if (o.bias_base > 0) {
+        if (run_base(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
+        char be[32], bd[32];
+        fmt_eps(be, sizeof be, base_res.epsilon);
+        fmt_eps(bd, sizeof bd, base_res.delta);
+        printf("base: job %llu, the private bias model at d = %u (%s), %u rounds, test RMSE %.4f, epsilon = %s, "
+               "delta = %s (user level, %s)\n", (unsigned long long)o.base_job, o.c.rank, fleet_proto_base_model()->name,
+               base_res.rounds, base_res.rmse, be, bd, dprec_model_name(base_res.model));
+    }
     if (run_job(&f, ws, nthreads, fleet_token, 1, gm_rmse, im_rmse, &main_res) != 0) goto out;
-    unsigned long long failures = main_res.failures;
+    unsigned long long failures = main_res.failures + base_res.failures;
+    if (o.bias_base > 0) { /* the user's guarantee is both jobs' (basic composition, as each device's ledger adds them) */
+        char be[32], bd[32];
+        main_res.epsilon += base_res.epsilon;
+        main_res.delta += base_res.delta;
+        fmt_eps(be, sizeof be, main_res.epsilon);
+        fmt_eps(bd, sizeof bd, main_res.delta);
+        printf("guarantee with the base job: epsilon = %s, delta = %s at user level (the two jobs' sum, basic "
+               "composition); it holds with the aggregator trusted, as the base job's joint DP needs%s\n", be, bd,
+               main_res.model == DPREC_MODEL_LOCAL ? " (an untrusted one sees that job's reports: the local job's "
+                                                     "epsilon alone covers only its own)" : "");
+    }
 
     /* the comparisons (--compare), each on a fresh copy of the fleet at the same budget */
     const char *list = o.compare != NULL ? o.compare : (o.proto->compare != NULL ? o.proto->compare : "");

@@ -37,6 +37,9 @@ typedef struct fleet_common {
      * after their masked input), so that the recovery paths run */
     int secure_agg;
     double dropout;
+    /* set by the shared code while it runs --bias-base's job: the private bias model at this rank (the base model's
+     * spec asks params.factors false and its own defaults for the bias, not the factors') */
+    int base_model;
 } fleet_common;
 
 typedef struct fleet_proto {
@@ -67,6 +70,12 @@ typedef struct fleet_proto {
     /* What this protocol is, in a few words, for the comparison lines (NULL: its name). */
     const char *summary;
 } fleet_proto;
+
+/* --bias-base: 1 if protocol p takes it (its aggregator starts from a base job's item biases and its devices predict
+ * with the release's biases: one line of fleet_proto_table.c's list), and the protocol whose job makes the base (the
+ * private bias model, run at p's d with fleet_common.base_model set). */
+int fleet_proto_takes_bias_base(const fleet_proto *p);
+const fleet_proto *fleet_proto_base_model(void);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
  * fleet_proto_table.c's secure list. */

@@ -67,7 +67,7 @@ static void dpals_effective(const fleet_common *o, const fleet_data *d, dpals_ef
     e->max_items = dp.max_items > 0 ? dp.max_items : DPREC_DPALS_DEFAULT_MAX_ITEMS;
     if (dp.max_items == 0 && d->max_train > 0 && d->max_train < e->max_items) e->max_items = d->max_train;
     e->u_clip = dp.u_clip > 0 ? dp.u_clip : DPREC_DPALS_DEFAULT_U_CLIP;
-    e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 ? 0.5 : 0.0);
+    e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 && !o->base_model ? 0.5 : 0.0);
     /* the aggregator's default bias feature (u_clip: half of each report's sensitivity for the item bias). 1.5 (90%)
      * was within the runs' spread on ml10m:0.1 at epsilon 1 (0.8620 and 0.8624 against 0.8666) and worse on ml-100k
      * at epsilon 0.5 (1.0914 against 1.0458): its prior on b_j = 1.5 s is 1.5 times looser (docs/results.md) */
@@ -106,6 +106,8 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.gram_weight > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"gram_weight\":%.17g", dp.gram_weight);
     if (dp.reweight >= 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"reweight\":%s", dp.reweight ? "true" : "false");
     n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
+    if (o->base_model && o->rank > 1) /* --bias-base's job: the bias model at the devices' d (params.factors) */
+        n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"factors\":false");
     if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
         snprintf(rc + n, sizeof rc - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
                  fleet_secure_min_survivors(o, d->num_users));
