@@ -19,6 +19,11 @@
 # item (--items-top = the number of items: no data-dependent subset), dense where n <= 4096, else Oja. ldp-rr is
 # left out of ml10m by default: its report is m d floats per device and round (400 KB at m = 10,000, d = 10: 28 GB
 # a round for the fleet) and its debiased gradient cannot learn V at any size we can run (docs/results.md).
+# P+bias (gauss-gd+bias, ldp-gd+bias, ldp-gddr+bias, ldp-rr+bias; not run by default) is protocol P on the private
+# bias model (`dprec-fleet --bias-base F`): a bias job at P's d spends the share F of the budget first, on the same
+# devices, and P's job starts from its item biases with the rest; the epsilon is the two jobs' sum. F = 0.5 for
+# gauss-gd, 0.8 for the local protocols, which learn next to nothing of their own here (docs/results.md "Defaults").
+# Its model column is "joint + P's": the bias job trusts the aggregator.
 # OUT defaults to build/results-all.csv. DPREC_FLEET picks another build's dprec-fleet.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,7 +52,8 @@ if [ "$table" = 1 ] || [ -n "$plot" ] || [ "$publish" = 1 ]; then
 import csv, subprocess, sys, tempfile
 path, plot = sys.argv[1], sys.argv[2]
 rows = list(csv.DictReader(open(path)))
-order = ["bias", "dpals", "gauss-gd", "private-fw", "sgld", "ldp-gd", "ldp-gddr", "ldp-rr"]
+order = ["bias", "dpals", "gauss-gd", "gauss-gd+bias", "private-fw", "sgld", "ldp-gd", "ldp-gd+bias", "ldp-gddr",
+         "ldp-gddr+bias", "ldp-rr", "ldp-rr+bias"]
 def key(p): return order.index(p) if p in order else len(order)
 sets = list(dict.fromkeys(r["data"] for r in rows))
 if plot:
@@ -132,19 +138,25 @@ protocols=${protocols:-$default_protocols}
 [ -f "$out" ] || echo "data,protocol,eps,rmse,eps_published,delta,model,rounds,seconds,users,items,ratings,global,item,user" > "$out"
 
 run() { # protocol eps
-  local p=$1 e=$2 extra=()
+  local p=$1 e=$2 extra=() proto=$1
   if grep -q "^$data,$p,$e," "$out"; then return; fi
+  case "$p" in # P+bias: P on the private bias model, at the share of the budget chosen for it (the head of this file)
+    gauss-gd+bias) proto=gauss-gd; extra=(--bias-base 0.5);;
+    ldp-*+bias) proto=${p%+bias}; extra=(--bias-base 0.8);;
+    *+bias) echo "results_all.sh: $p: only gauss-gd and the local protocols take the private bias model as a base" >&2
+            return 1;;
+  esac
   case "$p" in
     plain) extra=(--compare none);;
     private-fw) extra=(--compare none --items-top 16777216) # every item (the fleet caps it to m: no subset)
                 case "$data" in ml10m*) extra+=(--variant oja);; esac;; # dense takes n <= 4096 items
-    *) extra=(--compare none);;
+    *) extra+=(--compare none);;
   esac
   local t0=$SECONDS
   if [ "$p" = plain ]; then
     fleet_job "$data plain" "${src[@]}" --protocol plain --in-process --eval-every 0 "${extra[@]}" || return 1
   else
-    fleet_job "$data $p eps=$e" "${src[@]}" --protocol "$p" --epsilon "$e" --delta 1e-6 --in-process --eval-every 0 \
+    fleet_job "$data $p eps=$e" "${src[@]}" --protocol "$proto" --epsilon "$e" --delta 1e-6 --in-process --eval-every 0 \
       "${extra[@]}" || return 1
   fi
   local log=$job_log last rmse pub model rounds users items ratings glob item user
@@ -155,6 +167,7 @@ run() { # protocol eps
   delta=$(printf '%s\n' "$last" | sed -n 's/.* delta=\([^ ]*\).*/\1/p') # the job's (sgld: 0, its delta' unknown)
   model=$(printf '%s\n' "$log" | sed -n 's/^guarantee: job [0-9]* ([^)]*): user-level \([a-z -]*\) DP.*/\1/p' | head -1)
   [ -n "$model" ] || model=none
+  if printf '%s\n' "$log" | grep -q '^guarantee with the base job: '; then model="joint + $model"; fi
   read -r users items ratings < <(printf '%s\n' "$log" | sed -n 's/^data: .*: \([0-9]*\) users, \([0-9]*\) items, \([0-9]*\) ratings.*/\1 \2 \3/p')
   glob=$(printf '%s\n' "$log" | sed -n 's/^baselines: global mean [0-9.]* -> test RMSE \([0-9.]*\);.*/\1/p')
   item=$(printf '%s\n' "$log" | sed -n 's/^baselines: .*item mean test RMSE \([0-9.]*\);.*/\1/p')
