@@ -69,8 +69,15 @@ if plot:
             pts = sorted((float(r["eps"]), float(r["rmse"])) for r in sel if r["protocol"] == p and r["rmse"])
             f.write("".join(f"{e} {v}\n" for e, v in pts) + "\n\n")
         f.close()
-        # the colour and point of a protocol are its place in `order`, the same in every panel
-        lines = [f"'{f.name}' index {i} using 1:2 with linespoints lw 2 lt {key(p) + 1} pt {key(p) + 5} title '{p}'"
+        # the colour and point of a protocol are its place in `order`, the same in every panel; P+bias is drawn
+        # dashed in P's colour, with open points
+        bases = [q for q in order if not q.endswith("+bias")]
+        colours = ["#9400d3", "#009e73", "#56b4e9", "#e69f00", "#0072b2", "#e51e10", "#000000", "#8b4513"]
+        def style(p):
+            b = p[:-len("+bias")] if p.endswith("+bias") else p
+            i = bases.index(b) if b in bases else len(bases)
+            return (f"lc rgb '{colours[i % len(colours)]}' pt {i + 5}" + (" dt 2 pointsize 1.3" if b != p else ""))
+        lines = [f"'{f.name}' index {i} using 1:2 with linespoints lw 2 {style(p)} title '{p}'"
                  for i, p in enumerate(protos)]
         for label, val, dt in (("plain (no privacy)", plain[-1]["rmse"] if plain else "", 1), ("item mean", base["item"], 2),
                                ("user mean (free)", base["user"], 4), ("global mean", base["global"], 3)):
