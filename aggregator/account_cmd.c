@@ -1,6 +1,6 @@
 /* dprec-aggregator account — the operators' planning command: the (epsilon, delta) of N steps of one
  * mechanism, before a job runs. It reads no data and contacts nothing; all the mathematics is in
- * sdk/accountant.c (which cites its sources), this file only parses, validates and prints.
+ * common/accountant.c (which cites its sources), this file only parses, validates and prints.
  *
  * Host tool, not SDK code: it may use stdio and stdlib. Exit status: 0 success, 1 the accountant failed,
  * 2 usage error. The last line of a successful run is a contract (tests/account_cli.cmake checks it):
@@ -44,7 +44,7 @@ static const char *const help_text[] = {
     "\n"
     "GAUSSIAN (--mechanism gaussian): Gaussian noise of standard deviation S added to a quantity of L2\n"
     "  sensitivity C, N times. By default the noise is the DISCRETE Gaussian, the one the SDK samples\n"
-    "  (sdk/noise.c: every Gaussian in dprec is discrete, on a grid), accounted as the devices and the\n"
+    "  (common/noise.c: every Gaussian in dprec is discrete, on a grid), accounted as the devices and the\n"
     "  aggregator account it; --continuous accounts the continuous Gaussian N(0, S^2) instead\n"
     "  --sigma S            standard deviation of the noise added at each step (> 0), in the units of the\n"
     "                       released quantity\n"

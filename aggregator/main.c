@@ -1,4 +1,4 @@
-/* dprec-aggregator — the server side of dprec: `serve` runs the HTTPS aggregator (server/server.c), `account`
+/* dprec-aggregator — the server side of dprec: `serve` runs the HTTPS aggregator (service/server.c), `account`
  * is the operators' privacy-budget planner, `train` runs the seed-003 solver on a ratings file (train_cmd.c).
  *
  * Host program, not SDK code: it may use stdio and stdlib. Exit status: 0 success, 1 runtime error,
@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "account_cmd.h"
-#include "server/server.h"
-#include "train_cmd.h"
+#include "service/server.h"
+#include "train/train_cmd.h"
 #include "dprec/dprec.h"
 
 #define EXIT_USAGE 2

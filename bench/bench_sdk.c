@@ -3,7 +3,7 @@
  *
  * Prints, as median of repeated runs:
  *   - local least squares (normal equations over n rated items + Cholesky) at d = 16/32/64/256, n = 100/1000, with
- *     the normal equations accumulated row by row and in blocks (the SDK's kernel, sdk/linalg.c);
+ *     the normal equations accumulated row by row and in blocks (the SDK's kernel, common/linalg.c);
  *   - a release verified once (SHA-256, values, ECDSA P-256 signature), then dprec_recommend and
  *     dprec_predict on it as a buffer (no second hash), for m = 1682 and m = 100,000;
  *   - dprec_fit and top-K over the same release streamed in 64 KiB chunks (each pass hashed);

@@ -1,6 +1,6 @@
 /* dprec-bench-secagg — the cost of one secure-aggregation round with the distributed discrete Gaussian
  * (issue 21): the device's extra CPU time, memory and bytes, and the aggregator's CPU time, for n devices at
- * d = 10 and 64, in process (sdk/ddg.c, sdk/secagg.c, aggregator/core/agg_secagg.c; no network).
+ * d = 10 and 64, in process (common/ddg.c, common/secagg.c, aggregator/rounds/agg_secagg.c; no network).
  *
  * usage: dprec-bench-secagg [--devices N[,N...]] [--dims D[,D...]] [--dropout RATE] [--help]
  * Defaults: --devices 100,1000 --dims 10,64 --dropout 0.1 (devices drop before masking, so the aggregator also
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/agg_secagg.h"
+#include "rounds/agg_secagg.h"
 #include "ddg.h"
 #include "secagg.h"
 

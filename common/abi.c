@@ -1,4 +1,4 @@
-/* dprec — the structs an app fills, read by the size the app compiled them with (sdk/abi.h). The idea is Linux's
+/* dprec — the structs an app fills, read by the size the app compiled them with (common/abi.h). The idea is Linux's
  * copy_struct_from_user (openat2, clone3): a smaller struct gets the newer fields' defaults (zero), a larger one
  * is accepted only if every byte this library does not know is zero. */
 #include "abi.h"

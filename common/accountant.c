@@ -278,8 +278,8 @@ int dprec_rdp_subsampled_gaussian(double q, double noise_multiplier, double alph
 
 /* The MTZ19 series above are the Renyi divergence between the continuous Gaussian and its mixture with a
  * shifted copy; they are exact for that mechanism, but their derivation uses its density and has not been shown
- * to hold for the discrete Gaussian that sdk/noise.c samples. What the discrete Gaussian does have is its RDP curve: with noise
- * multiplier z (sigma / L2 sensitivity) it is (1/(2 z^2))-zCDP (CKS20; sdk/noise.c applies it to the rounded
+ * to hold for the discrete Gaussian that common/noise.c samples. What the discrete Gaussian does have is its RDP curve: with noise
+ * multiplier z (sigma / L2 sensitivity) it is (1/(2 z^2))-zCDP (CKS20; common/noise.c applies it to the rounded
  * statistic on its grid), i.e. (l, eps(l))-RDP with eps(l) = l / (2 z^2) at every order l > 1. So the
  * subsampled step is bounded by a theorem that holds for ANY mechanism with a given RDP curve under Poisson
  * sampling:

@@ -25,7 +25,7 @@
  * Every int function returns DPREC_OK or a negative dprec_status (dprec/status.h): INVALID_ARGUMENT for a
  * NULL pointer, steps = 0, or a value outside its stated range (NaN included). An add_* call that fails leaves
  * the accountant unchanged. Values too large for a double become +inf (a valid, if useless, bound), never NaN.
- * sdk/accountant.c cites the source of every formula; tests/accountant_reference.py recomputes them. */
+ * common/accountant.c cites the source of every formula; tests/accountant_reference.py recomputes them. */
 #ifndef DPREC_ACCOUNTANT_H
 #define DPREC_ACCOUNTANT_H
 
@@ -60,7 +60,7 @@ int dprec_accountant_add_approx(dprec_accountant *a, double epsilon, double delt
  * applied to a Poisson sample at rate q in (0, 1] (q = 1: no subsampling). Fails, adding nothing, if any order
  * of the grid fails in dprec_rdp_subsampled_gaussian. */
 int dprec_accountant_add_gaussian(dprec_accountant *a, double noise_multiplier, double q, uint64_t steps);
-/* The same for the discrete Gaussian (sdk/noise.c): q = 1 is its zCDP curve alpha / (2 z^2) at every order;
+/* The same for the discrete Gaussian (common/noise.c): q = 1 is its zCDP curve alpha / (2 z^2) at every order;
  * q < 1 is the Zhu-Wang general upper bound for Poisson subsampling at the integer orders of the grid and +inf
  * at the fractional ones (dprec_rdp_subsampled_discrete_gaussian). */
 int dprec_accountant_add_discrete_gaussian(dprec_accountant *a, double noise_multiplier, double q, uint64_t steps);
@@ -133,7 +133,7 @@ typedef struct dprec_step {
     double q;                /* GAUSSIAN: sampling rate in (0, 1] */
     double rho;              /* ZCDP */
     uint64_t steps;
-    /* GAUSSIAN: 1 when the noise is the discrete Gaussian (sdk/noise.c samples every Gaussian so). The
+    /* GAUSSIAN: 1 when the noise is the discrete Gaussian (common/noise.c samples every Gaussian so). The
      * Poisson-subsampled bound is then taken at integer orders only, by a bound that holds for any mechanism
      * with the discrete Gaussian's RDP (accountant.c); 0 is the continuous Gaussian of Mironov-Talwar-Zhang. */
     int discrete;

@@ -19,7 +19,7 @@ static inline uint64_t dprec_ld64(const unsigned char *p) {
 static inline float dprec_ldf32(const unsigned char *p) {
     uint32_t u = dprec_ld32(p);
     float f;
-    memcpy(&f, &u, sizeof f); /* IEEE-754 binary32 on every target we support (checked in sdk/config_check.h) */
+    memcpy(&f, &u, sizeof f); /* IEEE-754 binary32 on every target we support (checked in common/config_check.h) */
     return f;
 }
 /* Finite (not NaN, not infinite) and NaN tests on the bits: unlike x == x or isfinite(), no compiler option

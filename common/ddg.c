@@ -1,10 +1,10 @@
-/* dprec — the distributed discrete Gaussian encoding and its planner (sdk/ddg.h; docs/privacy.md "Secure
+/* dprec — the distributed discrete Gaussian encoding and its planner (common/ddg.h; docs/privacy.md "Secure
  * aggregation"). Kairouz, Liu, Steinke, ICML 2021 ("KLS").
  *
  * Privacy rests on three facts this file enforces with integers, not floating point:
  *   (a) every device's rounded vector z has ||z||^2 <= norm2_bound (checked exactly, in uint64, before any noise
  *       is added; the conditional rounding redraws until it holds, and the fallback truncates toward zero);
- *   (b) every noise share is N_Z(0, share_num / 1024) from the exact sampler (sdk/noise.c), clamped to
+ *   (b) every noise share is N_Z(0, share_num / 1024) from the exact sampler (common/noise.c), clamped to
  *       [-clamp, clamp], which changes its law by at most 2 exp(-clamp^2 / (2 s^2)) in total variation (the
  *       discrete Gaussian is s^2-subgaussian: Canonne, Kamath, Steinke 2020, Sec. 2.3);
  *   (c) the sum of any n <= n_max devices' values never wraps modulo 2^b (each |y_j| <= isqrt(norm2_bound) +

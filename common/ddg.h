@@ -13,7 +13,7 @@
  *              Prop. 22: each try fails with probability <= beta), so every device's integer vector has L2 norm
  *              at most Delta_2 = sqrt(norm2_bound), exactly, whatever its data;
  *   5. noise:  y = z + N_Z(0, s^2) per coordinate, s^2 = share_num / share_den, from the exact sampler
- *              (sdk/noise.c, CKS Algorithm 3), clamped to [-clamp, clamp] (see "clamp" below);
+ *              (common/noise.c, CKS Algorithm 3), clamped to [-clamp, clamp] (see "clamp" below);
  *   6. reduce: out = y mod 2^b.
  * The aggregator, given only the sum of the survivors' vectors mod 2^b (secure aggregation), lifts it to the
  * signed residue in [-2^(b-1), 2^(b-1)), multiplies by gamma and applies the inverse rotation S H / sqrt(D).

@@ -138,7 +138,7 @@ int dprec_rr_sign(dprec_rng *r, int sign, double epsilon, int *out);
 double dprec_phi_entry(const unsigned char seed[32], uint32_t q, uint32_t s, uint32_t j);
 
 /* The 32-byte Phi seed of a job from its public integer seed: SHA-256("dprec phi v1" || seed as uint64
- * little-endian). The device and the aggregator both derive it so (sdk/protocol_ldp.c, aggregator proto_ldp.c). */
+ * little-endian). The device and the aggregator both derive it so (sdk/protocols/ldp.c, aggregator aggregator/protocols/ldp.c). */
 void dprec_phi_seed(uint64_t seed, unsigned char out[32]);
 
 #endif /* DPREC_NOISE_H */

@@ -1,5 +1,5 @@
 /* dprec internal — what the local step needs of the release format beyond include/dprec/release.h: a row's size
- * and its decoding, for each encoding (sdk/release.c). */
+ * and its decoding, for each encoding (common/release.c). */
 #ifndef DPREC_RELEASE_PRIV_H
 #define DPREC_RELEASE_PRIV_H
 

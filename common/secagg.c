@@ -1,8 +1,8 @@
-/* dprec — secure aggregation, the device's side and the primitives the aggregator shares (sdk/secagg.h).
+/* dprec — secure aggregation, the device's side and the primitives the aggregator shares (common/secagg.h).
  *
  * Every primitive is mbedTLS's: X25519 (mbedtls_ecp / mbedtls_ecdh_compute_shared), HKDF-SHA256
  * (mbedtls_hkdf), AES-256 (mbedtls_aes, in counter mode for the PRG) and AES-256-GCM for the envelopes through
- * dprec_gcm (sdk/crypto.h: mbedtls_aes with a branch-free GHASH, held to mbedtls_gcm by tests/test_crypto.c,
+ * dprec_gcm (common/crypto.h: mbedtls_aes with a branch-free GHASH, held to mbedtls_gcm by tests/test_crypto.c,
  * because mbedtls_gcm callocs). Shamir's scheme is arithmetic over GF(2^31 - 1), written here: it is not a
  * cipher, and its secrecy is information-theoretic given uniform coefficients, which come from the CSPRNG.
  *

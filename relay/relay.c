@@ -15,7 +15,7 @@
  * mode: each share carries a gradient vector Phi and a noise vector tau; the first K shares to commit make the round's
  * noise total (their tau), every share's Phi goes into the gradient sum, and at close the relay adds alpha (its own
  * mask, from a seed it keeps) to the noise sum and takes it off the gradient sum, as the paper's Scenario 3 does.
- * Closing signs the round's sums with the relay's key (sdk/dpmf.h has the layout). */
+ * Closing signs the round's sums with the relay's key (common/protocols/dpmf.h has the layout). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -28,7 +28,7 @@
 #include <mbedtls/pk.h>
 #include <sqlite3.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "bytes.h"
 #include "dpmf.h"
 #include "dprec/status.h"
@@ -357,7 +357,7 @@ static int reply_share(relay_op *op, int status, const char *code, const char *m
     return agg_respond_json(op->resp, 200, o);
 }
 
-/* The signed sum of a closed round (sdk/dpmf.h: DPREC_DPMF_MAGIC_SUM), malloc'd. */
+/* The signed sum of a closed round (common/protocols/dpmf.h: DPREC_DPMF_MAGIC_SUM), malloc'd. */
 static unsigned char *build_sum(dprec_relay *r, rjob *j, const scratch *s, size_t *len) {
     sqlite3_stmt *st = NULL;
     uint32_t ng = s->n_grad, nn = j->mode == DPREC_DPMF_DYNAMIC ? s->n_noise : s->n_grad;

@@ -4,7 +4,7 @@
  * its own: SQLite (WAL, durable before it acknowledges), its own signing key and its own device registrations.
  *
  * Like the aggregator's core (aggregator/agg.h), this core knows no HTTP: the HTTPS front end of
- * `dprec-aggregator serve` (aggregator/server/server.c) runs it as `dprec-relay serve`, tests and the in-process
+ * `dprec-aggregator serve` (aggregator/service/server.c) runs it as `dprec-relay serve`, tests and the in-process
  * fleet call it directly. It uses the aggregator's request and response types (agg.h), which say nothing of the
  * aggregator. Thread-safe. */
 #ifndef DPREC_RELAY_H

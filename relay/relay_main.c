@@ -1,6 +1,6 @@
 /* dprec-relay — the non-colluding relay of seed 004's untrusted-recommender modes (relay/relay.h; docs/privacy.md
  * "dpmf"; docs/operations.md "The relay"). `serve` runs it over HTTPS on the same front end as dprec-aggregator serve
- * (aggregator/server/server.c), with its own state directory, its own signing key and its own device registrations.
+ * (aggregator/service/server.c), with its own state directory, its own signing key and its own device registrations.
  *
  * Host program: stdio and stdlib. Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "dprec/dprec.h"
 #include "relay.h"
-#include "server/server.h"
+#include "service/server.h"
 
 #define EXIT_USAGE 2
 

@@ -2,6 +2,8 @@
 # Builds dprec and runs every test through ctest.
 #   bash scripts/test.sh             native build (build/) and its tests
 #   bash scripts/test.sh --asan      the same under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   bash scripts/test.sh --device    the device-only build (-DDPREC_BUILD_AGGREGATOR=OFF, build-device/): it must
+#                                    compile nothing under aggregator/ or relay/
 #   bash scripts/test.sh --cross     cross builds for aarch64 and armhf, tests run under qemu-user
 #   bash scripts/test.sh --fuzz      the libFuzzer targets (clang), 30 s each (scripts/fuzz.sh)
 #   bash scripts/test.sh --all       all of the above (what CI runs)
@@ -41,19 +43,37 @@ device_tests_ran() { # build dir
   done
 }
 cross()   {
-  run aarch64 build-aarch64 -DCMAKE_TOOLCHAIN_FILE=toolchains/aarch64-linux-gnu.cmake -DDPREC_BUILD_EXAMPLES=OFF
+  run aarch64 build-aarch64 -DCMAKE_TOOLCHAIN_FILE=toolchains/aarch64-linux-gnu.cmake -DDPREC_BUILD_EXAMPLES=OFF \
+      -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
   device_tests_ran build-aarch64
+  server_free build-aarch64
   run armhf build-armhf -DCMAKE_TOOLCHAIN_FILE=toolchains/arm-linux-gnueabihf.cmake -DDPREC_BUILD_EXAMPLES=OFF
   device_tests_ran build-armhf
+}
+# A device-only build compiles the SDK, common/ and the device tools, never server code.
+server_free() { # build dir
+  local hits
+  hits=$(grep -oE '"file": *"[^"]*/(aggregator|relay)/[^"]*"' "$1/compile_commands.json" || true)
+  [ -z "$hits" ] || { echo "test.sh: $1 compiles server code:"; echo "$hits"; exit 1; } >&2
+  echo "== $1 compiles nothing under aggregator/ or relay/"
+}
+device()  {
+  echo "== device-only: configure and build (build-device)"
+  mkdir -p build-device
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPREC_BUILD_AGGREGATOR=OFF \
+        -DCMAKE_EXPORT_COMPILE_COMMANDS=ON > build-device/configure.log 2>&1 || { cat build-device/configure.log; exit 1; }
+  cmake --build build-device -j"$jobs"
+  server_free build-device
 }
 fuzz()    { bash scripts/fuzz.sh "${DPREC_FUZZ_SECONDS:-30}"; }
 
 case "${1:-}" in
   "") native ;;
   --asan) asan ;;
+  --device) device ;;
   --cross) cross ;;
   --fuzz) fuzz ;;
-  --all) native; asan; cross; fuzz ;;
-  -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' ;;
+  --all) native; asan; device; cross; fuzz ;;
+  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "test.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
 esac

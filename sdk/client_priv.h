@@ -54,7 +54,7 @@ typedef struct ledger_line {
 #define DPREC_SYNC_RESPONSE_MAX 4096u   /* the largest JSON response read (the aggregator's JSON cap) */
 #define DPREC_SYNC_JSON_TOKENS 160u     /* tokens of the largest JSON response parsed (a secure job's view: about 110) */
 
-/* The most protocols with state (protocol.h, dprec_proto_state) a build can have; protocol_table.c checks. */
+/* The most protocols with state (protocol.h, dprec_proto_state) a build can have; sdk/protocols/table.c checks. */
 #define DPREC_MAX_PROTOCOLS 16u
 
 typedef enum stream_mode { STREAM_NONE = 0, STREAM_FIT = 1, STREAM_TOPK = 2, STREAM_VERIFY = 3 } stream_mode;
@@ -111,7 +111,7 @@ struct dprec_client {
     trusted_release trusted;
     /* The release rows of the rated items, kept by the last fit: for ratings[i], rows[i (d+1) .. + d) is v_j
      * and rows[i (d+1) + d] is b_j (rating_capacity (d+1) floats). Valid while fitted and the ratings are
-     * unchanged; the private protocols' gradients need them once u is known (sdk/protocol_*.c). */
+     * unchanged; the private protocols' gradients need them once u is known (sdk/protocols/). */
     float *rows;
     /* Set by sync.c while it builds the data-independent fallback report (protocol.h, build): the protocols
      * then see no ratings and u = 0 and must not change their durable state. */

@@ -2,7 +2,7 @@
  *
  * The device never takes the aggregator's word for what a report costs. Each protocol's policy reads the
  * job's public parameters, checks them against public bounds, and names the mechanism of one round; the
- * functions here compose that mechanism over the rounds with the device's own accountant (sdk/accountant.c),
+ * functions here compose that mechanism over the rounds with the device's own accountant (common/accountant.c),
  * fingerprint the job so that it cannot change under the device, and refuse a job whose published guarantee
  * understates the device's own figure. */
 #include <math.h>

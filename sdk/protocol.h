@@ -2,8 +2,8 @@
  * backends). sync.c fetches the job, asks the job's protocol for its *policy* — what one round costs and what
  * the job may do, computed by the device itself from the job's public parameters — checks it against the
  * device's own ledger and caps, then fits the user vector on the round's release and asks the protocol to
- * build the report. Adding a protocol adds a protocol_<name>.c with one `const dprec_proto` and a line in
- * protocol_table.c; nothing else changes (the store and the client take the protocol's state section, if it
+ * build the report. Adding a protocol adds a sdk/protocols/<name>.c with one `const dprec_proto` and a line in
+ * sdk/protocols/table.c; nothing else changes (the store and the client take the protocol's state section, if it
  * has one, from its descriptor). */
 #ifndef DPREC_PROTOCOL_H
 #define DPREC_PROTOCOL_H
@@ -27,7 +27,7 @@ typedef struct dprec_client dprec_client;
  * policy says its reports go through a relay. */
 typedef struct dprec_relay_round {
     uint64_t round;
-    int mode;                  /* the protocol's mode as the relay runs the job (dpmf: sdk/dpmf.h) */
+    int mode;                  /* the protocol's mode as the relay runs the job (dpmf: common/protocols/dpmf.h) */
     uint32_t shares;           /* K */
     unsigned char seed[32];
 } dprec_relay_round;
@@ -119,7 +119,7 @@ typedef struct dprec_proto {
     const dprec_proto_state *state; /* NULL: the protocol keeps nothing between rounds */
 } dprec_proto;
 
-/* The protocols this SDK can take part in (protocol_table.c), and the one named `name` (NULL if none). */
+/* The protocols this SDK can take part in (sdk/protocols/table.c), and the one named `name` (NULL if none). */
 extern const dprec_proto *const dprec_protocols[];
 extern const size_t dprec_protocol_count;
 const dprec_proto *dprec_proto_find(const char *name);
@@ -156,13 +156,13 @@ void dprec_policy_pin(const char *protocol, const dprec_job_policy *pol, unsigne
 int dprec_policy_check_job(const dprec_client *c, const dprec_sync_job *job);
 
 /* The protocols of this SDK. */
-extern const dprec_proto dprec_proto_plain;                                             /* protocol_plain.c */
-extern const dprec_proto dprec_proto_ldp_gd, dprec_proto_ldp_gddr, dprec_proto_ldp_rr;  /* protocol_ldp.c */
-extern const dprec_proto dprec_proto_gauss_gd;                                          /* protocol_gauss.c */
+extern const dprec_proto dprec_proto_plain;                                             /* sdk/protocols/plain.c */
+extern const dprec_proto dprec_proto_ldp_gd, dprec_proto_ldp_gddr, dprec_proto_ldp_rr;  /* sdk/protocols/ldp.c */
+extern const dprec_proto dprec_proto_gauss_gd;                                          /* sdk/protocols/gauss.c */
 /* gauss-gd, for tests: the device's own u of params.u_update "gradient" (d floats) and the job and round of
  * its last step (job 0: none). */
 const float *dprec_gauss_state_u(const dprec_client *c, uint64_t *job, uint64_t *round);
-extern const dprec_proto dprec_proto_private_fw;                                        /* protocol_fw.c */
+extern const dprec_proto dprec_proto_private_fw;                                        /* sdk/protocols/fw.c */
 /* private-fw, for tests: sets the client's state for a job (as a report of `round` would leave it).
  * DPREC_ERR_CONFIG if the client keeps no private-fw state, DPREC_ERR_INVALID_ARGUMENT if n > fw_max_ratings. */
 int dprec_fw_state_set(dprec_client *c, uint64_t job, uint64_t round, const uint32_t *items, uint32_t n,
@@ -171,8 +171,8 @@ int dprec_fw_state_set(dprec_client *c, uint64_t job, uint64_t round, const uint
 int dprec_fw_state_get(const dprec_client *c, uint64_t *job, uint64_t *round, uint32_t *items, uint32_t cap,
                        uint32_t *n);
 
-extern const dprec_proto dprec_proto_dpals;                                              /* protocol_dpals.c */
-extern const dprec_proto dprec_proto_dpmf;                                               /* protocol_dpmf.c */
-extern const dprec_proto dprec_proto_sgld;                                               /* protocol_sgld.c */
+extern const dprec_proto dprec_proto_dpals;                                              /* sdk/protocols/dpals.c */
+extern const dprec_proto dprec_proto_dpmf;                                               /* sdk/protocols/dpmf.c */
+extern const dprec_proto dprec_proto_sgld;                                               /* sdk/protocols/sgld.c */
 
 #endif /* DPREC_PROTOCOL_H */

@@ -10,7 +10,7 @@
  *
  * Rows come in item order and the ratings are sorted by item, so one cursor merges the two: a fit costs
  * O(n d^2 + d^3) time (plus O(m d) to stream past the other rows) and O(d^2 + n d) memory (it keeps the rows
- * of the n rated items for the private protocols, sdk/protocol_*.c), a top-K O(m d + m log K) time and O(K)
+ * of the n rated items for the private protocols, sdk/protocols/), a top-K O(m d + m log K) time and O(K)
  * memory. */
 #include <math.h>
 #include <string.h>

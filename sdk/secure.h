@@ -2,13 +2,13 @@
  * dpals; docs/privacy.md "Secure aggregation", docs/protocol.md "Secure aggregation").
  *
  * The device never takes the noise plan on trust: it reads the published plan's integers (privacy.secagg), checks
- * them itself (sdk/ddg.c, dprec_ddg_plan_check: b holds the sum of n_max devices without wrapping; the RDP
+ * them itself (common/ddg.c, dprec_ddg_plan_check: b holds the sum of n_max devices without wrapping; the RDP
  * recomputed from the integers at n_min survivors), checks the SecAgg+ parameters (k/2 < t <= k, n_min >= t and at
  * least DPREC_SECURE_MIN_SURVIVORS, the plan's length equal to the vector its protocol sends, the clip its
  * protocol's), and charges its ledger the distributed discrete Gaussian's RDP at the FEWEST survivors the round may
  * unmask (n_min: fewer shares, less noise), composed over the rounds by its own accountant. sync.c runs the round's
  * steps (advertise, share, masked input, unmask) one per call as the aggregator's phase advances; the round's
- * secrets (sdk/secagg.h) live in memory only: a restart mid-round makes the device a dropout, which the protocol
+ * secrets (common/secagg.h) live in memory only: a restart mid-round makes the device a dropout, which the protocol
  * tolerates, and the report path (dprec_report_prepare) still allows one masked input per round.
  *
  * Memory (cfg.secagg_max_len = n > 0; 0: secure jobs are refused with DPREC_ERR_CONFIG): the state below
@@ -24,11 +24,6 @@
 #include "protocol.h"
 #include "secagg.h"
 
-#define DPREC_SECURE_MIN_SURVIVORS 3u /* the fewest survivors a job may let a round unmask */
-/* The phase messages: the largest is the inbox, k envelopes of 136 bytes behind a 12-byte head. */
-#define DPREC_SECURE_ENVELOPE_WIRE (8u + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES + DPREC_GCM_TAG_SIZE)
-#define DPREC_SECURE_IO_MAX (16u + DPREC_SECAGG_MAX_NEIGHBOURS * DPREC_SECURE_ENVELOPE_WIRE)
-#define DPREC_SECURE_PAYLOAD_MAGIC "DSA1"
 
 /* The client's secure-aggregation area (NULL when cfg.secagg_max_len is 0). */
 typedef struct dprec_secure_state {

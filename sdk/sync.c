@@ -487,7 +487,7 @@ static int relay_round(dprec_client *c, const dprec_transport *t, const dprec_sy
     }
     dprec_wipe(seed, sizeof seed);
     rr->shares = (uint32_t)shares;
-    rr->mode = strcmp(mode, "relay") == 0 ? 2 : strcmp(mode, "dynamic") == 0 ? 3 : 0; /* sdk/dpmf.h's modes */
+    rr->mode = strcmp(mode, "relay") == 0 ? 2 : strcmp(mode, "dynamic") == 0 ? 3 : 0; /* common/protocols/dpmf.h's modes */
     if (rr->round != job->round) { /* the relay is on another round: come back once both are on the same */
         *retry = 1;
         return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
@@ -955,7 +955,7 @@ static int secure_head(const dprec_secure_state *s, uint64_t round, size_t extra
  * inbox arrived: the caller then fits, charges and stores the report as for any protocol (the build masks it).
  * Otherwise *in_progress is set when the device did (or had done) its part of the phase. Each step is taken once:
  * the secrets of a round are drawn once (a round shown again from its start finds the device past it and gets
- * nothing new), and sdk/secagg.c refuses any step out of order. */
+ * nothing new), and common/secagg.c refuses any step out of order. */
 static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job,
                        const dprec_job_policy *pol, dprec_sync_result *result, int *retry, int *report_now,
                        int *in_progress) {
@@ -1017,7 +1017,7 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
             memcpy(nb[j].c_pk, q + 4, DPREC_SECAGG_KEY_SIZE);
             memcpy(nb[j].s_pk, q + 4 + DPREC_SECAGG_KEY_SIZE, DPREC_SECAGG_KEY_SIZE);
         }
-        /* k within [t, 2t) and every key valid, or the device leaves the round (sdk/secagg.c) */
+        /* k within [t, 2t) and every key valid, or the device leaves the round (common/secagg.c) */
         rc = dprec_secagg_share(&s->dev, &c->rng, nb, k, s->inbox);
         if (rc != DPREC_OK) return rc == DPREC_ERR_INVALID_ARGUMENT ? DPREC_ERR_PROTOCOL : rc;
         dprec_st64(s->io, job->round);
@@ -1061,7 +1061,7 @@ static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sy
             req[j].kind = (dprec_secagg_kind)kind;
         }
         dprec_secagg_reveal *rv = s->rv;
-        /* too few survivors, a neighbour asked for twice: refused, and the device reveals nothing (sdk/secagg.c) */
+        /* too few survivors, a neighbour asked for twice: refused, and the device reveals nothing (common/secagg.c) */
         rc = dprec_secagg_unmask(&s->dev, survivors, req, n, rv);
         if (rc != DPREC_OK) {
             dprec_client_log(c, DPREC_LOG_WARN, "sync: secure aggregation: unmask refused: ", dprec_status_name(rc));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference values for sdk/accountant.c (python3 standard library only).
+"""Independent reference values for common/accountant.c (python3 standard library only).
 
 Run:  python3 tests/accountant_reference.py            (prints every value tests/test_accountant.c embeds)
       python3 tests/accountant_reference.py --check    (also checks the two methods below against each other)

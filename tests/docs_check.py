@@ -4,8 +4,9 @@ exist, the documented allocator block count was 7 where the code takes 10, the s
 
 usage: docs_check.py REPO_ROOT
 
-1. Every repository path cited in the SDK's sources, headers, tests, scripts and docs (sdk/..., include/...,
-   tests/..., docs/..., platform/..., bench/..., scripts/..., examples/...) names a file that exists.
+1. Every repository path cited in the sources, headers, tests, scripts and docs (sdk/..., common/..., include/...,
+   aggregator/..., relay/..., bindings/..., tests/..., docs/..., platform/..., bench/..., scripts/..., examples/...)
+   names a file that exists.
 2. Every test function a doc cites (`test_...`) exists in tests/.
 3. docs/sdk.md's count of allocator blocks is the number of blocks sdk/client.c takes (its BLK_ enum).
 4. docs/sdk.md's stack requirement is the one tests/test_stack.c holds the SDK to.
@@ -27,7 +28,7 @@ def read(rel):
         return ""
 
 
-def files_under(*dirs, exts=(".c", ".h", ".md", ".sh", ".py", ".cmake", ".txt")):
+def files_under(*dirs, exts=(".c", ".h", ".md", ".sh", ".py", ".cmake", ".txt", ".java", ".in")):
     for d in dirs:
         for base, _, names in os.walk(os.path.join(root, d)):
             for n in names:
@@ -36,10 +37,11 @@ def files_under(*dirs, exts=(".c", ".h", ".md", ".sh", ".py", ".cmake", ".txt"))
 
 
 # 1. cited paths exist
-scanned = list(files_under("sdk", "include", "tests", "docs", "platform", "bench", "scripts", "examples"))
+scanned = list(files_under("sdk", "common", "include", "aggregator", "relay", "bindings", "tests", "docs", "platform",
+                           "bench", "scripts", "examples", "cmake"))
 scanned += ["README.md", "CMakeLists.txt"]
-cite = re.compile(r"\b((?:sdk|include/dprec|tests|docs|platform|bench|scripts|examples|toolchains)/[A-Za-z0-9_./-]*"
-                  r"[A-Za-z0-9_]\.(?:c|h|md|sh|py|cmake))\b")
+cite = re.compile(r"(?<![\w./-])((?:sdk|common|include/dprec|aggregator|relay|bindings|tests|docs|platform|bench|scripts|"
+                  r"examples|toolchains|cmake)/[A-Za-z0-9_./-]*[A-Za-z0-9_]\.(?:c|h|md|sh|py|cmake|java|in))\b")
 for rel in scanned:
     for path in set(cite.findall(read(rel))):
         if "*" in path or "<" in path:

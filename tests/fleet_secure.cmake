@@ -12,7 +12,7 @@ if(NOT DROPOUT STREQUAL "0")
   set(drop --dropout ${DROPOUT})
 endif()
 # dpals runs with its defaults: on these 120 devices (at most 13 training ratings each) they are k = 13 and a device
-# ridge of at least 3 (examples/fleet/fleet_proto_dpals.c). Before those two rules the epsilon >= 5 defaults (k = 200,
+# ridge of at least 3 (examples/fleet/protocols/dpals.c). Before those two rules the epsilon >= 5 defaults (k = 200,
 # ridge 0.02 per rating) spread over 1.17-1.21 here, around the global mean (1.15), and this check passed
 # --device-lambda-per-rating 0.1; with them, 0.97-1.05 in five runs (docs/results.md, "Defaults").
 set(extra "")

@@ -90,7 +90,7 @@ class Relay:
 
 
 def share(job, rnd, rid, mode=2):
-    """A masked share as a device sends it: the envelope (docs/protocol.md) and the payload of sdk/dpmf.h."""
+    """A masked share as a device sends it: the envelope (docs/protocol.md) and the payload of common/protocols/dpmf.h."""
     payload = b"DPMR" + struct.pack("<III", mode, C, M) + bytes((i * 7 + rid[0]) & 255 for i in range(8 * M * C))
     head = b"DPRR" + struct.pack("<HHQQ", 1, 8, job, rnd) + rid + struct.pack("<QII", rnd, len(payload), 0)
     return head + payload

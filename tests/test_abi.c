@@ -1,4 +1,4 @@
-/* Tests of the compatibility promise (docs/sdk.md, "Compatibility"; include/dprec/version.h, sdk/abi.c): the
+/* Tests of the compatibility promise (docs/sdk.md, "Compatibility"; include/dprec/version.h, common/abi.c): the
  * library's version is its headers'; every struct an app fills is read by the size the app compiled it with — a
  * struct from older headers gets the newer fields' defaults, one from newer headers is accepted only if the app
  * left every field this library does not know at zero, and struct_size 0 is the 0.2.0 layout (a struct zeroed with

@@ -1,4 +1,4 @@
-/* Tests of the privacy accountant (sdk/accountant.c).
+/* Tests of the privacy accountant (common/accountant.c).
  *
  * Every reference value names its source in a comment: a published value (paper or TF-Privacy, with the
  * file), a hand calculation shown in the comment, or tests/accountant_reference.py, an independent python3

@@ -1,5 +1,5 @@
-/* Tests for the dpals protocol (private alternating least squares, Chien et al. ICML 2021): sdk/dpals.c (the
- * shared clipping) and aggregator/core/proto_dpals.c (re-clipping, the sensitivity of the statistics, the noise
+/* Tests for the dpals protocol (private alternating least squares, Chien et al. ICML 2021): common/protocols/dpals.c (the
+ * shared clipping) and aggregator/protocols/dpals.c (re-clipping, the sensitivity of the statistics, the noise
  * scale against the accountant, the projected solve, the noiseless step against exact ALS). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -616,7 +616,7 @@ static void test_dpals_job_validation_refuses_bad_params(void **state) {
     assert_non_null(strstr(err, "grid"));
 }
 
-/* The shared clipping (sdk/dpals.c): x = [s w; 1] with ||s w|| < Gamma_u, non-finite w gives [0; 1], targets
+/* The shared clipping (common/protocols/dpals.c): x = [s w; 1] with ||s w|| < Gamma_u, non-finite w gives [0; 1], targets
  * clamped, NaN to 0. */
 static void test_dpals_features_and_clamp(void **state) {
     (void)state;

@@ -354,7 +354,7 @@ static void stored_free(stored *s) {
     for (size_t i = 0; i < s->n; i++) free(s->bytes[i]);
 }
 
-/* The job as the aggregator has it (for the test hooks of proto_dpmf.c). */
+/* The job as the aggregator has it (for the test hooks of aggregator/protocols/dpmf.c). */
 static void job_of(world *w, uint64_t id, agg_job *j) {
     assert_int_equal(agg_job_get(w->agg, (int64_t)id, j, NULL), 1);
 }
@@ -775,7 +775,7 @@ static void test_dpmf_relay_refuses_anything_but_a_well_formed_masked_share(void
     world_close(&w);
 }
 
-/* The fixed point's no-wrap bound (sdk/dpmf.h) holds for at most 2^20 shares a round, m (d + 1) <= 2^20 numbers a share
+/* The fixed point's no-wrap bound (common/protocols/dpmf.h) holds for at most 2^20 shares a round, m (d + 1) <= 2^20 numbers a share
  * and a round's epsilon <= 1024: both services refuse a job past any of them, and take one at the boundary; and the
  * relay refuses a dynamic round's share past the job's max_shares. */
 static int agg_job_status(world *w, const char *mode, uint32_t m, uint32_t d, const char *count, uint32_t n,

@@ -1,5 +1,5 @@
-/* Tests for the private-fw protocol (seed 002): sdk/fw.c (the device's local Frank-Wolfe step) and
- * aggregator/core/proto_fw.c (symmetric noise, dense and Oja eigen-solvers, the global step, the accounting). */
+/* Tests for the private-fw protocol (seed 002): common/protocols/fw.c (the device's local Frank-Wolfe step) and
+ * aggregator/protocols/fw.c (symmetric noise, dense and Oja eigen-solvers, the global step, the accounting). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

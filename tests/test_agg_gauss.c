@@ -1,5 +1,5 @@
-/* Tests for the gauss-gd protocol (seed 001): sdk/gauss.c (the device's clipped contribution, the inverted
- * accountant) and aggregator/core/proto_gauss.c (re-clipping, the noisy global step, the round's mechanism). */
+/* Tests for the gauss-gd protocol (seed 001): common/protocols/gauss.c (the device's clipped contribution, the inverted
+ * accountant) and aggregator/protocols/gauss.c (re-clipping, the noisy global step, the round's mechanism). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,7 +47,7 @@ static agg_job make_job(const char *params, uint32_t m, uint32_t d, double eps, 
 enum { PAD = 64 }; /* the tests' params.max_ratings: every payload carries PAD pairs, padded */
 
 /* One device's payload for items[0..n) with ratings r and release rows (m (d+1)), via the SDK's function,
- * padded to PAD pairs as the devices send it (sdk/protocol_gauss.c). */
+ * padded to PAD pairs as the devices send it (sdk/protocols/gauss.c). */
 static size_t payload(dprec_unit unit, const float *u, uint32_t d, const float *release, const uint32_t *items,
                       const float *r, uint32_t n, double clip, unsigned char *out) {
     float rows[64 * 9], x[9], coef[64];
@@ -176,7 +176,7 @@ static void check_noise_std(const char *params, double expected_sigma) {
     double s2 = expected_sigma * expected_sigma;
     assert_true(fabs(mean) <= 6.0 * expected_sigma / sqrt(n));
     assert_true(fabs(var / s2 - 1.0) <= 6.0 * sqrt(2.0 / (n - 1)));
-    /* the sigma handed to the sampler is the formula's, inflated only by the grid allowance of sdk/noise.h:
+    /* the sigma handed to the sampler is the formula's, inflated only by the grid allowance of common/noise.h:
      * a factor 1 + sqrt(n) g / Delta with g <= 2^-19 sigma, here below 1 + 2e-3 */
     double sens, sigma;
     assert_int_equal(agg_gauss_noise_scale(&j, (uint64_t)m * (d + 1), &sens, &sigma), 0);
@@ -402,7 +402,7 @@ static void test_gauss_job_validation_refuses_bad_params(void **state) {
     cJSON_Delete(p);
 }
 
-/* The grid the sampler picks for sigma (sdk/noise.c gaussian_grid): g = 2^(ceil(log2 sigma) - 20). */
+/* The grid the sampler picks for sigma (common/noise.c gaussian_grid): g = 2^(ceil(log2 sigma) - 20). */
 static double sampler_grid(double sigma) {
     int e;
     (void)frexp(sigma, &e);

@@ -1,4 +1,4 @@
-/* The local-DP protocols of seed 000 (sdk/ldp.c, sdk/protocol_ldp.c, aggregator/core/proto_ldp.c):
+/* The local-DP protocols of seed 000 (common/protocols/ldp.c, sdk/protocols/ldp.c, aggregator/protocols/ldp.c):
  * the sign randomizer's output law and likelihood ratio, reports averaging (through the aggregator's own
  * global step) to a known gradient with the closed-form mean and variance, ldp-rr's debiased estimate, the
  * vector Laplace plan, and Phi: the device's entries equal the aggregator's, and Phi^+ is a right inverse.
@@ -176,7 +176,7 @@ static void test_ldp_gd_reports_average_to_a_known_gradient(void **state) {
     dprec_rng_free(&r);
 }
 
-/* ---- the device's own reports (sdk/protocol_ldp.c), end to end ------------------------------------------
+/* ---- the device's own reports (sdk/protocols/ldp.c), end to end ------------------------------------------
  * One real client with known ratings fits a known release; the test computes the user's gradient itself from
  * the fitted u (x_jl = -2 u_l e_j for a rated item j, 0 otherwise; seed 000 Alg. 1 line 8), then asks the
  * protocol's own build function for many reports of the same round and averages them with the aggregator's

@@ -1,6 +1,6 @@
-/* Secure aggregation end to end, in process: n devices (sdk/secagg.c, each in memory it placed) and the
- * aggregator's round (aggregator/core/agg_secagg.c), with dropouts at every stage, a malicious aggregator, and
- * the distributed discrete Gaussian encoding (sdk/ddg.c) carried through it.
+/* Secure aggregation end to end, in process: n devices (common/secagg.c, each in memory it placed) and the
+ * aggregator's round (aggregator/rounds/agg_secagg.c), with dropouts at every stage, a malicious aggregator, and
+ * the distributed discrete Gaussian encoding (common/ddg.c) carried through it.
  *
  * Uniformity checks: Pearson's chi-square on 16 equiprobable bins (>= 1,000 expected per bin), rejected above
  * 70 (15 degrees of freedom, p < 1e-8 by Wilson-Hilferty); the ddg check: |error| within 6 sd (normal
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "core/agg_secagg.h"
+#include "rounds/agg_secagg.h"
 #include "ddg.h"
 #include "secagg.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-/* Tests of the distributed discrete Gaussian encoding and its planner (sdk/ddg.c).
+/* Tests of the distributed discrete Gaussian encoding and its planner (common/ddg.c).
  *
  * Statistical checks state their false-failure probability: means and variances of many independent samples
  * are held to |estimate - exact| <= 6 sd / sqrt(n) (normal approximation, nominal two-sided 2e-9 each; the

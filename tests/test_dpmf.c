@@ -1,4 +1,4 @@
-/* sdk/dpmf.c: the noise shares of seed 004 sum to Laplace, the masks hide the gradient, the fixed point never wraps,
+/* common/protocols/dpmf.c: the noise shares of seed 004 sum to Laplace, the masks hide the gradient, the fixed point never wraps,
  * and the mechanism's numbers are the ones docs/privacy.md derives.
  *
  * The statistical tests run at fixed seeds (deterministic); each states the probability with which it would fail on
@@ -201,7 +201,7 @@ static void test_dpmf_masked_values_are_uniform_and_independent_of_the_gradient(
 
 /* Fixed point at the boundary: DPREC_DPMF_MAX_SHARES shares, each with the largest gradient coordinate and a noise
  * share at +-DPREC_DPMF_SHARE_MAX, masked with uniform 64-bit values, sum mod 2^64 to values that decode exactly
- * (no wrap-around) once the masks are taken off: the proof's bound of sdk/dpmf.h, at eps_round = 1024 (the largest
+ * (no wrap-around) once the masks are taken off: the proof's bound of common/protocols/dpmf.h, at eps_round = 1024 (the largest
  * G / g) and the relay modes' K = 2^20. */
 static void test_dpmf_fixed_point_never_wraps_at_the_largest_job(void **state) {
     (void)state;

@@ -1,4 +1,4 @@
-/* Tests of sdk/linalg.c: the regularized normal equations, their Cholesky solve, the same least squares by
+/* Tests of common/linalg.c: the regularized normal equations, their Cholesky solve, the same least squares by
  * Givens QR, and the float dot product.
  *
  * The reference is an independent dense solve written here: the full symmetric A built entry by entry in

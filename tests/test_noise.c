@@ -1,4 +1,4 @@
-/* Tests of the exact noise samplers (sdk/noise.c).
+/* Tests of the exact noise samplers (common/noise.c).
  *
  * White-box part: this file includes noise.c itself, so that the 128-bit arithmetic, the integer square root
  * and the exact conversions of doubles to rationals are checked directly (against the compiler's

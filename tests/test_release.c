@@ -1,4 +1,4 @@
-/* Tests for sdk/release.c: the release formats (1, float32 rows; 2, compact rows), the whole-buffer check, row
+/* Tests for common/release.c: the release formats (1, float32 rows; 2, compact rows), the whole-buffer check, row
  * access, streaming reader and writer. Test data comes from a fixed-seed LCG, so every run sees the same bytes. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Tests of the secure-aggregation primitives (sdk/secagg.c): Shamir over GF(2^31 - 1), the AES-CTR mask PRG,
+/* Tests of the secure-aggregation primitives (common/secagg.c): Shamir over GF(2^31 - 1), the AES-CTR mask PRG,
  * X25519 + HKDF key agreement. The rounds, with the aggregator, are in tests/test_agg_secagg.c.
  *
  * Statistical checks (uniformity) use Pearson's chi-square on 16 equiprobable bins with >= 1,000 expected per

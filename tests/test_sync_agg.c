@@ -395,7 +395,7 @@ static void test_sync_private_fw_centres_each_device_on_its_own_mean(void **stat
  * own, at their values), padded to tau pairs, with the weight it chose itself: device 0 takes the job's epsilon 4
  * (weight 1), device 1 its own epsilon_i = 1 (weight 1/4). Each ledger is charged exactly its device's epsilon, as a
  * posterior-sampling heuristic at user level, and that is the personalized guarantee eps B_i / B of the weight and
- * the count the aggregator received (sdk/sgld.h). */
+ * the count the aggregator received (common/protocols/sgld.h). */
 static void check_sgld_reports(device dev[2], uint64_t round, const char *db) {
     assert_int_equal(round, 1);
     const double eps = 4.0, want[2] = {4.0, 1.0};

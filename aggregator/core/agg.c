@@ -289,7 +289,7 @@ static void sb_printf(strbuf *s, const char *fmt, ...) {
     }
 }
 
-/* route and status labels of the request counters (agg_http.c indexes them); the last status slot is "other" */
+/* route and status labels of the request counters (agg_requests.c indexes them); the last status slot is "other" */
 const char *const agg_route_names[8] = {"register", "job", "release", "reports", "admin", "healthz", "metrics",
                                         "other"};
 const int agg_status_codes[AGG_STATUS_SLOTS - 1] = {200, 201, 400, 401, 403, 404, 405, 409,

@@ -1,7 +1,7 @@
 /* dprec aggregator core — internals shared by the files of aggregator/core (not API).
  *
- * Data flow: agg_http.c (routing, validation) -> agg_state.c (SQLite state, group commit, round engine)
- * -> a protocol's global step (proto_*.c, behind agg_protocol) -> agg_sign.c (signed release). */
+ * Data flow: agg_requests.c (routing, validation) -> agg_state.c (SQLite state, group commit, round engine)
+ * -> a protocol's global step (aggregator/protocols/, behind agg_protocol) -> agg_sign.c (signed release). */
 #ifndef DPREC_AGG_PRIV_H
 #define DPREC_AGG_PRIV_H
 
@@ -66,7 +66,7 @@ void agg_model_free(agg_model *x);
 
 /* A release-1 model: V uniform in [-scale, scale) from the public seed (splitmix64; not privacy noise), item
  * biases 0 and global mean mu, or, for a job with a base, the base's item biases and global mean
- * (proto_plain.c). 0 or -1. */
+ * (aggregator/protocols/plain.c). 0 or -1. */
 int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
                      size_t errcap);
 
@@ -77,7 +77,7 @@ typedef struct agg_report {
     size_t payload_len;
 } agg_report;
 
-/* A training protocol: one const table per protocol, listed in proto_table.c. Every function writes a
+/* A training protocol: one const table per protocol, listed in aggregator/protocols/table.c. Every function writes a
  * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
 struct agg_secure_spec;
 typedef struct agg_protocol {
@@ -127,7 +127,7 @@ int agg_budget_check(const agg_job *job, int64_t rounds, double *epsilon);
  * the Poisson-subsampled discrete Gaussian at rate job->participation fit the job's budget (the accountant
  * inverted, dprec_gauss_noise_multiplier; recent answers cached). 0 or -1 (no budget, or no z up to 1e6 fits). */
 int agg_budget_multiplier(const agg_job *job, double *z);
-/* The noise grid's allowance: noising `coords` coordinates with sdk/noise.h's discrete Gaussian at multiplier z
+/* The noise grid's allowance: noising `coords` coordinates with common/noise.h's discrete Gaussian at multiplier z
  * over an L2 sensitivity sens, the sensitivity to pass (and to scale sigma = z *sens_eff by) so that the rounded
  * vector keeps multiplier z: sens / (1 - sqrt(coords) z 2^-19). -1 when none exists (the job must be refused). */
 int agg_grid_allowance(double sens, double z, uint64_t coords, double *sens_eff);
@@ -136,9 +136,9 @@ const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);
 
 extern const agg_protocol agg_protocol_plain;
-extern const agg_protocol agg_protocol_ldp_gd, agg_protocol_ldp_gddr, agg_protocol_ldp_rr; /* proto_ldp.c */
+extern const agg_protocol agg_protocol_ldp_gd, agg_protocol_ldp_gddr, agg_protocol_ldp_rr; /* aggregator/protocols/ldp.c */
 
-/* ldp-gddr's Phi (proto_ldp.c; kept factored between rounds, one Phi at a time): gv (m x d) = Phi^+ gb (gb is
+/* ldp-gddr's Phi (aggregator/protocols/ldp.c; kept factored between rounds, one Phi at a time): gv (m x d) = Phi^+ gb (gb is
  * q x d), Phi^+ = Phi^T (Phi Phi^T)^-1 the exact pseudo-inverse; and one entry of the aggregator's Phi, for
  * tests. 0 or -1. */
 int agg_ldp_pinv_apply(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t d, const double *gb, double *gv, char *err,
@@ -147,7 +147,7 @@ int agg_ldp_phi_entry(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t s, uin
 
 extern const agg_protocol agg_protocol_gauss_gd;
 
-/* proto_gauss.c, exposed for tests: adds one (validated) report's re-clipped contribution to sum (m (d+1)
+/* aggregator/protocols/gauss.c, exposed for tests: adds one (validated) report's re-clipped contribution to sum (m (d+1)
  * doubles, row j = [v_j | b_j]); and the sensitivity and sigma passed to dprec_noise_gaussian for a vector of
  * `coords` coordinates. 0 or -1. */
 int agg_gauss_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *sum);
@@ -155,7 +155,7 @@ int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivi
 
 extern const agg_protocol agg_protocol_private_fw;
 
-/* proto_fw.c (seed 002), exposed for tests. The round's mechanism: sigma of the noise, the L2 sensitivity
+/* aggregator/protocols/fw.c (seed 002), exposed for tests. The round's mechanism: sigma of the noise, the L2 sensitivity
  * passed to dprec_noise_gaussian for the noised vector (sens) and for a scalar (sens1), and the zCDP rho of
  * one round. The sparse residual rows of a round (row i: entries off[i] .. off[i+1] of idx, val; idx are
  * subset indices). The symmetric noise (i.i.d. on and above the diagonal, mirrored), the dense top eigenpair
@@ -177,10 +177,10 @@ int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *rep
 
 extern const agg_protocol agg_protocol_dpals;
 
-/* proto_dpals.c, exposed for tests: the round's noise (multiplier z over the normalized statistics'
+/* aggregator/protocols/dpals.c, exposed for tests: the round's noise (multiplier z over the normalized statistics'
  * sensitivity sqrt(k (1 + alpha^2)), the sensitivity with the grid's allowance, and sigma = z sens); one report's normalized,
  * re-clipped statistics added to stats (m rows of dprec_dpals_item_coords(d) doubles: Gn_j's upper triangle row
- * by row, then hn_j; sdk/dpals.h); the posterior-mean solve of one item (g: d x d row-major, overwritten; -1 only
+ * by row, then hn_j; common/protocols/dpals.h); the posterior-mean solve of one item (g: d x d row-major, overwritten; -1 only
  * for d outside 1..64, lambda <= 0 or kappa < 0; kappa = 0: the projected ridge solve); the global step with or without noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
 int agg_dpals_noise_scale(const agg_job *job, double *z, double *sens, double *sigma);
 int agg_dpals_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *stats);
@@ -203,7 +203,7 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
 
 extern const agg_protocol agg_protocol_dpmf;
 
-/* proto_dpmf.c (seed 004), exposed for tests. The round's mechanism (sdk/dpmf.h) as the job states it; the trusted
+/* aggregator/protocols/dpmf.c (seed 004), exposed for tests. The round's mechanism (common/protocols/dpmf.h) as the job states it; the trusted
  * mode's exact minimizer of one item's perturbed objective (xs: the reports' features, d doubles each; who/t: the
  * item's n (report, target) pairs; theta: the start in, the minimizer out); its global step with or without noise
  * (noisy 0: tests only); and the relay modes' unmasked round sum into acc (m (d + 1) numbers mod 2^64; *found 0
@@ -219,7 +219,7 @@ int agg_dpmf_unmask(const agg_job *job, const agg_report *reports, size_t n, uin
 
 extern const agg_protocol agg_protocol_sgld;
 
-/* proto_sgld.c (seed 003), exposed for tests: the global step's posterior sample from a round's (validated) reports,
+/* aggregator/protocols/sgld.c (seed 003), exposed for tests: the global step's posterior sample from a round's (validated) reports,
  * with `passes` SGLD passes (0: the job's params.passes). 0 or -1. */
 int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, agg_model *next,
                     unsigned passes, char *err, size_t errcap);
@@ -368,7 +368,7 @@ int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, doubl
  * increasing and below m, values finite, then padding pairs (DPREC_PAD_ITEM, +0.0) to the end. *real gets the
  * number of real pairs. 0, or -1 with a message. */
 int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *real, char *err, size_t errcap);
-/* agg_http.c, for other HTTP-independent cores (the relay): an error body of docs/protocol.md; a JSON answer (takes
+/* agg_requests.c, for other HTTP-independent cores (the relay): an error body of docs/protocol.md; a JSON answer (takes
  * ownership of o); a request's JSON object body (NULL when it is not one; an empty body is {} when allow_empty); the
  * token of an "Authorization: Bearer" header (NULL when none); a decimal id in [1, 2^53] (0 when not one). */
 int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg);

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "agg_priv.h"
-#include "agg_secure.h"
+#include "rounds/agg_secure.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 #include "mbedtls_compat.h"

@@ -1,5 +1,5 @@
 /* dprec aggregator — protocol `dpals`: private alternating least squares (Chien, Jain, Krichene, Rendle, Song,
- * Thakurta, Zhang, ICML 2021, "DPALS"), user-level joint DP; sdk/dpals.h has the model and the sensitivity,
+ * Thakurta, Zhang, ICML 2021, "DPALS"), user-level joint DP; common/protocols/dpals.h has the model and the sensitivity,
  * docs/privacy.md "dpals" the guarantee, docs/protocol.md the payload.
  *
  * Trust (joint DP, as private-fw): the aggregator is trusted to add the noise it publishes and to keep the
@@ -10,8 +10,8 @@
  *   agg_dpals_accumulate; alpha = params.gram_weight, default 0.5; om_i = sqrt(k / n_i) for a report of n_i < k
  *   ratings with params.reweight, the default, else 1: a weighted ALS whose every report spends the whole sensitivity)
  *   every coordinate of (Gn_j upper triangle, hn_j), for every item j, rated or not (which items a user rated is
- *   private), gets discrete Gaussian noise of multiplier z over Delta = sqrt(k (1 + alpha^2)) (sdk/dpals.h), on the grid of
- *   sdk/noise.h with its allowance (agg_grid_allowance); the lower triangle mirrors the upper (DPALS Alg. 1: a
+ *   private), gets discrete Gaussian noise of multiplier z over Delta = sqrt(k (1 + alpha^2)) (common/protocols/dpals.h), on the grid of
+ *   common/noise.h with its allowance (agg_grid_allowance); the lower triangle mirrors the upper (DPALS Alg. 1: a
  *   symmetric noise matrix);
  *   G_j = Gn_j X2 / (alpha q), h_j = hn_j Gamma_r sqrt(X2) / q    (q: the Poisson participation rate; 1/q unbiases the sums)
  *   [f_j; b_j] = the posterior mean of the item's coefficients given the noisy statistics (agg_dpals_solve):
@@ -29,7 +29,7 @@
  *   (small g) is shrunk to 0 instead of amplified (a fixed ridge gives the pure-noise directions of a rarely
  *   rated item factors of size sigma_h / lambda), and no direction's coefficient exceeds
  *   |h_e| / (lambda + 2 sqrt(kappa)). The solve never fails. Post-processing: it costs no privacy.
- * With params.residual the devices' targets are residuals of the round's release (sdk/protocol_dpals.c) and
+ * With params.residual the devices' targets are residuals of the round's release (sdk/protocols/dpals.c) and
  * [f_j; b_j] = m_j + s_j, m_j = [f_j; b_j / bias_scale] of that release: the same posterior mean with the prior
  * N(m_j, tau^2 I) in place of N(0, tau^2 I) (without noise, the ridge regression toward the release,
  * (G_j + lambda I)^-1 (h_j + lambda m_j), since h'_j = h_j - G_j m_j). The statistics, their re-clipping and their
@@ -46,8 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agg_priv.h"
-#include "agg_secure.h"
+#include "core/agg_priv.h"
+#include "rounds/agg_secure.h"
 #include "bytes.h"
 #include "dpals.h"
 #include "dprec/status.h"
@@ -62,10 +62,10 @@
 typedef struct dpals_params {
     uint32_t max_items;
     double u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, noise_multiplier, init_scale; /* noise_multiplier 0: from the budget */
-    double gram_weight; /* alpha: the Gram statistics' share of each report's sensitivity (sdk/dpals.h) */
+    double gram_weight; /* alpha: the Gram statistics' share of each report's sensitivity (common/protocols/dpals.h) */
     int has_mu, has_rating_clip;
     int residual; /* params.residual: the targets are residuals of the round's release, the solve its correction */
-    int reweight; /* params.reweight: a report of n < k pairs is scaled by sqrt(k / n) (sdk/dpals.h) */
+    int reweight; /* params.reweight: a report of n < k pairs is scaled by sqrt(k / n) (common/protocols/dpals.h) */
     int factors;  /* params.factors: false is the private bias model at the job's d (stat_d) */
     uint64_t seed;
 } dpals_params;
@@ -214,7 +214,7 @@ static void gaussian_step(dprec_step *step, double z, double q) {
     step->noise_multiplier = z;
     step->q = q;
     step->steps = 1;
-    step->discrete = 1; /* sdk/noise.c's discrete Gaussian: the devices account it so too */
+    step->discrete = 1; /* common/noise.c's discrete Gaussian: the devices account it so too */
 }
 
 static int dpals_round_step(const agg_job *job, dprec_step *step) {
@@ -223,7 +223,7 @@ static int dpals_round_step(const agg_job *job, dprec_step *step) {
     double z, q;
     if (job_params(job, &p, err, sizeof err) != 0) return -1;
     agg_secure_spec sp;
-    if (dpals_secure_spec(job, &sp)) { /* the devices' shares at the fewest survivors (sdk/ddg.h) */
+    if (dpals_secure_spec(job, &sp)) { /* the devices' shares at the fewest survivors (common/ddg.h) */
         gaussian_step(step, sp.plan.noise_multiplier, job->participation);
         return 0;
     }
@@ -359,7 +359,7 @@ static int dpals_validate_payload(const agg_job *job, const unsigned char *b, si
 /* Adds one report's normalized, re-clipped statistics to stats (m rows of dprec_dpals_item_coords(d) doubles:
  * the upper triangle of Gn_j row by row, then hn_j), each scaled by the report's weight omega (sqrt(k / n) for n
  * real pairs with params.reweight, else 1). Whatever the device sent, ||w|| <= Gamma_u, |t| <= Gamma_r and
- * n omega^2 <= k here, so the report moves stats by at most sqrt(k (1 + alpha^2)) (sdk/dpals.h). */
+ * n omega^2 <= k here, so the report moves stats by at most sqrt(k (1 + alpha^2)) (common/protocols/dpals.h). */
 int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len, double *stats) {
     dpals_params p;
     char err[AGG_ERRMSG];
@@ -470,7 +470,7 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
     if (job_params(job, &p, err, errcap) != 0 || agg_model_random(job, p.seed, p.init_scale, p.mu, out, err, errcap) != 0)
         return -1;
     for (size_t j = 0; j < job->m; j++) {
-        out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (sdk/dpals.h) */
+        out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (common/protocols/dpals.h) */
         if (!p.factors) /* the bias model at d: no factors, so a device's u is [c_i; 0] */
             for (uint32_t a = 1; a < job->d; a++) out->v[j * job->d + a] = 0.0f;
     }

@@ -1,6 +1,6 @@
 /* dprec aggregator — protocol `dpmf`: seed 004 (Hua, Xia, Zhong, IJCAI 2015), objective perturbation with a trusted
  * recommender (params.mode "trusted", Scenario 1) and, with an untrusted one, the noisy gradient sum formed by a
- * non-colluding relay from masked shares (mode "relay", Scenario 2; mode "dynamic", Scenario 3). sdk/dpmf.h has the
+ * non-colluding relay from masked shares (mode "relay", Scenario 2; mode "dynamic", Scenario 3). common/protocols/dpmf.h has the
  * model, the loss, the sensitivity and the fixed point; docs/privacy.md "dpmf" the guarantee; docs/protocol.md the
  * wire; relay/ the relay.
  *
@@ -8,7 +8,7 @@
  * constant (the devices' least-squares fits on the round's release), one fresh noise draw a round, user level:
  *
  *   trusted: the devices send x_i = [w_i; 1] (w_i clipped) and up to k targets t_ij. The aggregator draws, for every
- *     item (rated or not), eta_j with i.i.d. Laplace coordinates of scale b (the grid-discrete Laplace of sdk/noise.h
+ *     item (rated or not), eta_j with i.i.d. Laplace coordinates of scale b (the grid-discrete Laplace of common/noise.h
  *     plus a uniform draw within the grid cell, so that eta has a density: the Jacobian argument needs one), and
  *     releases the exact minimizer of the perturbed objective
  *         J_j(theta) = sum_i rho(t_ij - x_i . theta) + lambda/2 ||theta||^2 + eta_j . theta
@@ -16,7 +16,7 @@
  *     unique and does not depend on the start). Chaudhuri, Monteleoni, Sarwate, JMLR 2011, Thm. 9 (objective
  *     perturbation for a loss with |l'| and l'' bounded): k l1_item / b + k log(1 + X2 / lambda) per round.
  *   relay, dynamic: the aggregator receives, per device, a head report (its report id and the 32-byte seed of its
- *     masks, which the device drew itself), and once a round the relay's signed sum of the masked shares (sdk/dpmf.h:
+ *     masks, which the device drew itself), and once a round the relay's signed sum of the masked shares (common/protocols/dpmf.h:
  *     every item's gradient coordinates and a count, plus the noise shares, mod 2^64). It takes the masks of the
  *     shares the relay summed off the sum and decodes
  *         G_j = sum_i -psi(e_ij) x_i + eta_j,   n_j = #raters + eta'_j      (eta, eta' Laplace(b) per coordinate)
@@ -32,7 +32,7 @@
 #include <mbedtls/pk.h>
 #include <mbedtls/sha256.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "bytes.h"
 #include "dpals.h"
 #include "dpmf.h"

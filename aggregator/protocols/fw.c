@@ -21,7 +21,7 @@
  * triangle (diagonal included) of a symmetric matrix has an L2 norm at most its Frobenius norm, so the noised
  * vector of n(n+1)/2 coordinates has L2 sensitivity <= Delta. Each round is a Gaussian mechanism:
  * rho = S^2 / (2 sigma^2)-zCDP (Bun, Steinke 2016, Prop. 1.6), with S = Delta + sqrt(n(n+1)/2) g the allowance
- * of sdk/noise.h for the grid g; T rounds compose to T rho (Prop. 1.7). With S = Delta and the sigma above,
+ * of common/noise.h for the grid g; T rounds compose to T rho (Prop. 1.7). With S = Delta and the sigma above,
  * T rho = epsilon^2 / (8 log(1/delta)), and rho + 2 sqrt(rho log(1/delta)) (Prop. 1.3)
  * = epsilon^2/(8 log(1/delta)) + epsilon/sqrt(2) <= epsilon for epsilon <= 2 log(1/delta): seed 002 Thm. 3.1.
  * The job's accountant (DPREC_STEP_ZCDP, CKS conversion) gives the exact epsilon. Oja: each of the Gamma
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "bytes.h"
 #include "dprec/status.h"
 #include "fw.h"
@@ -83,7 +83,7 @@ static int parse_params(const cJSON *params, uint32_t m, fw_params *p, char *err
         else if (strcmp(key, "L") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &p->L);
         else if (strcmp(key, "beta") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &p->beta) || p->beta >= 1.0;
         else if (strcmp(key, "offset") == 0) { bad = agg_json_number_in(it, -1e6, 1e6, 1, &p->offset); p->has_offset = 1; }
-        else if (strcmp(key, "center") == 0) /* used by the devices only (sdk/protocol_fw.c) */
+        else if (strcmp(key, "center") == 0) /* used by the devices only (sdk/protocols/fw.c) */
             bad = !cJSON_IsString(it) || (strcmp(it->valuestring, "user") != 0 && strcmp(it->valuestring, "offset") != 0);
         else if (strcmp(key, "xi") == 0) {
             bad = agg_json_number_in(it, 0.0, 65535.0, 1, &v) || floor(v) != v;
@@ -147,7 +147,7 @@ static int job_params(const agg_job *job, fw_params *p, char *err, size_t errcap
     return rc;
 }
 
-/* The grid step sdk/noise.h picks for sigma: 2^(ceil(log2 sigma) - 20). */
+/* The grid step common/noise.h picks for sigma: 2^(ceil(log2 sigma) - 20). */
 static double grid_of(double sigma) {
     int e;
     (void)frexp(sigma, &e);
@@ -168,7 +168,7 @@ int agg_fw_mechanism(const agg_job *job, double *sigma, double *sens, double *se
     double s = p.L * p.L * sqrt(64.0 * T * calls * log(1.0 / job->budget_delta)) / job->budget_epsilon;
     double g = grid_of(s);
     double coords = p.oja ? n : n * (n + 1.0) / 2.0;
-    /* sdk/noise.h: one grid step per noised coordinate, L2: sqrt(coords) g */
+    /* common/noise.h: one grid step per noised coordinate, L2: sqrt(coords) g */
     double S = delta + sqrt(coords) * g, S1 = delta + g;
     double r = p.oja ? ((double)p.oja_steps * S * S + S1 * S1) / (2.0 * s * s) : S * S / (2.0 * s * s);
     fw_params_free(&p);
@@ -230,7 +230,7 @@ static int fw_validate_payload(const agg_job *job, const unsigned char *p, size_
         goto out;
     }
     /* every report carries exactly xi pairs: the real ones first, then padding (DPREC_PAD_ITEM, +0.0), so that
-     * its length never tells how many ratings the user has (sdk/protocol_fw.c) */
+     * its length never tells how many ratings the user has (sdk/protocols/fw.c) */
     uint32_t n = dprec_ld32(p), real = real_pairs(p);
     if (n != fp.xi || dprec_ld32(p + 4) != 0 || (uint64_t)len != (uint64_t)dprec_fw_payload_size(n)) {
         snprintf(err, errcap, "payload of %u entries and length %zu: every report carries xi = %u, padded", n, len,

@@ -5,7 +5,7 @@
  * devices (seed 001 releases its user side instead: the sensitivity argument is symmetric). Each round:
  *   S = sum over reports of G_i = coef x^T  (re-clipped here, so the bound holds whatever a device sends)
  *   S~ = S + N(0, sigma^2) on every one of the m (d+1) coordinates (rated or not: which items a user rated is
- *        private), sigma = z Delta, on the power-of-two grid of sdk/noise.h, from the aggregator's CSPRNG
+ *        private), sigma = z Delta, on the power-of-two grid of common/noise.h, from the aggregator's CSPRNG
  *   W <- W - lr (S~ / q + lambda W)                                         (seed 001 Alg. 1 lines 8-10)
  * with mu fixed (params.mu, a public constant: the mean is not learned, so it costs no privacy), and, with
  * params.user_bias (the default for d >= 2), column 0 of V pinned to 1 in every release, so that coordinate 0 of
@@ -17,22 +17,22 @@
  *   unit "user":   Delta = C (add/remove one user's whole contribution), q = the job's participation (devices
  *                  take part by Poisson sampling, sync.c), z = params.noise_multiplier or, by default, the
  *                  smallest z whose `rounds` subsampled-Gaussian steps fit the job's budget (the accountant
- *                  inverted, sdk/gauss.c).
+ *                  inverted, common/protocols/gauss.c).
  * The budget gate (agg_budget.c) never opens a round past the budget. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agg_priv.h"
-#include "agg_secure.h"
+#include "core/agg_priv.h"
+#include "rounds/agg_secure.h"
 #include "bytes.h"
 #include "dprec/status.h"
 #include "gauss.h"
 #include "noise.h"
 
 #define GAUSS_MAX_CELLS ((uint64_t)1 << 26)
-#define GAUSS_DEFAULT_MAX_RATINGS 1000u /* as the devices' default (sdk/protocol_gauss.c) */
+#define GAUSS_DEFAULT_MAX_RATINGS 1000u /* as the devices' default (sdk/protocols/gauss.c) */
 #define GAUSS_MAX_MAX_RATINGS 65535u
 
 typedef struct gauss_params {
@@ -40,7 +40,7 @@ typedef struct gauss_params {
     double clip, lr, lambda, mu, eps_i, delta_i, noise_multiplier; /* noise_multiplier 0: from the budget */
     int has_mu;
     int user_bias; /* 1 (the default when d >= 2): v_j[0] is pinned to 1, so the device's u[0] is its own bias */
-    uint32_t max_ratings; /* the (item, coef) pairs of every report, padded (sdk/protocol_gauss.c) */
+    uint32_t max_ratings; /* the (item, coef) pairs of every report, padded (sdk/protocols/gauss.c) */
     uint64_t seed;
 } gauss_params;
 
@@ -69,7 +69,7 @@ static int parse_params(const cJSON *params, gauss_params *gp, char *err, size_t
         else if (strcmp(k, "eps_i") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &gp->eps_i) || gp->eps_i >= 1.0;
         else if (strcmp(k, "delta_i") == 0) bad = agg_json_number_in(it, 0.0, 1.0, 1, &gp->delta_i) || gp->delta_i >= 1.0;
         else if (strcmp(k, "noise_multiplier") == 0) bad = agg_json_number_in(it, 0.0, 1e6, 1, &gp->noise_multiplier);
-        /* the devices' side (sdk/protocol_gauss.c): how each device moves its own u; checked, not used here */
+        /* the devices' side (sdk/protocols/gauss.c): how each device moves its own u; checked, not used here */
         else if (strcmp(k, "u_update") == 0)
             bad = !cJSON_IsString(it) || (strcmp(it->valuestring, "lsq") != 0 && strcmp(it->valuestring, "gradient") != 0);
         else if (strcmp(k, "u_lr") == 0) { double v; bad = agg_json_number_in(it, 0.0, 1e3, 1, &v); }
@@ -143,7 +143,7 @@ static int mechanism(const agg_job *job, const gauss_params *gp, double *z, doub
 }
 
 /* The noise multipliers the accountant uses for one round, against the unit's true sensitivity (docs/privacy.md
- * "gauss-gd"; the devices charge the same, sdk/protocol_gauss.c):
+ * "gauss-gd"; the devices charge the same, sdk/protocols/gauss.c):
  *   unit user:   z, the noise's own multiplier over the sensitivity C (add or remove a user);
  *   unit rating: sigma = z_paper tau C, but u is fitted from all of the user's ratings, so one rating moves every
  *                one of the report's n = max_ratings rows (each clipped to tau C): the sum moves by at most
@@ -191,13 +191,13 @@ static void gaussian_step(dprec_step *step, double z, double q) {
     step->noise_multiplier = z;
     step->q = q;
     step->steps = 1;
-    step->discrete = 1; /* the noise is sdk/noise.c's discrete Gaussian: the device accounts it so too */
+    step->discrete = 1; /* the noise is common/noise.c's discrete Gaussian: the device accounts it so too */
 }
 
 static int gauss_round_step(const agg_job *job, dprec_step *step) {
     double zu, zuser, q;
     agg_secure_spec sp;
-    if (gauss_secure_spec(job, &sp)) { /* the devices' shares at the fewest survivors (KLS Prop. 14; sdk/ddg.h) */
+    if (gauss_secure_spec(job, &sp)) { /* the devices' shares at the fewest survivors (KLS Prop. 14; common/ddg.h) */
         gaussian_step(step, sp.plan.noise_multiplier, job->participation);
         return 0;
     }
@@ -323,7 +323,7 @@ static int gauss_validate_job(const agg_job *shape, const cJSON *params, char *e
 
 /* [d u32][n u32] x (d+1 float32) then n pairs [item u32][coef float32], n = params.max_ratings: the real pairs
  * first (items strictly increasing, below m), then padding pairs (DPREC_PAD_ITEM, +0.0), so that a report's
- * length never tells how many ratings its user has (sdk/protocol_gauss.c). Sets *real to the real pairs. */
+ * length never tells how many ratings its user has (sdk/protocols/gauss.c). Sets *real to the real pairs. */
 static int payload_check(const agg_job *job, const gauss_params *gp, const unsigned char *p, size_t len,
                          uint32_t *real, char *err, size_t errcap) {
     if (len < 8) {
@@ -380,7 +380,7 @@ int agg_gauss_accumulate(const agg_job *job, const unsigned char *p, size_t len,
         if (gp.unit == DPREC_UNIT_RATING) c = c > tau ? tau : (c < -tau ? -tau : c);
         cn2 += c * c;
     }
-    /* The aggregator enforces the bound itself (sdk/gauss.h): rating, ||x|| <= C and |coef| <= tau; user,
+    /* The aggregator enforces the bound itself (common/protocols/gauss.h): rating, ||x|| <= C and |coef| <= tau; user,
      * ||x|| ||coef|| <= C. A factor (1 - 2^-40) absorbs the rounding of the products, so the bound is strict. */
     double xs = 1.0, cs = 1.0, xn = sqrt(xn2);
     if (gp.unit == DPREC_UNIT_RATING) {

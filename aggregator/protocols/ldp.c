@@ -1,6 +1,6 @@
 /* dprec aggregator — the local-DP protocols of seed 000 (Shin, Kim, Shin, Xiao, TKDE 2018), global step:
  * ldp-gd (Private GD, Algorithm 1), ldp-gddr (GD-DR, Algorithm 2) and ldp-rr (randomized response + Laplace).
- * The device side and the payloads are sdk/protocol_ldp.c and sdk/ldp.h; docs/privacy.md derives the
+ * The device side and the payloads are sdk/protocols/ldp.c and common/protocols/ldp.h; docs/privacy.md derives the
  * guarantees. Nothing here needs to be trusted: every report was randomized on its device.
  *
  * Each round t (t = 1, 2, ...; the release it produces is t + 1):
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "bytes.h"
 #include "ldp.h"
 #include "noise.h"
@@ -140,7 +140,7 @@ static int parse_params(const agg_job *job, uint16_t id, const cJSON *params, ld
             /* "rating" (seed 000's per-item setting) is refused: the device's u is fitted from all of its
              * ratings, so one rating changes every row of the report and the rating-level epsilon it would
              * print is false (about (1 + n_i) / 2 times too small; docs/privacy.md "Why not rr_unit: rating").
-             * The devices refuse it too (sdk/protocol_ldp.c). */
+             * The devices refuse it too (sdk/protocols/ldp.c). */
             if (cJSON_IsString(it) && strcmp(it->valuestring, "user") == 0) pp->rr_unit = DPREC_RR_USER;
             else {
                 snprintf(err, errcap, "params.rr_unit must be \"user\": \"rating\" is refused, since u is fitted from "

@@ -1,6 +1,6 @@
 /* dprec aggregator — protocol `sgld`: one posterior sample as the private release (seed 003, Liu, Wang, Smola,
- * "Fast Differentially Private Matrix Factorization", RecSys 2015). sdk/sgld.h has the mechanism and the guarantee,
- * docs/privacy.md "sgld" the discussion, docs/protocol.md the payload; the device side is sdk/protocol_sgld.c.
+ * "Fast Differentially Private Matrix Factorization", RecSys 2015). common/protocols/sgld.h has the mechanism and the guarantee,
+ * docs/privacy.md "sgld" the discussion, docs/protocol.md the payload; the device side is sdk/protocols/sgld.c.
  *
  * Trust: the trusted curator. Each device uploads, once per job (rounds = 1), at most tau of its ratings (a uniform
  * subset it drew itself) and its weight w_i; they are stored durably as reports. When the round closes, the global
@@ -9,14 +9,14 @@
  *     times N(0, prior_sd^2) on every factor, N(0, bias_prior_sd^2) on every bias and N(params.mu, mu_prior_sd^2) on mu
  *     (mu is sampled with the rest, so the release's global mean is the data's up to the sample's spread, which is
  *     small: every rating weighs on it; mu_prior_sd = 0 pins it to the public params.mu, the scale's midpoint),
- * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/core/agg_mf.c: params.warmup passes of descent toward
+ * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/train/agg_mf.c: params.warmup passes of descent toward
  * the mode without noise from a small public random start, then params.passes passes of the chain), and releases V (column 0 pinned to 1, so a device's least-squares u[0] is its own bias; columns 1.. the
  * sampled item factors), the sampled item biases and mu. U never leaves the step. Devices then fit their u by
  * regularized least squares on the release (the seed's eq. 5), as for every protocol.
  *
  * What the aggregator enforces whatever a device sends: exactly tau pairs (real ones first, items strictly
  * increasing, ratings within the scale, then padding), and w_i min(tau, m_i) <= tau and w_i <= rho (a report over
- * them is refused; the step clamps again), so every user's terms are at most B (sdk/sgld.h): an exact sample is
+ * them is refused; the step clamps again), so every user's terms are at most B (common/protocols/sgld.h): an exact sample is
  * eps-DP at user level, each user's own guarantee eps B_i / B. SGLD's sample is approximate: the guarantee is
  * (eps, (1 + e^eps) delta') with delta' unknown, a posterior-sampling heuristic, and the job view says so.
  *
@@ -28,8 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agg_mf.h"
-#include "agg_priv.h"
+#include "train/agg_mf.h"
+#include "core/agg_priv.h"
 #include "bytes.h"
 #include "sgld.h"
 
@@ -101,7 +101,7 @@ static int parse_params(const cJSON *params, sgld_params *p, char *err, size_t e
             return -1;
         }
     }
-    if (!p->has_rho) p->rho = dprec_sgld_default_rho(p->tau); /* the device computes the same default (sdk/sgld.h) */
+    if (!p->has_rho) p->rho = dprec_sgld_default_rho(p->tau); /* the device computes the same default (common/protocols/sgld.h) */
     return 0;
 }
 
@@ -231,7 +231,7 @@ static int payload_check(const agg_job *job, const sgld_params *p, const unsigne
     *w = dprec_ldf32(b + 4);
     if (!(*w > 0.0f) || !((double)*w <= p->rho) || !((double)*w * (double)*real <= (double)tau)) {
         snprintf(err, errcap, "weight %g: it must be in (0, max_weight = %g] and weight x ratings <= tau = %u "
-                 "(sdk/sgld.h)", (double)*w, p->rho, tau);
+                 "(common/protocols/sgld.h)", (double)*w, p->rho, tau);
         return -1;
     }
     return 0;

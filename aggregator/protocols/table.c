@@ -1,8 +1,8 @@
-/* dprec aggregator — the protocols this aggregator runs. Adding a protocol adds its proto_<name>.c and one
+/* dprec aggregator — the protocols this aggregator runs. Adding a protocol adds its aggregator/protocols/<name>.c and one
  * line here; no other protocol changes. */
 #include <string.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 
 static const agg_protocol *const protocols[] = {
     &agg_protocol_plain,

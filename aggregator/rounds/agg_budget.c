@@ -1,10 +1,10 @@
 /* dprec aggregator core — the job's privacy budget: a round that would take the job past its budget is
  * never opened (docs/protocol.md, job spec). The accountant is rebuilt from the number of rounds, since every
- * round of a job runs the same mechanism; sdk/accountant.c holds the formulas. */
+ * round of a job runs the same mechanism; common/accountant.c holds the formulas. */
 #include <math.h>
 #include <pthread.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "dprec/status.h"
 #include "gauss.h"
 
@@ -75,7 +75,7 @@ int agg_budget_multiplier(const agg_job *job, double *z) {
 }
 
 int agg_grid_allowance(double sens, double z, uint64_t coords, double *sens_eff) {
-    /* sdk/noise.h: noising N = coords coordinates one call each, the rounded vector's L2 sensitivity is at most
+    /* common/noise.h: noising N = coords coordinates one call each, the rounded vector's L2 sensitivity is at most
      * Delta + sqrt(N) g, with the grid g = 2^(ceil(log2 sigma) - 20) chosen from sigma. Since
      * 2^ceil(log2 sigma) < 2 sigma, g <= sigma 2^-19. With sigma = z S and
      *   S = Delta / (1 - sqrt(N) z 2^-19),

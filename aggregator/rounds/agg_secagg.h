@@ -1,5 +1,5 @@
 /* dprec aggregator — the aggregator's side of one secure-aggregation round (SecAgg+; the device's side and the
- * primitives are sdk/secagg.h). HTTP-independent: the round's messages go in and out through these calls, so
+ * primitives are common/secagg.h). HTTP-independent: the round's messages go in and out through these calls, so
  * the same code serves the in-process test harness (tests/test_agg_secagg.c) and, later, the HTTPS handlers.
  *
  * Phases: ADVERTISE (collect public keys: U1) -> SHARE (route the envelopes: U2 = who sent them) -> MASK

@@ -8,7 +8,6 @@
 #include "agg_secure.h"
 #include "bytes.h"
 #include "dprec/status.h"
-#include "secure.h"
 
 #define SECURE_DEFAULT_K 16u
 

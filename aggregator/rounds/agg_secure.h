@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "ddg.h"
 
 /* A secure job's parameters, from its protocol (agg_protocol.secure_plan). */

@@ -1,6 +1,6 @@
 /* dprec aggregator core — the release-signing key (ECDSA P-256) and signed releases.
  *
- * A signed release is the unsigned release of sdk/release.c with sig_alg = 1 and sig_len set in the header
+ * A signed release is the unsigned release of common/release.c with sig_alg = 1 and sig_len set in the header
  * (bytes 44..47), the SHA-256 digest recomputed over header || body (the header changed), then the DER
  * ECDSA signature of that digest appended. The DER length (70..72 bytes) is only known after signing and
  * the digest covers it, so signing repeats with the length found until the two agree (a few passes). */
@@ -17,7 +17,7 @@
 #include <mbedtls/ecp.h>
 #include <mbedtls/pk.h>
 
-#include "agg_priv.h"
+#include "core/agg_priv.h"
 #include "bytes.h"
 #include "dprec/release.h"
 #include "mbedtls_compat.h"

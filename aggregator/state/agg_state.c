@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agg_priv.h"
-#include "agg_secure.h"
+#include "core/agg_priv.h"
+#include "rounds/agg_secure.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 

@@ -2,7 +2,7 @@
  * Differentially Private Matrix Factorization", RecSys 2015): cache-efficient, multi-threaded SGD and SGLD for the
  * biased model
  *     r_ij ~ mu + b_i + c_j + u_i . v_j          (u_i, v_j in R^k; b_i the user's bias, c_j the item's)
- * used by the `sgld` protocol's global step (proto_sgld.c) and by `dprec-aggregator train` (train_cmd.c).
+ * used by the `sgld` protocol's global step (aggregator/protocols/sgld.c) and by `dprec-aggregator train` (train_cmd.c).
  *
  * Layout (agg_mf.c has the details): items renumbered by popularity and dealt into Q groups, users balanced by
  * rating count into P groups; the ratings of each (user group, item group) block stored by user, each user's

@@ -1,4 +1,4 @@
-/* dprec-aggregator train — the seed-003 solver (aggregator/core/agg_mf.c: cache-efficient, multi-threaded SGD and
+/* dprec-aggregator train — the seed-003 solver (aggregator/train/agg_mf.c: cache-efficient, multi-threaded SGD and
  * SGLD) on a ratings table the operator already holds: read (or generate) the data, run N passes with per-pass wall
  * time, ratings/s and test RMSE, and write the model or a signed release.
  *
@@ -7,7 +7,7 @@
  * (they are mapped to dense indices in increasing order of id, so either works). A line that is none of these is
  * refused with its file name and line number. `--synthetic` draws a low-rank data set from a public seed and can
  * write its train and test sets as plain `user item rating` lines (0-based ids), so that the very same data can be fed
- * to other tools (bench/bench_mf.sh runs LIBMF on them).
+ * to other tools (bench/bench_mf.py runs LIBMF on them).
  *
  * Host tool, not SDK code: it may use stdio and stdlib. Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "train_cmd.h"
@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/agg_mf.h"
+#include "agg_mf.h"
 #include "core/agg_priv.h"
 #include "dprec/privacy.h"
 #include "dprec/status.h"
@@ -834,7 +834,7 @@ int dprec_train_main(int argc, char **argv) {
         for (size_t k = 0; k < dense.n; k++) du[k] = (uint32_t)du64[k], di[k] = (uint32_t)di64[k];
         free(du64), free(di64);
         tr.n = dense.n;
-        /* each user's weight min(rho, tau / n) over its n kept ratings, as a device computes it (sdk/sgld.h) */
+        /* each user's weight min(rho, tau / n) over its n kept ratings, as a device computes it (common/protocols/sgld.h) */
         weights = calloc(um.n > 0 ? um.n : 1, sizeof *weights);
         uint32_t *cnt = calloc(um.n > 0 ? um.n : 1, sizeof *cnt);
         if (weights == NULL || cnt == NULL) {

@@ -1,4 +1,4 @@
-/* dprec-aggregator — the `train` subcommand: the seed-003 solver (aggregator/core/agg_mf.c) on a ratings file. */
+/* dprec-aggregator — the `train` subcommand: the seed-003 solver (aggregator/train/agg_mf.c) on a ratings file. */
 #ifndef DPREC_AGGREGATOR_TRAIN_CMD_H
 #define DPREC_AGGREGATOR_TRAIN_CMD_H
 

@@ -1,4 +1,4 @@
-/* dprec — the shared math of `dpals` (sdk/dpals.h; docs/privacy.md "dpals"). */
+/* dprec — the shared math of `dpals` (common/protocols/dpals.h; docs/privacy.md "dpals"). */
 #include "dpals.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* dprec — the shared math of `dpmf` (sdk/dpmf.h; docs/privacy.md "dpmf"). */
+/* dprec — the shared math of `dpmf` (common/protocols/dpmf.h; docs/privacy.md "dpmf"). */
 #include "dpmf.h"
 
 #include <math.h>

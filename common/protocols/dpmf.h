@@ -2,7 +2,7 @@
  * Hua, Xia, Zhong, "Differentially Private Matrix Factorization", IJCAI 2015 ("the paper" below; its summary is
  * ../shared/seeds/004_*.txt). docs/privacy.md "dpmf" states the guarantee and its proof; docs/protocol.md the wire.
  *
- * The model (as dpals, sdk/dpals.h): r_ij ~ mu + c_i + b_j + w_i . f_j. Column 0 of the release's V is pinned to 1,
+ * The model (as dpals, common/protocols/dpals.h): r_ij ~ mu + c_i + b_j + w_i . f_j. Column 0 of the release's V is pinned to 1,
  * so coordinate 0 of the device's least-squares u_i is its own bias c_i (fitted on the device, never sent), and the
  * item coefficients theta_j = [f_j; b_j] (d numbers: d - 1 factors and the bias) are learned from the features
  * x_i = [w_i clipped to norm Gamma_u; 1] and the targets t_ij = r_ij - mu - c_i, with U held constant while V is
@@ -32,7 +32,7 @@
  *   - relay, dynamic (the recommender sees sum_i grad_ij + count_ij + eta_j every round): the Laplace mechanism on
  *     a vector of L1 sensitivity k (l1_item + 1): a loss of k (l1_item + 1) / b.
  * Fixed-point rounding (relay modes) and the noise grid (trusted) can move each of the user's k (coords) numbers by
- * one more grid step g; the scale below includes it (sdk/noise.h's allowance).
+ * one more grid step g; the scale below includes it (common/noise.h's allowance).
  *
  * Fixed point and the modulus (relay modes). A relay share is m * coords numbers mod P = 2^64: a real value v is
  * encoded as round(v / g) (int64, two's complement), masked by adding a uniform 64-bit Psi, and the sum of the

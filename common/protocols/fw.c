@@ -1,4 +1,4 @@
-/* dprec — the math of `private-fw` shared by the device and the aggregator (sdk/fw.h; seed 002 Alg. 1). */
+/* dprec — the math of `private-fw` shared by the device and the aggregator (common/protocols/fw.h; seed 002 Alg. 1). */
 #include "fw.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* dprec — the math of the `gauss-gd` protocol, shared by the device and the aggregator (sdk/gauss.h). */
+/* dprec — the math of the `gauss-gd` protocol, shared by the device and the aggregator (common/protocols/gauss.h). */
 #include <math.h>
 
 #include "accountant.h"
@@ -72,7 +72,7 @@ double dprec_gauss_sigma_seed001(double tau, double clip, double eps_i, double d
 }
 
 /* epsilon (CKS conversion) of `steps` Poisson-subsampled discrete-Gaussian steps, the mechanism gauss-gd runs
- * (sdk/noise.c) and the device charges; +inf on failure (treated as "does not fit") */
+ * (common/noise.c) and the device charges; +inf on failure (treated as "does not fit") */
 static double eps_of(double z, double q, uint64_t steps, double delta) {
     dprec_accountant acc;
     dprec_accountant_init(&acc);

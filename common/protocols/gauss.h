@@ -52,7 +52,7 @@ double dprec_gauss_sigma_seed001(double tau, double clip, double eps_i, double d
 
 /* The smallest noise multiplier z (to a relative 1e-6, rounded up) such that `steps` compositions of the
  * Poisson-subsampled discrete Gaussian at rate q in (0, 1] and multiplier z give at most `epsilon` at `delta`
- * under the accountant (sdk/accountant.h, dprec_accountant_add_discrete_gaussian, CKS conversion): the inversion
+ * under the accountant (common/accountant.h, dprec_accountant_add_discrete_gaussian, CKS conversion): the inversion
  * of the accountant, with the mechanism the device charges. Searches z in
  * [0.3, 1e6]; DPREC_ERR_BUDGET_EXCEEDED if even z = 1e6 does not fit, DPREC_ERR_INVALID_ARGUMENT for bad
  * arguments. Costs about 40 accountant evaluations (tens of ms). */

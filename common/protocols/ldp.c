@@ -1,4 +1,4 @@
-/* dprec — the local-DP mechanisms of seed 000 (sdk/ldp.h; docs/privacy.md, "Local DP"). */
+/* dprec — the local-DP mechanisms of seed 000 (common/protocols/ldp.h; docs/privacy.md, "Local DP"). */
 #include "ldp.h"
 
 #include <math.h>

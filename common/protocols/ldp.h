@@ -2,7 +2,7 @@
  * "Privacy Enhanced Matrix Factorization for Recommendation with Local Differential Privacy", TKDE 2018):
  * the one-coordinate sign randomizer of Private GD (Algorithm 1) and GD-DR (Algorithm 2), and the
  * randomized-response + Laplace scheme of its introduction ("ldp-rr"). The device side is
- * sdk/protocol_ldp.c, the aggregator side aggregator/core/proto_ldp.c; docs/privacy.md derives every bound.
+ * sdk/protocols/ldp.c, the aggregator side aggregator/protocols/ldp.c; docs/privacy.md derives every bound.
  *
  * Payloads (after the 56-byte envelope header, docs/protocol.md):
  *   ldp-gd, ldp-gddr: [cell u32][l u32][sign u8: 1 = +B, 0 = -B][3 zero bytes]  (12 bytes)

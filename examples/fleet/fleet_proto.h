@@ -1,5 +1,5 @@
 /* dprec-fleet internals: a protocol's side of the simulator, one descriptor per protocol (fleet_proto_*.c) and
- * one line in fleet_proto_table.c. The shared code (fleet_main.c) parses the common flags, loads the data,
+ * one line in examples/fleet/protocols/table.c. The shared code (fleet_main.c) parses the common flags, loads the data,
  * runs the devices and the rounds, and never names a protocol: everything that depends on one — its flags and
  * their defaults, its job spec, the device configuration it needs, how a device predicts — is here. */
 #ifndef DPREC_FLEET_PROTO_H
@@ -72,13 +72,13 @@ typedef struct fleet_proto {
 } fleet_proto;
 
 /* --bias-base: 1 if protocol p takes it (its aggregator starts from a base job's item biases and its devices predict
- * with the release's biases: one line of fleet_proto_table.c's list), and the protocol whose job makes the base (the
+ * with the release's biases: one line of examples/fleet/protocols/table.c's list), and the protocol whose job makes the base (the
  * private bias model, run at p's d with fleet_common.base_model set). */
 int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
- * fleet_proto_table.c's secure list. */
+ * examples/fleet/protocols/table.c's secure list. */
 int fleet_proto_secure_agg(const fleet_proto *p);
 
 /* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the
@@ -90,7 +90,7 @@ unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n);
  * `aggregator`; one device transport per worker), job_created once the aggregator gave the job its id, worker_relay
  * the transport worker w's devices use (dprec_sync_config.relay; NULL: none), round_end after the devices synced in a
  * round and before the fleet closes it (token: the fleet's own registration at the aggregator), job_end after the job,
- * also after a failure. 0, or -1 with a message in err. A protocol has them through one line of fleet_proto_table.c's
+ * also after a failure. 0, or -1 with a message in err. A protocol has them through one line of examples/fleet/protocols/table.c's
  * job hooks table. */
 typedef struct fleet_job_hooks {
     int (*job_begin)(const fleet_common *o, const fleet_conn_options *aggregator, unsigned workers, char *err,

@@ -1,5 +1,5 @@
 /* Host tools' release signer (dprec-mkrelease, the benchmarks): signs an unsigned release in place as the
- * aggregator does (aggregator/core/agg_sign.c): sig_alg and sig_len in the header, the digest recomputed over
+ * aggregator does (aggregator/rounds/agg_sign.c): sig_alg and sig_len in the header, the digest recomputed over
  * header || body, the DER ECDSA signature of the digest appended. The digest covers the signature's length,
  * which is known only after signing, so signing repeats until the length announced is the length made. The
  * signature is randomized (a fresh k from rng each time, mbedtls_ecdsa_sign), not RFC 6979's deterministic

@@ -34,7 +34,7 @@ DPREC_BEGIN_DECLS
  *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
  *   ratings, sorted by item                      16 * cap
  *   normal equations (double), user vector       8 * d * d + 8 * d + 4 * d
- *   the fit's scratch: 16 rows of d doubles     128 * d  (its blocked accumulation, sdk/linalg.c)
+ *   the fit's scratch: 16 rows of d doubles     128 * d  (its blocked accumulation, common/linalg.c)
  *   gauss-gd's gradient-mode state               16 + 12 * d (+ 15 alignment)
  *   rows of the rated items kept by a fit        4 * cap * (d + 1)
  *   top-K heap                                   8 * k

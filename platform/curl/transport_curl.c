@@ -164,7 +164,7 @@ static int curl_request(void *ctx, const dprec_http_request *req, dprec_http_sin
 }
 
 /* t_size is the app's sizeof(dprec_transport), all of it written; the options are read by the size the app
- * compiled them with (sdk/abi.h). */
+ * compiled them with (common/abi.h). */
 int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_transport_curl *state,
                                     const char *base_url, const dprec_curl_options *app_opt)
 {

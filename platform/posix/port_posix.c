@@ -215,7 +215,7 @@ void dprec_port_posix_set_key(dprec_port_posix *posix, const unsigned char key[3
 }
 
 /* port_size is the app's sizeof(dprec_port): all of it is written (the functions of newer headers NULL), so a port
- * from headers at most 1 KiB newer than ours works, as the SDK reads it (sdk/abi.c). */
+ * from headers at most 1 KiB newer than ours works, as the SDK reads it (common/abi.c). */
 int dprec_port_posix_init_sized(dprec_port *port, size_t port_size, dprec_port_posix *posix, const char *dir) {
     if (port == NULL || posix == NULL || dir == NULL || dir[0] == '\0') return DPREC_ERR_INVALID_ARGUMENT;
     if (port_size < sizeof *port || port_size > sizeof *port + 1024u) return DPREC_ERR_STRUCT_SIZE;

@@ -1,5 +1,5 @@
 /* dprec — the `dpals` protocol, device side: private alternating least squares (Chien et al., ICML 2021),
- * user-level joint DP (sdk/dpals.h; docs/privacy.md "dpals"; the aggregator: aggregator/core/proto_dpals.c).
+ * user-level joint DP (common/protocols/dpals.h; docs/privacy.md "dpals"; the aggregator: aggregator/protocols/dpals.c).
  *
  * The device fits u by exact least squares on the round's release (sync.c; column 0 of V is pinned to 1, so
  * u[0] is the user's own bias c_i) and never sends u[0]. It reports w = u[1 .. d-1] clipped to norm Gamma_u
@@ -9,7 +9,7 @@
  * or with params.residual the residual of the device's whole prediction on the release, r_j - mu - b_j - u . v_j,
  * clamped the same way (the bound does not depend on the release, which a malicious aggregator chooses). The
  * trusted aggregator forms x x^T and t_j x per item (x = [w; 1]), scaled by sqrt(k / n) for n < k pairs with
- * params.reweight (sdk/dpals.h), re-clips, and adds the noise. The report
+ * params.reweight (common/protocols/dpals.h), re-clips, and adds the noise. The report
  * carries the same information as the per-item statistics DPALS describes (x x^T and t_j x, from which t_j and
  * x are read back) in d - 1 + 2k numbers instead of k (d (d + 3) / 2).
  *
@@ -33,7 +33,7 @@
 #include "secure.h"
 
 #define DPALS_MAX_NOISE_MULTIPLIER 1e6
-#define DPALS_MAX_D 64u /* as the aggregator (aggregator/core/proto_dpals.c) */
+#define DPALS_MAX_D 64u /* as the aggregator (aggregator/protocols/dpals.c) */
 
 typedef struct dpals_job {
     uint32_t max_items;
@@ -61,7 +61,7 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
     p->residual = 0;
     rc = dprec_json_get_bool(doc, 0, "params.residual", &p->residual);
     if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
-    /* a report of n < k ratings scaled by sqrt(k / n) (sdk/dpals.h): its norm stays within the sensitivity either way */
+    /* a report of n < k ratings scaled by sqrt(k / n) (common/protocols/dpals.h): its norm stays within the sensitivity either way */
     p->reweight = DPREC_DPALS_DEFAULT_REWEIGHT;
     rc = dprec_json_get_bool(doc, 0, "params.reweight", &p->reweight);
     if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return DPREC_ERR_JOB_PARAMS;
@@ -72,7 +72,7 @@ static int job_params(const dprec_client *c, const dprec_sync_job *job, dpals_jo
     if ((rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) || !(p->bias_scale >= 0.0 && p->bias_scale <= DPREC_DPALS_MAX_CLIP))
         return DPREC_ERR_JOB_PARAMS;
     if (!(p->bias_scale > 0.0)) p->bias_scale = c->cfg.dim > 1 ? p->u_clip : 1.0;
-    /* the Gram statistics' weight (sdk/dpals.h): only the secure report, which the device noises itself, uses it,
+    /* the Gram statistics' weight (common/protocols/dpals.h): only the secure report, which the device noises itself, uses it,
      * and the device computes its sensitivity from it, so no value of it weakens the device's guarantee */
     p->gram_weight = DPREC_DPALS_DEFAULT_GRAM_WEIGHT;
     rc = dprec_json_get_number(doc, 0, "params.gram_weight", &p->gram_weight);
@@ -94,7 +94,7 @@ static double target(const dprec_client *c, const dpals_job *p, uint32_t i) {
     return e;
 }
 
-/* params.aggregation "secure": the vector is the normalized statistics of every item (aggregator/core/proto_dpals.c,
+/* params.aggregation "secure": the vector is the normalized statistics of every item (aggregator/protocols/dpals.c,
  * agg_dpals_accumulate), m (d (d + 1) / 2 + d) numbers of L2 norm <= sqrt(k (1 + alpha^2)). 0 if longer than secure aggregation
  * takes. */
 static uint32_t secure_len(const dprec_client *c) {
@@ -132,7 +132,7 @@ static int dpals_policy(const dprec_client *c, const dprec_sync_job *job, dprec_
     out->round.noise_multiplier = z;
     out->round.q = job->participation;
     out->round.steps = 1;
-    out->round.discrete = 1; /* sdk/noise.c: the aggregator's Gaussian is the discrete Gaussian on a grid */
+    out->round.discrete = 1; /* common/noise.c: the aggregator's Gaussian is the discrete Gaussian on a grid */
     out->user_round = out->round;
     out->charge_sit_outs = job->participation < 1.0; /* the accounting spreads the cost over every draw */
     out->delta = job->delta;

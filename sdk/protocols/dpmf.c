@@ -1,5 +1,5 @@
-/* dprec — the `dpmf` protocol, device side: seed 004 (Hua, Xia, Zhong, IJCAI 2015); sdk/dpmf.h has the model and the
- * mechanism, docs/privacy.md "dpmf" the guarantee, aggregator/core/proto_dpmf.c the recommender, relay/ the relay.
+/* dprec — the `dpmf` protocol, device side: seed 004 (Hua, Xia, Zhong, IJCAI 2015); common/protocols/dpmf.h has the model and the
+ * mechanism, docs/privacy.md "dpmf" the guarantee, aggregator/protocols/dpmf.c the recommender, relay/ the relay.
  *
  * The device fits u by least squares on the round's release (sync.c; column 0 of V is 1, so u[0] is its own bias and
  * never leaves it), then, for at most k = params.max_items of its ratings (a uniform sample drawn afresh each round
@@ -11,7 +11,7 @@
  *   modes "relay" and "dynamic" (Scenarios 2 and 3, the distributed model): computes, for EVERY item j (rated or not,
  *     so that which items it rated stays hidden) and every coordinate, its gradient -psi(e_j) x (0 for an item not in
  *     its sample) and a count (1 for a sampled item), in fixed point; draws its noise share (b / g) sqrt(2 H) C with
- *     C ~ N(0, 1 / K) (sdk/dpmf.h: the exact discrete Gaussian given H), H from the seed the relay gave for this round
+ *     C ~ N(0, 1 / K) (common/protocols/dpmf.h: the exact discrete Gaussian given H), H from the seed the relay gave for this round
  *     and K the relay's share count; draws a fresh 32-byte seed s from its CSPRNG and masks every number with the
  *     AES-CTR stream of s, mod 2^64. Its report has two parts, stored together and sent in order by sync.c: the head
  *     (to the aggregator: the report id and s, so that the recommender can take the masks off the relay's sum) and the

@@ -3,7 +3,7 @@
  *
  * The device keeps, for one job, its sample Omega_i of at most xi of its ratings (drawn once, uniformly with
  * its CSPRNG among its ratings of the job's item subset, which the release marks with item bias 1) and the
- * coefficients g of its row Y_i = sum_c g_c v_c over the release's columns (sdk/fw.h). Each round, on the
+ * coefficients g of its row Y_i = sum_c g_c v_c over the release's columns (common/protocols/fw.h). Each round, on the
  * release of version r (column r - 2 holds the newest direction v, global_mean holds lambda-hat; release 1
  * has v = 0), it takes one local Frank-Wolfe step (dprec_fw_local_step: u_i = A_i v / lambda,
  * Y_i <- Pi_{L,Omega}((1 - 1/T) Y_i - (k/T) u_i v^T)), keeps the new g, and reports its new residual
@@ -20,7 +20,7 @@
  * Policy: each round is the Gaussian mechanism the aggregator publishes as privacy.rho_per_round (zCDP; the
  * trusted curator adds the noise), user level, charged per report; never more rounds than the job declares.
  *
- * Payload (sdk/fw.h): [n u32][0 u32] then n = xi pairs [item u32][a float32]: the real ones first (items
+ * Payload (common/protocols/fw.h): [n u32][0 u32] then n = xi pairs [item u32][a float32]: the real ones first (items
  * increasing), then padding pairs (DPREC_PAD_ITEM, +0.0; report.h), so that the length never tells how many
  * of the subset's items the user rated. */
 #include <math.h>
@@ -335,7 +335,7 @@ static int fw_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_
         double u, sc;
         rc = dprec_fw_local_step(kept, y, ys, v, (double)c->fitted_mu, p.k, (double)p.T, p.L, &u, &sc);
         if (rc != DPREC_OK) return rc;
-        /* the full row: Y_i <- sc ((1 - 1/T) Y_i - (k/T) u v), in coefficients (sdk/fw.h) */
+        /* the full row: Y_i <- sc ((1 - 1/T) Y_i - (k/T) u v), in coefficients (common/protocols/fw.h) */
         for (uint32_t k = 0; k < d; k++) g[k] = (float)(sc * (1.0 - 1.0 / (double)p.T) * (double)g[k]);
         if (col >= 0 && col < (int64_t)d) g[col] = (float)((double)g[col] - sc * p.k / (double)p.T * u);
         round = job->round;

@@ -1,9 +1,9 @@
 /* dprec — the `gauss-gd` protocol, device side (seed 001, central DP; docs/privacy.md "gauss-gd").
  *
  * The device fits u by exact least squares on the round's release (sync.c), then sends its clipped
- * contribution to the gradient of the item side [V | b] (sdk/gauss.h): x = [u; 1] (clipped) and, per rated
+ * contribution to the gradient of the item side [V | b] (common/protocols/gauss.h): x = [u; 1] (clipped) and, per rated
  * item, the (clipped) residual coef_j = mu + b_j + u.v_j - r_j. No rating leaves the device; the trusted
- * aggregator sums the contributions and adds Gaussian noise (aggregator/core/proto_gauss.c).
+ * aggregator sums the contributions and adds Gaussian noise (aggregator/protocols/gauss.c).
  *
  * Fixed size: every report carries exactly params.max_ratings (item, coef) pairs (default 1000), the real
  * ones first (items increasing), then padding pairs (DPREC_PAD_ITEM, +0.0: report.h), so that its length
@@ -42,7 +42,7 @@
 #include "secure.h"
 
 #define GAUSS_DEFAULT_CLIP 1.0
-#define GAUSS_DEFAULT_LR 5e-4 /* seed 001's step size, as the aggregator's default (proto_gauss.c) */
+#define GAUSS_DEFAULT_LR 5e-4 /* seed 001's step size, as the aggregator's default (aggregator/protocols/gauss.c) */
 #define GAUSS_DEFAULT_MAX_RATINGS 1000u
 #define GAUSS_MAX_MAX_RATINGS 65535u
 #define GAUSS_MAX_NOISE_MULTIPLIER 1e6
@@ -150,11 +150,11 @@ static void gaussian_step(dprec_step *s, double z, double q) {
     s->noise_multiplier = z;
     s->q = q;
     s->steps = 1;
-    s->discrete = 1; /* sdk/noise.c: every Gaussian is the discrete Gaussian on a grid */
+    s->discrete = 1; /* common/noise.c: every Gaussian is the discrete Gaussian on a grid */
 }
 
 /* The vector of params.aggregation "secure": the dense gradient contribution G_i (m rows of d + 1), whose
- * Frobenius norm the user-level clipping bounds by clip (sdk/gauss.h). 0 if longer than secure aggregation takes. */
+ * Frobenius norm the user-level clipping bounds by clip (common/protocols/gauss.h). 0 if longer than secure aggregation takes. */
 static uint32_t secure_len(const dprec_client *c) {
     uint64_t n = (uint64_t)c->cfg.num_items * (c->cfg.dim + 1u);
     return n <= DPREC_DDG_MAX_DIM ? (uint32_t)n : 0u;

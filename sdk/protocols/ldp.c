@@ -1,6 +1,6 @@
 /* dprec — the local-DP protocols of seed 000, device side: ldp-gd (Private GD, Algorithm 1), ldp-gddr
  * (GD-DR, Algorithm 2) and ldp-rr (randomized response + Laplace, the paper's first scheme). The mechanisms
- * are in sdk/ldp.c; docs/privacy.md ("Local DP") derives the guarantees and docs/protocol.md the payloads.
+ * are in common/protocols/ldp.c; docs/privacy.md ("Local DP") derives the guarantees and docs/protocol.md the payloads.
  *
  * Every protocol here runs after the fit on the round's release: c->u is the user's least-squares vector
  * (the minimizer of the objective of which seed 000's eq. (4) takes one gradient step; it never leaves the

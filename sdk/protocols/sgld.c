@@ -1,13 +1,13 @@
 /* dprec — the `sgld` protocol, device side: one posterior sample as the private release (seed 003, Liu, Wang, Smola,
- * RecSys 2015; sdk/sgld.h has the arithmetic, docs/privacy.md "sgld" the guarantee; the aggregator:
- * aggregator/core/proto_sgld.c).
+ * RecSys 2015; common/protocols/sgld.h has the arithmetic, docs/privacy.md "sgld" the guarantee; the aggregator:
+ * aggregator/protocols/sgld.c).
  *
  * Trust: the curator (the aggregator) receives the device's ratings themselves, trimmed, once per job; it is trusted
  * to keep them and to release only one sample of V from the tempered posterior. So the device takes part only if its
  * app consented (cfg.sgld_max_ratings > 0) and never sends more than that many ratings.
  *
  * What the device decides for itself, never from the job: its epsilon_i (cfg.sgld_epsilon, at most the job's
- * epsilon; 0 means the job's), its weight w_i = (eps_i / eps) min(rho, tau / n) (sdk/sgld.h: so that its personalized
+ * epsilon; 0 means the job's), its weight w_i = (eps_i / eps) min(rho, tau / n) (common/protocols/sgld.h: so that its personalized
  * guarantee is eps_i whatever its number of ratings), and which ratings it sends: a uniform random subset of
  * n = min(tau, m_i) of them, drawn from the CSPRNG (selection sampling, Knuth TAOCP vol. 2, 3.4.2, Algorithm S). It
  * recomputes B = tau (r_max - r_min + kappa)^2 and beta = eps / (4B) itself and refuses a job that publishes other
@@ -83,7 +83,7 @@ static int sgld_policy(const dprec_client *c, const dprec_sync_job *job, dprec_j
     out->unit = DPREC_UNIT_USER;
     out->model = DPREC_MODEL_POSTERIOR_HEURISTIC;
     out->round.kind = DPREC_STEP_PURE;
-    out->round.epsilon = p.eps_i; /* the device's personalized guarantee (sdk/sgld.h) */
+    out->round.epsilon = p.eps_i; /* the device's personalized guarantee (common/protocols/sgld.h) */
     out->round.steps = 1;
     out->user_round = out->round;
     out->delta = 0.0;

@@ -1,4 +1,4 @@
-/* dprec — the protocols this SDK can take part in. Adding a protocol adds its protocol_<name>.c and one line
+/* dprec — the protocols this SDK can take part in. Adding a protocol adds its sdk/protocols/<name>.c and one line
  * here; sync.c, the store and the client find everything else in its descriptor (sdk/protocol.h). */
 #include <string.h>
 

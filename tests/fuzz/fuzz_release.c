@@ -1,4 +1,4 @@
-/* Fuzz target: the release reader (sdk/release.c), buffer and stream. Byte 0 picks the stream's chunk size
+/* Fuzz target: the release reader (common/release.c), buffer and stream. Byte 0 picks the stream's chunk size
  * (1 .. 256); the rest is the release. The two readers must agree on the status and, on success, on every header
  * field and the digest; the stream must hand over exactly m rows, in order, each value within the public bound. */
 #include <math.h>

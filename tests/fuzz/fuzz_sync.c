@@ -34,7 +34,7 @@ static int scripted(void *ctx, const dprec_http_request *req, dprec_http_sink si
     script *s = ctx;
     FUZZ_CHECK(req->method != NULL && req->path != NULL && (req->body != NULL || req->body_len == 0));
     if (strstr(req->path, "/reports") != NULL) {
-        /* the envelope's job id at bytes 8..15 (sdk/report.c): its charge must be in the ledger already */
+        /* the envelope's job id at bytes 8..15 (common/report.c): its charge must be in the ledger already */
         FUZZ_CHECK(req->body_len >= 56);
         uint64_t job = 0;
         for (int i = 7; i >= 0; i--) job = job << 8 | req->body[8 + i];

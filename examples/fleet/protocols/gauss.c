@@ -61,7 +61,7 @@ static int gauss_arg(fleet_common *o, const char *flag, const char *value, int *
     return 1;
 }
 
-/* Unit rating's true epsilon over `rounds` rounds at delta (sdk/protocol_gauss.c, docs/privacy.md): seed 001's
+/* Unit rating's true epsilon over `rounds` rounds at delta (sdk/protocols/gauss.c, docs/privacy.md): seed 001's
  * noise (z_paper = sqrt(2 ln(1.25/delta_i)) / eps_i) against the group sensitivity 2 tau C sqrt(max_ratings)
  * of a report whose u is fitted from all of the user's ratings; the discrete Gaussian, no amplification. */
 static double rating_epsilon(unsigned rounds, double delta) {

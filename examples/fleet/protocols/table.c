@@ -1,4 +1,4 @@
-/* dprec-fleet: the protocols the simulator can run. Adding one adds its fleet_proto_<name>.c and a line here. */
+/* dprec-fleet: the protocols the simulator can run. Adding one adds its examples/fleet/protocols/<name>.c and a line here. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
