@@ -76,6 +76,27 @@ static void put_u64(out_buf *o, uint64_t v) {
     put_str(o, s);
 }
 
+/* The 4-digit mantissa M (1000 <= M <= 10000) of v = m 10^p, rounded up: the smallest M whose decimal M 10^p, read
+ * back as a double, is at least v. So a value that is the double of a 4-digit decimal (0.1, 1e-6) prints as that
+ * decimal, and anything above it, even by one unit in the last place (1 + 2^-52), prints as the next one up: a
+ * printed epsilon or delta never understates (issue 36: a tolerance of 1e-9 printed 1.0000000000001 as "1").
+ * m is v scaled by a power of ten, within a few ulps of exact; the check is made on the decimal itself. For
+ * |p| <= 22 both M and 10^|p| are exact doubles, so M 10^p and M / 10^-p are the correctly rounded values of the
+ * decimal (one IEEE operation each). Outside that range (figures below 1e-19 or above 1e25) the decimal is not
+ * formed exactly: m is rounded up with a margin of 1e-12 (far above its error), which may print one unit high. */
+static uint64_t up_mantissa(double v, double m, int p) {
+    if (p < -22 || p > 22) return (uint64_t)ceil(m * (1.0 + 1e-12));
+    static const double pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    uint64_t mant = (uint64_t)floor(m + 0.5);
+    if (mant > 0u) mant--; /* m may be a few ulps high: start one below the nearest integer */
+    for (;;) {
+        double dec = p >= 0 ? (double)mant * pow10[p] : (double)mant / pow10[-p];
+        if (dec >= v) return mant;
+        mant++;
+    }
+}
+
 /* v >= 0 with 4 significant digits, rounded up: 1.6 -> "1.6", 0.123456 -> "0.1235", 1e-5 -> "1e-05",
  * 12345 -> "12350". Plain notation for 1e-4 <= v < 1e7, else d.ddde+XX / e-XX. */
 static void put_up(out_buf *o, double v) {
@@ -109,8 +130,7 @@ static void put_up(out_buf *o, double v) {
         e10++;
         m /= 10.0;
     }
-    double r = floor(m + 0.5);
-    uint64_t mant = fabs(m - r) <= 1e-9 * m ? (uint64_t)r : (uint64_t)ceil(m);
+    uint64_t mant = up_mantissa(v, m, e10 - 3);
     if (mant >= 10000u) {
         mant /= 10u; /* 9999.x rounded up to 10000: 1000 at the next power */
         e10++;

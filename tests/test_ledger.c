@@ -636,6 +636,39 @@ static void test_guarantee_rounds_up_the_tiniest_figures(void **state) {
     }
 }
 
+/* Issue 36, point 5: a tolerance of 1e-9 treated values just above a 4-digit figure as that figure, so
+ * 1.0000000000001 printed as "1". A printed figure read back as a double must be at least the value, for every
+ * value: the one just above 1 (one ulp), just above other exact decimals, and a sweep over twenty decades; and it
+ * must not overstate by more than the fourth digit needs. A value that is the double of a 4-digit decimal prints
+ * as that decimal. */
+static void test_guarantee_never_understates_by_a_rounding_tolerance(void **state) {
+    (void)state;
+    char out[32];
+    const struct {
+        double v;
+        const char *s;
+    } cases[] = {{1.0000000000001, "1.001"}, {1.0 + 0x1p-52, "1.001"}, {0.1, "0.1"}, {1e-6, "1e-06"},
+                 {0.30000000000000004, "0.3001"}, {2.5 + 1e-12, "2.501"}, {1e-19, "1e-19"}, {10.0, "10"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(dprec_format_up(cases[i].v, out, sizeof out), DPREC_OK);
+        if (strcmp(out, cases[i].s) != 0) fail_msg("%.17g printed as %s, expected %s", cases[i].v, out, cases[i].s);
+    }
+    uint64_t x = 0x9e3779b97f4a7c15u; /* splitmix64: a fixed sweep, not privacy randomness */
+    for (int i = 0; i < 20000; i++) {
+        x += 0x9e3779b97f4a7c15u;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+        z ^= z >> 31;
+        double v = pow(10.0, -14.0 + 20.0 * (double)(z >> 11) * 0x1p-53);
+        if (i % 4 == 1) v = nextafter(floor(v * 1000.0) / 1000.0, INFINITY); /* one ulp above a decimal */
+        if (!(v > 0.0)) continue;
+        assert_int_equal(dprec_format_up(v, out, sizeof out), DPREC_OK);
+        double back = strtod(out, NULL);
+        if (!(back >= v && back <= v * 1.0011)) fail_msg("%.17g printed as %s (read back %.17g)", v, out, back);
+    }
+}
+
 static void test_guarantee_json_is_complete_and_caveats_are_shown(void **state) {
     (void)state;
     char buf[600];
@@ -687,6 +720,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test(test_guarantee_text_says_unit_model_and_rounds_up),
         cmocka_unit_test(test_guarantee_rounds_up_the_tiniest_figures),
+        cmocka_unit_test(test_guarantee_never_understates_by_a_rounding_tolerance),
         cmocka_unit_test(test_guarantee_json_is_complete_and_caveats_are_shown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
