@@ -41,8 +41,8 @@ typedef struct dprec_srv_config {
 } dprec_srv_config;
 
 /* The service the HTTPS front end serves: the aggregator's core (serve_agg.c) or the relay's (relay/relay_main.c).
- * The front end (server.c) does TLS, the listeners, the per-address and in-flight limits, the logs, /metrics and the
- * drain; the backend answers the requests, with the core API of agg.h. */
+ * The front end (server.c and its serve_*.c pieces, server_priv.h) does TLS, the listeners, the per-address and
+ * in-flight limits, the logs, /metrics and the drain; the backend answers the requests, with the core API of agg.h. */
 typedef struct dprec_srv_backend {
     const char *program;        /* "dprec-aggregator", "dprec-relay": for messages */
     const char *help;           /* the text of `PROGRAM serve --help` */
@@ -71,7 +71,7 @@ void dprec_srv_print_help(void);
 /* serve_agg.c: the aggregator's backend (its help text is serve_config.c's). */
 extern const dprec_srv_backend dprec_srv_agg_backend;
 extern const char dprec_srv_agg_help[];
-/* A line in the server's log schema (server.c), for the backends: level, event, a formatted message. */
+/* A line in the server's log schema (serve_log.c), for the backends: level, event, a formatted message. */
 void dprec_srv_log(const char *level, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Writes the DER public key of a core into STATE/name and logs its SHA-256 (what devices or jobs pin). 0 or -1. */
 int dprec_srv_write_public_key(const char *state_dir, const char *name, const unsigned char *der, size_t len,
