@@ -153,8 +153,8 @@ int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const dpre
 /* Wipes every secret. */
 void dprec_secagg_wipe(dprec_secagg_device *dev);
 
-/* The wire of a secure job (docs/protocol.md "Secure aggregation"), shared by the device (sdk/secure.c, sdk/sync.c)
- * and the aggregator (aggregator/rounds/agg_secure.c). */
+/* The wire of a secure job (docs/protocol.md "Secure aggregation"), shared by the device (sdk/secure.c,
+ * sdk/sync_secure.c) and the aggregator (aggregator/rounds/agg_secure.c). */
 #define DPREC_SECURE_MIN_SURVIVORS 3u /* the fewest survivors a job may let a round unmask */
 /* The phase messages: the largest is the inbox, k envelopes of 136 bytes behind a 12-byte head. */
 #define DPREC_SECURE_ENVELOPE_WIRE (8u + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES + DPREC_GCM_TAG_SIZE)

@@ -135,7 +135,7 @@ struct dprec_client {
     uint64_t device_id;
     char token[DPREC_SYNC_TOKEN_LEN + 1]; /* NUL-terminated when registered */
     uint32_t sync_failures;               /* consecutive transient failures, for the backoff (memory only) */
-    /* the registration with a relay (sync.c; durable in the sync section), for jobs whose reports go through one */
+    /* the registration with a relay (sync_relay.c; durable in the sync section), for jobs that report through one */
     int relay_registered;
     uint64_t relay_device_id;
     char relay_token[DPREC_SYNC_TOKEN_LEN + 1];

@@ -23,8 +23,8 @@ typedef struct dprec_client dprec_client;
 
 /* What a relay says of a job's open round (GET /v1/jobs/{job}/rounds/{round} on the relay, docs/protocol.md): the
  * public randomness it drew for the round (the seed its devices expand, never shown to the aggregator) and the number
- * of shares whose noise makes the round's total. Fetched by sync.c, over the app's relay transport, for a job whose
- * policy says its reports go through a relay. */
+ * of shares whose noise makes the round's total. Fetched by sync_relay.c, over the app's relay transport, for a job
+ * whose policy says its reports go through a relay. */
 typedef struct dprec_relay_round {
     uint64_t round;
     int mode;                  /* the protocol's mode as the relay runs the job (dpmf: common/protocols/dpmf.h) */
@@ -76,11 +76,11 @@ typedef struct dprec_job_policy {
     int charge_sit_outs;
     size_t report_bytes;   /* every report's exact size (envelope included); 0 for `plain`, whose size varies */
     /* 1: the report goes partly through the relay (dprec_sync_config.relay): build writes two envelopes back to
-     * back, the head for the aggregator and the tail for the relay, and sync.c fetches the relay's round
+     * back, the head for the aggregator and the tail for the relay, and sync_relay.c fetches the relay's round
      * (job->relay) before the build. Not part of the fingerprint (report_bytes and the model differ anyway). */
     int relay;
-    /* 1: params.aggregation "secure" (sdk/secure.h): sync.c runs the round's secure-aggregation steps and the report
-     * is the masked, encoded vector; secure_job is what the policy checked. */
+    /* 1: params.aggregation "secure" (sdk/secure.h): sync_secure.c runs the round's secure-aggregation steps and the
+     * report is the masked, encoded vector; secure_job is what the policy checked. */
     int secure;
     dprec_secure_job secure_job;
 } dprec_job_policy;

@@ -1,5 +1,5 @@
 /* dprec — a device's part in a secure-aggregation job: the checks of the published plan, the report (encode, then
- * mask), and the memory it takes. sdk/secure.h says what is checked and why; sync.c runs the round's steps. */
+ * mask), and the memory it takes. sdk/secure.h says what is checked and why; sync_secure.c runs the round's steps. */
 #include <math.h>
 #include <string.h>
 

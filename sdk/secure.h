@@ -6,8 +6,8 @@
  * recomputed from the integers at n_min survivors), checks the SecAgg+ parameters (k/2 < t <= k, n_min >= t and at
  * least DPREC_SECURE_MIN_SURVIVORS, the plan's length equal to the vector its protocol sends, the clip its
  * protocol's), and charges its ledger the distributed discrete Gaussian's RDP at the FEWEST survivors the round may
- * unmask (n_min: fewer shares, less noise), composed over the rounds by its own accountant. sync.c runs the round's
- * steps (advertise, share, masked input, unmask) one per call as the aggregator's phase advances; the round's
+ * unmask (n_min: fewer shares, less noise), composed over the rounds by its own accountant. sync_secure.c runs the
+ * round's steps (advertise, share, masked input, unmask) one per call as the aggregator's phase advances; the round's
  * secrets (common/secagg.h) live in memory only: a restart mid-round makes the device a dropout, which the protocol
  * tolerates, and the report path (dprec_report_prepare) still allows one masked input per round.
  *
@@ -63,8 +63,8 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
 
 /* The report of a secure job: the envelope header, then [magic "DSA1"][id u32][dim u32][bits u32] and dim masked
  * residues (u64 LE). The input is dprec_secure_input(c)[0 .. len), which the protocol filled: it is encoded (clip,
- * rotation, conditional rounding, the device's discrete Gaussian share, mod 2^b), then masked with the inbox sync.c
- * fetched, and wiped. With c->fallback the input is taken as 0. */
+ * rotation, conditional rounding, the device's discrete Gaussian share, mod 2^b), then masked with the inbox
+ * sync_secure.c fetched, and wiped. With c->fallback the input is taken as 0. */
 size_t dprec_secure_report_size(const dprec_ddg_plan *plan);
 int dprec_secure_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol, uint16_t wire_id,
                        const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap, size_t *len);

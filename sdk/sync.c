@@ -15,6 +15,9 @@
  * the user's data (a numerical failure) is replaced by the report of a user with no ratings, built and sent
  * in the same call (build_report below).
  *
+ * This file is the call and the path every job takes; a job whose reports go through a relay also takes
+ * sync_relay.c, a secure-aggregation job sync_secure.c's phases (what the three share: sync_priv.h).
+ *
  * Memory: JSON responses go into a fixed 4 KiB buffer in the client and are parsed into a fixed token
  * array (json.c); releases are never buffered, only streamed into the fit. The one exception to "no
  * allocation after init" is the signature check (verify.c): mbedTLS's bignum and public-key code calloc()s
@@ -42,6 +45,7 @@
 #include "protocol.h"
 #include "report.h"
 #include "secure.h"
+#include "sync_priv.h"
 
 #define SYNC_SECTION_DATA 88u
 #define SYNC_SECTION_DATA_RELAY 168u /* with a relay registration */
@@ -94,7 +98,7 @@ unsigned char *dprec_sync_encode(const dprec_client *c, unsigned char *p) {
     return d + len;
 }
 
-static int is_hex(unsigned char ch) {
+int dprec_sync_is_hex(unsigned char ch) {
     return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
 }
 
@@ -116,7 +120,7 @@ int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int
         const unsigned char *r = d + SYNC_RELAY_OFF;
         if (dprec_ld32(r) != 1u || dprec_ld32(r + 4) != 0u) return DPREC_ERR_STORE_CORRUPT;
         for (uint32_t i = 0; i < DPREC_SYNC_TOKEN_LEN; i++)
-            if (!is_hex(r[16 + i])) return DPREC_ERR_STORE_CORRUPT;
+            if (!dprec_sync_is_hex(r[16 + i])) return DPREC_ERR_STORE_CORRUPT;
         len = SYNC_SECTION_DATA; /* the rest is the 88-byte section */
     }
     uint32_t flags = dprec_ld32(d), memo = len == SYNC_SECTION_DATA_V0 ? SYNC_MEMO_V0 : 0u;
@@ -125,7 +129,7 @@ int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int
     int registered = (flags & 1u) != 0;
     for (uint32_t i = 0; i < DPREC_SYNC_TOKEN_LEN; i++) {
         unsigned char ch = d[16 + i];
-        if (registered ? !is_hex(ch) : ch != 0) return DPREC_ERR_STORE_CORRUPT;
+        if (registered ? !dprec_sync_is_hex(ch) : ch != 0) return DPREC_ERR_STORE_CORRUPT;
     }
     if (!registered && dprec_ld64(d + 8) != 0) return DPREC_ERR_STORE_CORRUPT;
     for (uint32_t i = 0; i < memo; i++) {
@@ -157,17 +161,12 @@ int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int
 
 /* ---- small helpers ----------------------------------------------------------------------------------- */
 
-typedef struct path_buf {
-    char s[96];
-    size_t n;
-} path_buf;
-
-static void path_str(path_buf *b, const char *s) {
+void dprec_sync_path_str(path_buf *b, const char *s) {
     while (*s != '\0' && b->n + 1 < sizeof b->s) b->s[b->n++] = *s++;
     b->s[b->n] = '\0';
 }
 
-static void path_u64(path_buf *b, uint64_t v) {
+void dprec_sync_path_u64(path_buf *b, uint64_t v) {
     char digits[21];
     int k = 0;
     do {
@@ -178,28 +177,28 @@ static void path_u64(path_buf *b, uint64_t v) {
     b->s[b->n] = '\0';
 }
 
-static void path_job(path_buf *b, uint64_t job, const char *tail) {
+void dprec_sync_path_job(path_buf *b, uint64_t job, const char *tail) {
     b->n = 0;
-    path_str(b, "/v1/jobs/");
-    path_u64(b, job);
-    path_str(b, tail);
+    dprec_sync_path_str(b, "/v1/jobs/");
+    dprec_sync_path_u64(b, job);
+    dprec_sync_path_str(b, tail);
 }
 
-static void log_u64(const dprec_client *c, dprec_log_level level, const char *what, uint64_t v) {
+void dprec_sync_log_u64(const dprec_client *c, dprec_log_level level, const char *what, uint64_t v) {
     path_buf b;
     b.n = 0;
-    path_u64(&b, v);
+    dprec_sync_path_u64(&b, v);
     dprec_client_log(c, level, what, b.s);
 }
 
-static int transient_status(int status) {
+int dprec_sync_transient_status(int status) {
     return status == 408 || status == 425 || status == 429 || (status >= 500 && status <= 599);
 }
 
 /* Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff and Jitter", 2015): a uniform
  * draw from [0, min(max, base 2^(failures-1))], from the CSPRNG, and never less than the server's
  * Retry-After. */
-static int retry_later(dprec_client *c, dprec_sync_result *result, int cause, uint32_t retry_after_s) {
+int dprec_sync_retry_later(dprec_client *c, dprec_sync_result *result, int cause, uint32_t retry_after_s) {
     if (c->sync_failures < UINT32_MAX) c->sync_failures++;
     uint64_t cap = BACKOFF_MAX_MS;
     if (c->sync_failures <= 10) {
@@ -278,14 +277,14 @@ static void error_code(dprec_client *c, char *code, size_t cap) {
 
 /* A transport error: no response (transient), a TLS failure (permanent: pinning or verification), or a
  * malformed / oversized response (permanent). */
-static int transport_failure(dprec_client *c, dprec_sync_result *result, int rc) {
+int dprec_sync_transport_failure(dprec_client *c, dprec_sync_result *result, int rc) {
     if (rc == DPREC_ERR_TLS || rc == DPREC_ERR_PROTOCOL) return rc;
-    return retry_later(c, result, rc == DPREC_ERR_NETWORK ? rc : DPREC_ERR_NETWORK, 0);
+    return dprec_sync_retry_later(c, result, rc == DPREC_ERR_NETWORK ? rc : DPREC_ERR_NETWORK, 0);
 }
 
 /* The aggregator no longer knows this device's token (its state was reset): forget it durably and register
  * again on the next call; a pending report is then re-sent, same bytes, with the new token. */
-static int token_refused(dprec_client *c, dprec_sync_result *result) {
+int dprec_sync_token_refused(dprec_client *c, dprec_sync_result *result) {
     dprec_client_log(c, DPREC_LOG_WARN, "sync: token refused; registering again", "");
     c->registered = 0;
     int rc = dprec_store_save(c);
@@ -295,7 +294,7 @@ static int token_refused(dprec_client *c, dprec_sync_result *result) {
     }
     c->device_id = 0;
     dprec_wipe(c->token, sizeof c->token);
-    return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
+    return dprec_sync_retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
 }
 
 /* ---- 1. registration ------------------------------------------------------------------------------- */
@@ -307,11 +306,11 @@ static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_res
     int rc = exchange(c, t, "POST", "/v1/register", 0, "application/json", body, sizeof body - 1, &resp);
     if (rc != DPREC_OK) {
         *retry = 1;
-        return transport_failure(c, result, rc);
+        return dprec_sync_transport_failure(c, result, rc);
     }
-    if (transient_status(resp.status)) {
+    if (dprec_sync_transient_status(resp.status)) {
         *retry = 1;
-        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+        return dprec_sync_retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
     }
     if (resp.status != 201 && resp.status != 200) return DPREC_ERR_PROTOCOL;
     dprec_json_doc doc;
@@ -323,7 +322,7 @@ static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_res
     if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "token", token, sizeof token, &token_len);
     if (rc != DPREC_OK || token_len != DPREC_SYNC_TOKEN_LEN) return DPREC_ERR_PROTOCOL;
     for (size_t i = 0; i < token_len; i++)
-        if (!is_hex((unsigned char)token[i])) return DPREC_ERR_PROTOCOL;
+        if (!dprec_sync_is_hex((unsigned char)token[i])) return DPREC_ERR_PROTOCOL;
 
     /* Durable before use: a token kept only in memory would make every restart register a new device. */
     c->registered = 1;
@@ -337,161 +336,7 @@ static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_res
         dprec_wipe(c->token, sizeof c->token);
         return rc;
     }
-    log_u64(c, DPREC_LOG_INFO, "sync: registered as device ", device_id);
-    return DPREC_OK;
-}
-
-/* ---- the relay ---------------------------------------------------------------------------------------- */
-
-/* The relay's JSON answers are small: they go into a buffer of their own, so that the job's JSON (c->resp, which
- * the build still reads) stays intact. */
-#define RELAY_RESP_MAX 768u
-#define RELAY_JSON_TOKENS 32u
-typedef struct relay_buf {
-    unsigned char b[RELAY_RESP_MAX];
-    size_t n;
-    int overflow;
-} relay_buf;
-
-static int relay_sink(void *user, const unsigned char *chunk, size_t len) {
-    relay_buf *rb = (relay_buf *)user;
-    if (len > RELAY_RESP_MAX - rb->n) {
-        rb->overflow = 1;
-        return DPREC_ERR_PROTOCOL;
-    }
-    memcpy(rb->b + rb->n, chunk, len);
-    rb->n += len;
-    return 0;
-}
-
-static int relay_exchange(dprec_client *c, const dprec_transport *t, const char *method, const char *path, int auth,
-                          const char *content_type, const unsigned char *body, size_t body_len,
-                          dprec_http_response *resp, relay_buf *rb) {
-    dprec_http_request req = {method, path, auth ? c->relay_token : NULL, content_type, body, body_len};
-    rb->n = 0;
-    rb->overflow = 0;
-    memset(resp, 0, sizeof *resp);
-    int rc = t->request(t->ctx, &req, relay_sink, rb, resp);
-    if (rb->overflow) return DPREC_ERR_PROTOCOL;
-    return rc;
-}
-
-/* The relay no longer knows this device's relay token: forget it durably, register again on the next call. */
-static int relay_token_refused(dprec_client *c, dprec_sync_result *result) {
-    dprec_client_log(c, DPREC_LOG_WARN, "sync: the relay refused its token; registering with it again", "");
-    c->relay_registered = 0;
-    int rc = dprec_store_save(c);
-    if (rc != DPREC_OK) {
-        c->relay_registered = 1;
-        return rc;
-    }
-    c->relay_device_id = 0;
-    dprec_wipe(c->relay_token, sizeof c->relay_token);
-    return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
-}
-
-/* Registers with the relay (POST /v1/register there); the token is durable before it is used. */
-static int relay_register(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, int *retry) {
-    static const unsigned char body[] = "{}";
-    dprec_http_response resp;
-    relay_buf rb;
-    *retry = 0;
-    int rc = relay_exchange(c, t, "POST", "/v1/register", 0, "application/json", body, sizeof body - 1, &resp, &rb);
-    if (rc != DPREC_OK) {
-        *retry = 1;
-        return transport_failure(c, result, rc);
-    }
-    if (transient_status(resp.status)) {
-        *retry = 1;
-        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
-    }
-    if (resp.status != 201 && resp.status != 200) return DPREC_ERR_PROTOCOL;
-    dprec_json_token tok[RELAY_JSON_TOKENS];
-    dprec_json_doc doc;
-    uint64_t id = 0;
-    char token[DPREC_SYNC_TOKEN_LEN + 1];
-    size_t token_len = 0;
-    rc = dprec_json_parse(&doc, (const char *)rb.b, rb.n, tok, RELAY_JSON_TOKENS);
-    if (rc == DPREC_OK && tok[0].type != DPREC_JSON_OBJECT) rc = DPREC_ERR_PROTOCOL;
-    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "device_id", &id);
-    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "token", token, sizeof token, &token_len);
-    if (rc != DPREC_OK || token_len != DPREC_SYNC_TOKEN_LEN) return DPREC_ERR_PROTOCOL;
-    for (size_t i = 0; i < token_len; i++)
-        if (!is_hex((unsigned char)token[i])) return DPREC_ERR_PROTOCOL;
-    c->relay_registered = 1;
-    c->relay_device_id = id;
-    memcpy(c->relay_token, token, sizeof token);
-    dprec_wipe(token, sizeof token);
-    rc = dprec_store_save(c);
-    if (rc != DPREC_OK) {
-        c->relay_registered = 0;
-        c->relay_device_id = 0;
-        dprec_wipe(c->relay_token, sizeof c->relay_token);
-        return rc;
-    }
-    log_u64(c, DPREC_LOG_INFO, "sync: registered with the relay as device ", id);
-    return DPREC_OK;
-}
-
-static int hex_nibble(char ch) {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
-/* The relay's view of the job's open round (GET /v1/jobs/{job}/rounds/{round} there). A relay that has not opened
- * that round (another round, 404, 409) -> retry later: the two services advance together. */
-static int relay_round(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job, dprec_relay_round *rr,
-                       dprec_sync_result *result, int *retry) {
-    path_buf path;
-    path_job(&path, job->job_id, "/rounds/");
-    path_u64(&path, job->round);
-    dprec_http_response resp;
-    relay_buf rb;
-    *retry = 0;
-    int rc = relay_exchange(c, t, "GET", path.s, 1, NULL, NULL, 0, &resp, &rb);
-    if (rc != DPREC_OK) {
-        *retry = 1;
-        return transport_failure(c, result, rc);
-    }
-    if (transient_status(resp.status) || resp.status == 404 || resp.status == 409) {
-        *retry = 1;
-        return retry_later(c, result, resp.status == 404 || resp.status == 409 ? DPREC_ERR_PROTOCOL : DPREC_ERR_NETWORK,
-                           resp.retry_after);
-    }
-    if (resp.status == 401) {
-        *retry = 1;
-        return relay_token_refused(c, result);
-    }
-    if (resp.status != 200) return DPREC_ERR_PROTOCOL;
-    dprec_json_token tok[RELAY_JSON_TOKENS];
-    dprec_json_doc doc;
-    uint64_t job_id = 0, shares = 0;
-    char mode[16], seed[2 * sizeof rr->seed + 1];
-    size_t seed_len = 0;
-    memset(rr, 0, sizeof *rr);
-    rc = dprec_json_parse(&doc, (const char *)rb.b, rb.n, tok, RELAY_JSON_TOKENS);
-    if (rc == DPREC_OK && tok[0].type != DPREC_JSON_OBJECT) rc = DPREC_ERR_PROTOCOL;
-    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "job", &job_id);
-    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "round", &rr->round);
-    if (rc == DPREC_OK) rc = dprec_json_get_u64(&doc, 0, "shares", &shares);
-    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "mode", mode, sizeof mode, NULL);
-    if (rc == DPREC_OK) rc = dprec_json_get_string(&doc, 0, "seed", seed, sizeof seed, &seed_len);
-    if (rc != DPREC_OK || job_id != job->job_id || seed_len != 2 * sizeof rr->seed || shares > UINT32_MAX)
-        return DPREC_ERR_PROTOCOL;
-    for (size_t i = 0; i < sizeof rr->seed; i++) {
-        int hi = hex_nibble(seed[2 * i]), lo = hex_nibble(seed[2 * i + 1]);
-        if (hi < 0 || lo < 0) return DPREC_ERR_PROTOCOL;
-        rr->seed[i] = (unsigned char)(hi * 16 + lo);
-    }
-    dprec_wipe(seed, sizeof seed);
-    rr->shares = (uint32_t)shares;
-    rr->mode = strcmp(mode, "relay") == 0 ? 2 : strcmp(mode, "dynamic") == 0 ? 3 : 0; /* common/protocols/dpmf.h's modes */
-    if (rr->round != job->round) { /* the relay is on another round: come back once both are on the same */
-        *retry = 1;
-        return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
-    }
+    dprec_sync_log_u64(c, DPREC_LOG_INFO, "sync: registered as device ", device_id);
     return DPREC_OK;
 }
 
@@ -503,46 +348,6 @@ static size_t head_len(const dprec_pending_report *p) {
     if (p->len < DPREC_ENVELOPE_HEADER) return p->len;
     size_t n = DPREC_ENVELOPE_HEADER + (size_t)dprec_ld32(p->bytes + 48);
     return n <= p->len ? n : p->len;
-}
-
-/* Sends the tail to the relay. 0 with *dead set when the relay will never take it (dropped, logged). */
-static int send_tail(dprec_client *c, const dprec_transport *relay, const dprec_pending_report *p, size_t head,
-                     dprec_sync_result *result, int *retry, int *dead) {
-    *dead = 0;
-    if (relay == NULL || relay->request == NULL) {
-        dprec_client_log(c, DPREC_LOG_ERROR, "sync: a stored report goes through a relay and none is configured", "");
-        return DPREC_ERR_CONFIG;
-    }
-    if (!c->relay_registered) {
-        int rc = relay_register(c, relay, result, retry);
-        if (rc != DPREC_OK || *retry) return rc;
-    }
-    path_buf path;
-    path_job(&path, p->job_id, "/shares");
-    dprec_http_response resp;
-    relay_buf rb;
-    int rc = relay_exchange(c, relay, "POST", path.s, 1, "application/octet-stream", p->bytes + head, p->len - head,
-                            &resp, &rb);
-    if (rc != DPREC_OK) {
-        *retry = 1;
-        return transport_failure(c, result, rc);
-    }
-    if (transient_status(resp.status)) {
-        *retry = 1;
-        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
-    }
-    if (resp.status == 401) {
-        *retry = 1;
-        return relay_token_refused(c, result);
-    }
-    if (resp.status == 409 || resp.status == 400 || resp.status == 404 || resp.status == 413) {
-        /* the relay will never take these bytes (its round closed, its cohort is full, ...): as for the aggregator,
-         * the share is dropped and its charge stays */
-        dprec_client_log(c, DPREC_LOG_WARN, "sync: the relay refused the share for good, dropped", "");
-        *dead = 1;
-        return DPREC_OK;
-    }
-    return resp.status == 200 ? DPREC_OK : DPREC_ERR_PROTOCOL;
 }
 
 /* Sends every pending report, oldest first, each with its stored bytes. *acked_round gets the round of an
@@ -560,22 +365,22 @@ static int send_pending(dprec_client *c, const dprec_transport *t, const dprec_t
         rc = dprec_report_pending_at(c, 0, &p);
         if (rc != DPREC_OK) return rc;
         path_buf path;
-        path_job(&path, p.job_id, "/reports");
+        dprec_sync_path_job(&path, p.job_id, "/reports");
         dprec_http_response resp;
         size_t head = head_len(&p);
         rc = exchange(c, t, "POST", path.s, 1, "application/octet-stream", p.bytes, head, &resp);
         if (rc != DPREC_OK) {
             *retry = 1;
-            return transport_failure(c, result, rc);
+            return dprec_sync_transport_failure(c, result, rc);
         }
-        if (transient_status(resp.status)) {
+        if (dprec_sync_transient_status(resp.status)) {
             *retry = 1;
-            return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+            return dprec_sync_retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
         }
         int dead = 0;
         if (resp.status == 401) {
             *retry = 1;
-            return token_refused(c, result);
+            return dprec_sync_token_refused(c, result);
         }
         if (resp.status == 409 || resp.status == 400 || resp.status == 404 || resp.status == 413) {
             /* The aggregator will never accept these bytes: a closed round, another report of this device
@@ -592,7 +397,7 @@ static int send_pending(dprec_client *c, const dprec_transport *t, const dprec_t
             return DPREC_ERR_PROTOCOL;
         }
         if (!dead && head < p.len) { /* the aggregator holds the head (its masks): now the tail, to the relay */
-            rc = send_tail(c, relay, &p, head, result, retry, &dead);
+            rc = dprec_sync_send_tail(c, relay, &p, head, result, retry, &dead);
             if (rc != DPREC_OK || *retry) return rc;
         }
         unsigned char id[DPREC_REPORT_ID_SIZE];
@@ -610,21 +415,21 @@ static int send_pending(dprec_client *c, const dprec_transport *t, const dprec_t
 static int fetch_job(dprec_client *c, const dprec_transport *t, uint64_t job_id, dprec_sync_job *job,
                      dprec_json_doc *doc, dprec_sync_result *result, int *retry) {
     path_buf path;
-    path_job(&path, job_id, "");
+    dprec_sync_path_job(&path, job_id, "");
     dprec_http_response resp;
     *retry = 0;
     int rc = exchange(c, t, "GET", path.s, 1, NULL, NULL, 0, &resp);
     if (rc != DPREC_OK) {
         *retry = 1;
-        return transport_failure(c, result, rc);
+        return dprec_sync_transport_failure(c, result, rc);
     }
-    if (transient_status(resp.status)) {
+    if (dprec_sync_transient_status(resp.status)) {
         *retry = 1;
-        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+        return dprec_sync_retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
     }
     if (resp.status == 401) {
         *retry = 1;
-        return token_refused(c, result);
+        return dprec_sync_token_refused(c, result);
     }
     if (resp.status != 200) return DPREC_ERR_PROTOCOL;
     rc = parse_json(c, doc);
@@ -729,8 +534,8 @@ static int verify_signature(dprec_client *c, const dprec_sync_config *cfg, const
 static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
                          const dprec_sync_job *job, dprec_sync_result *result, int *retry) {
     path_buf path;
-    path_job(&path, job->job_id, "/releases/");
-    path_u64(&path, job->release_version);
+    dprec_sync_path_job(&path, job->job_id, "/releases/");
+    dprec_sync_path_u64(&path, job->release_version);
     *retry = 0;
     int rc = dprec_fit_begin(c);
     if (rc != DPREC_OK) return rc;
@@ -749,7 +554,7 @@ static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_
         if (rc == DPREC_ERR_RELEASE_TRUNCATED) { /* the connection ended early */
             c->stream = STREAM_NONE;
             *retry = 1;
-            return retry_later(c, result, rc, 0);
+            return dprec_sync_retry_later(c, result, rc, 0);
         }
         const dprec_release_info *info = &c->reader.info;
         if (rc == DPREC_OK && (info->job_id != job->job_id || info->release_version != job->release_version))
@@ -766,20 +571,20 @@ static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_
     if (x.error != 0) return x.error; /* the release itself is bad (digest, values, sizes) */
     if (rc != DPREC_OK) {
         *retry = 1;
-        return transport_failure(c, result, rc);
+        return dprec_sync_transport_failure(c, result, rc);
     }
-    if (transient_status(resp.status)) {
+    if (dprec_sync_transient_status(resp.status)) {
         *retry = 1;
-        return retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
+        return dprec_sync_retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
     }
     if (resp.status == 200) return DPREC_ERR_RELEASE_MAGIC;
     if (resp.status == 401) {
         *retry = 1;
-        return token_refused(c, result);
+        return dprec_sync_token_refused(c, result);
     }
     if (resp.status == 404) { /* not published yet (the round just turned): come back shortly */
         *retry = 1;
-        return retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
+        return dprec_sync_retry_later(c, result, DPREC_ERR_PROTOCOL, 0);
     }
     return DPREC_ERR_PROTOCOL;
 }
@@ -839,257 +644,6 @@ static int has_pending(const dprec_client *c, uint64_t job, uint64_t round) {
         if (dprec_ld64(s + 16) == job && dprec_ld64(s + 24) == round) return 1;
     }
     return 0;
-}
-
-/* ---- secure aggregation (sdk/secure.h; docs/protocol.md "Secure aggregation") --------------------------- */
-
-/* The phase messages are binary and small (at most DPREC_SECURE_IO_MAX bytes): they go into the secure area's buffer,
- * so the job's JSON (c->resp, which the build still reads) stays intact. */
-static int secure_sink(void *user, const unsigned char *chunk, size_t len) {
-    dprec_secure_state *s = (dprec_secure_state *)user;
-    if (len > DPREC_SECURE_IO_MAX - s->io_len) {
-        s->io_overflow = 1;
-        return DPREC_ERR_PROTOCOL;
-    }
-    memcpy(s->io + s->io_len, chunk, len);
-    s->io_len += len;
-    return 0;
-}
-
-/* A POST's answer is `{}` or an error: read into a small buffer of the call's and dropped. */
-typedef struct small_sink {
-    unsigned char b[256];
-    size_t n;
-} small_sink;
-
-static int small_sink_put(void *user, const unsigned char *chunk, size_t len) {
-    small_sink *k = (small_sink *)user;
-    size_t room = sizeof k->b - k->n;
-    if (len > room) len = room; /* the answer's body is not used: the status says it all */
-    memcpy(k->b + k->n, chunk, len);
-    k->n += len;
-    return 0;
-}
-
-/* One phase exchange: POST body (the answer dropped; body may be s->io) or GET (the answer into s->io). *retry set
- * (with the result filled) for a transient failure or a phase the aggregator has already left (409). */
-static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t job, const char *what,
-                           const unsigned char *body, size_t body_len, dprec_sync_result *result, int *retry) {
-    dprec_secure_state *s = dprec_secure_of(c);
-    path_buf path;
-    path_job(&path, job, "/secagg/");
-    path_str(&path, what);
-    dprec_http_request req = {body != NULL ? "POST" : "GET", path.s, c->token,
-                              body != NULL ? "application/octet-stream" : NULL, body, body_len};
-    dprec_http_response resp;
-    memset(&resp, 0, sizeof resp);
-    small_sink drop;
-    drop.n = 0;
-    s->io_overflow = 0;
-    if (body == NULL) s->io_len = 0;
-    *retry = 0;
-    int rc = body != NULL ? t->request(t->ctx, &req, small_sink_put, &drop, &resp)
-                          : t->request(t->ctx, &req, secure_sink, s, &resp);
-    if (s->io_overflow) return DPREC_ERR_PROTOCOL;
-    if (rc != DPREC_OK) {
-        *retry = 1;
-        return transport_failure(c, result, rc);
-    }
-    if (transient_status(resp.status) || resp.status == 409) {
-        *retry = 1;
-        return retry_later(c, result, resp.status == 409 ? DPREC_ERR_PROTOCOL : DPREC_ERR_NETWORK, resp.retry_after);
-    }
-    if (resp.status == 401) {
-        *retry = 1;
-        return token_refused(c, result);
-    }
-    return resp.status == 200 ? DPREC_OK : DPREC_ERR_PROTOCOL;
-}
-
-/* Sends the step message in s->io[0 .. io_len) (code: 1 keys, 2 shares, 3 reveals); kept for a re-send until answered. */
-static int secure_post(dprec_client *c, const dprec_transport *t, uint64_t job, int code, dprec_sync_result *result,
-                       int *retry, int *in_progress) {
-    static const char *const what[4] = {"", "keys", "shares", "reveals"};
-    dprec_secure_state *s = dprec_secure_of(c);
-    s->unsent = code;
-    int rc = secure_exchange(c, t, job, what[code], s->io, s->io_len, result, retry);
-    if (rc == DPREC_OK && !*retry) {
-        s->unsent = 0;
-        dprec_wipe(s->io, sizeof s->io);
-        s->io_len = 0;
-        *in_progress = 1;
-    } else if (rc != DPREC_OK) {
-        s->unsent = 0; /* refused for good: the device leaves this step */
-    }
-    return rc;
-}
-
-static void put_envelope(unsigned char *p, const dprec_secagg_envelope *e) {
-    dprec_st32(p, e->from);
-    dprec_st32(p + 4, e->to);
-    memcpy(p + 8, e->iv, DPREC_GCM_IV_SIZE);
-    memcpy(p + 8 + DPREC_GCM_IV_SIZE, e->sealed, DPREC_SECAGG_SEALED_BYTES);
-    memcpy(p + 8 + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES, e->tag, DPREC_GCM_TAG_SIZE);
-}
-
-static void get_envelope(const unsigned char *p, dprec_secagg_envelope *e) {
-    e->from = dprec_ld32(p);
-    e->to = dprec_ld32(p + 4);
-    memcpy(e->iv, p + 8, DPREC_GCM_IV_SIZE);
-    memcpy(e->sealed, p + 8 + DPREC_GCM_IV_SIZE, DPREC_SECAGG_SEALED_BYTES);
-    memcpy(e->tag, p + 8 + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES, DPREC_GCM_TAG_SIZE);
-}
-
-/* An answer's head: [round u64][count u32]; the count bounded by cap and the answer's length by count * item. */
-static int secure_head(const dprec_secure_state *s, uint64_t round, size_t extra, size_t item, uint32_t cap,
-                       uint32_t *count) {
-    if (s->io_len < 12u + extra || dprec_ld64(s->io) != round) return DPREC_ERR_PROTOCOL;
-    uint32_t n = dprec_ld32(s->io + 8 + extra);
-    if (n > cap || s->io_len != 12u + extra + (size_t)n * item) return DPREC_ERR_PROTOCOL;
-    *count = n;
-    return DPREC_OK;
-}
-
-/* The device's step of the open round's secure aggregation, by the phase the job shows (secagg.phase, for
- * secagg.round = the open round). One step per call; *report_now set when the phase is the masked input's and the
- * inbox arrived: the caller then fits, charges and stores the report as for any protocol (the build masks it).
- * Otherwise *in_progress is set when the device did (or had done) its part of the phase. Each step is taken once:
- * the secrets of a round are drawn once (a round shown again from its start finds the device past it and gets
- * nothing new), and common/secagg.c refuses any step out of order. */
-static int secure_step(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job,
-                       const dprec_job_policy *pol, dprec_sync_result *result, int *retry, int *report_now,
-                       int *in_progress) {
-    dprec_secure_state *s = dprec_secure_of(c);
-    *retry = *report_now = *in_progress = 0;
-    uint64_t sround = 0;
-    char phase[16];
-    if (dprec_json_get_u64(job->doc, 0, "secagg.round", &sround) != DPREC_OK ||
-        dprec_json_get_string(job->doc, 0, "secagg.phase", phase, sizeof phase, NULL) != DPREC_OK)
-        return DPREC_ERR_PROTOCOL;
-    if (sround != job->round) return DPREC_ERR_PROTOCOL; /* a phase of another round than the open one */
-    if (c->device_id == 0 || c->device_id > UINT32_MAX) return DPREC_ERR_PROTOCOL;
-    const dprec_secure_job *sj = &pol->secure_job;
-    int mine = s->job == job->job_id && s->round == job->round;
-    dprec_secagg_state st = mine ? s->dev.state : DPREC_SECAGG_FRESH;
-    int rc;
-    if (mine && st == DPREC_SECAGG_ABORTED) return DPREC_OK; /* the device left this round: nothing more */
-    if (mine && s->unsent != 0) { /* a message whose answer was lost: the same bytes again while its phase lasts */
-        static const char *const of[4] = {"", "advertise", "share", "unmask"};
-        if (strcmp(phase, of[s->unsent]) == 0) return secure_post(c, t, job->job_id, s->unsent, result, retry, in_progress);
-        s->unsent = 0; /* its phase closed without it: the device dropped out of that step */
-        dprec_wipe(s->io, sizeof s->io);
-    }
-    if (strcmp(phase, "advertise") == 0) {
-        if (mine) {
-            *in_progress = 1;
-            return DPREC_OK;
-        }
-        dprec_secagg_wipe(&s->dev);
-        dprec_secagg_params p = {job->round, (uint32_t)c->device_id, sj->threshold, sj->plan.n_min, sj->plan.bits,
-                                 sj->plan.dim};
-        dprec_secagg_pub pub;
-        rc = dprec_secagg_advertise(&s->dev, &p, &c->rng, &pub);
-        if (rc != DPREC_OK) return rc;
-        s->job = job->job_id;
-        s->round = job->round;
-        dprec_st64(s->io, job->round);
-        dprec_st32(s->io + 8, pub.id);
-        memcpy(s->io + 12, pub.c_pk, DPREC_SECAGG_KEY_SIZE);
-        memcpy(s->io + 12 + DPREC_SECAGG_KEY_SIZE, pub.s_pk, DPREC_SECAGG_KEY_SIZE);
-        s->io_len = 12u + 2u * DPREC_SECAGG_KEY_SIZE;
-        return secure_post(c, t, job->job_id, 1, result, retry, in_progress);
-    }
-    if (strcmp(phase, "share") == 0) {
-        if (st != DPREC_SECAGG_ADVERTISED) { /* done already, or not in this round (it advertised nothing) */
-            *in_progress = st == DPREC_SECAGG_SHARED;
-            return DPREC_OK;
-        }
-        rc = secure_exchange(c, t, job->job_id, "neighbours", NULL, 0, result, retry);
-        if (rc != DPREC_OK || *retry) return rc;
-        uint32_t k = 0;
-        const size_t item = 4u + 2u * DPREC_SECAGG_KEY_SIZE;
-        rc = secure_head(s, job->round, 0, item, DPREC_SECAGG_MAX_NEIGHBOURS, &k);
-        if (rc != DPREC_OK) return rc;
-        dprec_secagg_pub *nb = s->nb;
-        for (uint32_t j = 0; j < k; j++) {
-            const unsigned char *q = s->io + 12 + (size_t)j * item;
-            nb[j].id = dprec_ld32(q);
-            memcpy(nb[j].c_pk, q + 4, DPREC_SECAGG_KEY_SIZE);
-            memcpy(nb[j].s_pk, q + 4 + DPREC_SECAGG_KEY_SIZE, DPREC_SECAGG_KEY_SIZE);
-        }
-        /* k within [t, 2t) and every key valid, or the device leaves the round (common/secagg.c) */
-        rc = dprec_secagg_share(&s->dev, &c->rng, nb, k, s->inbox);
-        if (rc != DPREC_OK) return rc == DPREC_ERR_INVALID_ARGUMENT ? DPREC_ERR_PROTOCOL : rc;
-        dprec_st64(s->io, job->round);
-        dprec_st32(s->io + 8, k);
-        for (uint32_t j = 0; j < k; j++) put_envelope(s->io + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &s->inbox[j]);
-        s->io_len = 12u + (size_t)k * DPREC_SECURE_ENVELOPE_WIRE;
-        return secure_post(c, t, job->job_id, 2, result, retry, in_progress);
-    }
-    if (strcmp(phase, "mask") == 0) {
-        if (st != DPREC_SECAGG_SHARED) {
-            *in_progress = st == DPREC_SECAGG_MASKED;
-            return DPREC_OK;
-        }
-        rc = secure_exchange(c, t, job->job_id, "inbox", NULL, 0, result, retry);
-        if (rc != DPREC_OK || *retry) return rc;
-        uint32_t n = 0;
-        rc = secure_head(s, job->round, 0, DPREC_SECURE_ENVELOPE_WIRE, DPREC_SECAGG_MAX_NEIGHBOURS, &n);
-        if (rc != DPREC_OK) return rc;
-        for (uint32_t j = 0; j < n; j++) get_envelope(s->io + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &s->inbox[j]);
-        s->n_inbox = n;
-        *report_now = 1;
-        return DPREC_OK;
-    }
-    if (strcmp(phase, "unmask") == 0) {
-        if (st != DPREC_SECAGG_MASKED) {
-            *in_progress = st == DPREC_SECAGG_DONE;
-            return DPREC_OK;
-        }
-        rc = secure_exchange(c, t, job->job_id, "requests", NULL, 0, result, retry);
-        if (rc != DPREC_OK || *retry) return rc;
-        uint32_t n = 0;
-        rc = secure_head(s, job->round, 4, 8, DPREC_SECAGG_MAX_NEIGHBOURS, &n);
-        if (rc != DPREC_OK) return rc;
-        uint32_t survivors = dprec_ld32(s->io + 8);
-        dprec_secagg_request *req = s->req;
-        for (uint32_t j = 0; j < n; j++) {
-            const unsigned char *q = s->io + 16 + 8u * (size_t)j;
-            uint32_t kind = dprec_ld32(q + 4);
-            if (kind != DPREC_SECAGG_SELF_MASK && kind != DPREC_SECAGG_PAIR_KEY) return DPREC_ERR_PROTOCOL;
-            req[j].owner = dprec_ld32(q);
-            req[j].kind = (dprec_secagg_kind)kind;
-        }
-        dprec_secagg_reveal *rv = s->rv;
-        /* too few survivors, a neighbour asked for twice: refused, and the device reveals nothing (common/secagg.c) */
-        rc = dprec_secagg_unmask(&s->dev, survivors, req, n, rv);
-        if (rc != DPREC_OK) {
-            dprec_client_log(c, DPREC_LOG_WARN, "sync: secure aggregation: unmask refused: ", dprec_status_name(rc));
-            return rc;
-        }
-        const size_t item = 16u + 4u * DPREC_SECAGG_CHUNKS;
-        dprec_st64(s->io, job->round);
-        dprec_st32(s->io + 8, n);
-        for (uint32_t j = 0; j < n; j++) {
-            unsigned char *q = s->io + 12 + (size_t)j * item;
-            dprec_st32(q, rv[j].owner);
-            dprec_st32(q + 4, rv[j].holder);
-            dprec_st32(q + 8, (uint32_t)rv[j].kind);
-            dprec_st32(q + 12, rv[j].share.x);
-            for (uint32_t k = 0; k < DPREC_SECAGG_CHUNKS; k++) dprec_st32(q + 16 + 4 * k, rv[j].share.y[k]);
-        }
-        dprec_wipe(s->rv, sizeof s->rv);
-        dprec_secagg_wipe(&s->dev); /* the round's secrets are spent: only the reveals (in s->io) remain to send */
-        s->dev.state = DPREC_SECAGG_DONE;
-        s->io_len = 12u + (size_t)n * item;
-        return secure_post(c, t, job->job_id, 3, result, retry, in_progress);
-    }
-    /* any other phase (closed, aborted): the round's secrets are no longer needed */
-    if (mine) {
-        dprec_secagg_wipe(&s->dev);
-        s->dev.state = DPREC_SECAGG_ABORTED;
-    }
-    return DPREC_OK;
 }
 
 /* ---- the device's policy ---------------------------------------------------------------------------- */
@@ -1173,7 +727,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
         /* after its masked input the device still has the unmask step of the round, which costs nothing more */
         dprec_secure_state *s = dprec_secure_of(c);
         if (s->job == job.job_id && s->round == job.round && s->dev.state >= DPREC_SECAGG_MASKED) {
-            rc = secure_step(c, t, &job, &pol, result, &retry, &report_now, &in_progress);
+            rc = dprec_sync_secure_step(c, t, &job, &pol, result, &retry, &report_now, &in_progress);
             if (rc != DPREC_OK || retry) return rc;
             /* a masked input re-sent and acknowledged in this call is the round's report */
             done_ok(c, result,
@@ -1188,7 +742,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     if (line != NULL && !drawn && job.round <= line->last_round) {
         /* this round was reported or sat out already; an older round than the device has seen is a replay (or
          * a lagging aggregator): nothing is drawn or sent for it */
-        if (job.round < line->last_round) log_u64(c, DPREC_LOG_WARN, "sync: the job shows an older round: ", job.round);
+        if (job.round < line->last_round) dprec_sync_log_u64(c, DPREC_LOG_WARN, "sync: the job shows an older round: ", job.round);
         done_ok(c, result, acked_round == job.round ? DPREC_SYNC_REPORTED : DPREC_SYNC_NOTHING_TO_DO, wait);
         return DPREC_OK;
     }
@@ -1221,7 +775,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     /* secure aggregation: the round's steps before the masked input, one per call (nothing here depends on the
      * user's data); the masked input itself is the report below */
     if (pol.secure) {
-        rc = secure_step(c, t, &job, &pol, result, &retry, &report_now, &in_progress);
+        rc = dprec_sync_secure_step(c, t, &job, &pol, result, &retry, &report_now, &in_progress);
         if (rc != DPREC_OK || retry) return rc;
         if (!report_now) {
             done_ok(c, result, in_progress ? DPREC_SYNC_IN_PROGRESS : DPREC_SYNC_NOTHING_TO_DO,
@@ -1235,10 +789,10 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     dprec_relay_round rr;
     if (pol.relay) {
         if (!c->relay_registered) {
-            rc = relay_register(c, cfg->relay, result, &retry);
+            rc = dprec_sync_relay_register(c, cfg->relay, result, &retry);
             if (rc != DPREC_OK || retry) return rc;
         }
-        rc = relay_round(c, cfg->relay, &job, &rr, result, &retry);
+        rc = dprec_sync_relay_round(c, cfg->relay, &job, &rr, result, &retry);
         if (rc != DPREC_OK || retry) return rc;
         job.relay = &rr;
     }
@@ -1261,7 +815,7 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     }
     if (rc != DPREC_OK) {
         /* Stored and charged, but the mirror copy failed: the next call writes it and sends the report. */
-        if (has_pending(c, job.job_id, job.round)) return retry_later(c, result, rc, 0);
+        if (has_pending(c, job.job_id, job.round)) return dprec_sync_retry_later(c, result, rc, 0);
         return rc;
     }
 

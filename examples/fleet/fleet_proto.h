@@ -1,7 +1,8 @@
 /* dprec-fleet internals: a protocol's side of the simulator, one descriptor per protocol (fleet_proto_*.c) and
- * one line in examples/fleet/protocols/table.c. The shared code (fleet_main.c) parses the common flags, loads the data,
- * runs the devices and the rounds, and never names a protocol: everything that depends on one — its flags and
- * their defaults, its job spec, the device configuration it needs, how a device predicts — is here. */
+ * one line in examples/fleet/protocols/table.c. The shared code (fleet_main.c and the pieces fleet_sim.h lists)
+ * parses the common flags, loads the data, runs the devices and the rounds, and never names a protocol: everything
+ * that depends on one — its flags and their defaults, its job spec, the device configuration it needs, how a device
+ * predicts — is here. */
 #ifndef DPREC_FLEET_PROTO_H
 #define DPREC_FLEET_PROTO_H
 

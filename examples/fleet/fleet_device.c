@@ -1,0 +1,383 @@
+/* dprec-fleet — the simulated devices: one real SDK client per user, with its own store (in memory, or on the POSIX
+ * port with --store-dir) and entropy reproducible by --seed, and the pool of threads that runs them.
+ *
+ * A phase (load the stores, sync once, evaluate on the latest release) is one pass over every device: the threads
+ * take device indices from one counter, so any --threads gives the same devices the same work, and the sums are
+ * taken in device order afterwards (the same figures for any --threads). Every device error is counted, the first
+ * one kept for the message; a device that fails to load is out of the fleet. Its own file because here the program
+ * plays the devices, calling the SDK as an app would; the job loop (fleet_run.c) plays the operator and asks for
+ * passes. */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fleet_sim.h"
+
+/* The signature-check memo the simulated devices share (dprec_sync_config.verified_*): the tags of the last
+ * few verified releases. */
+enum { FLEET_SIG_MEMO = 16 };
+static struct {
+    pthread_mutex_t mu;
+    unsigned char tag[FLEET_SIG_MEMO][32];
+    unsigned n, next;
+} sig_memo = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0, 0};
+
+int fleet_sig_memo_seen(void *ctx, const unsigned char tag[32]) {
+    (void)ctx;
+    int hit = 0;
+    pthread_mutex_lock(&sig_memo.mu);
+    for (unsigned i = 0; i < sig_memo.n && !hit; i++) hit = memcmp(sig_memo.tag[i], tag, 32) == 0;
+    pthread_mutex_unlock(&sig_memo.mu);
+    return hit;
+}
+
+void fleet_sig_memo_remember(void *ctx, const unsigned char tag[32]) {
+    (void)ctx;
+    pthread_mutex_lock(&sig_memo.mu);
+    memcpy(sig_memo.tag[sig_memo.next], tag, 32);
+    sig_memo.next = (sig_memo.next + 1) % FLEET_SIG_MEMO;
+    if (sig_memo.n < FLEET_SIG_MEMO) sig_memo.n++;
+    pthread_mutex_unlock(&sig_memo.mu);
+}
+
+static int posix_entropy(void *ctx, unsigned char *buf, size_t len) {
+    return fleet_entropy_draw(&((fleet_posix *)ctx)->entropy, buf, len);
+}
+
+double fleet_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void note_error(fleet *f, uint32_t u, const char *what, int rc) {
+    atomic_fetch_add(&f->errors, 1);
+    pthread_mutex_lock(&f->lock);
+    if (f->first_error[0] == '\0')
+        snprintf(f->first_error, sizeof f->first_error, "device %u: %s: %s (%d)", u, what, dprec_strerror(rc), rc);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* ---- one device's work ---------------------------------------------------------------------------------- */
+
+static int device_load(fleet *f, uint32_t u) {
+    const options *o = f->o;
+    const fleet_data *d = &f->data;
+    device *dv = &f->dev[u];
+    uint32_t ntrain = d->ntrain[u];
+    dprec_config cfg;
+    dprec_config_default(&cfg);
+    cfg.num_items = d->num_items;
+    cfg.dim = o->c.rank;
+    cfg.rating_capacity = ntrain > 0 ? ntrain : 1;
+    cfg.max_k = 1;
+    cfg.rating_min = d->rating_min;
+    cfg.rating_max = d->rating_max;
+    /* the device's ridge: fixed, or scaled with its number of ratings (the weighted-lambda regularization of
+     * ALS-WR, Zhou et al. 2008), which an app may choose since cfg.lambda is its own setting */
+    cfg.lambda = (float)(o->device_lambda > 0 ? o->device_lambda : o->c.lambda);
+    if (o->c.device_lambda_per_rating > 0) {
+        double l = o->c.device_lambda_per_rating * (ntrain > 0 ? ntrain : 1);
+        cfg.lambda = (float)(l > o->c.device_lambda_floor ? l : o->c.device_lambda_floor);
+    }
+    /* the app's privacy caps: the job's budget (a private report over them is refused on the device) */
+    cfg.cap_user_epsilon = cfg.cap_rating_epsilon = o->total_epsilon;
+    cfg.cap_user_delta = cfg.cap_rating_delta = o->total_delta;
+    fleet_device_index = u;
+    o->proto->device(&o->c, d, ntrain, &cfg); /* the protocol's report size and state */
+    if (o->bias_base > 0) { /* the base job's reports too (its own configuration otherwise is the protocol's) */
+        dprec_config bc = cfg;
+        fleet_common bcom = o->c;
+        bcom.base_model = 1;
+        fleet_proto_base_model()->device(&bcom, d, ntrain, &bc);
+        if (bc.max_report_bytes > cfg.max_report_bytes) cfg.max_report_bytes = bc.max_report_bytes;
+    }
+    if (o->store_dir != NULL) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/user-%u", o->store_dir, u);
+        dv->posix = malloc(sizeof *dv->posix);
+        if (dv->posix == NULL) return DPREC_ERR_NO_MEMORY;
+        int rc = dprec_port_posix_init(&dv->port, &dv->posix->posix, dir);
+        if (rc != DPREC_OK) return rc;
+        fleet_entropy_seed(&dv->posix->entropy, o->c.seed, u);
+        dv->port.entropy = posix_entropy;
+    } else {
+        dv->mp = malloc(sizeof *dv->mp);
+        if (dv->mp == NULL) return DPREC_ERR_NO_MEMORY;
+        fleet_memport_init(&dv->port, dv->mp);
+        fleet_entropy_seed(&dv->mp->entropy, o->c.seed, u);
+    }
+    size_t need = dprec_client_required_size(&cfg);
+    if (need == 0) return DPREC_ERR_CONFIG;
+    dv->mem = malloc(need);
+    if (dv->mem == NULL) return DPREC_ERR_NO_MEMORY;
+    int rc = dprec_client_init(&dv->client, &cfg, &dv->port, dv->mem, need);
+    if (rc != DPREC_OK) return rc;
+    rc = dprec_store_load(dv->client);
+    if (rc != DPREC_OK) return rc;
+    /* the user's history in one durable write (n puts would rewrite the whole store n times) */
+    dprec_rating *batch = malloc(sizeof *batch * (ntrain > 0 ? ntrain : 1));
+    if (batch == NULL) return DPREC_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < ntrain; i++) {
+        const fleet_rating *r = &d->ratings[d->off[u] + i];
+        batch[i] = (dprec_rating){r->item, r->value, r->timestamp};
+    }
+    rc = dprec_store_put_many(dv->client, batch, ntrain);
+    free(batch);
+    return rc;
+}
+
+static void sleep_ms(uint32_t ms) {
+    struct timespec ts = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* --dropout: whether device u drops out of round r's secure aggregation, and when (1: after sharing its keys, before
+ * its masked input; 2: after its masked input, before the unmasking). A hash of the seed, the device and the round. */
+static int dropout_of(const fleet *f, uint32_t u, unsigned r) {
+    if (!(f->o->c.dropout > 0)) return 0;
+    uint64_t h = f->o->c.seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)u << 20) ^ r;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    if ((double)(h >> 11) * 0x1p-53 >= f->o->c.dropout) return 0;
+    return (h & 1u) ? 1 : 2;
+}
+
+unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n) {
+    double keep = (double)n * (1.0 - o->dropout / 2.0) * 0.95;
+    unsigned m = (unsigned)floor(keep);
+    return m < 3 ? 3 : m;
+}
+
+static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dprec_transport *relay) {
+    device *dv = &f->dev[u];
+    if (f->secure_step >= 0) { /* a secure round: one step a pass, and the dropouts leave it */
+        int drop = dropout_of(f, u, f->round);
+        if ((drop == 1 && f->secure_step >= 2) || (drop == 2 && f->secure_step >= 3)) return;
+    }
+    dprec_sync_config sc = f->scfg;
+    sc.relay = relay; /* a protocol's relay (fleet_proto.h, worker_relay), or NULL */
+    for (int attempt = 0; attempt < FLEET_MAX_SYNC_ATTEMPTS; attempt++) {
+        dprec_sync_result res;
+        memset(&res, 0, sizeof res);
+        int rc = dprec_client_sync(dv->client, t, &sc, &res);
+        if (rc != DPREC_OK) {
+            note_error(f, u, "sync", rc);
+            return;
+        }
+        if (res.outcome == DPREC_SYNC_REPORTED) {
+            atomic_fetch_add(&f->reported, 1);
+            return;
+        }
+        if (res.outcome == DPREC_SYNC_NOTHING_TO_DO || res.outcome == DPREC_SYNC_IN_PROGRESS) return;
+        uint32_t wait = res.retry_after_ms;
+        if (wait > 2000) wait = 2000; /* simulated devices come back sooner than real ones would */
+        if (wait < 5) wait = 5;
+        sleep_ms(wait);
+    }
+    note_error(f, u, "sync kept asking to retry later", DPREC_ERR_NETWORK);
+}
+
+/* A protocol whose devices predict with their own row (fleet_proto.h, own_vector): score = base + u . v_j. */
+static void device_eval_own(fleet *f, uint32_t u) {
+    const fleet_data *d = &f->data;
+    device *dv = &f->dev[u];
+    float g[DPREC_MAX_DIM], row[DPREC_MAX_DIM];
+    uint32_t dim = f->o->c.rank;
+    double base = 0.0;
+    int rc = f->o->proto->own_vector(&f->o->c, d, dv->client, f->job, g, dim, &base);
+    if (rc == DPREC_ERR_NOT_FOUND) memset(g, 0, sizeof g); /* before its first report: the row is 0 */
+    else if (rc != DPREC_OK) {
+        note_error(f, u, "the device's own vector", rc);
+        dv->sse = NAN;
+        return;
+    }
+    for (size_t i = d->off[u] + d->ntrain[u]; i < d->off[u + 1]; i++) {
+        float bias = 0.0f;
+        rc = dprec_release_row(f->release, &f->release_info, d->ratings[i].item, row, &bias);
+        if (rc != DPREC_OK) {
+            note_error(f, u, "release row", rc);
+            dv->sse = NAN;
+            return;
+        }
+        double s = base;
+        for (uint32_t k = 0; k < dim; k++) s += (double)g[k] * (double)row[k];
+        if (s < (double)d->rating_min) s = (double)d->rating_min;
+        if (s > (double)d->rating_max) s = (double)d->rating_max;
+        double e = s - (double)d->ratings[i].value;
+        dv->sse += e * e;
+        dv->sae += fabs(e);
+    }
+}
+
+static void device_eval(fleet *f, uint32_t u) {
+    const fleet_data *d = &f->data;
+    device *dv = &f->dev[u];
+    dv->sse = 0;
+    dv->sae = 0;
+    if (f->o->proto->own_vector != NULL) {
+        device_eval_own(f, u);
+        return;
+    }
+    /* each device verifies the evaluation release once, as an app would when it arrives (its signature check
+     * shared through the fleet's memo), then fits on it */
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    vc.release_key = f->scfg.release_key;
+    vc.release_key_len = f->scfg.release_key_len;
+    vc.verified_seen = f->scfg.verified_seen;
+    vc.verified_remember = f->scfg.verified_remember;
+    int rc = dprec_release_verify(dv->client, f->release, f->release_len, &vc, NULL);
+    if (rc == DPREC_OK) rc = dprec_fit(dv->client, f->release, f->release_len);
+    if (rc != DPREC_OK) {
+        note_error(f, u, "fit", rc);
+        dv->sse = NAN;
+        return;
+    }
+    /* The fleet computes each prediction (mu + b_j + u.v_j, clamped; sdk/recommend.c) from the client's fitted
+     * user vector, and about 100 devices a round call dprec_predict on their first held-out rating to prove
+     * the two agree. */
+    float uvec[DPREC_MAX_DIM], row[DPREC_MAX_DIM];
+    uint32_t dim = f->o->c.rank;
+    rc = dprec_user_vector(dv->client, uvec, dim);
+    if (rc != DPREC_OK) {
+        note_error(f, u, "user vector", rc);
+        dv->sse = NAN;
+        return;
+    }
+    for (size_t i = d->off[u] + d->ntrain[u]; i < d->off[u + 1]; i++) {
+        uint32_t item = d->ratings[i].item;
+        float bias = 0.0f;
+        rc = dprec_release_row(f->release, &f->release_info, item, row, &bias);
+        if (rc != DPREC_OK) {
+            note_error(f, u, "release row", rc);
+            dv->sse = NAN;
+            return;
+        }
+        double s = (double)f->release_info.global_mean + (double)bias;
+        for (uint32_t k = 0; k < dim; k++) s += (double)uvec[k] * (double)row[k];
+        if (s < (double)d->rating_min) s = (double)d->rating_min;
+        if (s > (double)d->rating_max) s = (double)d->rating_max;
+        float score = (float)s;
+        if (i == d->off[u] + d->ntrain[u] && u % f->check_stride == 0) {
+            float sdk_score;
+            rc = dprec_predict(dv->client, f->release, f->release_len, item, &sdk_score);
+            if (rc != DPREC_OK) {
+                note_error(f, u, "predict", rc);
+                dv->sse = NAN;
+                return;
+            }
+            if (fabsf(sdk_score - score) > 1e-4f) {
+                note_error(f, u, "the fleet's prediction differs from dprec_predict", DPREC_ERR_INTERNAL);
+                dv->sse = NAN;
+                return;
+            }
+        }
+        double e = (double)score - (double)d->ratings[i].value;
+        dv->sse += e * e;
+        dv->sae += fabs(e);
+    }
+}
+
+/* ---- the thread pool: every phase hands out device indices from one counter ------------------------------ */
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    fleet *f = w->f;
+    uint32_t n = f->data.num_users;
+    double last = fleet_now_s();
+    for (;;) {
+        uint64_t u = atomic_fetch_add(&f->next, 1);
+        if (u >= n) break;
+        device *dv = &f->dev[u];
+        if (f->phase == 0) {
+            int rc = device_load(f, (uint32_t)u);
+            if (rc != DPREC_OK) {
+                dv->failed = 1;
+                note_error(f, (uint32_t)u, "load", rc);
+            }
+        } else if (!dv->failed) {
+            if (f->phase == 1) device_sync(f, (uint32_t)u, &w->t, w->relay);
+            else device_eval(f, (uint32_t)u);
+        }
+        uint64_t done = atomic_fetch_add(&f->done, 1) + 1;
+        if (w->index == 0 && !f->o->quiet && fleet_now_s() - last >= 2.0) {
+            last = fleet_now_s();
+            fprintf(stderr, "  %s: %llu/%u devices\n", f->phase_name, (unsigned long long)done, n);
+        }
+    }
+    return NULL;
+}
+
+void fleet_run_phase(fleet *f, int phase, const char *name, worker *ws, unsigned nthreads) {
+    f->phase = phase;
+    f->phase_name = name;
+    atomic_store(&f->next, 0);
+    atomic_store(&f->done, 0);
+    pthread_t *th = calloc(nthreads, sizeof *th);
+    unsigned char *ok = calloc(nthreads, 1);
+    for (unsigned i = 1; th != NULL && ok != NULL && i < nthreads; i++)
+        ok[i] = pthread_create(&th[i], NULL, worker_main, &ws[i]) == 0;
+    worker_main(&ws[0]); /* a thread that failed to start only means less parallelism */
+    for (unsigned i = 1; th != NULL && ok != NULL && i < nthreads; i++)
+        if (ok[i]) pthread_join(th[i], NULL);
+    free(ok);
+    free(th);
+}
+
+double fleet_evaluate(fleet *f, worker *ws, unsigned nthreads, size_t ntest) {
+    fleet_run_phase(f, 2, "evaluating", ws, nthreads);
+    double sse = 0, sae = 0;
+    for (uint32_t u = 0; u < f->data.num_users; u++) /* in device order: the same sum for any --threads */
+        if (!f->dev[u].failed) sse += f->dev[u].sse, sae += f->dev[u].sae;
+    size_t n = 0;
+    for (uint32_t u = 0; u < f->data.num_users; u++)
+        if (!f->dev[u].failed) n += f->data.off[u + 1] - f->data.off[u] - f->data.ntrain[u];
+    (void)ntest;
+    f->mae = n ? sae / (double)n : NAN;
+    return n ? sqrt(sse / (double)n) : NAN;
+}
+
+void fleet_free_devices(fleet *f) {
+    for (uint32_t u = 0; f->dev != NULL && u < f->data.num_users; u++) {
+        device *dv = &f->dev[u];
+        dprec_client_free(dv->client);
+        free(dv->mem);
+        if (dv->mp) { fleet_memport_free(dv->mp); free(dv->mp); }
+        free(dv->posix);
+        memset(dv, 0, sizeof *dv);
+    }
+}
+
+/* A fresh fleet for the selected protocol: one new client and store per user, loaded with its training ratings
+ * (a comparison job runs on fresh devices, as another deployment of the same users would). 0 or -1. */
+int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce) {
+    fleet_free_devices(f);
+    atomic_store(&f->errors, 0);
+    f->first_error[0] = '\0';
+    double t0 = fleet_now_s();
+    fleet_run_phase(f, 0, "loading stores", ws, nthreads);
+    unsigned long long failed = atomic_load(&f->errors);
+    if (failed > 0) {
+        fprintf(stderr, "dprec-fleet: %llu devices failed to load; first: %s\n", failed, f->first_error);
+        return -1;
+    }
+    if (!announce) return 0;
+    uint32_t max_mem = 0;
+    for (uint32_t u = 0; u < f->data.num_users; u++) {
+        size_t m = dprec_client_memory_used(f->dev[u].client);
+        if (m > max_mem) max_mem = (uint32_t)m;
+    }
+    printf("devices: %u SDK clients (%s stores, largest %u ratings, %u KiB of SDK memory at most), loaded in %.1f s\n",
+           f->data.num_users, f->o->store_dir ? "POSIX" : "in-memory", f->data.max_train, (unsigned)(max_mem / 1024),
+           fleet_now_s() - t0);
+    return 0;
+}

@@ -1,0 +1,213 @@
+/* dprec-fleet internals: what the pieces of the program share. fleet_options.c reads the command line (and the data
+ * set it names), fleet_device.c runs the simulated devices on a pool of threads, fleet_run.c runs one job round by
+ * round against the aggregator, fleet_compare.c runs the comparisons and says whether the job beats them,
+ * fleet_output.c prints (the lines, the CSV, the plot), and main() in fleet_main.c strings them together. Host
+ * program code, not API. */
+#ifndef DPREC_FLEET_SIM_H
+#define DPREC_FLEET_SIM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "dprec/dprec.h"
+#include "dprec/port_posix.h"
+#include "dprec/privacy.h"
+#include "dprec/sync.h"
+#include "fleet.h"
+#include "fleet_proto.h"
+
+/* With no arguments the fleet demonstrates privacy: the best private protocol at epsilon = 1 on the leaderboard's
+ * MovieLens-10M-shaped fleet (docs/results.md), at a scale that runs in a few minutes (its raters per item, which
+ * set what privacy costs, do not depend on the scale), beside `gauss-gd`, the next best there, and `plain`. Since the
+ * Gram weight of dpals (docs/results.md "Defaults") the private bias model is that protocol at epsilon = 1
+ * (ml10m:0.1, with reweighting: bias 0.8444, gauss-gd 0.8552, dpals 0.8572). */
+#define FLEET_DEFAULT_SYNTHETIC "ml10m:0.03"
+#define FLEET_DEFAULT_PROTOCOL "bias"
+#define FLEET_DEFAULT_COMPARE "gauss-gd,plain"
+#define FLEET_MAX_SYNC_ATTEMPTS 40
+#define FLEET_DEFAULT_ROUNDS 12
+#define FLEET_DEFAULT_RANK 10
+#define FLEET_MAX_COMPARE 4
+
+typedef struct options {
+    fleet_common c;          /* what every protocol may read */
+    const fleet_proto *proto;
+    const char *data, *synthetic, *csv, *plot, *store_dir;
+    const char *compare; /* --compare LIST (NULL: the protocol's default list) */
+    unsigned threads, eval_every;
+    double device_lambda, test_fraction;
+    double device_lambda_floor_given; /* --device-lambda-floor, or -1: the protocol's default */
+    double device_lambda_per_rating_given; /* --device-lambda-per-rating, or -1: the protocol's default */
+    char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
+    int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
+    int quiet, verbose, verify_each;
+    const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
+    /* --bias-base F (0: none): the share of the budget the base job (the private bias model) spends first; its
+     * budget; and the whole budget, which the devices' caps and the comparisons get (c.epsilon and c.delta are the
+     * main job's share) */
+    double bias_base, base_epsilon, base_delta, total_epsilon, total_delta;
+    uint64_t base_job; /* the finished base job the main job names as base_job (0: none) */
+    fleet_conn_options conn;
+} options;
+
+/* A device on the POSIX port (--store-dir) with the fleet's deterministic entropy: the port's ctx is the posix
+ * state, the first member, so the entropy function reaches the rest. */
+typedef struct fleet_posix {
+    dprec_port_posix posix;
+    fleet_entropy entropy;
+} fleet_posix;
+
+typedef struct device {
+    dprec_client *client;
+    void *mem;
+    dprec_port port;
+    fleet_memport *mp;
+    fleet_posix *posix;
+    double sse;       /* squared error over the test ratings of the last evaluation */
+    double sae;       /* absolute error (the MAE: seed 004's metric compares it with the non-private model's) */
+    int failed;       /* a permanent error: the device is out of the fleet */
+} device;
+
+typedef struct fleet {
+    options *o;
+    fleet_data data;
+    device *dev;
+    fleet_conn *conn;
+    uint64_t job;
+    dprec_sync_config scfg;
+    unsigned char *release;
+    size_t release_len;
+    dprec_release_info release_info;
+    uint32_t check_stride; /* every check_stride-th device compares with dprec_predict (~100 a round) */
+    /* work distribution */
+    atomic_uint_fast64_t next, done, reported, errors;
+    double mae; /* the last evaluation's mean absolute error */
+    int phase; /* 0 load, 1 sync, 2 evaluate */
+    int secure_step; /* a secure round's pass: 0 advertise, 1 share, 2 mask, 3 unmask (-1: not secure) */
+    unsigned round;  /* the round being run */
+    char first_error[512];
+    pthread_mutex_t lock;
+    struct timespec phase_start;
+    const char *phase_name;
+} fleet;
+
+typedef struct worker {
+    fleet *f;
+    int index;
+    dprec_transport t;
+    const dprec_transport *relay; /* the job's protocol's relay transport for this worker (or NULL) */
+} worker;
+
+/* What a job gave: its RMSE after the last round, its guarantee (the aggregator's, checked against the devices'
+ * own ledgers), and how many device failures it saw. */
+typedef struct job_result {
+    double rmse, epsilon, delta;
+    dprec_model model;
+    unsigned rounds;
+    unsigned long long failures;
+} job_result;
+
+
+/* The baselines of the data (fleet_data_baselines): the test RMSE of the global mean, the item mean and the user
+ * mean, the global mean, and the number of test ratings. */
+typedef struct fleet_baselines {
+    double global_rmse, item_rmse, user_rmse, mean;
+    size_t ntest;
+} fleet_baselines;
+
+/* The comparison jobs run (--compare): their protocols and what each gave, in the order run. */
+typedef struct fleet_comparisons {
+    const fleet_proto *proto[FLEET_MAX_COMPARE];
+    job_result res[FLEET_MAX_COMPARE];
+    size_t n;
+} fleet_comparisons;
+
+/* ---- fleet_options.c: the command line ------------------------------------------------------------------- */
+
+/* Parses the flags into *o (the protocol's own through its descriptor, then its defaults). 0; 1 after printing
+ * --help; else an exit status, with a message printed. */
+int fleet_parse_args(int argc, char **argv, options *o);
+/* A protocol's defaults (its finish), then the common ones it left unset. */
+int fleet_finish_proto(const fleet_proto *p, fleet_common *c);
+/* The data set --data or --synthetic names. 0, or -1 with a message in err. */
+int fleet_load_data(const options *o, fleet_data *d, char *err, size_t errcap);
+/* --items-top: keeps the ratings of the N most-rated items, and the subset's bitmap in o. 0, or -1 (out of memory). */
+int fleet_filter_items(options *o, fleet_data *d);
+
+/* ---- fleet_device.c: the simulated devices and the threads that run them --------------------------------- */
+
+/* The monotonic clock, in seconds. */
+double fleet_now_s(void);
+/* The signature-check memo the simulated devices share (dprec_sync_config.verified_seen / verified_remember). */
+int fleet_sig_memo_seen(void *ctx, const unsigned char tag[32]);
+void fleet_sig_memo_remember(void *ctx, const unsigned char tag[32]);
+/* One pass over every device on nthreads threads: phase 0 loads, 1 syncs, 2 evaluates. */
+void fleet_run_phase(fleet *f, int phase, const char *name, worker *ws, unsigned nthreads);
+/* Every device's test RMSE on f->release (f->mae gets the MAE); NaN when no device was evaluated. */
+double fleet_evaluate(fleet *f, worker *ws, unsigned nthreads, size_t ntest);
+/* Frees every device's client, memory and port. */
+void fleet_free_devices(fleet *f);
+/* A fresh fleet for the selected protocol, each device loaded with its training ratings. 0 or -1 (printed). */
+int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce);
+
+/* ---- fleet_run.c: one job against the aggregator --------------------------------------------------------- */
+
+/* One request whose answer is JSON, as the operator (admin) or as a device (bearer); the parsed answer if its status
+ * is `want`, else NULL with a message in err. */
+cJSON *fleet_call_json(fleet *f, int admin, const char *method, const char *path, const char *bearer,
+                       const char *body, int want, char *err, size_t errcap);
+/* A number of a JSON object (a string "inf" or a number in a string too), or dflt. */
+double fleet_json_num(const cJSON *o, const char *key, double dflt);
+/* Runs one job of the selected protocol on the loaded devices, to its last round. 0, or -1 (printed). */
+int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, int main_job, double gm, double im,
+                  job_result *res);
+/* --bias-base: the private bias model's job on the same devices, at its share of the budget. 0, or -1 (printed). */
+int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res);
+
+/* ---- fleet_compare.c: the comparisons and the verdict ---------------------------------------------------- */
+
+/* Runs the comparisons (--compare, else the protocol's list), each on a fresh copy of the fleet at the same budget;
+ * adds their device failures to *failures. 0, or -1 (printed). */
+int fleet_compare_run(fleet *f, worker *ws, unsigned nthreads, const char *token, fleet_comparisons *cmp,
+                      unsigned long long *failures);
+/* The comparisons' lines, then the verdict of a private run against the user mean and each comparison. */
+void fleet_compare_print(const options *o, const job_result *main_res, double user_rmse,
+                         const fleet_comparisons *cmp);
+
+/* ---- fleet_output.c: what the fleet prints --------------------------------------------------------------- */
+
+/* An epsilon as every summary prints it: rounded up (dprec_format_up), "n/a" when unknown. */
+void fleet_fmt_eps(char *out, size_t cap, double e);
+/* The data and baselines lines, before anything runs. */
+void fleet_print_data(const options *o, const fleet_data *d, const fleet_baselines *b);
+/* The job's line (main job: on stdout with the protocol's description; a comparison or base job: its progress). */
+void fleet_print_job(const fleet *f, unsigned nthreads, int main_job);
+/* The secure-aggregation plan the aggregator published for the job, which every device checked. */
+void fleet_print_secagg_plan(fleet *f);
+/* The per-round table: its head, and one round's line (eps: the formatted epsilon). */
+void fleet_print_round_head(void);
+void fleet_print_round(unsigned r, unsigned long long reported, double rmse, const char *eps, double secs);
+/* --csv: opens the file and writes its head; NULL (printed) when it cannot be written. */
+FILE *fleet_csv_open(const char *path);
+/* One round's CSV line, flushed. */
+void fleet_csv_round(FILE *csv, unsigned r, unsigned long long reported, double rmse, const char *eps, double secs);
+/* --plot: the RMSE per round from the CSV at `csv`, with gnuplot. */
+void fleet_draw_plot(const options *o, const char *csv, double gm, double im);
+/* With secure aggregation: how many reports the aggregator stored (its metrics). */
+void fleet_print_secagg_stored(fleet *f);
+/* The job's guarantee as the aggregator states it (priv: its "privacy" object, or NULL), and at user level. */
+void fleet_print_guarantee(const options *o, const dprec_guarantee *g, const cJSON *priv);
+/* --bias-base: the base job's line; then the guarantee of the two jobs together. */
+void fleet_print_base(const options *o, const job_result *base_res);
+void fleet_print_with_base(const job_result *main_res);
+/* The closing lines: the baselines with the wall time (before the comparisons' lines), and the final line. */
+void fleet_print_baselines(const fleet_baselines *b, double wall_s);
+void fleet_print_final(const options *o, const job_result *main_res);
+
+#endif /* DPREC_FLEET_SIM_H */
