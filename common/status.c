@@ -63,6 +63,8 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_TLS, "the aggregator failed certificate verification or pinning"),
     E(DPREC_ERR_PROTOCOL, "the aggregator refused the request or answered something malformed"),
     E(DPREC_ERR_UNSUPPORTED, "the job's protocol is not supported by this SDK"),
+    E(DPREC_ERR_ENROLLMENT, "the enrollment token is missing, malformed, expired, for another app, not signed by the "
+                            "app's enrollment key, or already used"),
 };
 #undef E
 

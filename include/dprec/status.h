@@ -76,7 +76,9 @@ typedef enum dprec_status {
     DPREC_ERR_NETWORK = -600,  /* no response: connection, DNS or timeout */
     DPREC_ERR_TLS = -601,      /* the server failed certificate verification or pinning */
     DPREC_ERR_PROTOCOL = -602, /* the aggregator refused a request (a 4xx) or answered something malformed */
-    DPREC_ERR_UNSUPPORTED = -603 /* the job's protocol is not built into this SDK */
+    DPREC_ERR_UNSUPPORTED = -603, /* the job's protocol is not built into this SDK */
+    DPREC_ERR_ENROLLMENT = -604   /* the enrollment token is missing, malformed, expired, for another app, not
+                                   * signed by the app's enrollment key, or already used (docs/protocol.md) */
 } dprec_status;
 
 /* Returns a static, human-readable description of a status (never NULL; unknown codes get a generic text). */

@@ -84,7 +84,7 @@ static void putf(unsigned char *p, float f) {
 
 /* Randomized ECDSA over the digest, DER-encoded (RFC 5480), as the aggregator signs (agg_sign.c): a fresh k
  * each call, so that a signature of the length the header announces is found by retrying. */
-static size_t sign_digest(fake_signer *s, const unsigned char digest[32], unsigned char *out) {
+size_t fake_signer_sign_digest(fake_signer *s, const unsigned char digest[32], unsigned char *out) {
     mbedtls_ecp_keypair *kp = mbedtls_pk_ec(s->pk);
     mbedtls_mpi r, sv;
     unsigned char tmp[MBEDTLS_ECDSA_MAX_LEN];
@@ -137,7 +137,7 @@ unsigned char *fake_signed_release(fake_signer *s, uint64_t job, uint64_t versio
     buf[44] = DPREC_SIG_ECDSA_P256_SHA256;
     buf[46] = 71;
     sha256(buf, body_end, digest);
-    for (int attempt = 0; attempt < 200 && sig_len != 71; attempt++) sig_len = sign_digest(s, digest, sig);
+    for (int attempt = 0; attempt < 200 && sig_len != 71; attempt++) sig_len = fake_signer_sign_digest(s, digest, sig);
     if (sig_len != 71) die("no signature of the announced length in 200 tries");
     memcpy(buf + body_end, digest, 32);
     memcpy(buf + body_end + 32, sig, sig_len);

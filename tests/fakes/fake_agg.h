@@ -26,6 +26,9 @@ typedef struct fake_signer {
 /* A deterministic key from seed. */
 void fake_signer_init(fake_signer *s, uint64_t seed);
 void fake_signer_free(fake_signer *s);
+/* Randomized ECDSA P-256 over digest, DER-encoded (RFC 5480) into out (MBEDTLS_ECDSA_MAX_LEN bytes); its length. As
+ * an app's backend signs an enrollment token, or the aggregator a release. */
+size_t fake_signer_sign_digest(fake_signer *s, const unsigned char digest[32], unsigned char *out);
 
 /* A release of job `job`, version `version`, of the m x d matrix v with item biases (never NULL) and global mean
  * mu, signed as the aggregator signs it. Values are written as given (a test may pass values past the public

@@ -61,4 +61,5 @@ public final class Status {
     public static final int TLS = -601;
     public static final int PROTOCOL = -602;
     public static final int UNSUPPORTED = -603;
+    public static final int ENROLLMENT = -604;
 }
