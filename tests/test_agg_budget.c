@@ -1,4 +1,4 @@
-/* Tests for aggregator/rounds/agg_budget.c: the gate that keeps a job's rounds within its privacy budget. The
+/* Tests for aggregator/protocols/agg_budget.c: the gate that keeps a job's rounds within its privacy budget. The
  * protocol here is a stand-in (a Gaussian mechanism per round), since plain has no privacy. */
 #include <setjmp.h>
 #include <stdarg.h>

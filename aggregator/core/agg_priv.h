@@ -113,12 +113,12 @@ typedef struct agg_protocol {
     /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
      * from d, m and the params. The front end refuses a longer body before reading it (413). */
     uint64_t (*max_payload)(const agg_job *job);
-    /* Optional: 1 if the job runs with secure aggregation (params.aggregation "secure", agg_secure.h), its plan in
+    /* Optional: 1 if the job runs with secure aggregation (params.aggregation "secure", agg_secure_spec.h), its plan in
      * *spec; 0 if not. A protocol that has it sends its vectors masked, and its global step reads job->secure_sum. */
     int (*secure_spec)(const agg_job *job, struct agg_secure_spec *spec);
 } agg_protocol;
 
-/* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
+/* protocols/agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
  * budget's delta). 1 within, 0 over (or no budget), -1 invalid. *epsilon (may be NULL) gets the job's epsilon
  * after those rounds (+inf for a protocol without privacy, which always "fits"). */
 int agg_budget_check(const agg_job *job, int64_t rounds, double *epsilon);

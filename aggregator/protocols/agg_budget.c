@@ -1,6 +1,10 @@
 /* dprec aggregator core — the job's privacy budget: a round that would take the job past its budget is
  * never opened (docs/protocol.md, job spec). The accountant is rebuilt from the number of rounds, since every
- * round of a job runs the same mechanism; common/accountant.c holds the formulas. */
+ * round of a job runs the same mechanism; common/accountant.c holds the formulas.
+ *
+ * In protocols/, below the round engine that applies the gate: the central protocols calibrate their noise from the
+ * budget (agg_budget_multiplier, agg_grid_allowance) and show its epsilon in their job views, so the budget sits with
+ * them. */
 #include <math.h>
 #include <pthread.h>
 
