@@ -1,4 +1,5 @@
-/* dprec aggregator core — internals shared by the files of aggregator/core (not API).
+/* dprec aggregator core — internals shared by the files of aggregator/core (not API). What every part of the core
+ * uses (the shared types, logs, the CSPRNG, the clock, the JSON answers) is the base's: base/agg_base.h.
  *
  * Data flow: agg_requests.c (routing, validation) -> agg_state.c (SQLite state, group commit, round engine)
  * -> a protocol's global step (aggregator/protocols/, behind agg_protocol) -> agg_sign.c (signed release). */
@@ -15,67 +16,18 @@
 
 #include "accountant.h"
 #include "agg.h"
+#include "base/agg_base.h"
 #include "crypto.h"
 #include "dprec/privacy.h"
 #include "report.h"
 
 #define AGG_SCHEMA_VERSION 1
-#define AGG_ERRMSG 160
-
-/* A job as stored (the immutable spec fields and the mutable round state). */
-typedef struct agg_job {
-    int64_t id;
-    uint16_t proto_id;
-    const struct agg_protocol *proto;
-    uint32_t d, m;
-    double rating_min, rating_max;
-    int64_t rounds;        /* the job is done once this many rounds are finalized (close lowers it) */
-    int64_t min_reports;
-    int64_t round_seconds;
-    double participation;
-    char *params;          /* params JSON object text (malloc'd) */
-    int has_budget;
-    double budget_epsilon, budget_delta;
-    int done;
-    int64_t round;         /* the open round; equals the latest release version */
-    int64_t deadline;      /* unix seconds */
-    /* The job's base (spec field "base_job", 0: none): a finished job whose last release's global mean and item
-     * biases release 1 starts from (docs/protocol.md, "Jobs built on another"), e.g. the private bias model. */
-    int64_t base_job;
-    const struct agg_model *base; /* at creation only (initial_model): that release's model; NULL otherwise */
-    /* The encoding of the job's releases (spec field "release_encoding": "f32", the default, "q16" or "q8"):
-     * 0 or one of DPREC_RELEASE_ENC_* (docs/release-format.md, compact releases). Post-processing of the model. */
-    uint16_t release_encoding;
-    /* A secure job's round, for its global step only (agg_secure.h; set by the finalizer): the decoded noisy sum of
-     * the survivors' vectors (NULL: the round could not be unmasked, nothing was learned) and their number. */
-    const double *secure_sum;
-    uint32_t secure_survivors;
-} agg_job;
-
-void agg_job_free(agg_job *j);
-
-/* The model a release carries: V (m*d row-major), item biases (m floats, or NULL) and mu. */
-typedef struct agg_model {
-    uint32_t m, d;
-    float *v;
-    float *bias;
-    float mu;
-} agg_model;
-
-void agg_model_free(agg_model *x);
 
 /* A release-1 model: V uniform in [-scale, scale) from the public seed (splitmix64; not privacy noise), item
  * biases 0 and global mean mu, or, for a job with a base, the base's item biases and global mean
  * (aggregator/protocols/plain.c). 0 or -1. */
 int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
                      size_t errcap);
-
-/* One stored report handed to a global step: the payload only (the envelope was checked at intake). */
-typedef struct agg_report {
-    int64_t device;
-    const unsigned char *payload;
-    size_t payload_len;
-} agg_report;
 
 /* A training protocol: one const table per protocol, listed in aggregator/protocols/table.c. Every function writes a
  * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
@@ -309,19 +261,6 @@ typedef struct agg_slot {
     agg_op **held_tail;
 } agg_slot;
 
-enum { AGG_HIST_BUCKETS = 12, AGG_STATUS_SLOTS = 16 };
-
-typedef struct agg_metrics {
-    uint64_t requests[8][AGG_STATUS_SLOTS]; /* [route][status slot: agg_status_codes, the last one "other"] */
-    uint64_t reports_accepted, reports_duplicate;
-    uint64_t rejected[16];     /* by reason, see agg_reason_names */
-    uint64_t rounds_finalized, deadlines_extended;
-    uint64_t commits, committed_reports, committed_ops;
-    uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
-    double latency_sum;
-    uint64_t latency_count;
-} agg_metrics;
-
 struct dprec_agg {
     dprec_agg_config cfg;
     char *admin_token;
@@ -355,46 +294,14 @@ struct dprec_agg {
 };
 
 /* agg.c */
-extern const dprec_port agg_os_port; /* the kernel's CSPRNG (getrandom) as a dprec port: every service's entropy */
-void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields); /* takes ownership of fields */
-int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
 void agg_count_reject(dprec_agg *a, const char *code);
-void agg_count_round(dprec_agg *a);
 /* The index of an HTTP status in the request counters (agg_status_codes; the last slot counts the others). */
 int agg_status_slot(int status);
-/* A job parameter that must be a finite number in (lo, hi] (lo_open) or [lo, hi]: 0 and *out set, or -1. */
-int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, double *out);
-/* The n [item u32][value float32] pairs at q of a padded report (report.h): the real pairs first, items strictly
- * increasing and below m, values finite, then padding pairs (DPREC_PAD_ITEM, +0.0) to the end. *real gets the
- * number of real pairs. 0, or -1 with a message. */
-int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *real, char *err, size_t errcap);
-/* agg_requests.c, for other HTTP-independent cores (the relay): an error body of docs/protocol.md; a JSON answer (takes
- * ownership of o); a request's JSON object body (NULL when it is not one; an empty body is {} when allow_empty); the
- * token of an "Authorization: Bearer" header (NULL when none); a decimal id in [1, 2^53] (0 when not one). */
-int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg);
-int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o);
-cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty);
-const char *agg_bearer(const char *authorization);
-int64_t agg_parse_id(const char *s);
-/* A blocking call of a core's asynchronous handler: agg_sync_wait_init, the handler with agg_sync_wait_done and the
- * wait as its done callback, then agg_sync_wait_end (pending: the handler answered PENDING, so wait for its done
- * callback first), which frees the wait. */
-typedef struct agg_sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} agg_sync_wait;
-void agg_sync_wait_init(agg_sync_wait *w);
-void agg_sync_wait_done(void *user);
-void agg_sync_wait_end(agg_sync_wait *w, int pending);
 /* agg_transport.c: an in-process transport's request, handed to a core's blocking handler (dprec_agg_handle, or
  * the relay's); the response body goes to the sink in pieces of chunk bytes (0: whole). A dprec status. */
 int agg_transport_forward(int (*handler)(void *core, const dprec_agg_request *, dprec_agg_response *), void *core,
                           size_t chunk, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
                           dprec_http_response *resp);
-/* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
- * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
-int64_t agg_now(dprec_agg *a);
 
 /* agg.c: a dprec_agg with only a CSPRNG (from the OS) and, when key_path is not NULL, the signing key at key_path
  * (generated 0600 if missing), for agg_release_build and agg_random outside a running aggregator (`dprec-aggregator
@@ -416,14 +323,6 @@ int agg_sign_digest(mbedtls_pk_context *key, pthread_mutex_t *mu, int (*f_rng)(v
 /* Builds a signed release of model x as version `version` of job j; *out is malloc'd. 0 or -1. Any thread. */
 int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
                       size_t *out_len, char *err, size_t errcap);
-/* Parses a stored release back into a model (allocating). 0 or -1. */
-int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x);
-/* Clamps every value of x to the public bound DPREC_RELEASE_VALUE_MAX (dprec/release.h), as devices require. */
-void agg_model_clamp(agg_model *x);
-/* A job's release encoding by its spec name ("f32", "q16", "q8") into *enc (0 or DPREC_RELEASE_ENC_*): 0, or -1
- * for another name. And back: the name of an encoding. */
-int agg_release_encoding_parse(const char *name, uint16_t *enc);
-const char *agg_release_encoding_name(uint16_t enc);
 
 /* The privacy model of a job: its protocol's model_of, else its model. */
 static inline dprec_model agg_job_model(const agg_job *j) {

@@ -169,12 +169,6 @@ static void reader_put(agg_conn *c) {
 
 /* ---- the job table ---------------------------------------------------------------------------------------- */
 
-void agg_job_free(agg_job *j) {
-    if (j == NULL) return;
-    free(j->params);
-    j->params = NULL;
-}
-
 /* the slot of job id (binary search), or NULL; the caller holds jobs_mu or is the writer */
 static agg_slot *slot_find(dprec_agg *a, int64_t id) {
     size_t lo = 0, hi = a->njobs;
