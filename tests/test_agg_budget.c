@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/agg_priv.h"
+#include "protocols/agg_protocol.h"
 
 static int gaussian_round(const agg_job *job, dprec_step *step) {
     (void)job;

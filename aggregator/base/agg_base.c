@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/agg_priv.h" /* struct dprec_agg */
+#include "agg_base.h"
 #include "bytes.h"
 #include "dprec/status.h"
 

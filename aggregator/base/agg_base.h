@@ -1,7 +1,11 @@
-/* dprec aggregator core — the base: what every other part of the core may use (not API): the shared types (a job, a
- * model, a report, the counters), the CSPRNG, the clock, structured logs, the JSON answers and the request parsers
- * that the relay's core shares. It includes no other header of the core, and its files call nothing of the core
- * above them. */
+/* dprec aggregator core — the base: what every layer of the core may use (not API).
+ *
+ * The core is built in layers, top to bottom:
+ * core/ (lifetime, requests) -> rounds/ (the round engine, signed releases, secure rounds) -> protocols/ (global steps,
+ * budgets) -> train/ (the solver sgld samples with) -> state/ (the store) -> base/ (this). A layer calls only its own
+ * folder and the ones below it. This header is the bottom: the shared types (a job, a model, a report, the core's
+ * handle struct dprec_agg), the CSPRNG, the clock, structured logs, the counters, the JSON answers and the request
+ * parsers that the relay's core shares. It includes no header of another layer. */
 #ifndef DPREC_AGG_BASE_H
 #define DPREC_AGG_BASE_H
 
@@ -10,6 +14,7 @@
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
+#include <mbedtls/pk.h>
 
 #include "agg.h"
 #include "crypto.h"
@@ -87,6 +92,40 @@ typedef struct agg_metrics {
     double latency_sum;
     uint64_t latency_count;
 } agg_metrics;
+
+/* The core's handle. Every layer's fields are here, each group named by the layer that owns it; a layer touches only
+ * its own group and the base's. The store's are behind one pointer (state/agg_store.h): nothing above state/ sees a
+ * database type. */
+struct dprec_agg {
+    /* base: the configuration, the CSPRNG, the counters and the clock */
+    dprec_agg_config cfg;
+    char *admin_token;
+    pthread_mutex_t rng_mu;
+    dprec_rng rng;
+    pthread_mutex_t m_mu;
+    agg_metrics metrics;
+    int64_t last_tick;         /* the largest `now` given to dprec_agg_tick (under m_mu) */
+    /* state/: the database (connections, checkpoints), opaque above it */
+    struct agg_store *store;
+    /* rounds/: the job table in memory and the writer's and the finalizer's queues (rounds/agg_engine_priv.h) */
+    pthread_mutex_t jobs_mu;   /* guards jobs, njobs and every slot's job, report_cap and in_round */
+    struct agg_slot **jobs;    /* ascending ids */
+    size_t njobs, jobs_cap;
+    int64_t next_job_id;       /* guarded by jobs_mu */
+    pthread_mutex_t q_mu;      /* guards the writer's and the finalizer's queues and the flags below */
+    pthread_cond_t q_cv, f_cv;
+    struct agg_op *q_head, *q_tail;
+    struct agg_fin *f_head, *f_tail;
+    int stopping, writer_running, finalizer_running, fin_busy;
+    pthread_t writer, finalizer;
+    /* rounds/agg_sign.c: the release-signing key */
+    pthread_mutex_t sign_mu;   /* mbedTLS fills the curve's precomputed table on first use: one signer at a time */
+    mbedtls_pk_context key;
+    unsigned char pub_der[160];
+    size_t pub_der_len;
+    /* rounds/agg_secure.c: the secure jobs' open rounds */
+    struct agg_secure_registry *secure;
+};
 
 /* agg_base.c */
 extern const dprec_port agg_os_port; /* the kernel's CSPRNG (getrandom) as a dprec port: every service's entropy */

@@ -1,12 +1,17 @@
-/* dprec aggregator core — lifetime (open/close), the signer for `dprec-aggregator train`, the public key and metrics.
+/* dprec aggregator core — the assembly: the core's lifetime (open: the CSPRNG, the signing key, then the round
+ * engine and its store; close in reverse), the signer for `dprec-aggregator train`, the public key, and /metrics.
+ *
+ * The top layer with the request layer: it calls every layer below and none calls it.
  * Host code (a server), so it may use libc, pthreads and the heap. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agg_priv.h"
+#include "agg_core.h"
 #include "dprec/status.h"
+#include "rounds/agg_rounds.h"
+#include "rounds/agg_sign.h"
 
 void dprec_agg_config_default(dprec_agg_config *cfg) {
     if (cfg == NULL) return;
@@ -69,7 +74,7 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
     return 0;
 }
 
-/* A signer without state, for `dprec-aggregator train` (agg_priv.h). */
+/* A signer without state, for `dprec-aggregator train` (agg_core.h). */
 int agg_signer_open(const char *key_path, dprec_agg **out, char *err, size_t errcap) {
     *out = NULL;
     dprec_agg *a = calloc(1, sizeof *a);

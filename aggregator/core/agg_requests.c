@@ -6,20 +6,28 @@
  *
  * Everything up to the body's size can be decided from the request line and the headers (resolve): the HTTPS front
  * end asks for it (dprec_agg_preflight) before it reads a body, so a request with a wrong token or an oversized
- * body costs no memory. A request that changes the state is an operation for the writer thread (agg_state.c): it
- * is answered when the writer completes it, from the writer's thread (dprec_agg_handle_async), or the caller waits
- * for it (dprec_agg_handle). */
+ * body costs no memory. A request that changes the state is an operation for the writer thread (the round engine,
+ * rounds/agg_engine.c): it is answered when the writer completes it, from the writer's thread
+ * (dprec_agg_handle_async), or the caller waits for it (dprec_agg_handle).
+ *
+ * The request layer: it calls the round engine (operations, the job table, secure rounds,
+ * signing release 1), the protocols (a job's validation and view), the store's reads (releases, device tokens) and
+ * the base (the JSON answers and parsers it shares with the relay: base/agg_respond.c); nothing below calls it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "agg_priv.h"
-#include "rounds/agg_secure.h"
+#include "agg_core.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 #include "mbedtls_compat.h"
+#include "protocols/agg_protocol.h"
+#include "rounds/agg_rounds.h"
+#include "rounds/agg_secure.h"
+#include "rounds/agg_sign.h"
+#include "state/agg_store.h"
 
 extern const double agg_hist_bounds[AGG_HIST_BUCKETS];
 

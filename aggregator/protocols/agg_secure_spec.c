@@ -3,12 +3,13 @@
  * secure job asks).
  *
  * Its own file, apart from the rounds (rounds/agg_secure.c), because the protocols call it to validate a job and to
- * publish its plan, and a protocol should not call the round engine that calls it. */
+ * publish its plan, and a protocol may not call the round engine above it. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "agg_protocol.h"
 #include "agg_secure_spec.h"
 #include "dprec/status.h"
 #include "secagg.h"

@@ -2,9 +2,9 @@
  * checked and planned (the distributed discrete Gaussian's noise plan, common/ddg.h), and whether a job is secure
  * (agg_secure_spec.c; not API).
  *
- * With the protocols: the protocols that offer the option (gauss-gd, dpals) validate and publish it with these, and
- * the round engine and the request layer ask agg_secure_job. The rounds themselves (phases, the devices' messages,
- * the unmasked sum) are the round engine's: rounds/agg_secure.h. */
+ * Part of the protocols/ layer: the protocols that offer the option (gauss-gd, dpals)
+ * validate and publish it with these, and the layers above ask agg_secure_job. The rounds themselves (phases, the
+ * devices' messages, the unmasked sum) are the round engine's: rounds/agg_secure.h. */
 #ifndef DPREC_AGG_SECURE_SPEC_H
 #define DPREC_AGG_SECURE_SPEC_H
 
@@ -12,7 +12,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/agg_priv.h"
+#include "base/agg_base.h"
 #include "ddg.h"
 
 /* A secure job's parameters, from its protocol (agg_protocol.secure_plan). */

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 #include "agg_secure_spec.h"
 #include "bytes.h"
 #include "dprec/status.h"

@@ -2,7 +2,8 @@
  * a secure job, its phases, the devices' messages and the unmasked sum the finalizer takes.
  *
  * In rounds/ because a secure round is part of the round engine's: the writer's tick closes its phases, the finalizer
- * takes its sum. The job's parameters and noise plan are the protocols' (protocols/agg_secure_spec.c). */
+ * takes its sum. The job's parameters and noise plan are the protocols' (protocols/agg_secure_spec.c); the answers
+ * to the devices' messages are the base's JSON answers. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,14 +10,14 @@
  * no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that round then
  * finalizes with no sum when closed (the devices' charges stand).
  *
- * The job's parameters and plan (agg_secure_spec, whether a job is secure) are the protocols': see
- * protocols/agg_secure_spec.h. */
+ * Part of the rounds/ layer; the job's parameters and plan (agg_secure_spec, whether a job
+ * is secure) are the protocols' layer's: protocols/agg_secure_spec.h. */
 #ifndef DPREC_AGG_SECURE_H
 #define DPREC_AGG_SECURE_H
 
 #include <stdint.h>
 
-#include "core/agg_priv.h"
+#include "base/agg_base.h"
 #include "protocols/agg_secure_spec.h"
 #include "report.h"
 

@@ -5,7 +5,8 @@
  * ECDSA signature of that digest appended. The DER length (70..72 bytes) is only known after signing and
  * the digest covers it, so signing repeats with the length found until the two agree (a few passes).
  *
- * The model and its parsing back are the base's (base/agg_model.c). The key functions serve the relay too. */
+ * In rounds/ because the round engine signs each release it commits (and the request layer release 1); the model and
+ * its parsing back are the base's (base/agg_model.c). The key functions serve the relay too (agg_sign.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@
 #include <mbedtls/ecp.h>
 #include <mbedtls/pk.h>
 
-#include "core/agg_priv.h"
+#include "agg_sign.h"
 #include "bytes.h"
 #include "dprec/release.h"
 #include "mbedtls_compat.h"
