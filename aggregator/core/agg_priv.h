@@ -10,7 +10,8 @@
  *   rounds/agg_sign.h         the signing key and signed releases
  *   rounds/agg_secure.h       the secure jobs' open rounds
  *   core/agg_core.h           the assembly's and the request layer's (the signer, the in-process transport)
- */
+ *
+ * The layers and their order: docs/aggregator-layers.md (tests/layers_check.py keeps it). */
 #ifndef DPREC_AGG_PRIV_H
 #define DPREC_AGG_PRIV_H
 
