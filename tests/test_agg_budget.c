@@ -1,4 +1,4 @@
-/* Tests for aggregator/rounds/agg_budget.c: the gate that keeps a job's rounds within its privacy budget. The
+/* Tests for aggregator/protocols/agg_budget.c: the gate that keeps a job's rounds within its privacy budget. The
  * protocol here is a stand-in (a Gaussian mechanism per round), since plain has no privacy. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/agg_priv.h"
+#include "protocols/agg_protocol.h"
 
 static int gaussian_round(const agg_job *job, dprec_step *step) {
     (void)job;

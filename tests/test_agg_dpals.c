@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "bytes.h"
-#include "core/agg_priv.h"
+#include "protocols/agg_protocol.h"
 #include "dpals.h"
 #include "gauss.h"
 #include "noise.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "bytes.h"
-#include "core/agg_priv.h"
+#include "protocols/agg_protocol.h"
 #include "fw.h"
 #include "noise.h"
 

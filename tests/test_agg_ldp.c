@@ -20,7 +20,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "core/agg_priv.h"
+#include "protocols/agg_protocol.h"
 #include "bytes.h"
 #include "crypto.h"
 #include "dprec/dprec.h"

@@ -18,7 +18,7 @@
 #include "bytes.h"
 #include "client_priv.h"
 #include "train/agg_mf.h"
-#include "core/agg_priv.h"
+#include "protocols/agg_protocol.h"
 #include "fake_port.h"
 #include "json.h"
 #include "protocol.h"

@@ -1,18 +1,17 @@
-/* dprec aggregator core — lifetime (open/close), the CSPRNG, structured logs and metrics.
+/* dprec aggregator core — the assembly: the core's lifetime (open: the CSPRNG, the signing key, then the round
+ * engine and its store; close in reverse), the signer for `dprec-aggregator train`, the public key, and /metrics.
+ *
+ * The top layer with the request layer (docs/aggregator-layers.md): it calls every layer below and none calls it.
  * Host code (a server), so it may use libc, pthreads and the heap. */
-#include <errno.h>
-#include <fcntl.h>
-#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "agg_priv.h"
-#include "bytes.h"
+#include "agg_core.h"
 #include "dprec/status.h"
+#include "rounds/agg_rounds.h"
+#include "rounds/agg_sign.h"
 
 void dprec_agg_config_default(dprec_agg_config *cfg) {
     if (cfg == NULL) return;
@@ -21,31 +20,6 @@ void dprec_agg_config_default(dprec_agg_config *cfg) {
     cfg->max_report_body = (size_t)16 << 20;
     cfg->sync_full = 1;
     cfg->group_commit_us = 2000;
-}
-
-/* The only entropy the aggregator needs: the kernel's CSPRNG (getrandom blocks until it is seeded). */
-static int os_entropy(void *ctx, unsigned char *buf, size_t len) {
-    (void)ctx;
-    while (len > 0) {
-        ssize_t got = getrandom(buf, len, 0);
-        if (got < 0) {
-            if (errno == EINTR) continue;
-            return DPREC_ERR_ENTROPY;
-        }
-        buf += got;
-        len -= (size_t)got;
-    }
-    return DPREC_OK;
-}
-
-const dprec_port agg_os_port = {.entropy = os_entropy};
-
-int agg_random(void *ctx, unsigned char *out, size_t len) {
-    dprec_agg *a = ctx;
-    pthread_mutex_lock(&a->rng_mu);
-    int rc = dprec_rng_bytes(&a->rng, out, len);
-    pthread_mutex_unlock(&a->rng_mu);
-    return rc == DPREC_OK ? 0 : -1;
 }
 
 static void set_err(char *err, size_t errcap, const char *msg) {
@@ -100,7 +74,7 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
     return 0;
 }
 
-/* A signer without state, for `dprec-aggregator train` (agg_priv.h). */
+/* A signer without state, for `dprec-aggregator train` (agg_core.h). */
 int agg_signer_open(const char *key_path, dprec_agg **out, char *err, size_t errcap) {
     *out = NULL;
     dprec_agg *a = calloc(1, sizeof *a);
@@ -153,45 +127,6 @@ size_t dprec_agg_public_key(dprec_agg *a, unsigned char *out, size_t cap) {
     return a->pub_der_len;
 }
 
-/* ---- structured logs ------------------------------------------------------------------------------- */
-
-/* One JSON object per line, the server's schema (docs/operations.md): ts (UTC, ISO 8601 with milliseconds), level,
- * event, then the event's fields. */
-void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields) {
-    if (a->cfg.log == NULL) {
-        cJSON_Delete(fields);
-        return;
-    }
-    cJSON *o = cJSON_CreateObject();
-    if (o == NULL) {
-        cJSON_Delete(fields);
-        return;
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char buf[40];
-    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof buf - n, ".%03ldZ", ts.tv_nsec / 1000000L);
-    cJSON_AddStringToObject(o, "ts", buf);
-    cJSON_AddStringToObject(o, "level", level);
-    cJSON_AddStringToObject(o, "event", event);
-    if (fields != NULL) {
-        cJSON *it = fields->child;
-        while (it != NULL) {
-            cJSON *next = it->next;
-            cJSON_AddItemToObject(o, it->string, cJSON_DetachItemViaPointer(fields, it));
-            it = next;
-        }
-        cJSON_Delete(fields);
-    }
-    char *line = cJSON_PrintUnformatted(o);
-    if (line != NULL) a->cfg.log(a->cfg.log_user, line);
-    free(line);
-    cJSON_Delete(o);
-}
-
 /* ---- metrics -------------------------------------------------------------------------------------- */
 
 static const char *const reason_names[] = {"bad_report", "bad_field", "unauthorized", "round_closed",
@@ -208,53 +143,6 @@ void agg_count_reject(dprec_agg *a, const char *code) {
     pthread_mutex_unlock(&a->m_mu);
 }
 
-int agg_json_number_in(const cJSON *it, double lo, double hi, int lo_open, double *out) {
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
-    double v = it->valuedouble;
-    if (lo_open ? !(v > lo) : !(v >= lo)) return -1;
-    if (!(v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
-int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *real, char *err, size_t errcap) {
-    int64_t prev = -1;
-    uint32_t k = 0;
-    for (; k < n && dprec_ld32(q) != DPREC_PAD_ITEM; k++, q += 8) {
-        uint32_t item = dprec_ld32(q);
-        if (item >= m || (int64_t)item <= prev) {
-            snprintf(err, errcap, "items must be strictly increasing and below m (item %u)", item);
-            return -1;
-        }
-        prev = item;
-        if (!isfinite(dprec_ldf32(q + 4))) {
-            snprintf(err, errcap, "the value of item %u is not finite", item);
-            return -1;
-        }
-    }
-    *real = k;
-    for (; k < n; k++, q += 8)
-        if (dprec_ld32(q) != DPREC_PAD_ITEM || dprec_ld32(q + 4) != 0u) {
-            snprintf(err, errcap, "pair %u after the padding began is not a padding pair", k);
-            return -1;
-        }
-    return 0;
-}
-
-int64_t agg_now(dprec_agg *a) {
-    int64_t now = (int64_t)time(NULL);
-    pthread_mutex_lock(&a->m_mu);
-    if (a->last_tick > now) now = a->last_tick;
-    pthread_mutex_unlock(&a->m_mu);
-    return now;
-}
-
-void agg_count_round(dprec_agg *a) {
-    pthread_mutex_lock(&a->m_mu);
-    a->metrics.rounds_finalized++;
-    pthread_mutex_unlock(&a->m_mu);
-}
-
 typedef struct strbuf {
     char *p;
     size_t len, cap;
@@ -262,7 +150,6 @@ typedef struct strbuf {
 } strbuf;
 
 static void sb_printf(strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
 static void sb_printf(strbuf *s, const char *fmt, ...) {
     if (s->failed) return;
     for (;;) {

@@ -6,21 +6,28 @@
  *
  * Everything up to the body's size can be decided from the request line and the headers (resolve): the HTTPS front
  * end asks for it (dprec_agg_preflight) before it reads a body, so a request with a wrong token or an oversized
- * body costs no memory. A request that changes the state is an operation for the writer thread (agg_state.c): it
- * is answered when the writer completes it, from the writer's thread (dprec_agg_handle_async), or the caller waits
- * for it (dprec_agg_handle). */
+ * body costs no memory. A request that changes the state is an operation for the writer thread (the round engine,
+ * rounds/agg_engine.c): it is answered when the writer completes it, from the writer's thread
+ * (dprec_agg_handle_async), or the caller waits for it (dprec_agg_handle).
+ *
+ * The request layer (docs/aggregator-layers.md): it calls the round engine (operations, the job table, secure rounds,
+ * signing release 1), the protocols (a job's validation and view), the store's reads (releases, device tokens) and
+ * the base (the JSON answers and parsers it shares with the relay: base/agg_respond.c); nothing below calls it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
-#include "agg_priv.h"
-#include "rounds/agg_secure.h"
+#include "agg_core.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
 #include "mbedtls_compat.h"
+#include "protocols/agg_protocol.h"
+#include "rounds/agg_rounds.h"
+#include "rounds/agg_secure.h"
+#include "rounds/agg_sign.h"
+#include "state/agg_store.h"
 
 extern const double agg_hist_bounds[AGG_HIST_BUCKETS];
 
@@ -34,53 +41,7 @@ typedef struct path_segs {
     int n;
 } path_segs;
 
-/* ---- responses ---------------------------------------------------------------------------------------- */
-
 static const char json_type[] = "application/json";
-
-static int respond_raw(dprec_agg_response *resp, int status, const char *type, unsigned char *body, size_t len) {
-    resp->status = status;
-    resp->content_type = type;
-    resp->body = body;
-    resp->body_len = len;
-    return 0;
-}
-
-static int respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg) {
-    cJSON *o = cJSON_CreateObject();
-    char *text = NULL;
-    if (o != NULL && cJSON_AddStringToObject(o, "error", code) != NULL &&
-        cJSON_AddStringToObject(o, "message", msg) != NULL)
-        text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (text == NULL) {
-        static const char fallback[] = "{\"error\":\"internal\",\"message\":\"out of memory\"}";
-        text = malloc(sizeof fallback);
-        if (text == NULL) {
-            resp->status = 500;
-            resp->content_type = json_type;
-            return -1;
-        }
-        memcpy(text, fallback, sizeof fallback);
-        status = 500;
-    }
-    return respond_raw(resp, status, json_type, (unsigned char *)text, strlen(text));
-}
-
-/* takes ownership of o */
-static int respond_json(dprec_agg_response *resp, int status, cJSON *o) {
-    char *text = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    if (text == NULL) return respond_error(resp, 500, "internal", "out of memory");
-    return respond_raw(resp, status, json_type, (unsigned char *)text, strlen(text));
-}
-
-void dprec_agg_response_free(dprec_agg_response *resp) {
-    if (resp == NULL) return;
-    free(resp->body);
-    resp->body = NULL;
-    resp->body_len = 0;
-}
 
 /* ---- parsing helpers -------------------------------------------------------------------------------- */
 
@@ -101,29 +62,10 @@ static int split_path(const char *path, path_segs *ps) {
     }
 }
 
-/* A decimal id in [1, 2^53]; 0 if the segment is not one. */
-static int64_t parse_id(const char *s) {
-    size_t len = strlen(s);
-    if (len == 0 || len > 16) return 0;
-    int64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return 0;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v >= 1 && v <= ((int64_t)1 << 53) ? v : 0;
-}
-
-static const char *bearer(const char *h) {
-    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) return NULL;
-    h += 7;
-    while (*h == ' ') h++;
-    return *h != '\0' && strlen(h) <= 256 ? h : NULL;
-}
-
 /* Constant time in the token's content and length: both sides are hashed, the digests compared with no
  * early exit. */
 static int admin_ok(dprec_agg *a, const char *authorization) {
-    const char *t = bearer(authorization);
+    const char *t = agg_bearer(authorization);
     if (t == NULL) return 0;
     unsigned char h1[32], h2[32];
     if (dprec_sha256((const unsigned char *)t, strlen(t), h1) != 0 ||
@@ -133,56 +75,6 @@ static int admin_ok(dprec_agg *a, const char *authorization) {
     for (size_t i = 0; i < sizeof h1; i++) diff |= (unsigned char)(h1[i] ^ h2[i]);
     return diff == 0;
 }
-
-/* Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), which JSON requires. */
-static int utf8_ok(const unsigned char *p, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t k;
-        unsigned min;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) k = 1, min = 0x80, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0) k = 2, min = 0x800, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0) k = 3, min = 0x10000, cp = c & 0x07;
-        else return 0;
-        if (n - i <= k) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (p[i + j] & 0x3Fu);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
-/* Parses a JSON object body (an empty body is {} when allow_empty). NULL on failure: not UTF-8, not one JSON object,
- * or a string holding U+0000 (\u0000 would cut a C string short: what is stored must be what was sent). */
-static cJSON *parse_object(const dprec_agg_request *req, int allow_empty) {
-    if (req->body_len == 0 || req->body == NULL) return allow_empty ? cJSON_CreateObject() : NULL;
-    if (!utf8_ok(req->body, req->body_len)) return NULL;
-    for (size_t i = 0; i + 6 <= req->body_len; i++)
-        if (req->body[i] == '\\') {
-            if (req->body[i + 1] == 'u' && memcmp(req->body + i + 2, "0000", 4) == 0) return NULL;
-            i++; /* an escaped character: "\\u0000" is a backslash and text */
-        }
-    const char *end = NULL;
-    cJSON *o = cJSON_ParseWithLengthOpts((const char *)req->body, req->body_len, &end, 0);
-    if (o == NULL) return NULL;
-    /* only whitespace may follow the object; an embedded NUL is not JSON */
-    const char *stop = (const char *)req->body + req->body_len;
-    while (end != NULL && end < stop && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
-    if (!cJSON_IsObject(o) || end != stop) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
-}
-
 /* A short human-readable field: at most max bytes, no control characters (U+0000..U+001F, U+007F). */
 static int text_field_ok(const char *s, size_t max) {
     size_t n = strlen(s);
@@ -353,7 +245,7 @@ static void call_done(agg_op *op) {
     dprec_agg *a = c->a;
     dprec_agg_response *resp = c->resp;
     if (op->status >= 300 || op->status == 0) {
-        respond_error(resp, op->status ? op->status : 500, op->code ? op->code : "internal", op->message);
+        agg_respond_error(resp, op->status ? op->status : 500, op->code ? op->code : "internal", op->message);
     } else if (c->kind == CALL_REPORT) {
         pthread_mutex_lock(&a->m_mu);
         if (op->duplicate) a->metrics.reports_duplicate++;
@@ -363,8 +255,8 @@ static void call_done(agg_op *op) {
         int n = snprintf(buf, sizeof buf, "{\"accepted\":true,\"duplicate\":%s,\"round\":%llu}",
                          op->duplicate ? "true" : "false", (unsigned long long)op->accepted_round);
         unsigned char *body = malloc((size_t)n);
-        if (body == NULL) respond_error(resp, 500, "internal", "out of memory");
-        else memcpy(body, buf, (size_t)n), respond_raw(resp, 200, json_type, body, (size_t)n);
+        if (body == NULL) agg_respond_error(resp, 500, "internal", "out of memory");
+        else memcpy(body, buf, (size_t)n), agg_respond_raw(resp, 200, json_type, body, (size_t)n);
     } else if (c->kind == CALL_REGISTER) {
         char ids[24];
         snprintf(ids, sizeof ids, "%lld", (long long)op->id);
@@ -373,18 +265,18 @@ static void call_done(agg_op *op) {
             cJSON_AddStringToObject(r, "device_id", ids);
             cJSON_AddStringToObject(r, "token", c->token);
         }
-        respond_json(resp, 201, r);
+        agg_respond_json(resp, 201, r);
     } else if (c->kind == CALL_JOB_CREATE) {
         cJSON *r = cJSON_CreateObject();
         if (r != NULL) cJSON_AddNumberToObject(r, "job", (double)op->id);
-        respond_json(resp, 201, r);
+        agg_respond_json(resp, 201, r);
     } else {
         agg_job j;
         int64_t in_round = 0;
         if (agg_job_get(a, op->job, &j, &in_round) != 1) {
-            respond_error(resp, 500, "internal", "state database error");
+            agg_respond_error(resp, 500, "internal", "state database error");
         } else {
-            respond_json(resp, 200, job_view(&j, in_round, 1));
+            agg_respond_json(resp, 200, job_view(&j, in_round, 1));
             agg_job_free(&j);
         }
     }
@@ -399,12 +291,12 @@ static void call_done(agg_op *op) {
 
 static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
                            const req_ctx *ctx) {
-    cJSON *o = parse_object(req, 1);
-    if (o == NULL) return respond_error(resp, 400, "bad_json", "body is not a JSON object (UTF-8, no U+0000)");
+    cJSON *o = agg_parse_object(req, 1);
+    if (o == NULL) return agg_respond_error(resp, 400, "bad_json", "body is not a JSON object (UTF-8, no U+0000)");
     const cJSON *pf = cJSON_GetObjectItemCaseSensitive(o, "platform");
     if (pf != NULL && (!cJSON_IsString(pf) || !text_field_ok(pf->valuestring, 64))) {
         cJSON_Delete(o);
-        return respond_error(resp, 400, "bad_field", "platform must be a string of at most 64 bytes without control "
+        return agg_respond_error(resp, 400, "bad_field", "platform must be a string of at most 64 bytes without control "
                                                       "characters");
     }
     agg_call *c = call_new(a, req, resp, R_REGISTER, CALL_REGISTER, AGG_OP_REGISTER, ctx);
@@ -413,13 +305,13 @@ static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg
     if (c == NULL || (pf != NULL && platform == NULL)) {
         free(c);
         free(platform);
-        return respond_error(resp, 500, "internal", "out of memory");
+        return agg_respond_error(resp, 500, "internal", "out of memory");
     }
     unsigned char raw[32];
     if (agg_random(a, raw, sizeof raw) != 0) {
         free(c);
         free(platform);
-        return respond_error(resp, 500, "internal", "random generator failure");
+        return agg_respond_error(resp, 500, "internal", "random generator failure");
     }
     static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < sizeof raw; i++) {
@@ -431,7 +323,7 @@ static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg
     if (dprec_sha256((const unsigned char *)c->token, 64, c->op.token_hash) != 0) {
         call_free(c);
         free(platform);
-        return respond_error(resp, 500, "internal", "hash failure");
+        return agg_respond_error(resp, 500, "internal", "hash failure");
     }
     c->spec_json = platform; /* owned by the call, freed with it */
     c->op.platform = platform;
@@ -443,17 +335,17 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
                          dprec_agg_response *resp, const req_ctx *ctx) {
     dprec_envelope e;
     if (req->body == NULL || dprec_envelope_parse(req->body, req->body_len, &e) != DPREC_OK)
-        return respond_error(resp, 400, "bad_report", "malformed report envelope");
+        return agg_respond_error(resp, 400, "bad_report", "malformed report envelope");
     if (e.job_id != (uint64_t)job_id)
-        return respond_error(resp, 400, "bad_report", "the envelope's job differs from the path's");
+        return agg_respond_error(resp, 400, "bad_report", "the envelope's job differs from the path's");
     agg_job j;
     int rc = agg_job_get(a, job_id, &j, NULL);
-    if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
+    if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
+    if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
     char err[AGG_ERRMSG];
     if (e.protocol != j.proto_id) {
         agg_job_free(&j);
-        return respond_error(resp, 400, "bad_report", "the envelope's protocol is not the job's");
+        return agg_respond_error(resp, 400, "bad_report", "the envelope's protocol is not the job's");
     }
     if (agg_secure_job(&j, NULL)) { /* a masked input: kept in memory for the round's unmasking, never stored */
         int rc2 = agg_secure_report(a, &j, device, &e, resp);
@@ -462,11 +354,11 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
     }
     if (j.proto->validate_payload(&j, e.payload, e.payload_len, err, sizeof err) != 0) {
         agg_job_free(&j);
-        return respond_error(resp, 400, "bad_report", err);
+        return agg_respond_error(resp, 400, "bad_report", err);
     }
     agg_job_free(&j);
     agg_call *c = call_new(a, req, resp, R_REPORTS, CALL_REPORT, AGG_OP_REPORT, ctx);
-    if (c == NULL) return respond_error(resp, 500, "internal", "out of memory");
+    if (c == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
     c->op.job = job_id;
     c->op.device = device;
     c->op.round = e.round;
@@ -482,8 +374,8 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
 
 static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
                              const req_ctx *ctx) {
-    cJSON *o = parse_object(req, 0);
-    if (o == NULL) return respond_error(resp, 400, "bad_json", "body is not a JSON object (UTF-8, no U+0000)");
+    cJSON *o = agg_parse_object(req, 0);
+    if (o == NULL) return agg_respond_error(resp, 400, "bad_json", "body is not a JSON object (UTF-8, no U+0000)");
     agg_job s;
     memset(&s, 0, sizeof s);
     char err[AGG_ERRMSG] = "";
@@ -567,7 +459,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         cJSON_Delete(o);
         free(s.params);
         agg_model_free(&base);
-        return respond_error(resp, 400, "bad_field", err);
+        return agg_respond_error(resp, 400, "bad_field", err);
     }
     char *spec = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -576,7 +468,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         free(spec);
         free(s.params);
         agg_model_free(&base);
-        return respond_error(resp, 500, "internal", "out of memory");
+        return agg_respond_error(resp, 500, "internal", "out of memory");
     }
     c->spec = s; /* the call owns s.params now */
     c->spec_json = spec;
@@ -593,7 +485,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     if (!built) {
         agg_model_free(&x);
         call_free(c);
-        return respond_error(resp, 500, "internal", err[0] ? err : "could not build release 1");
+        return agg_respond_error(resp, 500, "internal", err[0] ? err : "could not build release 1");
     }
     agg_model_free(&x);
     c->op.spec = &c->spec;
@@ -607,7 +499,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
 static int handle_list_jobs(dprec_agg *a, dprec_agg_response *resp) {
     int64_t *ids = NULL;
     size_t n = 0;
-    if (agg_job_ids(a, &ids, &n) != 0) return respond_error(resp, 500, "internal", "out of memory");
+    if (agg_job_ids(a, &ids, &n) != 0) return agg_respond_error(resp, 500, "internal", "out of memory");
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = o != NULL ? cJSON_AddArrayToObject(o, "jobs") : NULL;
     for (size_t i = 0; arr != NULL && i < n; i++) {
@@ -619,7 +511,7 @@ static int handle_list_jobs(dprec_agg *a, dprec_agg_response *resp) {
         agg_job_free(&j);
     }
     free(ids);
-    return respond_json(resp, 200, o);
+    return agg_respond_json(resp, 200, o);
 }
 
 /* ---- routing ---------------------------------------------------------------------------------------- */
@@ -647,7 +539,7 @@ static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_o
     memset(t, 0, sizeof t[0]);
     t->rt = R_OTHER;
     t->cap = a->cfg.max_json_body;
-#define ANSWER(status, code, msg) return respond_error(resp, status, code, msg) == 0 ? 1 : -1
+#define ANSWER(status, code, msg) return agg_respond_error(resp, status, code, msg) == 0 ? 1 : -1
     if (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0) {
         t->rt = path[1] == 'h' ? R_HEALTHZ : R_METRICS;
         t->kind = path[1] == 'h' ? T_HEALTHZ : T_METRICS;
@@ -669,7 +561,7 @@ static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_o
         /* segs: v1 admin jobs [id [close | round close]] */
         if (ps.n < 3 || strcmp(ps.s[2], "jobs") != 0 || ps.n > 6) ANSWER(404, "not_found", "unknown path");
         if (ps.n == 3) t->kind = is_get ? T_ADMIN_LIST : T_ADMIN_CREATE;
-        else if ((t->job = parse_id(ps.s[3])) == 0) ANSWER(404, "not_found", "unknown job");
+        else if ((t->job = agg_parse_id(ps.s[3])) == 0) ANSWER(404, "not_found", "unknown job");
         else if (ps.n == 4) t->kind = T_ADMIN_JOB;
         else if (ps.n == 5 && strcmp(ps.s[4], "close") == 0) t->kind = T_ADMIN_CLOSE;
         else if (ps.n == 6 && strcmp(ps.s[4], "round") == 0 && strcmp(ps.s[5], "close") == 0) t->kind = T_ADMIN_ROUND_CLOSE;
@@ -699,7 +591,7 @@ static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_o
         return 0;
     }
     if (strcmp(ps.s[1], "jobs") != 0 || ps.n < 3) ANSWER(404, "not_found", "unknown path");
-    t->job = parse_id(ps.s[2]);
+    t->job = agg_parse_id(ps.s[2]);
     int want_post = 0;
     if (ps.n == 3) t->rt = R_JOB, t->kind = T_JOB;
     else if (ps.n == 5 && strcmp(ps.s[3], "releases") == 0) t->rt = R_RELEASE, t->kind = T_RELEASE;
@@ -713,14 +605,14 @@ static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_o
     if (want_post ? !is_post : !is_get) ANSWER(405, "method_not_allowed", "wrong method for this path");
     t->device = org->device;
     if (t->device <= 0) {
-        const char *tok = bearer(req->authorization);
+        const char *tok = agg_bearer(req->authorization);
         t->device = tok != NULL ? agg_device_by_token(a, tok) : 0;
     }
     if (t->device < 0) ANSWER(500, "internal", "state database error");
     if (t->device == 0) ANSWER(401, "unauthorized", "missing or unknown device token");
     if (t->job == 0) ANSWER(404, "not_found", "unknown job");
     if (t->kind == T_RELEASE) {
-        t->version = strcmp(ps.s[4], "latest") == 0 ? 0 : parse_id(ps.s[4]);
+        t->version = strcmp(ps.s[4], "latest") == 0 ? 0 : agg_parse_id(ps.s[4]);
         if (t->version == 0 && strcmp(ps.s[4], "latest") != 0) ANSWER(404, "not_found", "unknown release");
     }
     if (t->kind == T_REPORT) {
@@ -739,18 +631,18 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     *rt = t.rt;
     if (rc != 0) return rc < 0 ? -1 : 0;
     if (req->body_len > t.cap)
-        return respond_error(resp, 413, "too_large", t.kind == T_REPORT ? "report above the job's cap" : "body above the JSON cap");
+        return agg_respond_error(resp, 413, "too_large", t.kind == T_REPORT ? "report above the job's cap" : "body above the JSON cap");
     switch (t.kind) {
     case T_HEALTHZ: {
-        if (agg_health(a) != 0) return respond_error(resp, 500, "internal", "state database unusable");
+        if (agg_health(a) != 0) return agg_respond_error(resp, 500, "internal", "state database unusable");
         cJSON *ok = cJSON_CreateObject();
         if (ok != NULL) cJSON_AddStringToObject(ok, "status", "ok");
-        return respond_json(resp, 200, ok);
+        return agg_respond_json(resp, 200, ok);
     }
     case T_METRICS: {
         char *text = dprec_agg_metrics(a);
-        if (text == NULL) return respond_error(resp, 500, "internal", "out of memory");
-        return respond_raw(resp, 200, "text/plain; version=0.0.4", (unsigned char *)text, strlen(text));
+        if (text == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+        return agg_respond_raw(resp, 200, "text/plain; version=0.0.4", (unsigned char *)text, strlen(text));
     }
     case T_REGISTER: return handle_register(a, req, resp, ctx);
     case T_REPORT: return handle_report(a, t.job, t.device, req, resp, ctx);
@@ -758,17 +650,17 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
         unsigned char *buf = NULL;
         size_t len = 0;
         rc = agg_release_get(a, t.job, t.version, &buf, &len);
-        if (rc < 0) return respond_error(resp, 500, "internal", "state database error");
-        if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job or release");
-        return respond_raw(resp, 200, "application/octet-stream", buf, len);
+        if (rc < 0) return agg_respond_error(resp, 500, "internal", "state database error");
+        if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job or release");
+        return agg_respond_raw(resp, 200, "application/octet-stream", buf, len);
     }
     case T_ADMIN_LIST: return handle_list_jobs(a, resp);
     case T_ADMIN_CREATE: return handle_create_job(a, req, resp, ctx);
     case T_SECAGG: {
         agg_job j;
         rc = agg_job_get(a, t.job, &j, NULL);
-        if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
-        if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
+        if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
+        if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
         rc = agg_secure_handle(a, &j, t.device, t.what, strcmp(req->method, "POST") == 0, req->body, req->body_len, resp);
         agg_job_free(&j);
         return rc;
@@ -781,13 +673,13 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     agg_job j;
     int64_t in_round = 0;
     rc = agg_job_get(a, t.job, &j, &in_round);
-    if (rc == 0) return respond_error(resp, 404, "not_found", "unknown job");
-    if (rc < 0) return respond_error(resp, 500, "internal", "out of memory");
+    if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
+    if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
     if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
         cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
         agg_secure_view(a, &j, v);
         agg_job_free(&j);
-        return respond_json(resp, 200, v);
+        return agg_respond_json(resp, 200, v);
     }
     int done = j.done;
     int64_t round = j.round;
@@ -796,13 +688,13 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
         cJSON *v = job_view(&j, in_round, 1);
         agg_secure_view(a, &j, v);
         agg_job_free(&j);
-        return respond_json(resp, 200, v);
+        return agg_respond_json(resp, 200, v);
     }
     agg_job_free(&j);
-    if (done) return respond_error(resp, 409, "job_done", "the job has finished");
+    if (done) return agg_respond_error(resp, 409, "job_done", "the job has finished");
     agg_call *c = call_new(a, req, resp, R_ADMIN, CALL_ADMIN_VIEW, t.kind == T_ADMIN_CLOSE ? AGG_OP_JOB_CLOSE : AGG_OP_ROUND_CLOSE,
                            ctx);
-    if (c == NULL) return respond_error(resp, 500, "internal", "out of memory");
+    if (c == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
     c->op.job = t.job;
     c->op.round = (uint64_t)round;
     agg_submit(a, &c->op);
@@ -817,13 +709,13 @@ int dprec_agg_preflight(dprec_agg *a, const dprec_agg_request *req, const dprec_
     memset(resp, 0, sizeof *resp);
     memset(out, 0, sizeof *out);
     if (a == NULL || req == NULL || req->method == NULL || req->path == NULL)
-        return respond_error(resp, 500, "internal", "invalid request object") == 0 ? 1 : -1;
+        return agg_respond_error(resp, 500, "internal", "invalid request object") == 0 ? 1 : -1;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     target t;
     int rc = resolve(a, req, origin, &t, resp);
     if (rc == 0 && content_length != UINT64_MAX && content_length > t.cap)
-        rc = respond_error(resp, 413, "too_large", t.kind == T_REPORT ? "report above the job's cap" : "body above the JSON cap") == 0 ? 1 : -1;
+        rc = agg_respond_error(resp, 413, "too_large", t.kind == T_REPORT ? "report above the job's cap" : "body above the JSON cap") == 0 ? 1 : -1;
     if (rc != 0) {
         finish_request(a, req, origin->client, resp, t.rt, &t0);
         return rc;
@@ -878,7 +770,7 @@ static int handle(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_or
     enum route rt = R_OTHER;
     int rc;
     if (a == NULL || req == NULL || req->method == NULL || req->path == NULL || (req->body == NULL && req->body_len > 0))
-        return respond_error(resp, 500, "internal", "invalid request object");
+        return agg_respond_error(resp, 500, "internal", "invalid request object");
     rc = route(a, req, resp, &rt, &ctx);
     if (rc == PENDING) return PENDING;
     finish_request(a, req, ctx.origin.client, resp, rt, &ctx.t0);
@@ -891,30 +783,6 @@ int dprec_agg_handle_async(dprec_agg *a, const dprec_agg_request *req, const dpr
     return handle(a, req, origin, resp, done, user, 0);
 }
 
-void agg_sync_wait_init(agg_sync_wait *w) {
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->done = 0;
-}
-
-void agg_sync_wait_done(void *user) {
-    agg_sync_wait *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-void agg_sync_wait_end(agg_sync_wait *w, int pending) {
-    if (pending) {
-        pthread_mutex_lock(&w->mu);
-        while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
-        pthread_mutex_unlock(&w->mu);
-    }
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-}
-
 int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp) {
     agg_sync_wait w;
     agg_sync_wait_init(&w);
@@ -922,26 +790,4 @@ int dprec_agg_handle(dprec_agg *a, const dprec_agg_request *req, dprec_agg_respo
     agg_sync_wait_end(&w, rc == PENDING);
     if (rc == PENDING) rc = resp->body != NULL || resp->status < 500 ? 0 : -1;
     return rc;
-}
-
-/* ---- helpers other HTTP-independent cores share (the relay: relay/relay.c) --------------------------------------- */
-
-int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg) {
-    return respond_error(resp, status, code, msg);
-}
-
-int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o) {
-    return respond_json(resp, status, o);
-}
-
-cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty) {
-    return parse_object(req, allow_empty);
-}
-
-const char *agg_bearer(const char *authorization) {
-    return bearer(authorization);
-}
-
-int64_t agg_parse_id(const char *s) {
-    return parse_id(s);
 }

@@ -4,10 +4,10 @@
 #include <string.h>
 
 #include "agg.h"
-#include "agg_priv.h"
+#include "agg_core.h"
 #include "dprec/status.h"
 
-/* agg_priv.h; the relay's in-process transport (relay/relay.c) uses it too. */
+/* agg_core.h; the relay's in-process transport (relay/relay.c) uses it too. */
 int agg_transport_forward(int (*handler)(void *core, const dprec_agg_request *, dprec_agg_response *), void *core,
                           size_t chunk, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
                           dprec_http_response *resp) {

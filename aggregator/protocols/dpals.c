@@ -46,8 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/agg_priv.h"
-#include "rounds/agg_secure.h"
+#include "agg_protocol.h"
+#include "agg_secure_spec.h"
 #include "bytes.h"
 #include "dpals.h"
 #include "dprec/status.h"

@@ -32,7 +32,7 @@
 #include <mbedtls/pk.h>
 #include <mbedtls/sha256.h>
 
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 #include "bytes.h"
 #include "dpals.h"
 #include "dpmf.h"

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 #include "bytes.h"
 #include "ldp.h"
 #include "noise.h"

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 #include "bytes.h"
 #include "dprec/status.h"
 #include "linalg.h"

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "train/agg_mf.h"
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 #include "bytes.h"
 #include "sgld.h"
 

@@ -2,7 +2,7 @@
  * line here; no other protocol changes. */
 #include <string.h>
 
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 
 static const agg_protocol *const protocols[] = {
     &agg_protocol_plain,

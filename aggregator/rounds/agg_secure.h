@@ -8,37 +8,21 @@
  * operator closes the round (POST .../round/close: the open phase closes; in the unmask phase the round is unmasked
  * and then finalized, its global step taking the decoded noisy sum). A round that cannot be unmasked (too few devices in a phase) is finalized with
  * no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that round then
- * finalizes with no sum when closed (the devices' charges stand). */
+ * finalizes with no sum when closed (the devices' charges stand).
+ *
+ * Part of the rounds/ layer (docs/aggregator-layers.md); the job's parameters and plan (agg_secure_spec, whether a job
+ * is secure) are the protocols' layer's: protocols/agg_secure_spec.h. */
 #ifndef DPREC_AGG_SECURE_H
 #define DPREC_AGG_SECURE_H
 
 #include <stdint.h>
 
-#include "core/agg_priv.h"
-#include "ddg.h"
-
-/* A secure job's parameters, from its protocol (agg_protocol.secure_plan). */
-typedef struct agg_secure_spec {
-    uint32_t k, threshold;
-    dprec_ddg_plan plan;
-} agg_secure_spec;
-
-/* Parses the secure-aggregation params of a job (params.aggregation, secagg_neighbours, secagg_threshold,
- * secagg_min_survivors, secagg_max_devices, secagg_bits_max) for a protocol whose devices send `len` reals of norm at
- * most clip; plans the noise (dprec_ddg_plan_make at the job's budget, rounds and participation). 1 secure (spec
- * filled), 0 not secure, -1 invalid (err). */
-int agg_secure_parse(const agg_job *job, const cJSON *params, uint32_t len, double clip, agg_secure_spec *spec,
-                     char *err, size_t errcap);
-/* agg_secure_parse on the job's own params, remembered per job (every request of a secure job asks; the planner
- * inverts the accountant). A job without an id (being validated) is not remembered. */
-int agg_secure_spec_for(const agg_job *job, uint32_t len, double clip, agg_secure_spec *spec, char *err, size_t errcap);
-/* Adds privacy.secagg (the plan's integers and the SecAgg+ parameters) to a job view's privacy object. */
-void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy);
+#include "base/agg_base.h"
+#include "protocols/agg_secure_spec.h"
+#include "report.h"
 
 int agg_secure_init(dprec_agg *a);
 void agg_secure_free(dprec_agg *a);
-/* 1 if the job is secure (spec filled when not NULL). */
-int agg_secure_job(const agg_job *job, agg_secure_spec *spec);
 /* Adds "secagg" {round, phase, seed} to the job view of a secure job (creating the round's state on first sight). */
 void agg_secure_view(dprec_agg *a, const agg_job *job, cJSON *view);
 /* A device route: what ("keys", ...), the device, the body. Writes the answer (binary or an error). */

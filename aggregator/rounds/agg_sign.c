@@ -3,7 +3,10 @@
  * A signed release is the unsigned release of common/release.c with sig_alg = 1 and sig_len set in the header
  * (bytes 44..47), the SHA-256 digest recomputed over header || body (the header changed), then the DER
  * ECDSA signature of that digest appended. The DER length (70..72 bytes) is only known after signing and
- * the digest covers it, so signing repeats with the length found until the two agree (a few passes). */
+ * the digest covers it, so signing repeats with the length found until the two agree (a few passes).
+ *
+ * In rounds/ because the round engine signs each release it commits (and the request layer release 1); the model and
+ * its parsing back are the base's (base/agg_model.c). The key functions serve the relay too (agg_sign.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,7 +20,7 @@
 #include <mbedtls/ecp.h>
 #include <mbedtls/pk.h>
 
-#include "core/agg_priv.h"
+#include "agg_sign.h"
 #include "bytes.h"
 #include "dprec/release.h"
 #include "mbedtls_compat.h"
@@ -137,18 +140,6 @@ int agg_sign_digest(mbedtls_pk_context *key, pthread_mutex_t *mu, int (*f_rng)(v
     return rc;
 }
 
-int agg_release_encoding_parse(const char *name, uint16_t *enc) {
-    if (strcmp(name, "f32") == 0) *enc = 0;
-    else if (strcmp(name, "q16") == 0) *enc = DPREC_RELEASE_ENC_Q16;
-    else if (strcmp(name, "q8") == 0) *enc = DPREC_RELEASE_ENC_Q8;
-    else return -1;
-    return 0;
-}
-
-const char *agg_release_encoding_name(uint16_t enc) {
-    return enc == DPREC_RELEASE_ENC_Q16 ? "q16" : enc == DPREC_RELEASE_ENC_Q8 ? "q8" : "f32";
-}
-
 /* The release is written in the job's encoding: a compact one (format 2) quantizes each row of V in
  * dprec_release_write, after the model was clamped to the public bound: post-processing, no privacy cost. */
 int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
@@ -205,52 +196,4 @@ int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64
     *out = buf;
     *out_len = written + sig_len;
     return 0;
-}
-
-static float clamp_value(float v) {
-    if (!(v == v)) return 0.0f; /* NaN: never produced by a global step, but never signed either */
-    if (v > DPREC_RELEASE_VALUE_MAX) return DPREC_RELEASE_VALUE_MAX;
-    if (v < -DPREC_RELEASE_VALUE_MAX) return -DPREC_RELEASE_VALUE_MAX;
-    return v;
-}
-
-/* Devices refuse a release with a value past the public bound DPREC_RELEASE_VALUE_MAX (dprec/release.h), so
- * the model is clamped to it before it is signed: post-processing of the private model, no privacy cost. */
-void agg_model_clamp(agg_model *x) {
-    for (size_t k = 0; k < (size_t)x->m * x->d; k++) x->v[k] = clamp_value(x->v[k]);
-    if (x->bias != NULL)
-        for (uint32_t j = 0; j < x->m; j++) x->bias[j] = clamp_value(x->bias[j]);
-    x->mu = clamp_value(x->mu);
-}
-
-int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x) {
-    dprec_release_info info;
-    memset(x, 0, sizeof *x);
-    if (dprec_release_check(buf, len, &info) != DPREC_OK) return -1;
-    x->m = info.num_items;
-    x->d = info.dim;
-    x->mu = info.global_mean;
-    x->v = malloc(sizeof(float) * (size_t)x->m * x->d);
-    if (info.flags & DPREC_RELEASE_HAS_BIASES) x->bias = malloc(sizeof(float) * x->m);
-    if (x->v == NULL || ((info.flags & DPREC_RELEASE_HAS_BIASES) && x->bias == NULL)) {
-        agg_model_free(x);
-        return -1;
-    }
-    for (uint32_t jj = 0; jj < x->m; jj++) {
-        float b = 0.0f;
-        if (dprec_release_row(buf, &info, jj, x->v + (size_t)jj * x->d, &b) != DPREC_OK) {
-            agg_model_free(x);
-            return -1;
-        }
-        if (x->bias != NULL) x->bias[jj] = b;
-    }
-    return 0;
-}
-
-void agg_model_free(agg_model *x) {
-    if (x == NULL) return;
-    free(x->v);
-    free(x->bias);
-    x->v = NULL;
-    x->bias = NULL;
 }

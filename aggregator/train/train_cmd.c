@@ -22,7 +22,8 @@
 #include <unistd.h>
 
 #include "agg_mf.h"
-#include "core/agg_priv.h"
+#include "core/agg_core.h"
+#include "rounds/agg_sign.h"
 #include "dprec/privacy.h"
 #include "dprec/status.h"
 #include "noise.h"

@@ -1,10 +1,14 @@
 /* dprec aggregator core — the job's privacy budget: a round that would take the job past its budget is
  * never opened (docs/protocol.md, job spec). The accountant is rebuilt from the number of rounds, since every
- * round of a job runs the same mechanism; common/accountant.c holds the formulas. */
+ * round of a job runs the same mechanism; common/accountant.c holds the formulas.
+ *
+ * In protocols/ (agg_protocol.h), below the round engine that applies the gate: the central protocols calibrate their
+ * noise from the budget (agg_budget_multiplier, agg_grid_allowance) and show its epsilon in their job views, and a
+ * protocol may call nothing above its layer (docs/aggregator-layers.md). */
 #include <math.h>
 #include <pthread.h>
 
-#include "core/agg_priv.h"
+#include "agg_protocol.h"
 #include "dprec/status.h"
 #include "gauss.h"
 

@@ -1,0 +1,180 @@
+/* dprec aggregator core — the protocols' interface: struct agg_protocol (one const table per protocol, listed in
+ * table.c), the budget every private protocol is held to (agg_budget.c), and each protocol's functions that its tests
+ * call (not API).
+ *
+ * Part of the protocols/ layer (docs/aggregator-layers.md): the round engine (rounds/) and the request layer (core/)
+ * call a protocol through its table; a protocol calls only protocols/, train/ (the solver) and the base. The budget
+ * sits here, not with the round engine, because the central protocols calibrate their noise from it (the accountant
+ * inverted) and show its epsilon in their job views. A protocol's secure-aggregation option is agg_secure_spec.h. */
+#ifndef DPREC_AGG_PROTOCOL_H
+#define DPREC_AGG_PROTOCOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "accountant.h"
+#include "base/agg_base.h"
+#include "crypto.h"
+#include "dprec/privacy.h"
+
+/* A release-1 model: V uniform in [-scale, scale) from the public seed (splitmix64; not privacy noise), item
+ * biases 0 and global mean mu, or, for a job with a base, the base's item biases and global mean
+ * (aggregator/protocols/plain.c). 0 or -1. */
+int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
+                     size_t errcap);
+
+/* A training protocol: one const table per protocol, listed in aggregator/protocols/table.c. Every function writes a
+ * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
+struct agg_secure_spec;
+typedef struct agg_protocol {
+    const char *name;
+    uint16_t id;        /* wire id (report.h) */
+    dprec_unit unit;    /* what the job's guarantee protects */
+    dprec_model model;
+    int needs_budget;   /* private protocols: the job spec must carry a budget */
+    /* Checks the job's shape (d, m) and params (a JSON object, never NULL). 0 or -1. */
+    int (*validate_job)(const agg_job *shape, const cJSON *params, char *err, size_t errcap);
+    /* Checks one report payload against the job (sizes, ids, ranges, finiteness). 0 or -1. */
+    int (*validate_payload)(const agg_job *job, const unsigned char *p, size_t len, char *err, size_t errcap);
+    /* Builds release 1's model into *out (allocating v and bias). 0 or -1. */
+    int (*initial_model)(const agg_job *job, agg_model *out, char *err, size_t errcap);
+    /* The global step of one round: from the model of release r and the round's (validated) reports, the
+     * model of release r+1 (allocated into *next). n may be 0. rng is the aggregator's CSPRNG, for the
+     * privacy noise of the central protocols (the caller holds rng_mu). 0 or -1. */
+    int (*global_step)(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                       dprec_rng *rng, agg_model *next, char *err, size_t errcap);
+    /* The privacy mechanism of one round, for the job's accountant; NULL for a protocol without privacy
+     * (plain). Every round of a job runs the same mechanism. 0 or -1. */
+    int (*round_step)(const agg_job *job, dprec_step *step);
+    /* Optional (NULL: `unit` above): the unit a job's guarantee protects, for a protocol whose unit is a
+     * parameter of the job (ldp-rr's rr_unit, gauss-gd's unit). The job view publishes it as privacy.unit. */
+    dprec_unit (*unit_of)(const agg_job *job);
+    /* Optional (NULL: `model` above): the model of a job whose model is a parameter (dpmf's mode). */
+    dprec_model (*model_of)(const agg_job *job);
+    /* Optional: adds protocol-specific fields to the job view's "privacy" object (e.g. seed 001's eps_opt). */
+    void (*privacy_extra)(const agg_job *job, cJSON *privacy);
+    /* 1: the item biases and global mean of this protocol's releases are a model's (a job may take them as its
+     * base); 0: they mean something else (private-fw's subset indicator) or are not learned (seed 000). */
+    int releases_biases;
+    /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
+     * from d, m and the params. The front end refuses a longer body before reading it (413). */
+    uint64_t (*max_payload)(const agg_job *job);
+    /* Optional: 1 if the job runs with secure aggregation (params.aggregation "secure", agg_secure_spec.h), its plan in
+     * *spec; 0 if not. A protocol that has it sends its vectors masked, and its global step reads job->secure_sum. */
+    int (*secure_spec)(const agg_job *job, struct agg_secure_spec *spec);
+} agg_protocol;
+
+/* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
+ * budget's delta). 1 within, 0 over (or no budget), -1 invalid. *epsilon (may be NULL) gets the job's epsilon
+ * after those rounds (+inf for a protocol without privacy, which always "fits"). */
+int agg_budget_check(const agg_job *job, int64_t rounds, double *epsilon);
+
+/* agg_budget.c, for the central and joint protocols: the smallest noise multiplier z whose job->rounds rounds of
+ * the Poisson-subsampled discrete Gaussian at rate job->participation fit the job's budget (the accountant
+ * inverted, dprec_gauss_noise_multiplier; recent answers cached). 0 or -1 (no budget, or no z up to 1e6 fits). */
+int agg_budget_multiplier(const agg_job *job, double *z);
+/* The noise grid's allowance: noising `coords` coordinates with common/noise.h's discrete Gaussian at multiplier z
+ * over an L2 sensitivity sens, the sensitivity to pass (and to scale sigma = z *sens_eff by) so that the rounded
+ * vector keeps multiplier z: sens / (1 - sqrt(coords) z 2^-19). -1 when none exists (the job must be refused). */
+int agg_grid_allowance(double sens, double z, uint64_t coords, double *sens_eff);
+
+const agg_protocol *agg_protocol_by_name(const char *name);
+const agg_protocol *agg_protocol_by_id(uint16_t id);
+
+extern const agg_protocol agg_protocol_plain;
+extern const agg_protocol agg_protocol_ldp_gd, agg_protocol_ldp_gddr, agg_protocol_ldp_rr; /* aggregator/protocols/ldp.c */
+
+/* ldp-gddr's Phi (aggregator/protocols/ldp.c; kept factored between rounds, one Phi at a time): gv (m x d) = Phi^+ gb (gb is
+ * q x d), Phi^+ = Phi^T (Phi Phi^T)^-1 the exact pseudo-inverse; and one entry of the aggregator's Phi, for
+ * tests. 0 or -1. */
+int agg_ldp_pinv_apply(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t d, const double *gb, double *gv, char *err,
+                       size_t errcap);
+int agg_ldp_phi_entry(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t s, uint32_t j, double *out);
+
+extern const agg_protocol agg_protocol_gauss_gd;
+
+/* aggregator/protocols/gauss.c, exposed for tests: adds one (validated) report's re-clipped contribution to sum (m (d+1)
+ * doubles, row j = [v_j | b_j]); and the sensitivity and sigma passed to dprec_noise_gaussian for a vector of
+ * `coords` coordinates. 0 or -1. */
+int agg_gauss_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *sum);
+int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivity, double *sigma);
+
+extern const agg_protocol agg_protocol_private_fw;
+
+/* aggregator/protocols/fw.c (seed 002), exposed for tests. The round's mechanism: sigma of the noise, the L2 sensitivity
+ * passed to dprec_noise_gaussian for the noised vector (sens) and for a scalar (sens1), and the zCDP rho of
+ * one round. The sparse residual rows of a round (row i: entries off[i] .. off[i+1] of idx, val; idx are
+ * subset indices). The symmetric noise (i.i.d. on and above the diagonal, mirrored), the dense top eigenpair
+ * (LAPACKE_dsyevr; w is overwritten), Oja's method (sigma 0: no noise), and the global step with or without
+ * noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
+typedef struct agg_fw_rows {
+    size_t rows;
+    size_t *off;
+    uint32_t *idx;
+    double *val;
+} agg_fw_rows;
+int agg_fw_mechanism(const agg_job *job, double *sigma, double *sens, double *sens1, double *rho);
+int agg_fw_noise_symmetric(dprec_rng *rng, double *w, uint32_t n, double sens, double sigma);
+int agg_fw_top_dense(double *w, uint32_t n, double *v, double *ev);
+int agg_fw_oja(const agg_fw_rows *A, uint32_t n, uint32_t steps, double eta, double sigma, double sens,
+               double sens1, dprec_rng *rng, double *v, double *ev2);
+int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t nrep, dprec_rng *rng,
+                int noisy, agg_model *next, char *err, size_t errcap);
+
+extern const agg_protocol agg_protocol_dpals;
+
+/* aggregator/protocols/dpals.c, exposed for tests: the round's noise (multiplier z over the normalized statistics'
+ * sensitivity sqrt(k (1 + alpha^2)), the sensitivity with the grid's allowance, and sigma = z sens); one report's normalized,
+ * re-clipped statistics added to stats (m rows of dprec_dpals_item_coords(d) doubles: Gn_j's upper triangle row
+ * by row, then hn_j; common/protocols/dpals.h); the posterior-mean solve of one item (g: d x d row-major, overwritten; -1 only
+ * for d outside 1..64, lambda <= 0 or kappa < 0; kappa = 0: the projected ridge solve); the global step with or without noise (noisy 0: tests only, epsilon = infinity). All 0 or -1. */
+int agg_dpals_noise_scale(const agg_job *job, double *z, double *sens, double *sigma);
+int agg_dpals_accumulate(const agg_job *job, const unsigned char *payload, size_t len, double *stats);
+int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s);
+/* The pooled second moment of the features over every reported (user, item) pair, sum_j G_j / sum_j n_j (d x d;
+ * all zero when the pooled count is not positive), from the noisy statistics (gscale: their Gram scale); and the
+ * positive-part James-Stein shrinkage of one item's noisy G (d x d, overwritten) toward n_j times it, for noise
+ * of standard deviation sigma_g on each of its d (d + 1) / 2 independent entries (d = 1 or sigma_g = 0: G kept). */
+void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, double *pooled);
+void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g);
+/* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
+ * h times hscale. */
+void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);
+/* The round's normalized statistics (m rows as in agg_dpals_accumulate) from the reports, noised when noisy
+ * (*out allocated, freed by the caller), and the global step that solves them. */
+int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, int noisy, double **out,
+                    char *err, size_t errcap);
+int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
+                   int noisy, agg_model *next, char *err, size_t errcap);
+
+extern const agg_protocol agg_protocol_dpmf;
+
+/* aggregator/protocols/dpmf.c (seed 004), exposed for tests. The round's mechanism (common/protocols/dpmf.h) as the job states it; the trusted
+ * mode's exact minimizer of one item's perturbed objective (xs: the reports' features, d doubles each; who/t: the
+ * item's n (report, target) pairs; theta: the start in, the minimizer out); its global step with or without noise
+ * (noisy 0: tests only); and the relay modes' unmasked round sum into acc (m (d + 1) numbers mod 2^64; *found 0
+ * when the round has no relay sum). All 0 or -1. */
+struct dprec_dpmf_mech;
+int agg_dpmf_mechanism(const agg_job *job, struct dprec_dpmf_mech *m);
+int agg_dpmf_minimize(const double *xs, const uint32_t *who, const float *t, uint32_t n, uint32_t d, const double *eta,
+                      double lambda, double huber, double *theta);
+int agg_dpmf_trusted_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                          dprec_rng *rng, int noisy, agg_model *next, char *err, size_t errcap);
+int agg_dpmf_unmask(const agg_job *job, const agg_report *reports, size_t n, uint64_t *acc, int *found, char *err,
+                    size_t errcap);
+
+extern const agg_protocol agg_protocol_sgld;
+
+/* aggregator/protocols/sgld.c (seed 003), exposed for tests: the global step's posterior sample from a round's (validated) reports,
+ * with `passes` SGLD passes (0: the job's params.passes). 0 or -1. */
+int agg_sgld_sample(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, agg_model *next,
+                    unsigned passes, char *err, size_t errcap);
+
+/* The privacy model of a job: its protocol's model_of, else its model. */
+static inline dprec_model agg_job_model(const agg_job *j) {
+    return j->proto->model_of != NULL ? j->proto->model_of(j) : j->proto->model;
+}
+
+#endif /* DPREC_AGG_PROTOCOL_H */

@@ -1,0 +1,66 @@
+/* dprec aggregator core — what the round engine's three files share (not API; rounds/ only): a job's slot in the
+ * table, a round being finalized, and the functions one file calls in another. agg_jobs.c holds the job table,
+ * agg_engine.c the writer (its queue, the group commit, jobs, the engine's lifetime), agg_finalize.c the rounds'
+ * closing (deadlines, the finalizer, the commit of a finalized round). */
+#ifndef DPREC_AGG_ENGINE_PRIV_H
+#define DPREC_AGG_ENGINE_PRIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agg_rounds.h"
+#include "base/agg_base.h"
+
+/* A job in memory: what the writer last committed. */
+typedef struct agg_slot {
+    agg_job job;
+    size_t report_cap;         /* the largest report body (envelope included) this job can accept */
+    int64_t in_round;          /* reports committed in the open round */
+    int closing;               /* writer only: the open round is being finalized */
+    agg_op *held;              /* writer only: operations that wait for that finalization */
+    agg_op **held_tail;
+} agg_slot;
+
+/* A round being finalized: decided by the writer, computed by the finalizer, committed by the writer. */
+typedef struct agg_fin {
+    agg_op op;            /* AGG_OP_FIN_DONE, queued for the writer once computed */
+    struct agg_fin *next; /* the finalizer's queue */
+    agg_job job;          /* a copy of the job as it was when the round began closing */
+    int64_t round, count;
+    int ok, abandoned;
+    char err[AGG_ERRMSG];
+    unsigned char *release;
+    size_t release_len;
+    agg_op **waiters;     /* operations completed once this round is closed (or failed to) */
+    size_t nwaiters;
+} agg_fin;
+
+/* agg_jobs.c: the slot of job id (binary search), or NULL; the caller holds jobs_mu or is the writer. A copy of a job
+ * (params duplicated). A job added to the table (ids only grow, so it goes last; the writer, or open). The store's
+ * open hands each stored job to agg_jobs_load: its protocol resolved, then added. 0 or -1. */
+agg_slot *agg_jobs_find(dprec_agg *a, int64_t id);
+int agg_jobs_copy(const agg_job *src, agg_job *out);
+int agg_jobs_add(dprec_agg *a, const agg_job *j, int64_t in_round);
+int agg_jobs_load(dprec_agg *a, agg_job *j, int64_t in_round);
+
+/* agg_engine.c: an operation's outcome; op queued for the writer (front: ahead of everything queued, for held
+ * operations going back in; the caller holds q_mu). */
+void agg_engine_outcome(agg_op *op, int status, const char *code, const char *msg);
+void agg_engine_enqueue(dprec_agg *a, agg_op *op, int front);
+
+/* agg_finalize.c: a round marked closing (NULL when it cannot be finalized now), an operation that waits for it, the
+ * finalization queued for the finalizer; the three at once (waiter may be NULL); a finalization's result committed
+ * and its waiters answered (appended to *done_tail); the finalizer thread. */
+agg_fin *agg_fin_new(dprec_agg *a, agg_slot *s);
+int agg_fin_add_waiter(agg_fin *f, agg_op *op);
+void agg_fin_queue(dprec_agg *a, agg_fin *f);
+void agg_fin_start(dprec_agg *a, agg_slot *s, agg_op *waiter);
+void agg_fin_done(dprec_agg *a, agg_fin *f, agg_op ***done_tail);
+void *agg_fin_main(void *arg);
+/* The writer's operations that close rounds: the deadlines (AGG_OP_TICK), the rounds a crash left full
+ * (AGG_OP_RESUME), the operator's close (AGG_OP_ROUND_CLOSE, appended to *done_tail unless it waits). */
+void agg_fin_tick(dprec_agg *a, agg_op *op);
+void agg_fin_resume(dprec_agg *a, agg_op *op);
+void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail);
+
+#endif /* DPREC_AGG_ENGINE_PRIV_H */

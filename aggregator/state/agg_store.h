@@ -1,0 +1,109 @@
+/* dprec aggregator core — the store: the aggregator's durable state behind functions (not API).
+ *
+ * The state/ layer (docs/aggregator-layers.md): what the round engine (rounds/) and the request layer (core/) ask of
+ * the database, as functions over the core's handle. No database type appears here, so that another backend can
+ * implement this header; this build's is SQLite (agg_store.c: the statements; agg_store_open.c: the file, the
+ * schema, the connections). The store decides nothing: which report is accepted, when a round closes, what a round
+ * releases are the round engine's decisions, and the store writes them. It calls only the base (and back, through the
+ * one pointer open is handed). Includes only the base.
+ *
+ * Threads. One writer (the round engine's writer thread) owns the read-write connection: it brackets its work with
+ * agg_store_writer_lock/unlock and every write below runs on it, inside a transaction the writer opened with
+ * agg_store_begin unless said otherwise. Reads run on a pool of read-only connections from any thread, and never wait
+ * for a commit's fsync. */
+#ifndef DPREC_AGG_STORE_H
+#define DPREC_AGG_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/agg_base.h"
+
+/* Opens (or creates) the database at a->cfg.state_path, readable by its owner only, in WAL mode with
+ * synchronous=FULL when a->cfg.sync_full (a state without durability keeps one connection), and starts the
+ * checkpointer. Every stored job is handed to job_loaded, in ascending ids, with its open round's report count (0 for
+ * a finished job): the row's fields, proto NULL (proto_id set), base_job and release_encoding from its spec; the store
+ * frees the job afterwards. A non-zero return fails the open. *last_id gets the largest job id ever given (a job whose
+ * creation failed leaves its id behind). 0, or -1 with a message. */
+int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
+                   char *err, size_t errcap);
+/* Stops the checkpointer and closes every connection. Call after the writer and every reader stopped. NULL store
+ * (open failed early, or never ran): no-op. */
+void agg_store_close(dprec_agg *a);
+
+/* The writer takes its connection for one pass over its queue (readers that share it, in a state without
+ * durability, wait until it is given back). */
+void agg_store_writer_lock(dprec_agg *a);
+void agg_store_writer_unlock(dprec_agg *a);
+
+/* ---- reads: any thread -------------------------------------------------------------------------------------- */
+
+/* Release bytes (malloc'd) for version (0 = latest). 1 found, 0 not found, -1 error. */
+int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **out, size_t *len);
+int64_t agg_device_by_token(dprec_agg *a, const char *token); /* device id, 0 unknown, -1 error */
+/* 0 if the database answers a query, else -1. */
+int agg_store_health(dprec_agg *a);
+
+/* A round's reports as a global step takes them: the payloads (their envelopes parsed) in storage order. */
+typedef struct agg_store_reports {
+    agg_report *r;
+    unsigned char **bufs;
+    size_t n;
+} agg_store_reports;
+
+void agg_store_reports_free(agg_store_reports *l);
+/* Round `round` of job `job`, from one read snapshot: release `round` parsed into *prev (agg_model_free) and the
+ * round's reports into *l (agg_store_reports_free; both also on failure). The finalizer's. 0, or -1 with a message in
+ * err (left as it is when it already holds one). */
+int agg_store_round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
+                         size_t errcap);
+
+/* ---- writes: the writer only -------------------------------------------------------------------------------- */
+
+/* A transaction on the writer's connection (BEGIN IMMEDIATE, COMMIT, ROLLBACK). 0 or -1. */
+int agg_store_begin(dprec_agg *a);
+int agg_store_commit(dprec_agg *a);
+int agg_store_rollback(dprec_agg *a);
+/* Logs the writer connection's last error as a db_error event (docs/operations.md) with what (the operation). */
+void agg_store_log_error(dprec_agg *a, const char *what);
+
+/* The report id stored for job: 1 found (*device, *round: whose, in which round), 0 none, -1 error. */
+int agg_store_report_find(dprec_agg *a, int64_t job, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
+                          int64_t *device, int64_t *round);
+/* Stores one report of the round (its row, and its payload, the whole envelope, apart). 0 stored; AGG_STORE_CONFLICT:
+ * refused by a uniqueness rule (the report id is stored already, or the device has a report in this round), nothing
+ * stored; -1 failed, nothing stored. */
+#define AGG_STORE_CONFLICT 1
+int agg_store_report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t device,
+                            const unsigned char report_id[DPREC_REPORT_ID_SIZE], const unsigned char *bytes,
+                            size_t len, int64_t now);
+/* Stores a device by its token's SHA-256 (platform may be NULL). Its id (> 0), or -1. */
+int64_t agg_store_device_insert(dprec_agg *a, const unsigned char token_hash[32], const char *platform, int64_t now);
+/* Stores a job (spec->id set, running, round 1, deadline now + round_seconds) and its release 1 (signed). The
+ * protocol's name and wire id are the spec's protocol's. 0 or -1. */
+int agg_store_job_insert(dprec_agg *a, const agg_job *spec, const char *protocol, uint16_t proto_id,
+                         const char *spec_json, const unsigned char *release, size_t release_len, int64_t now);
+/* A running job's deadline (the open round left open for another period). 0 or -1. */
+int agg_store_job_set_deadline(dprec_agg *a, int64_t job, int64_t deadline);
+
+/* In a transaction of its own: the job's round count (the job ends after that many rounds). 0 or -1 (logged). */
+int agg_store_job_set_rounds(dprec_agg *a, int64_t job, int64_t rounds);
+
+/* A finalized round as it is committed: release round + 1 stored, the round's payloads dropped (unless
+ * a->cfg.keep_report_payloads; the rows stay, so a retry is still recognized), the ledger's line written (when
+ * ledger), and the job moved to round + 1 with its deadline, or done. */
+typedef struct agg_store_round {
+    int64_t job, round;
+    const unsigned char *release;
+    size_t release_len;
+    int64_t now, deadline;
+    int done;
+    int ledger;
+    double epsilon_spent, delta;
+} agg_store_round;
+/* Commits r in a transaction of its own, only if r->round is still the job's open round and the job runs (the
+ * exactly-once check, in the same transaction). 1 committed; 0 not (nothing written); -1 failed (nothing written; the
+ * database's message in err). */
+int agg_store_round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_t errcap);
+
+#endif /* DPREC_AGG_STORE_H */

@@ -1,0 +1,253 @@
+/* dprec aggregator core — the store's database (agg_store.h): the file, its mode and pragmas, the schema, the
+ * connections' lifetime (the writer's, the readers' pool, the checkpointer's) and the checkpoints.
+ *
+ * The database is SQLite in WAL mode, readable by its owner only (it holds every device's reports), with
+ * synchronous=FULL by default: a commit is durable when it returns. The schema is versioned (PRAGMA user_version);
+ * a database from a newer build is refused. WAL checkpoints run on a thread of their own, off the writer's commits.
+ *
+ * Its own file, apart from the statements (agg_store.c), because none of this is what the aggregator stores: it is
+ * how this backend keeps it. */
+#define _GNU_SOURCE /* pthread_setname_np: the threads are named in top -H and perf */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agg_store_priv.h"
+
+static const char schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS jobs("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, spec TEXT NOT NULL, protocol TEXT NOT NULL,"
+    " proto_id INTEGER NOT NULL, d INTEGER NOT NULL, m INTEGER NOT NULL, rating_min REAL NOT NULL,"
+    " rating_max REAL NOT NULL, rounds INTEGER NOT NULL, min_reports INTEGER NOT NULL,"
+    " round_seconds INTEGER NOT NULL, participation REAL NOT NULL, params TEXT NOT NULL,"
+    " budget_epsilon REAL, budget_delta REAL, state TEXT NOT NULL CHECK(state IN ('running','done')),"
+    " round INTEGER NOT NULL, deadline INTEGER NOT NULL, created_at INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS devices("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, token_sha256 BLOB NOT NULL UNIQUE, platform TEXT,"
+    " created_at INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS reports("
+    " id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), round INTEGER NOT NULL,"
+    " device INTEGER NOT NULL REFERENCES devices(id), report_id BLOB NOT NULL, bytes BLOB NOT NULL,"
+    " received_at INTEGER NOT NULL, UNIQUE(job, report_id), UNIQUE(job, round, device));"
+    /* A report's payload, apart from its row so that dropping a finalized round's payloads frees whole pages
+     * (a row of reports keeps 2 KB of an 18 KB blob inline; its page would stay mostly empty). reports.bytes
+     * is empty for a report whose payload is here; states written before this table hold it there instead. */
+    "CREATE TABLE IF NOT EXISTS report_payloads("
+    " id INTEGER PRIMARY KEY REFERENCES reports(id), bytes BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS releases("
+    " job INTEGER NOT NULL REFERENCES jobs(id), version INTEGER NOT NULL, bytes BLOB NOT NULL,"
+    " created_at INTEGER NOT NULL, PRIMARY KEY(job, version));"
+    "CREATE TRIGGER IF NOT EXISTS releases_no_update BEFORE UPDATE ON releases"
+    " BEGIN SELECT RAISE(ABORT, 'releases are immutable'); END;"
+    "CREATE TRIGGER IF NOT EXISTS releases_no_delete BEFORE DELETE ON releases"
+    " BEGIN SELECT RAISE(ABORT, 'releases are immutable'); END;"
+    "CREATE TABLE IF NOT EXISTS ledger("
+    " job INTEGER PRIMARY KEY REFERENCES jobs(id), epsilon_spent REAL NOT NULL, delta REAL NOT NULL);";
+
+/* ---- checkpoints ----------------------------------------------------------------------------------------- */
+
+/* The WAL is copied back into the database by a thread of its own (PASSIVE checkpoints on its own connection), not
+ * inside a commit: SQLite's automatic checkpoint runs in the COMMIT that crosses 1000 pages, and its fsyncs of the
+ * database file then delay every report of that batch. Durability is the same: a checkpoint only copies what is
+ * committed, and a crash in the middle of one is recovered from the WAL. */
+#define AGG_CKPT_PAGES 8000 /* 32 MB of WAL: a page the batches rewrite many times is copied once per checkpoint */
+
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
+    (void)db;
+    (void)name;
+    agg_store *s = arg;
+    if (pages >= AGG_CKPT_PAGES) {
+        pthread_mutex_lock(&s->c_mu);
+        s->ckpt_wanted = 1;
+        pthread_cond_signal(&s->c_cv);
+        pthread_mutex_unlock(&s->c_mu);
+    }
+    return SQLITE_OK;
+}
+
+static void *checkpointer_main(void *arg) {
+    dprec_agg *a = arg;
+    agg_store *s = a->store;
+    pthread_setname_np(pthread_self(), "dprec-checkpt");
+    pthread_mutex_lock(&s->c_mu);
+    while (!s->ckpt_stopping) {
+        while (!s->ckpt_wanted && !s->ckpt_stopping) pthread_cond_wait(&s->c_cv, &s->c_mu);
+        if (s->ckpt_stopping) break;
+        s->ckpt_wanted = 0;
+        pthread_mutex_unlock(&s->c_mu);
+        int log = 0, done = 0;
+        int rc = sqlite3_wal_checkpoint_v2(s->ckpt.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        if (rc != SQLITE_OK && sqlite3_errcode(s->ckpt.db) != SQLITE_BUSY)
+            agg_conn_log_error(a, &s->ckpt, "checkpoint");
+        pthread_mutex_lock(&s->c_mu);
+    }
+    s->ckpt_running = 0;
+    pthread_mutex_unlock(&s->c_mu);
+    return NULL;
+}
+
+/* ---- open / close ------------------------------------------------------------------------------------- */
+
+/* The state file and its WAL and shared-memory files hold every device's reports: readable by the owner only
+ * (SQLite gives the -wal and -shm files the database file's mode). */
+static int make_private(const char *path, char *err, size_t errcap) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errcap, "cannot open the state database %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    int rc = fstat(fd, &st) == 0 && ((st.st_mode & 077) == 0 || fchmod(fd, 0600) == 0) ? 0 : -1;
+    if (rc != 0) snprintf(err, errcap, "cannot make %s private (0600): %s", path, strerror(errno));
+    close(fd);
+    static const char *const side[] = {"-wal", "-shm"};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        char p[4096];
+        if ((size_t)snprintf(p, sizeof p, "%s%s", path, side[i]) < sizeof p && stat(p, &st) == 0 && (st.st_mode & 077) != 0)
+            (void)chmod(p, 0600);
+    }
+    return rc;
+}
+
+static int conn_open(dprec_agg *a, agg_conn *c, int writer, char *err, size_t errcap) {
+    int flags = (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(a->cfg.state_path, &c->db, flags, NULL) != SQLITE_OK) {
+        snprintf(err, errcap, "cannot open the state database %s: %s", a->cfg.state_path,
+                 c->db ? sqlite3_errmsg(c->db) : "out of memory");
+        return -1;
+    }
+    sqlite3_busy_timeout(c->db, 5000);
+    return 0;
+}
+
+int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
+                   char *err, size_t errcap) {
+    agg_store *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    a->store = s;
+    pthread_mutex_init(&s->c_mu, NULL);
+    pthread_cond_init(&s->c_cv, NULL);
+    for (int i = 0; i < AGG_READERS; i++) pthread_mutex_init(&s->readers[i].mu, NULL);
+    pthread_mutex_init(&s->w.mu, NULL);
+    if (make_private(a->cfg.state_path, err, errcap) != 0 || conn_open(a, &s->w, 1, err, errcap) != 0) return -1;
+    char sync_sql[64];
+    snprintf(sync_sql, sizeof sync_sql, "PRAGMA synchronous=%s", a->cfg.sync_full ? "FULL" : "NORMAL");
+    sqlite3_stmt *st = agg_conn_prep_uncached(&s->w, "PRAGMA journal_mode=WAL");
+    const unsigned char *mode = NULL;
+    int wal = 0;
+    if (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
+        mode = sqlite3_column_text(st, 0);
+        wal = mode != NULL && strcmp((const char *)mode, "wal") == 0;
+    }
+    sqlite3_finalize(st);
+    /* a page cache that holds the indexes the group commit touches at random (report ids, token hashes): with
+     * SQLite's default 2 MB, every batch re-read its index pages from the file */
+    if (!wal || agg_conn_exec(&s->w, sync_sql) != 0 || agg_conn_exec(&s->w, "PRAGMA foreign_keys=ON") != 0 ||
+        agg_conn_exec(&s->w, "PRAGMA cache_size=-65536") != 0) {
+        snprintf(err, errcap, "cannot configure the state database (WAL): %s", sqlite3_errmsg(s->w.db));
+        return -1;
+    }
+    int64_t version = agg_conn_query_int(&s->w, "PRAGMA user_version", 0, 0, 0, 0);
+    if (version < 0 || version > AGG_SCHEMA_VERSION) {
+        snprintf(err, errcap, "state database schema version %lld is newer than this build (%d)", (long long)version,
+                 AGG_SCHEMA_VERSION);
+        return -1;
+    }
+    if (version == 0) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version=%d", AGG_SCHEMA_VERSION);
+        if (agg_conn_exec(&s->w, "BEGIN IMMEDIATE") != 0 || agg_conn_exec(&s->w, schema_sql) != 0 ||
+            agg_conn_exec(&s->w, sql) != 0 || agg_conn_exec(&s->w, "COMMIT") != 0) {
+            snprintf(err, errcap, "cannot create the schema: %s", sqlite3_errmsg(s->w.db));
+            agg_conn_exec(&s->w, "ROLLBACK");
+            return -1;
+        }
+    }
+    /* the job table, with each open round's report count */
+    st = agg_conn_prep_uncached(&s->w, "SELECT id FROM jobs ORDER BY id");
+    int rc = st != NULL ? SQLITE_ROW : SQLITE_ERROR;
+    while (st != NULL && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        agg_job j;
+        int64_t id = sqlite3_column_int64(st, 0);
+        if (agg_store_job_row(&s->w, id, &j) != 1) {
+            rc = SQLITE_ERROR;
+            break;
+        }
+        int64_t n = j.done ? 0
+                           : agg_conn_query_int(&s->w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, id,
+                                                j.round, 0);
+        if (n < 0 || job_loaded(a, &j, n) != 0) rc = SQLITE_ERROR;
+        agg_job_free(&j);
+        if (rc == SQLITE_ERROR) break;
+    }
+    sqlite3_finalize(st);
+    int64_t seq = agg_conn_query_int(&s->w, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", 0, 0, 0, 0);
+    if (rc != SQLITE_DONE || seq < 0) {
+        snprintf(err, errcap, "cannot read the jobs: %s", sqlite3_errmsg(s->w.db));
+        return -1;
+    }
+    *last_id = seq;
+    if (!a->cfg.sync_full) {
+        /* a throw-away state (no durability; nothing else opens it): one connection, an exclusive lock kept for the
+         * connection's life, SQLite's own checkpoints */
+        if (agg_conn_exec(&s->w, "PRAGMA locking_mode=EXCLUSIVE") != 0) {
+            snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(s->w.db));
+            return -1;
+        }
+    } else {
+        for (int i = 0; i < AGG_READERS; i++) {
+            if (conn_open(a, &s->readers[i], 0, err, errcap) != 0) return -1;
+            agg_conn_exec(&s->readers[i], "PRAGMA query_only=1");
+            agg_conn_exec(&s->readers[i], "PRAGMA cache_size=-16384");
+        }
+        /* the checkpointer's connection must have read the database once to know it is in WAL mode (until then a
+         * checkpoint on it does nothing and says log = -1) */
+        if (conn_open(a, &s->ckpt, 1, err, errcap) != 0 || agg_conn_exec(&s->ckpt, "PRAGMA journal_mode=WAL") != 0 ||
+            agg_conn_query_int(&s->ckpt, "SELECT count(*) FROM sqlite_master", 0, 0, 0, 0) < 0) {
+            snprintf(err, errcap, "cannot open the checkpoint connection: %s", sqlite3_errmsg(s->ckpt.db));
+            return -1;
+        }
+        if (agg_conn_exec(&s->w, "PRAGMA wal_autocheckpoint=0") != 0 ||
+            agg_conn_exec(&s->w, "PRAGMA journal_size_limit=67108864") != 0) {
+            snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(s->w.db));
+            return -1;
+        }
+        sqlite3_wal_hook(s->w.db, wal_hook, s);
+        s->ckpt_running = 1;
+        if (pthread_create(&s->checkpointer, NULL, checkpointer_main, a) != 0) {
+            s->ckpt_running = 0;
+            snprintf(err, errcap, "cannot start the checkpoint thread");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void agg_store_close(dprec_agg *a) {
+    agg_store *s = a->store;
+    if (s == NULL) return;
+    pthread_mutex_lock(&s->c_mu);
+    int c = s->ckpt_running;
+    s->ckpt_stopping = 1;
+    pthread_cond_broadcast(&s->c_cv);
+    pthread_mutex_unlock(&s->c_mu);
+    if (c) pthread_join(s->checkpointer, NULL);
+    agg_conn_close(&s->ckpt);
+    agg_conn_close(&s->w);
+    pthread_mutex_destroy(&s->w.mu);
+    for (int i = 0; i < AGG_READERS; i++) {
+        agg_conn_close(&s->readers[i]);
+        pthread_mutex_destroy(&s->readers[i].mu);
+    }
+    pthread_mutex_destroy(&s->c_mu);
+    pthread_cond_destroy(&s->c_cv);
+    free(s);
+    a->store = NULL;
+}
