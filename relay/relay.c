@@ -21,7 +21,8 @@
 #include <mbedtls/pk.h>
 #include <sqlite3.h>
 
-#include "core/agg_priv.h"
+#include "base/agg_base.h"
+#include "rounds/agg_sign.h"
 #include "bytes.h"
 #include "dpmf.h"
 #include "dprec/status.h"

@@ -19,7 +19,8 @@
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
 
-#include "core/agg_priv.h"
+#include "base/agg_base.h"
+#include "rounds/agg_sign.h"
 #include "bytes.h"
 #include "dpmf.h"
 #include "relay.h"

@@ -15,7 +15,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/agg_priv.h"
+#include "base/agg_base.h"
+#include "core/agg_core.h"
 #include "bytes.h"
 #include "dpmf.h"
 #include "dprec/status.h"

@@ -15,7 +15,7 @@
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
 
-#include "core/agg_priv.h"
+#include "base/agg_base.h"
 #include "bytes.h"
 #include "dpmf.h"
 #include "relay.h"

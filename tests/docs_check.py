@@ -10,6 +10,9 @@ usage: docs_check.py REPO_ROOT
 2. Every test function a doc cites (`test_...`) exists in tests/.
 3. docs/sdk.md's count of allocator blocks is the number of blocks sdk/client.c takes (its BLK_ enum).
 4. docs/sdk.md's stack requirement is the one tests/test_stack.c holds the SDK to.
+5. docs/architecture.md, the map of the tree: every folder its table names exists, every file a row names (`x.c`)
+   exists in that row's folder, every top-level folder of the product is in the table, and README.md links the page
+   on its first screen (its first 25 lines).
 Exits non-zero listing every mismatch."""
 import os
 import re
@@ -72,6 +75,30 @@ stated = re.search(r"needs (\d+) KiB of stack", read("docs/sdk.md"))
 if not held or not stated or int(stated.group(1)) * 1024 != int(held.group(1)):
     problems.append(f"docs/sdk.md's stack requirement ({stated.group(1) + ' KiB' if stated else 'none stated'}) is not "
                     f"the {held.group(1) if held else '?'} bytes tests/test_stack.c holds")
+
+# 5. the architecture page is a true map
+arch = read("docs/architecture.md")
+mapped = set()
+for line in arch.split("\n"):
+    m = re.match(r"^\| ((?:`[a-z0-9_/.]+/`(?:, )?)+) \|(.*)$", line)
+    if not m:
+        continue
+    folders = re.findall(r"`([a-z0-9_/.]+/)`", m.group(1))
+    for folder in folders:
+        mapped.add(folder.split("/")[0])
+        if not os.path.isdir(os.path.join(root, folder)):
+            problems.append(f"docs/architecture.md maps {folder}, which does not exist")
+    if len(folders) == 1:
+        for name in re.findall(r"`([A-Za-z0-9_]+\.(?:c|h|py))`", m.group(2)):
+            if not os.path.exists(os.path.join(root, folders[0], name)):
+                problems.append(f"docs/architecture.md names {name} in {folders[0]}, which does not exist there")
+product_dirs = {"include", "sdk", "common", "platform", "bindings", "aggregator", "relay", "examples", "bench",
+                "scripts", "tests"}
+for d in sorted(product_dirs - mapped):
+    if os.path.isdir(os.path.join(root, d)):
+        problems.append(f"docs/architecture.md's folder table does not map {d}/")
+if "docs/architecture.md" not in "\n".join(read("README.md").split("\n")[:25]):
+    problems.append("README.md does not link docs/architecture.md on its first screen (its first 25 lines)")
 
 for p in problems:
     print("docs_check:", p)

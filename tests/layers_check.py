@@ -20,8 +20,8 @@ import re
 import subprocess
 import sys
 
-# The documented order, top to bottom (docs/aggregator-layers.md; the heads of aggregator/base/agg_base.h and
-# aggregator/core/agg_priv.h say the same). A folder may call its own folder and the folders after it in this list.
+# The documented order, top to bottom (docs/architecture.md, "The aggregator core's layers"; the head of
+# aggregator/base/agg_base.h says the same). A folder may call its own folder and the folders after it in this list.
 LAYERS = ["core", "rounds", "protocols", "train", "state", "base"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
@@ -125,7 +125,7 @@ if args.source_dir:
 for p in problems:
     print("layers_check:", p)
 if problems:
-    print("layers_check: the order, top to bottom:", " > ".join(LAYERS), "(docs/aggregator-layers.md)")
+    print("layers_check: the order, top to bottom:", " > ".join(LAYERS), "(docs/architecture.md)")
     sys.exit(1)
 print(f"layers_check: ok ({len(undefined)} objects, {calls} calls across folders, {includes} includes across folders; "
       f"order {' > '.join(LAYERS)})")

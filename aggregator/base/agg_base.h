@@ -1,6 +1,6 @@
 /* dprec aggregator core — the base: what every layer of the core may use (not API).
  *
- * The core is built in layers, top to bottom (docs/aggregator-layers.md; tests/layers_check.py keeps the order):
+ * The core is built in layers, top to bottom (docs/architecture.md; tests/layers_check.py keeps the order):
  * core/ (lifetime, requests) -> rounds/ (the round engine, signed releases, secure rounds) -> protocols/ (global steps,
  * budgets) -> train/ (the solver sgld samples with) -> state/ (the store) -> base/ (this). A layer calls only its own
  * folder and the ones below it. This header is the bottom: the shared types (a job, a model, a report, the core's

@@ -1,7 +1,7 @@
 /* dprec aggregator core — the assembly: the core's lifetime (open: the CSPRNG, the signing key, then the round
  * engine and its store; close in reverse), the signer for `dprec-aggregator train`, the public key, and /metrics.
  *
- * The top layer with the request layer (docs/aggregator-layers.md): it calls every layer below and none calls it.
+ * The top layer with the request layer (docs/architecture.md): it calls every layer below and none calls it.
  * Host code (a server), so it may use libc, pthreads and the heap. */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* dprec aggregator core — the top layer's own declarations (not API): what core/'s files share, and what the relay
  * and `dprec-aggregator train` take from it.
  *
- * core/ is the assembly and the request layer (docs/aggregator-layers.md): agg.c (the core's lifetime, /metrics),
+ * core/ is the assembly and the request layer (docs/architecture.md): agg.c (the core's lifetime, /metrics),
  * agg_requests.c (routes, validation, the answers) and agg_transport.c (the in-process transport). It may call every
  * layer below: the round engine (rounds/agg_rounds.h, agg_sign.h, agg_secure.h), the protocols
  * (protocols/agg_protocol.h), the store's reads (state/agg_store.h) and the base (base/agg_base.h). */

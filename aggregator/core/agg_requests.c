@@ -10,7 +10,7 @@
  * rounds/agg_engine.c): it is answered when the writer completes it, from the writer's thread
  * (dprec_agg_handle_async), or the caller waits for it (dprec_agg_handle).
  *
- * The request layer (docs/aggregator-layers.md): it calls the round engine (operations, the job table, secure rounds,
+ * The request layer (docs/architecture.md): it calls the round engine (operations, the job table, secure rounds,
  * signing release 1), the protocols (a job's validation and view), the store's reads (releases, device tokens) and
  * the base (the JSON answers and parsers it shares with the relay: base/agg_respond.c); nothing below calls it. */
 #include <math.h>

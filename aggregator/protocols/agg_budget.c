@@ -4,7 +4,7 @@
  *
  * In protocols/ (agg_protocol.h), below the round engine that applies the gate: the central protocols calibrate their
  * noise from the budget (agg_budget_multiplier, agg_grid_allowance) and show its epsilon in their job views, and a
- * protocol may call nothing above its layer (docs/aggregator-layers.md). */
+ * protocol may call nothing above its layer (docs/architecture.md). */
 #include <math.h>
 #include <pthread.h>
 

@@ -2,7 +2,7 @@
  * table.c), the budget every private protocol is held to (agg_budget.c), and each protocol's functions that its tests
  * call (not API).
  *
- * Part of the protocols/ layer (docs/aggregator-layers.md): the round engine (rounds/) and the request layer (core/)
+ * Part of the protocols/ layer (docs/architecture.md): the round engine (rounds/) and the request layer (core/)
  * call a protocol through its table; a protocol calls only protocols/, train/ (the solver) and the base. The budget
  * sits here, not with the round engine, because the central protocols calibrate their noise from it (the accountant
  * inverted) and show its epsilon in their job views. A protocol's secure-aggregation option is agg_secure_spec.h. */

@@ -3,7 +3,7 @@
  * secure job asks).
  *
  * Its own file, apart from the rounds (rounds/agg_secure.c), because the protocols call it to validate a job and to
- * publish its plan, and a protocol may not call the round engine above it (docs/aggregator-layers.md). */
+ * publish its plan, and a protocol may not call the round engine above it (docs/architecture.md). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

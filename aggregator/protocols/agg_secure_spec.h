@@ -2,7 +2,7 @@
  * checked and planned (the distributed discrete Gaussian's noise plan, common/ddg.h), and whether a job is secure
  * (agg_secure_spec.c; not API).
  *
- * Part of the protocols/ layer (docs/aggregator-layers.md): the protocols that offer the option (gauss-gd, dpals)
+ * Part of the protocols/ layer (docs/architecture.md): the protocols that offer the option (gauss-gd, dpals)
  * validate and publish it with these, and the layers above ask agg_secure_job. The rounds themselves (phases, the
  * devices' messages, the unmasked sum) are the round engine's: rounds/agg_secure.h. */
 #ifndef DPREC_AGG_SECURE_SPEC_H

@@ -1,7 +1,7 @@
 /* dprec aggregator core — the round engine's interface (not API): what the request layer (core/) hands the writer,
  * the job table it reads, and the engine's lifetime.
  *
- * The rounds/ layer (docs/aggregator-layers.md): the round engine decides; the store (state/) writes what it decided.
+ * The rounds/ layer (docs/architecture.md): the round engine decides; the store (state/) writes what it decided.
  * Every write to the state goes through one writer thread, which takes whatever operations are queued, applies
  * them in one transaction (one fsync for the batch: the group commit) and completes them. Reads (jobs, releases,
  * device tokens, health) use a small pool of read-only connections and the in-memory job table, never the

@@ -10,7 +10,7 @@
  * no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that round then
  * finalizes with no sum when closed (the devices' charges stand).
  *
- * Part of the rounds/ layer (docs/aggregator-layers.md); the job's parameters and plan (agg_secure_spec, whether a job
+ * Part of the rounds/ layer (docs/architecture.md); the job's parameters and plan (agg_secure_spec, whether a job
  * is secure) are the protocols' layer's: protocols/agg_secure_spec.h. */
 #ifndef DPREC_AGG_SECURE_H
 #define DPREC_AGG_SECURE_H

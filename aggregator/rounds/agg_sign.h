@@ -1,6 +1,6 @@
 /* dprec aggregator core — the release-signing key and signed releases (agg_sign.c; not API).
  *
- * Part of the rounds/ layer (docs/aggregator-layers.md): the round engine signs the release each round commits. The
+ * Part of the rounds/ layer (docs/architecture.md): the round engine signs the release each round commits. The
  * key and digest functions take no dprec_agg, so that another service (the relay, relay/relay.c) signs with its own
  * key through them. Includes only the base. */
 #ifndef DPREC_AGG_SIGN_H

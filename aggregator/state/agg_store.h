@@ -1,6 +1,6 @@
 /* dprec aggregator core — the store: the aggregator's durable state behind functions (not API).
  *
- * The state/ layer (docs/aggregator-layers.md): what the round engine (rounds/) and the request layer (core/) ask of
+ * The state/ layer (docs/architecture.md): what the round engine (rounds/) and the request layer (core/) ask of
  * the database, as functions over the core's handle. No database type appears here, so that another backend can
  * implement this header; this build's is SQLite (agg_store.c: the statements; agg_store_open.c: the file, the
  * schema, the connections). The store decides nothing: which report is accepted, when a round closes, what a round
