@@ -14,13 +14,13 @@ SSE build on a CPU without AVX) holding mf-train. The data: `dprec-aggregator tr
 What each tool is given (every flag is passed explicitly, so the commands printed are the whole configuration):
   - LIBMF: `mf-train -f 0 -l1 0 -l2 LAMBDA -r ETA -k K -s T -t N` (squared loss, no L1, ETA = --libmf-eta, 0.1, its
     default). Its model is r ~ p_u . q_v with no offset and no biases; its update for one rating is
-    p_u -= eta_u (lambda p_u - e q_u), q_v likewise (e = r - p_u . q_v), i.e. SGD on
+    p_u -= eta_u (lambda p_u - e q_v), q_v likewise (e = r - p_u . q_v), i.e. SGD on
         sum over ratings of (r - p_u . q_v)^2 + lambda |p_u|^2 + lambda |q_v|^2
     (each row penalized once per rating of it). It trains on the ratings divided by their standard deviation s with
     lambda / s, which is the same objective in the ratings' own units, so -l2 means what dprec's --lambda means.
     Its rate is adaptive per row (AdaGrad): eta_u = ETA / sqrt(G_u), G_u = 1 plus the mean squared gradient
     coordinate of every update of row u so far, one G for the row's first 8 coordinates and one for the rest; its first
-    iteration updates only those first 8 coordinates (its "slow-only" pass). 20 x 20 blocks whatever the threads.
+    iteration updates only those first 8 coordinates (its "slow-only" pass). 20 x 20 blocks (more above 9 threads).
   - dprec: `dprec-aggregator train --lambda LAMBDA --lambda-bias LB --lr LR --lr-decay D --init-scale S`: the model
     r ~ mu + b_u + c_v + u . v with mu the training mean (fixed), the same per-rating update of the factors (SGD on
     half the objective above: u += lr (e v - lambda u)) and of the biases (b += lr (e - LB b)), at one rate for every
