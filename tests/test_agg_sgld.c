@@ -1,5 +1,5 @@
 /* Tests for seed 003 (sgld: one posterior sample as the private release; common/protocols/sgld.h, sdk/protocols/sgld.c,
- * aggregator/protocols/sgld.c) and its solver (aggregator/train/agg_mf.c): the device's trimming and weight, the
+ * aggregator/protocols/sgld.c) and its solver (aggregator/train/agg_mf*.c): the device's trimming and weight, the
  * bound B, the aggregator's checks, the SGLD step's noise against its formula, the chain against the exact moments of
  * a small posterior, the keystream and the normals, and the SGD solver's layout (every rating once a pass, both
  * kernels alike). Statistical tests run at fixed seeds and state their false-failure probability. */

@@ -9,7 +9,7 @@
  *     times N(0, prior_sd^2) on every factor, N(0, bias_prior_sd^2) on every bias and N(params.mu, mu_prior_sd^2) on mu
  *     (mu is sampled with the rest, so the release's global mean is the data's up to the sample's spread, which is
  *     small: every rating weighs on it; mu_prior_sd = 0 pins it to the public params.mu, the scale's midpoint),
- * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/train/agg_mf.c: params.warmup passes of descent toward
+ * B = tau (r_max - r_min + kappa)^2, with SGLD (aggregator/train/agg_mf_pass.c: params.warmup passes of descent toward
  * the mode without noise from a small public random start, then params.passes passes of the chain), and releases V (column 0 pinned to 1, so a device's least-squares u[0] is its own bias; columns 1.. the
  * sampled item factors), the sampled item biases and mu. U never leaves the step. Devices then fit their u by
  * regularized least squares on the release (the seed's eq. 5), as for every protocol.
