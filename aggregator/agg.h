@@ -32,6 +32,13 @@ typedef struct dprec_agg_config {
      * "event": NAME, ...} (docs/operations.md); called from any of the core's threads. NULL logs nothing. */
     void (*log)(void *user, const char *json_line);
     void *log_user;
+    /* Who may register (docs/protocol.md "Enrollment"; docs/operations.md): 0 (the default, "open") any device; 1
+     * ("token") only a device that presents an enrollment token signed by the app's enrollment key for app_id, not
+     * expired, for the identity key it proves it holds; each token registers one device. */
+    int registration_token;
+    const unsigned char *enrollment_key; /* DER SubjectPublicKeyInfo of the app's EC P-256 key (registration_token) */
+    size_t enrollment_key_len;
+    const char *app_id;                  /* the app the tokens must name (registration_token) */
 } dprec_agg_config;
 
 /* Fills *cfg with the defaults above (paths NULL). */

@@ -141,6 +141,15 @@ int dprec_relay_open(const dprec_relay_config *cfg, dprec_relay **out, char *err
     if (r->cfg.max_share_body == 0) r->cfg.max_share_body = (size_t)32 << 20;
     r->admin_token = strdup(cfg->admin_token);
     r->cfg.admin_token = r->admin_token;
+    r->enroll.token = cfg->registration_token != 0;
+    if (r->enroll.token) { /* the caller's key and app id are not kept: copies */
+        r->enroll.key = cfg->enrollment_key != NULL ? malloc(cfg->enrollment_key_len) : NULL;
+        if (r->enroll.key != NULL) memcpy((unsigned char *)r->enroll.key, cfg->enrollment_key, cfg->enrollment_key_len);
+        r->enroll.key_len = r->enroll.key != NULL ? cfg->enrollment_key_len : 0;
+        r->enroll.app_id = cfg->app_id != NULL ? strdup(cfg->app_id) : NULL;
+    }
+    r->cfg.enrollment_key = NULL;
+    r->cfg.app_id = NULL;
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->q_mu, NULL);
     pthread_cond_init(&r->q_cv, NULL);
@@ -157,6 +166,10 @@ int dprec_relay_open(const dprec_relay_config *cfg, dprec_relay **out, char *err
     }
     if (r->admin_token == NULL || rc != DPREC_OK) {
         snprintf(err, errcap, "could not seed the CSPRNG");
+        dprec_relay_close(r);
+        return -1;
+    }
+    if (agg_enroll_policy_check(&r->enroll, err, errcap) != 0) {
         dprec_relay_close(r);
         return -1;
     }
@@ -210,6 +223,8 @@ void dprec_relay_close(dprec_relay *r) {
         dprec_wipe(r->admin_token, strlen(r->admin_token));
         free(r->admin_token);
     }
+    free((unsigned char *)r->enroll.key);
+    free((char *)r->enroll.app_id);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->q_mu);
     pthread_cond_destroy(&r->q_cv);

@@ -27,6 +27,12 @@ typedef struct dprec_relay_config {
     int sync_full;                /* 1 (default): synchronous=FULL, durable before acknowledging */
     void (*log)(void *user, const char *json_line); /* the server's log schema; NULL: none */
     void *log_user;
+    /* Who may register, as for the aggregator (agg.h, docs/protocol.md "Enrollment"): 0 open, 1 only with an
+     * enrollment token of the app's key for app_id, each token once (on this relay). */
+    int registration_token;
+    const unsigned char *enrollment_key; /* DER SubjectPublicKeyInfo, EC P-256 */
+    size_t enrollment_key_len;
+    const char *app_id;
 } dprec_relay_config;
 
 void dprec_relay_config_default(dprec_relay_config *cfg);

@@ -68,6 +68,15 @@ static void *relay_open(const dprec_srv_config *cfg, const char *admin_token, vo
     rc.admin_token = admin_token;
     rc.max_json_body = cfg->max_json_bytes;
     rc.max_share_body = cfg->max_report_bytes;
+    unsigned char ekey[512];
+    size_t ekey_len = 0;
+    if (dprec_srv_enrollment(cfg, &rc.registration_token, ekey, sizeof ekey, &ekey_len, err, sizeof err) != 0) {
+        dprec_srv_log("error", "start", "%s", err);
+        return NULL;
+    }
+    rc.enrollment_key = ekey;
+    rc.enrollment_key_len = ekey_len;
+    rc.app_id = cfg->app_id;
     rc.log = log;
     dprec_relay *r = NULL;
     if (dprec_relay_open(&rc, &r, err, sizeof err) != 0) {

@@ -45,6 +45,7 @@ typedef struct relay_op {
     struct relay_op *next;
     int64_t job, round, device;
     unsigned char token_hash[32];
+    agg_enrollment enroll;        /* OP_REGISTER: the identity and token checked on the request's thread */
     unsigned char report_id[16];
     const unsigned char *payload; /* OP_SHARE: the share's payload (the request's body) */
     cJSON *spec;                  /* OP_JOB_CREATE */
@@ -63,6 +64,7 @@ extern const char *const relay_refusal_names[8];
 struct dprec_relay {
     dprec_relay_config cfg;
     char *admin_token;
+    agg_enroll_policy enroll;   /* who may register (its key and app id copied at open) */
     sqlite3 *db;                /* the writer's (and, at open, the loader's) */
     pthread_mutex_t mu;         /* jobs, tokens, metrics */
     rjob **jobs;

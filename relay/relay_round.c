@@ -132,6 +132,22 @@ int relay_apply(dprec_relay *r, relay_op *op, scratch *sc, size_t *nsc, size_t s
     sqlite3_stmt *st = NULL;
     int rc = -1;
     if (op->kind == OP_REGISTER) {
+        const agg_enrollment *en = &op->enroll;
+        int has_token = en->has_identity && en->token_len > 0;
+        if (has_token) { /* each token registers one device (the writer is the only writer: no race) */
+            if (sqlite3_prepare_v2(r->db, "SELECT device FROM enrollments WHERE token_sha256 = ?", -1, &st, NULL) !=
+                SQLITE_OK)
+                return -1;
+            sqlite3_bind_blob(st, 1, en->token_digest, 32, SQLITE_TRANSIENT);
+            int step = sqlite3_step(st);
+            sqlite3_finalize(st);
+            if (step == SQLITE_ROW) {
+                op->device = 0;
+                agg_respond_error(op->resp, 409, "enrollment_used", "this enrollment token has registered a device already");
+                return 0;
+            }
+            if (step != SQLITE_DONE) return -1;
+        }
         if (sqlite3_prepare_v2(r->db, "INSERT INTO devices (token_hash, created) VALUES (?, ?)", -1, &st, NULL) != SQLITE_OK)
             return -1;
         sqlite3_bind_blob(st, 1, op->token_hash, 32, SQLITE_TRANSIENT);
@@ -139,6 +155,19 @@ int relay_apply(dprec_relay *r, relay_op *op, scratch *sc, size_t *nsc, size_t s
         rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
         sqlite3_finalize(st);
         op->device = rc == 0 ? sqlite3_last_insert_rowid(r->db) : 0;
+        if (rc != 0 || !en->has_identity) return rc;
+        if (sqlite3_prepare_v2(r->db, "INSERT INTO enrollments (device, identity, token, token_sha256) VALUES (?, ?, ?, ?)",
+                               -1, &st, NULL) != SQLITE_OK)
+            return -1;
+        sqlite3_bind_int64(st, 1, op->device);
+        sqlite3_bind_blob(st, 2, en->identity, sizeof en->identity, SQLITE_TRANSIENT);
+        if (has_token) {
+            sqlite3_bind_blob(st, 3, en->token, (int)en->token_len, SQLITE_TRANSIENT);
+            sqlite3_bind_blob(st, 4, en->token_digest, 32, SQLITE_TRANSIENT);
+        }
+        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1; /* a failure rolls the whole batch back (the caller) */
+        sqlite3_finalize(st);
+        if (rc != 0) op->device = 0;
         return rc;
     }
     if (op->kind == OP_JOB_CREATE) {

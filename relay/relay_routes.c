@@ -365,7 +365,16 @@ int dprec_relay_handle_async(dprec_relay *r, const dprec_agg_request *req, const
     wait_ctx *w;
     switch (p.route) {
     case R_REGISTER: {
+        cJSON *o = agg_parse_object(req, 1);
+        if (o == NULL) return refuse(r, resp, 400, "bad_json", "body is not a JSON object"), 0;
+        agg_enrollment en;
+        const char *code = NULL;
+        char msg[AGG_ERRMSG];
+        int st = agg_enroll_check_request(&r->enroll, o, (int64_t)time(NULL), &en, &code, msg, sizeof msg);
+        cJSON_Delete(o);
+        if (st != 0) return refuse(r, resp, st, code, msg), 0;
         if (enqueue(r, OP_REGISTER, resp, done, user, &w) != PENDING) return 0;
+        w->op.enroll = en;
         unsigned char raw[32];
         static const char hex[] = "0123456789abcdef";
         if (relay_random(r, raw, sizeof raw) != 0) {

@@ -31,6 +31,9 @@ int relay_exec_sql(sqlite3 *db, const char *sql) {
 
 const char relay_schema[] =
     "CREATE TABLE IF NOT EXISTS devices (id INTEGER PRIMARY KEY, token_hash BLOB NOT NULL UNIQUE, created INTEGER);"
+    /* a device's enrollment (docs/protocol.md "Enrollment"), as the aggregator keeps it */
+    "CREATE TABLE IF NOT EXISTS enrollments (device INTEGER PRIMARY KEY REFERENCES devices(id), identity BLOB NOT NULL,"
+    " token BLOB, token_sha256 BLOB UNIQUE);"
     "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, mode INTEGER, m INTEGER, coords INTEGER, shares INTEGER,"
     " max_shares INTEGER, rounds INTEGER, round INTEGER);"
     "CREATE TABLE IF NOT EXISTS rounds (job INTEGER, round INTEGER, seed BLOB, alpha_seed BLOB, grad BLOB, noise BLOB,"
@@ -209,7 +212,7 @@ void *relay_writer_main(void *arg) {
                 }
             }
             for (relay_op *op = batch; op != NULL; op = op->next) {
-                if (op->kind == OP_REGISTER) {
+                if (op->kind == OP_REGISTER && op->device > 0) { /* not one refused for a used token */
                     if (relay_tok_put(r, op->token_hash, op->device) != 0) op->device = 0;
                     r->met.registrations++;
                 } else if (op->kind == OP_JOB_CREATE && op->resp->status == 201) {

@@ -139,6 +139,12 @@ struct dprec_client {
     int relay_registered;
     uint64_t relay_device_id;
     char relay_token[DPREC_SYNC_TOKEN_LEN + 1];
+    /* the device's identity key (identity.c; durable in section 34): the scalar, and its public key once computed */
+    int has_identity, identity_pk_ready;
+    unsigned char identity_sk[32];
+    unsigned char identity_pk[65];
+    const unsigned char *enroll_token; /* the app's enrollment token, for the duration of a sync call (sync.c) */
+    size_t enroll_token_len;
     size_t resp_len;
     int resp_overflow;
     unsigned char resp[DPREC_SYNC_RESPONSE_MAX]; /* JSON responses only: releases are streamed */
@@ -220,5 +226,18 @@ unsigned char *dprec_sync_encode(const dprec_client *c, unsigned char *p);
 int dprec_sync_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
 /* Forgets the registration in memory (before a load). */
 void dprec_sync_reset(dprec_client *c);
+
+/* The device's identity key (identity.c; common/identity.h): its store section, numbered away from the others. */
+#define DPREC_SECTION_IDENTITY 34u
+size_t dprec_identity_section_max(void);
+unsigned char *dprec_identity_encode(const dprec_client *c, unsigned char *p);
+int dprec_identity_decode(dprec_client *c, const unsigned char *d, uint32_t len, int commit);
+void dprec_identity_reset(dprec_client *c);
+/* The identity, drawn and stored durably if the client has none (the store must be loaded: DPREC_ERR_STATE), and its
+ * public key computed (c->identity_pk). */
+int dprec_identity_ensure(dprec_client *c);
+/* Signs the statement (label, msg) with the identity key (common/identity.h: dprec_identity_digest). */
+int dprec_identity_sign_statement(dprec_client *c, const char *label, const void *msg, size_t len,
+                                  unsigned char sig[64]);
 
 #endif /* DPREC_CLIENT_PRIV_H */

@@ -54,7 +54,8 @@ size_t dprec_store_image_size(const dprec_config *cfg) {
     }
     return DPREC_STORE_HEADER_SIZE + DPREC_STORE_SECTION_HEADER + DPREC_STORE_RATINGS_PREFIX +
            (size_t)cfg->rating_capacity * DPREC_STORE_RECORD_SIZE + dprec_ledger_section_max(cfg) +
-           dprec_pending_section_max(cfg) + dprec_sync_section_max() + dprec_trust_section_max() + states +
+           dprec_pending_section_max(cfg) + dprec_sync_section_max() + dprec_trust_section_max() +
+           dprec_identity_section_max() + states +
            DPREC_STORE_TRAILER_MAX;
 }
 
@@ -117,7 +118,8 @@ static size_t store_encode(dprec_client *c, uint64_t generation, int *status) {
         dprec_stf32(r + 4, c->ratings[i].value);
         dprec_st64(r + 8, (uint64_t)c->ratings[i].timestamp);
     }
-    unsigned char *end = dprec_trust_encode(c, dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r))));
+    unsigned char *end = dprec_identity_encode(
+        c, dprec_trust_encode(c, dprec_sync_encode(c, dprec_pending_encode(c, dprec_ledger_encode(c, r)))));
     for (size_t i = 0; i < dprec_protocol_count; i++) {
         const dprec_proto_state *st = dprec_protocols[i]->state;
         if (st != NULL && st->section != 0 && c->proto_state[i] != NULL) end = st->encode(c, end);
@@ -175,7 +177,8 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         int rc = DPREC_OK;
         const dprec_proto_state *st = state_of_section(type);
         int trust = type == DPREC_SECTION_TRUST || type == DPREC_SECTION_TRUST_COMPACT;
-        if (type >= 1 && type < sizeof seen && (type <= DPREC_SECTION_SYNC || trust || st != NULL)) {
+        if (type >= 1 && type < sizeof seen &&
+            (type <= DPREC_SECTION_SYNC || trust || type == DPREC_SECTION_IDENTITY || st != NULL)) {
             /* a known section: once at most (the trusted release in one of its two sections) */
             uint16_t once = trust ? (uint16_t)DPREC_SECTION_TRUST : type;
             if (seen[once]) return DPREC_ERR_STORE_CORRUPT;
@@ -186,6 +189,7 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         else if (type == DPREC_SECTION_PENDING) rc = dprec_pending_decode(c, d, slen, commit);
         else if (type == DPREC_SECTION_SYNC) rc = dprec_sync_decode(c, d, slen, commit);
         else if (trust) rc = dprec_trust_decode(c, type, d, slen, commit);
+        else if (type == DPREC_SECTION_IDENTITY) rc = dprec_identity_decode(c, d, slen, commit);
         else if (st != NULL) rc = st->decode(c, d, slen, commit);
         else if (sflags & SECTION_CRITICAL) rc = DPREC_ERR_STORE_VERSION; /* a newer SDK's data we must not drop */
         if (rc != DPREC_OK) return rc;
@@ -249,6 +253,7 @@ static int store_decode(dprec_client *c, size_t len, int commit, uint64_t *gener
         c->ledger_count = 0;
         c->pending_count = 0;
         dprec_sync_reset(c); /* a file without a sync section (older SDK): not registered */
+        dprec_identity_reset(c); /* nor an identity */
         memset(&c->trusted, 0, sizeof c->trusted); /* nor a trusted release */
         for (size_t i = 0; i < dprec_protocol_count; i++) /* a file without a protocol's section: no state */
             if (c->proto_state[i] != NULL) dprec_protocols[i]->state->reset(c);
@@ -408,6 +413,7 @@ int dprec_store_load(dprec_client *c) {
     c->loaded = 0;
     c->ledger_lost = 0;
     dprec_sync_reset(c);
+    dprec_identity_reset(c);
     memset(&c->trusted, 0, sizeof c->trusted);
     if (best >= 0) {
         char name[DPREC_PORT_NAME_MAX];
@@ -420,6 +426,7 @@ int dprec_store_load(dprec_client *c) {
             c->count = c->ledger_count = c->pending_count = 0;
             c->generation = 0;
             dprec_sync_reset(c);
+            dprec_identity_reset(c);
             memset(&c->trusted, 0, sizeof c->trusted);
             return rc;
         }

@@ -41,6 +41,7 @@
 #include "bytes.h"
 #include "client_priv.h"
 #include "dprec/sync.h"
+#include "identity.h"
 #include "noise.h"
 #include "protocol.h"
 #include "report.h"
@@ -299,11 +300,70 @@ int dprec_sync_token_refused(dprec_client *c, dprec_sync_result *result) {
 
 /* ---- 1. registration ------------------------------------------------------------------------------- */
 
+static char hex_digit(unsigned v) {
+    return (char)(v < 10u ? '0' + (int)v : 'a' + (int)v - 10);
+}
+
+static size_t put_hex(char *out, const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex_digit(b[i] >> 4);
+        out[2 * i + 1] = hex_digit(b[i] & 15u);
+    }
+    return 2 * n;
+}
+
+static size_t put_str(char *out, const char *s) {
+    size_t n = strlen(s);
+    memcpy(out, s, n);
+    return n;
+}
+
+/* The registration body (docs/protocol.md "Enrollment"), the same for the aggregator and a relay:
+ *   {"identity": hex of the 65-byte key, "proof": hex of its signature of ("dprec register v1", identity || token),
+ *    "enrollment": hex of the token}     (enrollment only when the app gave one)
+ * The proof shows the device holds the identity's private key, and binds the token to it. */
+int dprec_sync_register_body(dprec_client *c, char *out, size_t cap, size_t *len) {
+    int rc = dprec_identity_ensure(c);
+    if (rc != DPREC_OK) return rc;
+    size_t tl = c->enroll_token != NULL ? c->enroll_token_len : 0u;
+    if (tl > DPREC_ENROLL_TOKEN_MAX) return DPREC_ERR_ENROLLMENT; /* no aggregator would take it */
+    unsigned char msg[DPREC_IDENTITY_PK_SIZE + DPREC_ENROLL_TOKEN_MAX], sig[DPREC_IDENTITY_SIG_SIZE];
+    memcpy(msg, c->identity_pk, DPREC_IDENTITY_PK_SIZE);
+    if (tl > 0) memcpy(msg + DPREC_IDENTITY_PK_SIZE, c->enroll_token, tl);
+    rc = dprec_identity_sign_statement(c, DPREC_REGISTER_LABEL, msg, DPREC_IDENTITY_PK_SIZE + tl, sig);
+    if (rc != DPREC_OK) return rc;
+    if (cap < DPREC_SYNC_REGISTER_BODY_MAX) return DPREC_ERR_INTERNAL;
+    size_t n = put_str(out, "{\"identity\":\"");
+    n += put_hex(out + n, c->identity_pk, DPREC_IDENTITY_PK_SIZE);
+    n += put_str(out + n, "\",\"proof\":\"");
+    n += put_hex(out + n, sig, sizeof sig);
+    if (tl > 0) {
+        n += put_str(out + n, "\",\"enrollment\":\"");
+        n += put_hex(out + n, c->enroll_token, tl);
+    }
+    n += put_str(out + n, "\"}");
+    *len = n;
+    return DPREC_OK;
+}
+
+/* A registration refused for its enrollment (403 enrollment_refused or enrollment_required, 409 enrollment_used):
+ * permanent until the app brings a (new) token, so DPREC_ERR_ENROLLMENT rather than a protocol error. */
+int dprec_sync_register_refusal(const dprec_client *c, int status, const char *code) {
+    if ((status == 403 || status == 409) && strncmp(code, "enrollment", 10) == 0) {
+        dprec_client_log(c, DPREC_LOG_WARN, "sync: registration refused: ", code);
+        return DPREC_ERR_ENROLLMENT;
+    }
+    return DPREC_ERR_PROTOCOL;
+}
+
 static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, int *retry) {
-    static const unsigned char body[] = "{}";
+    char body[DPREC_SYNC_REGISTER_BODY_MAX];
+    size_t body_len = 0;
     dprec_http_response resp;
     *retry = 0;
-    int rc = exchange(c, t, "POST", "/v1/register", 0, "application/json", body, sizeof body - 1, &resp);
+    int rc = dprec_sync_register_body(c, body, sizeof body, &body_len);
+    if (rc != DPREC_OK) return rc;
+    rc = exchange(c, t, "POST", "/v1/register", 0, "application/json", (const unsigned char *)body, body_len, &resp);
     if (rc != DPREC_OK) {
         *retry = 1;
         return dprec_sync_transport_failure(c, result, rc);
@@ -312,7 +372,11 @@ static int do_register(dprec_client *c, const dprec_transport *t, dprec_sync_res
         *retry = 1;
         return dprec_sync_retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
     }
-    if (resp.status != 201 && resp.status != 200) return DPREC_ERR_PROTOCOL;
+    if (resp.status != 201 && resp.status != 200) {
+        char code[32];
+        error_code(c, code, sizeof code);
+        return dprec_sync_register_refusal(c, resp.status, code);
+    }
     dprec_json_doc doc;
     uint64_t device_id = 0;
     char token[DPREC_SYNC_TOKEN_LEN + 1];
@@ -833,6 +897,15 @@ int dprec_client_sync(dprec_client *c, const dprec_transport *app_t, const dprec
     dprec_transport t;
     dprec_sync_config cfg;
     int rc = DPREC_ABI_COPY_IN(&t, app_t);
-    if (rc == DPREC_OK) rc = DPREC_ABI_COPY_IN(&cfg, app_cfg);
-    return rc == DPREC_OK ? client_sync(c, &t, &cfg, result) : rc;
+    /* enrollment_token came in 0.3: a 0.2 app's smaller struct is read as far as it goes (abi.h) */
+    if (rc == DPREC_OK)
+        rc = dprec_abi_copy_in(&cfg, sizeof cfg, app_cfg, offsetof(dprec_sync_config, enrollment_token));
+    if (rc != DPREC_OK) return rc;
+    if (cfg.enrollment_token == NULL && cfg.enrollment_token_len > 0) return DPREC_ERR_INVALID_ARGUMENT;
+    c->enroll_token = cfg.enrollment_token; /* borrowed for this call only (registration with the aggregator or a relay) */
+    c->enroll_token_len = cfg.enrollment_token_len;
+    rc = client_sync(c, &t, &cfg, result);
+    c->enroll_token = NULL;
+    c->enroll_token_len = 0;
+    return rc;
 }

@@ -37,6 +37,14 @@ int dprec_sync_retry_later(dprec_client *c, dprec_sync_result *result, int cause
 int dprec_sync_transport_failure(dprec_client *c, dprec_sync_result *result, int rc);
 /* The aggregator refused the device token (401): forgets it durably, registers again on the next call. */
 int dprec_sync_token_refused(dprec_client *c, dprec_sync_result *result);
+/* The registration body for the aggregator and a relay (identity, proof, and the call's enrollment token), into out
+ * (cap >= DPREC_SYNC_REGISTER_BODY_MAX); creates the identity if the device has none. */
+#define DPREC_REGISTER_LABEL "dprec register v1"
+#define DPREC_SYNC_REGISTER_BODY_MAX (64u + 2u * (65u + 64u + 231u))
+int dprec_sync_register_body(dprec_client *c, char *out, size_t cap, size_t *len);
+/* A refused registration's status: DPREC_ERR_ENROLLMENT for an enrollment refusal (code "enrollment_..."), else
+ * DPREC_ERR_PROTOCOL. */
+int dprec_sync_register_refusal(const dprec_client *c, int status, const char *code);
 
 /* ---- sync_relay.c: the relay (dpmf's relay modes) ---------------------------------------------------------- */
 

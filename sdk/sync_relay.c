@@ -72,11 +72,16 @@ static int relay_token_refused(dprec_client *c, dprec_sync_result *result) {
 
 /* Registers with the relay (POST /v1/register there); the token is durable before it is used. */
 int dprec_sync_relay_register(dprec_client *c, const dprec_transport *t, dprec_sync_result *result, int *retry) {
-    static const unsigned char body[] = "{}";
+    char body[DPREC_SYNC_REGISTER_BODY_MAX];
+    size_t body_len = 0;
     dprec_http_response resp;
     relay_buf rb;
     *retry = 0;
-    int rc = relay_exchange(c, t, "POST", "/v1/register", 0, "application/json", body, sizeof body - 1, &resp, &rb);
+    int rc = dprec_sync_register_body(c, body, sizeof body, &body_len); /* the same identity and token as the
+                                                                         * aggregator's registration */
+    if (rc != DPREC_OK) return rc;
+    rc = relay_exchange(c, t, "POST", "/v1/register", 0, "application/json", (const unsigned char *)body, body_len,
+                        &resp, &rb);
     if (rc != DPREC_OK) {
         *retry = 1;
         return dprec_sync_transport_failure(c, result, rc);
@@ -85,9 +90,15 @@ int dprec_sync_relay_register(dprec_client *c, const dprec_transport *t, dprec_s
         *retry = 1;
         return dprec_sync_retry_later(c, result, DPREC_ERR_NETWORK, resp.retry_after);
     }
-    if (resp.status != 201 && resp.status != 200) return DPREC_ERR_PROTOCOL;
     dprec_json_token tok[RELAY_JSON_TOKENS];
     dprec_json_doc doc;
+    if (resp.status != 201 && resp.status != 200) {
+        char code[32] = "";
+        if (dprec_json_parse(&doc, (const char *)rb.b, rb.n, tok, RELAY_JSON_TOKENS) == DPREC_OK &&
+            tok[0].type == DPREC_JSON_OBJECT)
+            (void)dprec_json_get_string(&doc, 0, "error", code, sizeof code, NULL);
+        return dprec_sync_register_refusal(c, resp.status, code);
+    }
     uint64_t id = 0;
     char token[DPREC_SYNC_TOKEN_LEN + 1];
     size_t token_len = 0;

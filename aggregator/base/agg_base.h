@@ -96,10 +96,31 @@ typedef struct agg_metrics {
 /* The core's handle. Every layer's fields are here, each group named by the layer that owns it; a layer touches only
  * its own group and the base's. The store's are behind one pointer (state/agg_store.h): nothing above state/ sees a
  * database type. */
+/* ---- enrollment (base/agg_enroll.c; docs/protocol.md "Enrollment"), shared with the relay's core ---------------- */
+
+/* Who may register: open, or only with a token of the app's enrollment key (dprec_agg_config). */
+typedef struct agg_enroll_policy {
+    int token;
+    const unsigned char *key; /* DER SubjectPublicKeyInfo */
+    size_t key_len;
+    const char *app_id;
+} agg_enroll_policy;
+
+/* A registration's enrollment, as the store keeps it: the identity key the device proved it holds (none from an
+ * older device in open registration), and the token it enrolled with (token_len 0 in open registration). */
+typedef struct agg_enrollment {
+    int has_identity;
+    unsigned char identity[65];
+    unsigned char token[231];
+    size_t token_len;
+    unsigned char token_digest[32]; /* the token's id: each token registers once */
+} agg_enrollment;
+
 struct dprec_agg {
     /* base: the configuration, the CSPRNG, the counters and the clock */
     dprec_agg_config cfg;
     char *admin_token;
+    agg_enroll_policy enroll;  /* who may register (its key and app id copied at open) */
     pthread_mutex_t rng_mu;
     dprec_rng rng;
     pthread_mutex_t m_mu;
@@ -147,6 +168,16 @@ int agg_pairs_check(const unsigned char *q, uint32_t n, uint32_t m, uint32_t *re
  * object body (NULL when it is not one; an empty body is {} when allow_empty); the token of an "Authorization:
  * Bearer" header (NULL when none); a decimal id in [1, 2^53] (0 when not one). */
 int agg_respond_raw(dprec_agg_response *resp, int status, const char *type, unsigned char *body, size_t len);
+/* ---- enrollment (base/agg_enroll.c; the types are above struct dprec_agg) ---------------------------------- */
+
+/* Checks the policy is usable (a token policy needs an EC P-256 key and a valid app id). 0, or -1 with a message. */
+int agg_enroll_policy_check(const agg_enroll_policy *pol, char *err, size_t errcap);
+/* Reads and checks a registration body's "identity", "proof" and "enrollment" (hex) against the policy at `now`
+ * (unix seconds): 0 and *out filled; or an HTTP status with *code and a message (400 bad_field for malformed fields,
+ * 403 enrollment_required / enrollment_refused). Two ECDSA verifications at most: the token's and the proof's. */
+int agg_enroll_check_request(const agg_enroll_policy *pol, const cJSON *body, int64_t now, agg_enrollment *out,
+                             const char **code, char *msg, size_t msgcap);
+
 int agg_respond_error(dprec_agg_response *resp, int status, const char *code, const char *msg);
 int agg_respond_json(dprec_agg_response *resp, int status, cJSON *o);
 cJSON *agg_parse_object(const dprec_agg_request *req, int allow_empty);

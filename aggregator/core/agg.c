@@ -46,6 +46,15 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
     if (a->cfg.max_report_body == 0) a->cfg.max_report_body = (size_t)16 << 20;
     a->admin_token = strdup(cfg->admin_token);
     a->cfg.admin_token = a->admin_token;
+    a->enroll.token = cfg->registration_token != 0;
+    if (a->enroll.token) { /* the caller's key and app id are not kept: copies */
+        a->enroll.key = cfg->enrollment_key != NULL ? malloc(cfg->enrollment_key_len) : NULL;
+        if (a->enroll.key != NULL) memcpy((unsigned char *)a->enroll.key, cfg->enrollment_key, cfg->enrollment_key_len);
+        a->enroll.key_len = a->enroll.key != NULL ? cfg->enrollment_key_len : 0;
+        a->enroll.app_id = cfg->app_id != NULL ? strdup(cfg->app_id) : NULL;
+    }
+    a->cfg.enrollment_key = NULL;
+    a->cfg.app_id = NULL;
     pthread_mutex_init(&a->rng_mu, NULL);
     pthread_mutex_init(&a->sign_mu, NULL);
     pthread_mutex_init(&a->m_mu, NULL);
@@ -64,7 +73,8 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
         dprec_agg_close(a);
         return -1;
     }
-    if (agg_key_load_or_create(a, err, errcap) != 0 || agg_state_open(a, err, errcap) != 0) {
+    if (agg_enroll_policy_check(&a->enroll, err, errcap) != 0 || agg_key_load_or_create(a, err, errcap) != 0 ||
+        agg_state_open(a, err, errcap) != 0) {
         dprec_agg_close(a);
         return -1;
     }
@@ -118,6 +128,8 @@ void dprec_agg_close(dprec_agg *a) {
         dprec_wipe(a->admin_token, strlen(a->admin_token));
         free(a->admin_token);
     }
+    free((unsigned char *)a->enroll.key);
+    free((char *)a->enroll.app_id);
     free(a);
 }
 
@@ -131,7 +143,8 @@ size_t dprec_agg_public_key(dprec_agg *a, unsigned char *out, size_t cap) {
 
 static const char *const reason_names[] = {"bad_report", "bad_field", "unauthorized", "round_closed",
                                            "already_reported", "job_done", "too_large", "not_found",
-                                           "internal", "other"};
+                                           "internal", "enrollment_required", "enrollment_refused",
+                                           "enrollment_used", "other"};
 enum { N_REASONS = sizeof reason_names / sizeof reason_names[0] };
 
 void agg_count_reject(dprec_agg *a, const char *code) {

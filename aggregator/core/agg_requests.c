@@ -299,9 +299,18 @@ static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg
         return agg_respond_error(resp, 400, "bad_field", "platform must be a string of at most 64 bytes without control "
                                                       "characters");
     }
+    agg_enrollment en;
+    const char *code = NULL;
+    char msg[AGG_ERRMSG];
+    int st = agg_enroll_check_request(&a->enroll, o, agg_now(a), &en, &code, msg, sizeof msg);
+    if (st != 0) {
+        cJSON_Delete(o);
+        return agg_respond_error(resp, st, code, msg);
+    }
     agg_call *c = call_new(a, req, resp, R_REGISTER, CALL_REGISTER, AGG_OP_REGISTER, ctx);
     char *platform = pf != NULL ? strdup(pf->valuestring) : NULL;
     cJSON_Delete(o);
+    if (c != NULL) c->op.enroll = en;
     if (c == NULL || (pf != NULL && platform == NULL)) {
         free(c);
         free(platform);

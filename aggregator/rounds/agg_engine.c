@@ -131,9 +131,12 @@ fail:
 }
 
 static void register_one(dprec_agg *a, agg_op *op, int64_t now) {
-    op->id = agg_store_device_insert(a, op->token_hash, op->platform, now);
+    op->id = agg_store_device_insert(a, op->token_hash, op->platform, &op->enroll, now);
     if (op->id > 0) {
         agg_engine_outcome(op, 201, NULL, "");
+    } else if (op->id == AGG_STORE_TOKEN_USED) {
+        op->id = -1;
+        agg_engine_outcome(op, 409, "enrollment_used", "this enrollment token has registered a device already");
     } else {
         agg_store_log_error(a, "register");
         agg_engine_outcome(op, 500, "internal", "could not store the device");

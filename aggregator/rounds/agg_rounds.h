@@ -45,6 +45,7 @@ typedef struct agg_op {
     /* AGG_OP_REGISTER */
     unsigned char token_hash[32];
     const char *platform;          /* NULL: none */
+    agg_enrollment enroll;         /* the identity and token the request layer checked (base/agg_enroll.c) */
     /* AGG_OP_JOB_CREATE: the spec (id set), its JSON, and release 1 (signed by the caller) */
     const agg_job *spec;
     const char *spec_json;

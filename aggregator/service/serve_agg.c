@@ -25,6 +25,15 @@ static void *agg_open(const dprec_srv_config *cfg, const char *admin_token, void
         ac.group_commit_us = cfg->group_commit_us;
     }
     ac.keep_report_payloads = cfg->keep_reports;
+    unsigned char ekey[512];
+    size_t ekey_len = 0;
+    if (dprec_srv_enrollment(cfg, &ac.registration_token, ekey, sizeof ekey, &ekey_len, err, sizeof err) != 0) {
+        dprec_srv_log("error", "start", "%s", err);
+        return NULL;
+    }
+    ac.enrollment_key = ekey;
+    ac.enrollment_key_len = ekey_len;
+    ac.app_id = cfg->app_id;
     ac.log = log;
     ac.log_user = NULL;
     dprec_agg *a = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <mbedtls/pk.h>
 
 #include "server.h"
 
@@ -49,6 +50,11 @@ const char dprec_srv_agg_help[] =
     "  --keep-reports 0|1       1: keep the report payloads of finalized rounds (default 0: dropped when\n"
     "                           the round's release is stored; report ids stay, so retries are recognized)\n"
     "  --log-level LEVEL        info (default) or debug (adds one line per request)\n"
+    "  --registration open|token  who may register (default open); token: only devices with an enrollment\n"
+    "                           token that the app's backend signed (docs/protocol.md \"Enrollment\"), one device\n"
+    "                           a token; needs --enrollment-key and --app-id\n"
+    "  --enrollment-key FILE    the app's enrollment public key (EC P-256, PEM or DER) that signs the tokens\n"
+    "  --app-id ID              the app id the tokens must name (1-64 printable characters, no spaces)\n"
     "  -h, --help               this text\n"
     "\n"
     "On start it prints (as JSON log lines on stderr) the listening ports, where the certificate, its\n"
@@ -105,6 +111,9 @@ static const str_key str_keys[] = {
     SK("admin_token", NULL, admin_token),
     SK("cert", "--cert", cert),
     SK("key", "--key", key),
+    SK("registration", "--registration", registration),
+    SK("enrollment_key", "--enrollment-key", enrollment_key),
+    SK("app_id", "--app-id", app_id),
 };
 
 typedef struct num_key {
@@ -252,6 +261,7 @@ int dprec_srv_config_load(const dprec_srv_backend *b, dprec_srv_config *cfg, int
     cfg->register_per_minute = 60;
     cfg->drain_seconds = 30;
     cfg->group_commit_us = -1;
+    snprintf(cfg->registration, sizeof cfg->registration, "open");
 
     /* First pass: --help and --config. */
     for (int i = 1; i < argc; i++) {
@@ -316,10 +326,50 @@ int dprec_srv_config_load(const dprec_srv_backend *b, dprec_srv_config *cfg, int
         snprintf(err, errcap, "--cert and --key go together (give both, or neither for a generated certificate)");
         return 2;
     }
+    if (strcmp(cfg->registration, "open") != 0 && strcmp(cfg->registration, "token") != 0) {
+        snprintf(err, errcap, "--registration must be open or token");
+        return 2;
+    }
+    if (strcmp(cfg->registration, "token") == 0 && (cfg->enrollment_key[0] == '\0' || cfg->app_id[0] == '\0')) {
+        snprintf(err, errcap, "--registration token needs --enrollment-key FILE and --app-id ID");
+        return 2;
+    }
     if (cfg->state_dir[0] == '\0') {
         /* No implicit state directory: starting a service by accident in the wrong place is worse. */
         snprintf(err, errcap, "give --state-dir DIR (or a --config file with state_dir); see --help");
         return 2;
     }
+    return 0;
+}
+
+int dprec_srv_enrollment(const dprec_srv_config *cfg, int *token, unsigned char *der, size_t cap, size_t *len,
+                         char *err, size_t errcap)
+{
+    *token = strcmp(cfg->registration, "token") == 0;
+    *len = 0;
+    if (!*token) {
+        return 0;
+    }
+    size_t n = 0;
+    char *text = dprec_srv_read_file(cfg->enrollment_key, 1u << 16, &n);
+    if (text == NULL) {
+        snprintf(err, errcap, "cannot read the enrollment key %s", cfg->enrollment_key);
+        return 2;
+    }
+    /* mbedTLS reads PEM from a NUL-terminated buffer whose length counts the NUL, DER as it is */
+    int pem = n > 10 && strstr(text, "-----BEGIN") != NULL;
+    mbedtls_pk_context pk;
+    mbedtls_pk_init(&pk);
+    int rc = mbedtls_pk_parse_public_key(&pk, (const unsigned char *)text, pem ? n + 1 : n);
+    free(text);
+    int w = rc == 0 ? mbedtls_pk_write_pubkey_der(&pk, der, cap) : rc;
+    int ok = rc == 0 && w > 0 && mbedtls_pk_can_do(&pk, MBEDTLS_PK_ECDSA) && mbedtls_pk_get_bitlen(&pk) == 256;
+    mbedtls_pk_free(&pk);
+    if (!ok) {
+        snprintf(err, errcap, "%s is not an EC P-256 public key (PEM or DER)", cfg->enrollment_key);
+        return 2;
+    }
+    memmove(der, der + cap - (size_t)w, (size_t)w); /* mbedtls_pk_write_pubkey_der writes at the end of the buffer */
+    *len = (size_t)w;
     return 0;
 }

@@ -38,6 +38,9 @@ typedef struct dprec_srv_config {
     int group_commit_us;         /* -1: the core's default */
     int keep_reports;            /* 1: keep the report payloads of finalized rounds (default 0: dropped) */
     int log_debug;               /* 1: one log line per request */
+    char registration[16];       /* "open" (default) or "token" (docs/protocol.md "Enrollment") */
+    char enrollment_key[DPREC_SRV_PATH_MAX]; /* the app's enrollment public key (PEM or DER), with "token" */
+    char app_id[80];             /* the app the enrollment tokens must name, with "token" */
 } dprec_srv_config;
 
 /* The service the HTTPS front end serves: the aggregator's core (serve_agg.c) or the relay's (relay/relay_main.c).
@@ -99,5 +102,11 @@ char *dprec_srv_read_file(const char *path, size_t max, size_t *len);
 
 /* Writes data atomically (temp file, fsync, rename) with the given mode. Returns 0 or -1 (errno set). */
 int dprec_srv_write_file(const char *path, const void *data, size_t len, unsigned mode);
+
+/* The enrollment policy of cfg as the cores take it (agg.h: registration_token, enrollment_key, app_id): with
+ * registration "token", the key file read and converted to DER into der (cap bytes, *len). 0, or 2 with a message
+ * (the operator's mistake: a usage error). */
+int dprec_srv_enrollment(const dprec_srv_config *cfg, int *token, unsigned char *der, size_t cap, size_t *len,
+                         char *err, size_t errcap);
 
 #endif /* DPREC_AGG_SERVER_H */

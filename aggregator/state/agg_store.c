@@ -376,8 +376,19 @@ undo: /* the batch commits: take the row back out, or it would stay without its 
     return -1;
 }
 
-int64_t agg_store_device_insert(dprec_agg *a, const unsigned char token_hash[32], const char *platform, int64_t now) {
+int64_t agg_store_device_insert(dprec_agg *a, const unsigned char token_hash[32], const char *platform,
+                                const agg_enrollment *en, int64_t now) {
     agg_conn *w = &a->store->w;
+    int has_token = en != NULL && en->has_identity && en->token_len > 0;
+    if (has_token) { /* the writer is the only one writing: checking first cannot race */
+        sqlite3_stmt *st = prep(w, "SELECT device FROM enrollments WHERE token_sha256 = ?");
+        if (st == NULL) return -1;
+        sqlite3_bind_blob(st, 1, en->token_digest, 32, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        finish(w, st);
+        if (rc == SQLITE_ROW) return AGG_STORE_TOKEN_USED;
+        if (rc != SQLITE_DONE) return -1;
+    }
     sqlite3_stmt *st = prep(w, "INSERT INTO devices(token_sha256, platform, created_at) VALUES(?, ?, ?)");
     int64_t id = -1;
     if (st != NULL) {
@@ -387,7 +398,57 @@ int64_t agg_store_device_insert(dprec_agg *a, const unsigned char token_hash[32]
         if (sqlite3_step(st) == SQLITE_DONE) id = sqlite3_last_insert_rowid(w->db);
         finish(w, st);
     }
-    return id;
+    if (id <= 0 || en == NULL || !en->has_identity) return id;
+    st = prep(w, "INSERT INTO enrollments(device, identity, token, token_sha256) VALUES(?, ?, ?, ?)");
+    int ok = 0;
+    if (st != NULL) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_blob(st, 2, en->identity, sizeof en->identity, SQLITE_STATIC);
+        if (has_token) {
+            sqlite3_bind_blob(st, 3, en->token, (int)en->token_len, SQLITE_STATIC);
+            sqlite3_bind_blob(st, 4, en->token_digest, 32, SQLITE_STATIC);
+        }
+        ok = sqlite3_step(st) == SQLITE_DONE;
+        finish(w, st);
+    }
+    if (ok) return id;
+    /* the batch commits: take the device back out, or it would stay registered without its enrollment */
+    st = prep(w, "DELETE FROM devices WHERE id = ?");
+    if (st != NULL) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_step(st);
+        finish(w, st);
+    }
+    return -1;
+}
+
+int agg_store_device_enrollment(dprec_agg *a, int64_t device, agg_enrollment *out) {
+    memset(out, 0, sizeof *out);
+    agg_conn *c = reader_get(a);
+    sqlite3_stmt *st = prep(c, "SELECT identity, token, token_sha256 FROM enrollments WHERE device = ?");
+    int result = -1;
+    if (st != NULL) {
+        sqlite3_bind_int64(st, 1, device);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            int n = sqlite3_column_bytes(st, 0), tn = sqlite3_column_bytes(st, 1);
+            if (n == (int)sizeof out->identity && tn >= 0 && (size_t)tn <= sizeof out->token) {
+                memcpy(out->identity, sqlite3_column_blob(st, 0), sizeof out->identity);
+                out->has_identity = 1;
+                if (tn > 0) {
+                    memcpy(out->token, sqlite3_column_blob(st, 1), (size_t)tn);
+                    out->token_len = (size_t)tn;
+                    if (sqlite3_column_bytes(st, 2) == 32) memcpy(out->token_digest, sqlite3_column_blob(st, 2), 32);
+                }
+                result = 1;
+            }
+        } else if (rc == SQLITE_DONE) {
+            result = 0;
+        }
+        finish(c, st);
+    }
+    reader_put(c);
+    return result;
 }
 
 int agg_store_job_insert(dprec_agg *a, const agg_job *spec, const char *protocol, uint16_t proto_id,

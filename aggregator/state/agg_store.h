@@ -77,8 +77,15 @@ int agg_store_report_find(dprec_agg *a, int64_t job, const unsigned char report_
 int agg_store_report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t device,
                             const unsigned char report_id[DPREC_REPORT_ID_SIZE], const unsigned char *bytes,
                             size_t len, int64_t now);
-/* Stores a device by its token's SHA-256 (platform may be NULL). Its id (> 0), or -1. */
-int64_t agg_store_device_insert(dprec_agg *a, const unsigned char token_hash[32], const char *platform, int64_t now);
+/* Stores a device by its token's SHA-256 (platform may be NULL) with its enrollment (identity and token; en may be
+ * NULL or without identity: none). Its id (> 0); AGG_STORE_TOKEN_USED if the enrollment token registered a device
+ * before (nothing stored); -1 on a database error. */
+#define AGG_STORE_TOKEN_USED (-2)
+int64_t agg_store_device_insert(dprec_agg *a, const unsigned char token_hash[32], const char *platform,
+                                const agg_enrollment *en, int64_t now);
+/* A device's enrollment (identity, and token when it registered with one) from a reader: 1 found, 0 the device has
+ * none (unknown, or registered openly without an identity), -1 error. */
+int agg_store_device_enrollment(dprec_agg *a, int64_t device, agg_enrollment *out);
 /* Stores a job (spec->id set, running, round 1, deadline now + round_seconds) and its release 1 (signed). The
  * protocol's name and wire id are the spec's protocol's. 0 or -1. */
 int agg_store_job_insert(dprec_agg *a, const agg_job *spec, const char *protocol, uint16_t proto_id,

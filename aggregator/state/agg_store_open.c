@@ -29,6 +29,12 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS devices("
     " id INTEGER PRIMARY KEY AUTOINCREMENT, token_sha256 BLOB NOT NULL UNIQUE, platform TEXT,"
     " created_at INTEGER NOT NULL);"
+    /* A device's enrollment (docs/protocol.md "Enrollment"): the identity key it proved it holds, and the token it
+     * registered with (NULL in open registration; its digest unique: each token registers one device). A table of
+     * its own, so that a state written before enrollment opens unchanged: its devices have no row here. */
+    "CREATE TABLE IF NOT EXISTS enrollments("
+    " device INTEGER PRIMARY KEY REFERENCES devices(id), identity BLOB NOT NULL, token BLOB,"
+    " token_sha256 BLOB UNIQUE);"
     "CREATE TABLE IF NOT EXISTS reports("
     " id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), round INTEGER NOT NULL,"
     " device INTEGER NOT NULL REFERENCES devices(id), report_id BLOB NOT NULL, bytes BLOB NOT NULL,"

@@ -24,7 +24,7 @@
 #endif
 
 /* DER SEQUENCE { INTEGER r, INTEGER s } (RFC 5480) of a fresh randomized ECDSA signature of digest. */
-static int tool_sign_digest(mbedtls_pk_context *key, const unsigned char digest[32],
+static inline int tool_sign_digest(mbedtls_pk_context *key, const unsigned char digest[32],
                             int (*rng)(void *, unsigned char *, size_t), void *rng_ctx, unsigned char *out,
                             size_t *out_len) {
     mbedtls_ecp_keypair *kp = mbedtls_pk_ec(*key);
@@ -52,7 +52,7 @@ static int tool_sign_digest(mbedtls_pk_context *key, const unsigned char digest[
     return rc;
 }
 
-static int tool_sign_release(mbedtls_pk_context *key, int (*rng)(void *, unsigned char *, size_t), void *rng_ctx,
+static inline int tool_sign_release(mbedtls_pk_context *key, int (*rng)(void *, unsigned char *, size_t), void *rng_ctx,
                              unsigned char *buf, size_t *len) {
     size_t body = *len - DPREC_RELEASE_DIGEST_SIZE, sig_len = 72, got = 0;
     unsigned char digest[32], sig[MBEDTLS_ECDSA_MAX_LEN];

@@ -71,6 +71,13 @@ typedef struct dprec_sync_config {
      * fetches the relay's view of the open round before it builds the report, and sends the report's tail to the relay
      * only after the aggregator acknowledged its head. NULL (the default): such jobs are refused (DPREC_ERR_CONFIG). */
     const dprec_transport *relay;
+    /* Optional (added in 0.3): the enrollment token the app's own backend signed for this device's identity key
+     * (dprec_identity_key; docs/protocol.md "Enrollment"), sent when the device registers with the aggregator and with
+     * a relay. An aggregator whose registration is "token" refuses a device without a valid one
+     * (DPREC_ERR_ENROLLMENT: ask the backend for a token, then sync again); one whose registration is "open" ignores
+     * it. The SDK keeps no copy: the app passes the token on every sync until the device is registered. */
+    const unsigned char *enrollment_token;
+    size_t enrollment_token_len;
 } dprec_sync_config;
 
 typedef enum dprec_sync_outcome {
@@ -146,6 +153,19 @@ typedef struct dprec_sync_result {
  * mbedtls_memory_buffer_alloc_init over a static buffer. No threads, no sleeping. */
 DPREC_API int dprec_client_sync(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
                                 dprec_sync_result *result);
+
+/* The size of a device's identity key: an uncompressed ECDSA P-256 point, 0x04 || X || Y. */
+#define DPREC_IDENTITY_KEY_SIZE 65u
+
+/* The device's identity public key into out. The key pair is drawn from the client's CSPRNG the first time it is
+ * needed and stored durably before this returns (c must have been loaded: DPREC_ERR_STATE otherwise; the store's
+ * errors pass through); afterwards it never changes, and the private key never leaves the store. Every registration
+ * sends it, with a proof that the device holds the private key. An app whose aggregator enrolls devices with tokens
+ * sends this key to its own backend, which signs an enrollment token for it (docs/protocol.md "Enrollment"); the
+ * device also signs its secure-aggregation keys with it, so that a server cannot pass keys of its own off as an
+ * enrolled device's (docs/privacy.md "Secure aggregation"). Computing it the first time after a load takes one
+ * scalar multiplication (mbedTLS's bignum code callocs internally, as for a release signature). */
+DPREC_API int dprec_identity_key(dprec_client *c, unsigned char out[DPREC_IDENTITY_KEY_SIZE]);
 
 DPREC_END_DECLS
 

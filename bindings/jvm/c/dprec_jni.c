@@ -356,6 +356,15 @@ JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeUserVector(JNIEnv *env, 
     return rc;
 }
 
+JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeIdentityKey(JNIEnv *env, jclass cls, jlong h, jbyteArray out) {
+    (void)cls;
+    unsigned char pk[DPREC_IDENTITY_KEY_SIZE];
+    if (out == NULL || (*env)->GetArrayLength(env, out) != (jsize)sizeof pk) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = dprec_identity_key(state_of(h)->client, pk);
+    if (rc == DPREC_OK) (*env)->SetByteArrayRegion(env, out, 0, (jsize)sizeof pk, (const jbyte *)pk);
+    return rc;
+}
+
 /* ---- sync: the transport is a Java object (org.dprec.Transport) ---------------------------------------------- */
 
 /* The sink the SDK gave for one response, as org.dprec.DprecClient.Sink holds it (two longs: the function and its
@@ -466,14 +475,20 @@ static int java_request(void *ctx, const dprec_http_request *req, dprec_http_sin
 
 /* One step of the sync loop: out gets {outcome, retry_after_ms, round, release_version, job_done, last_error}. */
 JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeSync(JNIEnv *env, jclass cls, jlong h, jobject transport,
-                                                             jlong job, jbyteArray key, jlongArray out) {
+                                                             jlong job, jbyteArray key, jbyteArray token,
+                                                             jlongArray out) {
     (void)cls;
     jni_state *st = state_of(h);
     if (transport == NULL || key == NULL || out == NULL || (*env)->GetArrayLength(env, out) < 6)
         return DPREC_ERR_INVALID_ARGUMENT;
-    unsigned char k[512];
+    unsigned char k[512], tok[512];
     jsize kn = key_in(env, key, k, (jsize)sizeof k);
     if (kn <= 0) return DPREC_ERR_CONFIG;
+    jsize tn = 0;
+    if (token != NULL) {
+        tn = key_in(env, token, tok, (jsize)sizeof tok);
+        if (tn <= 0) return DPREC_ERR_ENROLLMENT; /* empty, or longer than any token */
+    }
     dprec_transport t;
     DPREC_STRUCT_INIT(&t);
     t.ctx = st;
@@ -483,6 +498,8 @@ JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeSync(JNIEnv *env, jclass
     sc.job_id = (uint64_t)job;
     sc.release_key = k;
     sc.release_key_len = (size_t)kn;
+    sc.enrollment_token = tn > 0 ? tok : NULL;
+    sc.enrollment_token_len = (size_t)tn;
     st->env = env;
     st->transport = transport;
     st->thrown = NULL;

@@ -384,12 +384,32 @@ public final class DprecClient implements AutoCloseable {
      * other than an IOException ends the sync and is rethrown here.
      */
     public synchronized SyncResult sync(Transport transport, long jobId, byte[] releaseKey) {
+        return sync(transport, jobId, releaseKey, null);
+    }
+
+    /**
+     * As {@link #sync(Transport, long, byte[])}, with the enrollment token the app's backend signed for this device's
+     * {@link #identityKey()} (docs/protocol.md, "Enrollment"): an aggregator that registers only enrolled devices
+     * refuses a device without a valid one with {@link Status#ENROLLMENT}. May be null; it is only sent while the
+     * device registers.
+     */
+    public synchronized SyncResult sync(Transport transport, long jobId, byte[] releaseKey, byte[] enrollmentToken) {
         if (transport == null || releaseKey == null || releaseKey.length == 0) {
             throw new IllegalArgumentException("a transport and the aggregator's release key are required");
         }
         long[] v = new long[6];
-        check(nativeSync(h(), transport, jobId, releaseKey, v), "sync job " + jobId);
+        check(nativeSync(h(), transport, jobId, releaseKey, enrollmentToken, v), "sync job " + jobId);
         return new SyncResult(v);
+    }
+
+    /**
+     * The device's identity public key (65 bytes: an uncompressed P-256 point), drawn and stored durably the first
+     * time, the same ever after. The app sends it to its own backend to get an enrollment token signed for it.
+     */
+    public synchronized byte[] identityKey() {
+        byte[] out = new byte[65];
+        check(nativeIdentityKey(h(), out), "identity key");
+        return out;
     }
 
     /** The bytes of the buffer the SDK uses (its peak: it never grows after open). */
@@ -453,5 +473,7 @@ public final class DprecClient implements AutoCloseable {
     private static native int nativeFit(long h, ByteBuffer release, long len);
     private static native int nativePredict(long h, ByteBuffer release, long len, int item, float[] score);
     private static native int nativeUserVector(long h, float[] out);
-    private static native int nativeSync(long h, Transport transport, long jobId, byte[] key, long[] out);
+    private static native int nativeSync(long h, Transport transport, long jobId, byte[] key, byte[] token,
+                                         long[] out);
+    private static native int nativeIdentityKey(long h, byte[] out);
 }

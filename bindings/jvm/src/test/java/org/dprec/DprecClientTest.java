@@ -1,5 +1,6 @@
 package org.dprec;
 
+import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertNotNull;
@@ -327,12 +328,14 @@ public class DprecClientTest {
         final byte[] cert;
         final String adminToken;
 
-        Aggregator(File state) throws Exception {
+        Aggregator(File state, String... extra) throws Exception {
             this.state = state;
             File log = new File(state.getParentFile(), "aggregator.log");
-            proc = new ProcessBuilder(prop("dprec.aggregator"), "serve", "--state-dir", state.getPath(), "--listen",
-                                      "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--threads", "2")
-                       .redirectErrorStream(true).redirectOutput(log).start();
+            java.util.List<String> cmd = new java.util.ArrayList<>(java.util.Arrays.asList(
+                prop("dprec.aggregator"), "serve", "--state-dir", state.getPath(), "--listen", "127.0.0.1:0",
+                "--admin-listen", "127.0.0.1:0", "--threads", "2"));
+            cmd.addAll(java.util.Arrays.asList(extra));
+            proc = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log).start();
             File ports = new File(state, "ports.json");
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
             String json = null;
@@ -451,6 +454,46 @@ public class DprecClientTest {
                 /* and the client still works */
                 DprecClient.SyncResult again = c.sync(t, jobId, releaseKey);
                 assertTrue(again.getOutcome() != DprecClient.SyncResult.Outcome.RETRY_LATER);
+            }
+        }
+    }
+
+    /* Enrollment (docs/protocol.md): an aggregator with registration "token" takes a device only with a token the
+     * app's backend (here dprec-enroll) signed for the device's identity key. */
+    @Test
+    public void registersWithAnEnrollmentTokenForItsIdentityKey() throws Exception {
+        File keys = tmp.newFolder("enroll");
+        File key = new File(keys, "enroll.key"), pub = new File(keys, "enroll.pub"), tokFile = new File(keys, "token");
+        run(prop("dprec.mkrelease"), "--new-key", key.getPath(), pub.getPath());
+        File state = tmp.newFolder("agg-enroll", "state");
+        try (Aggregator agg = new Aggregator(state, "--registration", "token", "--enrollment-key", pub.getPath(),
+                                             "--app-id", "org.dprec.test")) {
+            String job = agg.admin("POST", "/v1/admin/jobs",
+                                   "{\"protocol\":\"plain\",\"d\":8,\"m\":200,\"rating_min\":1,\"rating_max\":5,"
+                                   + "\"rounds\":3,\"min_reports\":1,\"round_seconds\":600,\"params\":{}}");
+            long jobId = Aggregator.intField(job, "job");
+            byte[] releaseKey = read(new File(state, "release-key.der"));
+            HttpsTransport t = HttpsTransport.trusting(agg.deviceUrl(), agg.cert);
+            File dir = tmp.newFolder("enrolled-device");
+            byte[] identity;
+            try (DprecClient c = DprecClient.open(config().allowNonPrivate(true), dir)) {
+                identity = c.identityKey();
+                assertEquals(65, identity.length);
+                assertEquals(4, identity[0]);
+                c.rate(1, 5.0f);
+                assertEquals(Status.ENROLLMENT, statusOf(() -> c.sync(t, jobId, releaseKey)));
+            }
+            StringBuilder hex = new StringBuilder();
+            for (byte b : identity) {
+                hex.append(String.format("%02x", b & 0xff));
+            }
+            run(prop("dprec.enroll"), "--key", key.getPath(), "--app-id", "org.dprec.test", "--identity",
+                hex.toString(), "--out", tokFile.getPath());
+            byte[] token = read(tokFile);
+            try (DprecClient c = DprecClient.open(config().allowNonPrivate(true), dir)) {
+                assertArrayEquals("the identity is durable", identity, c.identityKey());
+                DprecClient.SyncResult r = c.sync(t, jobId, releaseKey, token);
+                assertEquals(DprecClient.SyncResult.Outcome.REPORTED, r.getOutcome());
             }
         }
     }
