@@ -8,6 +8,7 @@
  * Statistical tests run at fixed seeds; each comparison allows 5.6 standard deviations, a false-failure
  * probability below 2.2e-8 per comparison (normal approximation; every sample here has >= 10^5 draws); the
  * file makes fewer than 300 of them, so below 1e-5 for the whole file. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -583,6 +584,48 @@ static void test_ldp_rr_debiased_estimate_is_unbiased(void **state) {
     dprec_rng_free(&r);
 }
 
+/* Bounded poisoning (docs/privacy.md "Poisoning"): an ldp-rr report whose g* are all FLT_MAX (finite: the payload check
+ * takes it) and whose indicators are all 1 moves the round's sum by at most influence.per_report, the aggregator's
+ * clamp of g* at the Laplace tail bound; an honest report's g* is kept (a coordinate passes the clamp with probability
+ * below 2^-39). */
+static void test_ldp_rr_a_report_of_flt_max_moves_the_sum_by_at_most_its_bound(void **state) {
+    (void)state;
+    const uint32_t m = 6, d = 2;
+    agg_job j;
+    job_init(&j, &agg_protocol_ldp_rr, m, d, "{\"k\": 1, \"user_bias\": false}", 2.0);
+    size_t plen = dprec_ldp_rr_payload(m, d);
+    unsigned char *pl = calloc(2, plen);
+    assert_non_null(pl);
+    for (int i = 0; i < 2; i++) {
+        unsigned char *p = pl + i * plen;
+        dprec_st32(p, m);
+        dprec_st32(p + 4, d);
+        for (uint32_t jj = 0; jj < m; jj++) p[8 + jj / 8] |= (unsigned char)(1u << (jj % 8));
+        for (uint32_t k = 0; k < m * d; k++) dprec_stf32(p + 12 + 4 * k, i == 0 ? FLT_MAX : -1.5f);
+    }
+    agg_report rep[2] = {{1, pl, plen}, {2, pl + plen, plen}};
+    char err[AGG_ERRMSG] = "";
+    assert_int_equal(j.proto->validate_payload(&j, pl, plen, err, sizeof err), 0);
+    agg_influence b;
+    assert_int_equal(j.proto->influence(&j, 1, 1, &b), 0);
+    double *st = NULL;
+    size_t len = 0;
+    assert_int_equal(j.proto->statistic(&j, rep, 1, &st, &len, err, sizeof err), 0);
+    assert_int_equal(len, m * d);
+    double n2 = 0.0;
+    for (size_t k = 0; k < len; k++) n2 += st[k] * st[k];
+    assert_true(isfinite(b.per_report) && sqrt(n2) <= b.per_report * (1.0 + 1e-12) && sqrt(n2) >= 0.99 * b.per_report);
+    free(st);
+    /* the honest-sized report (-1.5 a coordinate) is summed as sent: (y* - p/2) / (1 - p) times -1.5 */
+    assert_int_equal(j.proto->statistic(&j, rep + 1, 1, &st, &len, err, sizeof err), 0);
+    dprec_rr_params rp;
+    assert_int_equal(dprec_rr_params_init(&rp, DPREC_RR_USER, 2.0, 0.5, m, d, 4.0), DPREC_OK);
+    for (size_t k = 0; k < len; k++) assert_true(fabs(st[k] - (1.0 - rp.p / 2) / (1 - rp.p) * -1.5) < 1e-12);
+    free(st);
+    free(pl);
+    agg_job_free(&j);
+}
+
 /* The vector Laplace plan: one scale for all coordinates, at least (l1 + n g) / eps, and samples with the
  * variance 2 (t g)^2 of the (discrete) Laplace. */
 static void test_laplace_plan_scale_and_variance(void **state) {
@@ -716,6 +759,7 @@ int main(void) {
         cmocka_unit_test(test_sign_randomizer_law_and_likelihood_ratio),
         cmocka_unit_test(test_ldp_gd_reports_average_to_a_known_gradient),
         cmocka_unit_test(test_ldp_rr_debiased_estimate_is_unbiased),
+        cmocka_unit_test(test_ldp_rr_a_report_of_flt_max_moves_the_sum_by_at_most_its_bound),
         cmocka_unit_test(test_device_ldp_gd_reports_average_to_its_gradient),
         cmocka_unit_test(test_device_ldp_gddr_reports_average_to_its_projected_gradient),
         cmocka_unit_test(test_device_ldp_rr_reports_follow_the_closed_forms),

@@ -25,6 +25,18 @@
 int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
                      size_t errcap);
 
+/* How far k reports move one round of a job, whatever their devices sent: the bounds its global step enforces (issue 36;
+ * docs/privacy.md "Poisoning", which derives each). A field that is NAN states no bound (the page says why). */
+typedef struct agg_influence {
+    double per_report; /* the L2 norm of one report's contribution to the round's statistic (the clipped sum the step
+                        * noises or solves; the protocol's statistic hook computes it) */
+    double stat;       /* the L2 change k reports make to that statistic: k per_report */
+    double release;    /* the Frobenius norm of the change k reports make to the release's [V | b] (the pinned column
+                        * excepted), the round's other reports and its noise the same, before the float32 rounding of
+                        * the release (at most 2^-24 of each value) */
+    double bias_abs;   /* the largest |b_j| of an item bias the round computes, whatever every device sent */
+} agg_influence;
+
 /* A training protocol: one const table per protocol, listed in aggregator/protocols/table.c. Every function writes a
  * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
 struct agg_secure_spec;
@@ -64,6 +76,13 @@ typedef struct agg_protocol {
     /* Optional: 1 if the job runs with secure aggregation (params.aggregation "secure", agg_secure_spec.h), its plan in
      * *spec; 0 if not. A protocol that has it sends its vectors masked, and its global step reads job->secure_sum. */
     int (*secure_spec)(const agg_job *job, struct agg_secure_spec *spec);
+    /* Optional (NULL: no bound stated, docs/privacy.md "Poisoning" says why): the bounds of k malicious reports in a
+     * round of n reports in all (k of them), into *out. 0 or -1. */
+    int (*influence)(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out);
+    /* Optional: the round's statistic before any noise, the sum of every report's clipped contribution that
+     * influence.per_report bounds (*out: *len doubles, malloc'd; the caller frees). 0 or -1. */
+    int (*statistic)(const agg_job *job, const agg_report *reports, size_t n, double **out, size_t *len, char *err,
+                     size_t errcap);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -84,6 +103,12 @@ const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);
 
 extern const agg_protocol agg_protocol_plain;
+
+/* aggregator/protocols/plain.c, exposed for tests: the job's public clips (params.u_clip U and params.residual_clip beta,
+ * or their defaults from the rating scale; docs/protocol.md "plain"), 0 or -1; and one report's u (d float32 at p)
+ * read and scaled to ||u|| <= u_clip as the global step does (a u within the bound is the report's own floats). */
+int agg_plain_clips(const agg_job *job, double *u_clip, double *residual_clip);
+void agg_plain_clip_u(const unsigned char *p, uint32_t d, double u_clip, float *u);
 extern const agg_protocol agg_protocol_ldp_gd, agg_protocol_ldp_gddr, agg_protocol_ldp_rr; /* aggregator/protocols/ldp.c */
 
 /* ldp-gddr's Phi (aggregator/protocols/ldp.c; kept factored between rounds, one Phi at a time): gv (m x d) = Phi^+ gb (gb is

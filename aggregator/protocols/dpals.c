@@ -601,6 +601,35 @@ static int dpals_global_step(const agg_job *job, const agg_model *prev, const ag
     return agg_dpals_step(job, prev, reports, n, rng, 1, next, err, errcap);
 }
 
+/* How far k reports move a round (docs/privacy.md "Poisoning"): agg_dpals_accumulate re-clips every report (||w|| <=
+ * Gamma_u, |t| <= Gamma_r, n omega^2 <= k), so one report moves the normalized statistics by at most
+ * sqrt(k (1 + alpha^2)) in L2, the sensitivity the noise is calibrated to, and k reports by k times that. The solve
+ * (a projection, a shrinkage toward the pooled Gram and a filtered inverse of the noisy Gram) has no Lipschitz
+ * constant one can state without the data, so no release bound is stated. Secure aggregation: the sum of masked
+ * inputs cannot be re-clipped, so no bound at all. */
+static int dpals_influence(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    agg_secure_spec sp;
+    (void)n;
+    out->per_report = out->stat = out->release = out->bias_abs = NAN;
+    if (job_params(job, &p, err, sizeof err) != 0) return -1;
+    if (dpals_secure_spec(job, &sp)) return 0;
+    out->per_report = dprec_dpals_sensitivity(p.max_items, p.gram_weight);
+    out->stat = (double)k * out->per_report;
+    return 0;
+}
+
+/* The round's normalized statistics before the noise (agg_dpals_stats without noise). */
+static int dpals_statistic(const agg_job *job, const agg_report *reports, size_t n, double **out, size_t *len,
+                           char *err, size_t errcap) {
+    dpals_params p;
+    if (job_params(job, &p, err, errcap) != 0) return -1;
+    if (agg_dpals_stats(job, reports, n, NULL, 0, out, err, errcap) != 0) return -1;
+    *len = (size_t)job->m * dprec_dpals_item_coords(stat_d(job, &p));
+    return 0;
+}
+
 /* every report has exactly max_items pairs (issue 18: the front end caps the body before reading it) */
 static uint64_t dpals_max_payload(const agg_job *job) {
     dpals_params p;
@@ -627,4 +656,6 @@ const agg_protocol agg_protocol_dpals = {
     .privacy_extra = dpals_privacy_extra,
     .model_of = dpals_model_of,
     .secure_spec = dpals_secure_spec,
+    .influence = dpals_influence,
+    .statistic = dpals_statistic,
 };

@@ -709,6 +709,30 @@ static int dpmf_global_step(const agg_job *job, const agg_model *prev, const agg
     return relay_step(job, prev, reports, n, next, err, errcap);
 }
 
+/* How far k reports move a round (docs/privacy.md "Poisoning"). Trusted mode: the step re-clips w (||x||^2 <= X2 =
+ * Gamma_u^2 + 1) and the loss's derivative is bounded, |psi| < c (params.huber) whatever the target, so one rating adds
+ * a term to J_j whose gradient is at most c sqrt(X2) everywhere, and one report (at most k ratings, on k distinct
+ * items) at most sqrt(k) c sqrt(X2) in all. J_j is lambda-strongly convex, so terms whose gradients are at most L move
+ * its minimizer by at most L / lambda (lambda ||t' - t||^2 <= <grad J(t') - grad J(t), t' - t> = <-grad g(t'), t' - t>);
+ * the noise eta_j the same, k reports move item j's [f_j; b_j] by at most k_j c sqrt(X2) / lambda (k_j: those that
+ * rated it) and the release by at most k sqrt(k) c sqrt(X2) / lambda in Frobenius norm (sum_j k_j^2 <= k sum_j k_j <=
+ * k^2 k_items). Relay modes: the aggregator sees only the relay's sum of masked shares, which nobody can re-clip: no
+ * bound. */
+static int dpmf_influence(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out) {
+    dpmf_params p;
+    dprec_dpmf_mech m;
+    char err[AGG_ERRMSG];
+    (void)n;
+    out->per_report = out->stat = out->release = out->bias_abs = NAN;
+    if (job_params(job, &p, err, sizeof err) != 0) return -1;
+    if (p.mode != DPREC_DPMF_TRUSTED) return 0;
+    if (agg_dpmf_mechanism(job, &m) != 0) return -1;
+    out->per_report = sqrt((double)p.max_items) * p.huber * sqrt(p.u_clip * p.u_clip + 1.0);
+    out->stat = (double)k * out->per_report;
+    out->release = out->stat / m.lambda;
+    return 0;
+}
+
 const agg_protocol agg_protocol_dpmf = {
     .name = "dpmf",
     .id = DPREC_PROTO_DPMF,
@@ -724,4 +748,5 @@ const agg_protocol agg_protocol_dpmf = {
     .unit_of = NULL,
     .model_of = dpmf_model_of,
     .privacy_extra = dpmf_privacy_extra,
+    .influence = dpmf_influence,
 };

@@ -473,6 +473,23 @@ static uint64_t fw_max_payload(const agg_job *job) {
     return n;
 }
 
+/* How far k reports move a round (docs/privacy.md "Poisoning"): every residual row is re-clipped to ||A_i|| <= 2L, so
+ * one report moves W = sum_i A_i^T A_i by ||A_i||^2 <= 4 L^2 in Frobenius norm (the sensitivity Delta of the file's
+ * head) and k reports by 4 k L^2; by Weyl's inequality the top eigenvalue moves by at most as much. The released
+ * direction is a unit vector whatever the reports (its change is a matter of the eigengap, Davis-Kahan: not stated), and
+ * the biases mark the public subset. */
+static int fw_influence(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out) {
+    fw_params fp;
+    char err[AGG_ERRMSG];
+    (void)n;
+    out->per_report = out->stat = out->release = out->bias_abs = NAN;
+    if (job_params(job, &fp, err, sizeof err) != 0) return -1;
+    out->per_report = 4.0 * fp.L * fp.L;
+    out->stat = (double)k * out->per_report;
+    fw_params_free(&fp);
+    return 0;
+}
+
 const agg_protocol agg_protocol_private_fw = {
     .name = "private-fw",
     .id = DPREC_PROTO_PRIVATE_FW,
@@ -487,4 +504,5 @@ const agg_protocol agg_protocol_private_fw = {
     .round_step = fw_round_step,
     .unit_of = NULL,
     .privacy_extra = fw_privacy_extra,
+    .influence = fw_influence,
 };

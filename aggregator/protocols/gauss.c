@@ -490,6 +490,44 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
     return 0;
 }
 
+/* How far k reports move a round (docs/privacy.md "Poisoning"). agg_gauss_accumulate re-clips every report: unit user,
+ * ||G_i||_F = ||x|| ||coef|| <= C; unit rating, each of its max_ratings rows at most tau C, so ||G_i||_F <= tau C
+ * sqrt(max_ratings). k reports move S by at most k times that. The noise the same, rounding S + noise to the grid moves
+ * it by at most sqrt(N) g more, N = m (d + 1) coordinates, g <= sigma 2^-19 (agg_grid_allowance: sqrt(N) g <= S_eff -
+ * Delta), and the step W <- W - lr (S~ / q + lambda W) moves W by lr / q times that. Secure aggregation: the
+ * aggregator sees only the sum of masked inputs, which it cannot re-clip, so no bound is stated. */
+static int gauss_influence(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    agg_secure_spec sp;
+    double z, q, sens, sens_eff, sigma;
+    (void)n;
+    out->per_report = out->stat = out->release = out->bias_abs = NAN;
+    if (job_params(job, &gp, err, sizeof err) != 0) return -1;
+    if (gauss_secure_spec(job, &sp)) return 0;
+    const uint64_t cells = (uint64_t)job->m * (job->d + 1u);
+    if (mechanism(job, &gp, &z, &q, &sens) != 0 || noise_scale(job, &gp, cells, &sens_eff, &sigma) != 0) return -1;
+    const double tau = job->rating_max - job->rating_min;
+    out->per_report = gp.unit == DPREC_UNIT_RATING ? tau * gp.clip * sqrt((double)gp.max_ratings) : gp.clip;
+    out->stat = (double)k * out->per_report;
+    out->release = gp.lr * (out->stat + (sens_eff - sens)) / q;
+    return 0;
+}
+
+/* The round's clipped sum S before the noise (m (d + 1) doubles, row j = [v_j | b_j]). */
+static int gauss_statistic(const agg_job *job, const agg_report *reports, size_t n, double **out, size_t *len,
+                           char *err, size_t errcap) {
+    const size_t cells = (size_t)job->m * (job->d + 1u);
+    *out = calloc(cells, sizeof(double));
+    if (*out == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) (void)agg_gauss_accumulate(job, reports[i].payload, reports[i].payload_len, *out);
+    *len = cells;
+    return 0;
+}
+
 /* every report has exactly max_ratings pairs (issue 18: the front end caps the body before reading it) */
 static uint64_t gauss_max_payload(const agg_job *job) {
     gauss_params gp;
@@ -517,4 +555,6 @@ const agg_protocol agg_protocol_gauss_gd = {
     .privacy_extra = gauss_privacy_extra,
     .model_of = gauss_model_of,
     .secure_spec = gauss_secure_spec,
+    .influence = gauss_influence,
+    .statistic = gauss_statistic,
 };

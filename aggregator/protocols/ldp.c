@@ -399,6 +399,55 @@ int agg_ldp_phi_entry(uint64_t phi_seed, uint32_t q, uint32_t m, uint32_t s, uin
 
 /* ---- the global step ----------------------------------------------------------------------------------- */
 
+/* ldp-rr's bound on a reported g* coordinate (issue 36; docs/privacy.md "Poisoning"): the device sends the clipped
+ * gradient (|g| <= Delta / 2, rp.clip) plus the Laplace plan's noise on the grid g = 2^k, t grid steps of scale, so an
+ * honest |g*| exceeds clip + g + T t g with probability P(|DLap(t)| > T t) <= 2 e^-T = 2^-39 at T = 40 ln 2 (the
+ * discrete Laplace's tail, common/noise.h). The aggregator clamps every coordinate to that bound: post-processing of
+ * the randomized report (no privacy cost), which changes an honest report with probability below 2^-39 a coordinate,
+ * and bounds what one device can send. */
+#define LDP_RR_TAIL (40.0 * 0.69314718055994530942)
+static int rr_bounds(const agg_job *job, const ldp_params *pp, dprec_rr_params *rp, double *gmax) {
+    dprec_laplace_plan plan;
+    const uint32_t dl = job->d - (pp->user_bias ? 1u : 0u);
+    if (dprec_rr_params_init(rp, pp->rr_unit, round_epsilon(job, pp->k), pp->rr_split, job->m, dl,
+                             job->rating_max - job->rating_min) != 0 ||
+        dprec_laplace_plan_init(&plan, rp->l1, rp->n, rp->eps2) != DPREC_OK)
+        return -1;
+    *gmax = rp->clip + ldexp(1.0, plan.k) + LDP_RR_TAIL * dprec_laplace_plan_scale(&plan);
+    return 0;
+}
+
+/* The round's sum of the reports (gcells doubles: cells x d, item- or row-major): ldp-gd, ldp-gddr, +-B in one cell a
+ * report; ldp-rr, (y* - p/2) / (1 - p) g* with every g* clamped to rr_bounds. 0 or -1. */
+static int ldp_sum(const agg_job *job, const ldp_params *pp, const agg_report *reports, size_t n, double *grad) {
+    const uint32_t m = job->m, d = job->d;
+    if (job->proto->id == DPREC_PROTO_LDP_RR) {
+        dprec_rr_params rp;
+        double gmax;
+        if (rr_bounds(job, pp, &rp, &gmax) != 0) return -1;
+        size_t bits = (((size_t)m + 7u) / 8u + 3u) & ~(size_t)3u;
+        const double lo = (0.0 - rp.p / 2.0) / (1.0 - rp.p), hi = (1.0 - rp.p / 2.0) / (1.0 - rp.p);
+        for (size_t i = 0; i < n; i++) {
+            const unsigned char *yb = reports[i].payload + 8, *g = yb + bits;
+            for (uint32_t j = 0; j < m; j++) {
+                double f = ((unsigned)yb[j / 8u] >> (j % 8u)) & 1u ? hi : lo; /* (y* - p/2) / (1 - p) */
+                for (uint32_t l = 0; l < d; l++) {
+                    double x = (double)dprec_ldf32(g + 4u * ((size_t)j * d + l));
+                    grad[(size_t)j * d + l] += f * (x > gmax ? gmax : (x < -gmax ? -gmax : x));
+                }
+            }
+        }
+        return 0;
+    }
+    uint64_t cells = (uint64_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp->q : m) * (d - (pp->user_bias ? 1u : 0u));
+    const double b = dprec_ldp_magnitude(cells, round_epsilon(job, pp->k));
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *p = reports[i].payload;
+        grad[(size_t)dprec_ld32(p) * d + dprec_ld32(p + 4)] += p[8] ? b : -b;
+    }
+    return 0;
+}
+
 static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
                            dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
     (void)rng; /* the reports were randomized on the devices: the aggregator adds no noise */
@@ -409,7 +458,6 @@ static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_
         snprintf(err, errcap, "release shape differs from the job");
         return -1;
     }
-    const double eps = round_epsilon(job, pp.k);
     memset(next, 0, sizeof *next);
     next->m = m;
     next->d = d;
@@ -426,30 +474,9 @@ static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_
         free(grad);
         return 0;
     }
-    if (job->proto->id == DPREC_PROTO_LDP_RR) {
-        dprec_rr_params rp;
-        if (dprec_rr_params_init(&rp, pp.rr_unit, eps, pp.rr_split, m, d - (pp.user_bias ? 1u : 0u),
-                                 job->rating_max - job->rating_min) != 0) {
-            snprintf(err, errcap, "ldp-rr parameters out of range");
-            goto fail;
-        }
-        size_t bits = (((size_t)m + 7u) / 8u + 3u) & ~(size_t)3u;
-        const double lo = (0.0 - rp.p / 2.0) / (1.0 - rp.p), hi = (1.0 - rp.p / 2.0) / (1.0 - rp.p);
-        for (size_t i = 0; i < n; i++) {
-            const unsigned char *yb = reports[i].payload + 8, *g = yb + bits;
-            for (uint32_t j = 0; j < m; j++) {
-                double f = ((unsigned)yb[j / 8u] >> (j % 8u)) & 1u ? hi : lo; /* (y* - p/2) / (1 - p) */
-                for (uint32_t l = 0; l < d; l++)
-                    grad[(size_t)j * d + l] += f * (double)dprec_ldf32(g + 4u * ((size_t)j * d + l));
-            }
-        }
-    } else {
-        uint64_t cells = (uint64_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp.q : m) * (d - (pp.user_bias ? 1u : 0u));
-        const double b = dprec_ldp_magnitude(cells, eps);
-        for (size_t i = 0; i < n; i++) {
-            const unsigned char *p = reports[i].payload;
-            grad[(size_t)dprec_ld32(p) * d + dprec_ld32(p + 4)] += p[8] ? b : -b;
-        }
+    if (ldp_sum(job, &pp, reports, n, grad) != 0) {
+        snprintf(err, errcap, "%s parameters out of range", job->proto->name);
+        goto fail;
     }
     for (size_t k = 0; k < gcells; k++) grad[k] /= (double)n;
     const double *gvv = grad;
@@ -480,6 +507,55 @@ fail:
     return -1;
 }
 
+/* How far k of a round's n reports move it (docs/privacy.md "Poisoning"). ldp-gd, ldp-gddr: a report is +-B in one
+ * cell, whatever its device holds, so one moves the sum by B and k by k B. The step averages: with S_h the other n - k
+ * reports' sum (||S_h|| <= (n - k) B), the average moves by ||S_k / n - k S_h / (n (n - k))|| <= 2 k B / n, and V by
+ * gamma_t times that (ldp-gd; ldp-gddr multiplies by Phi^+'s operator norm, which the step does not compute: no
+ * release bound stated). ldp-rr: every g* clamped to rr_bounds' G and each factor (y* - p/2) / (1 - p) at most
+ * (1 - p/2) / (1 - p), so one report moves the sum by at most sqrt(m d') (1 - p/2) / (1 - p) G (d' = the learned
+ * coordinates; the pinned ones are refused unless 0), and V by gamma_t 2 k that / n. Item biases are not learned. */
+static int ldp_influence(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out) {
+    ldp_params pp;
+    char err[AGG_ERRMSG];
+    out->per_report = out->stat = out->release = out->bias_abs = NAN;
+    if (load_params(job, &pp, err, sizeof err) != 0) return -1;
+    const uint32_t dl = job->d - (pp.user_bias ? 1u : 0u);
+    if (job->proto->id == DPREC_PROTO_LDP_RR) {
+        dprec_rr_params rp;
+        double gmax;
+        if (rr_bounds(job, &pp, &rp, &gmax) != 0) return -1;
+        out->per_report = sqrt((double)job->m * dl) * (1.0 - rp.p / 2.0) / (1.0 - rp.p) * gmax;
+    } else {
+        uint64_t cells = (uint64_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp.q : job->m) * dl;
+        out->per_report = dprec_ldp_magnitude(cells, round_epsilon(job, pp.k));
+    }
+    out->stat = (double)k * out->per_report;
+    const double t = (double)(job->round > 0 ? job->round : 1);
+    const double gamma = pp.constant_lr ? pp.lr : pp.lr / t;
+    if (job->proto->id != DPREC_PROTO_LDP_GDDR && n > 0) out->release = gamma * 2.0 * out->stat / (double)n;
+    return 0;
+}
+
+/* The round's sum of the reports before the average (ldp_sum). */
+static int ldp_statistic(const agg_job *job, const agg_report *reports, size_t n, double **out, size_t *len,
+                         char *err, size_t errcap) {
+    ldp_params pp;
+    if (load_params(job, &pp, err, errcap) != 0) return -1;
+    *len = (size_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp.q : job->m) * job->d;
+    *out = calloc(*len > 0 ? *len : 1, sizeof(double));
+    if (*out == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    if (ldp_sum(job, &pp, reports, n, *out) != 0) {
+        free(*out);
+        *out = NULL;
+        snprintf(err, errcap, "%s parameters out of range", job->proto->name);
+        return -1;
+    }
+    return 0;
+}
+
 /* ldp-rr: m d floats; the others: one sign (issue 18: the front end caps the body before reading it) */
 static uint64_t ldp_max_payload(const agg_job *job) {
     return job->proto->id == DPREC_PROTO_LDP_RR ? (uint64_t)dprec_ldp_rr_payload(job->m, job->d) : DPREC_LDP_SIGN_PAYLOAD;
@@ -498,6 +574,8 @@ static uint64_t ldp_max_payload(const agg_job *job) {
         .global_step = ldp_global_step,                                                                     \
         .round_step = ldp_round_step,                                                                       \
         .max_payload = ldp_max_payload,                                                                     \
+        .influence = ldp_influence,                                                                         \
+        .statistic = ldp_statistic,                                                                         \
     }
 
 LDP_PROTOCOL(agg_protocol_ldp_gd, "ldp-gd", DPREC_PROTO_LDP_GD);

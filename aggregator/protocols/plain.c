@@ -13,6 +13,21 @@
  * (Koren, Bell, Volinsky 2009; Zhou et al. 2008 for the weighted-lambda ALS item step). Items nobody rated
  * this round keep v_j and b_j of release r.
  *
+ * Bounded poisoning (issue 36; docs/privacy.md "Poisoning"). Nothing here is private, but what one device can move
+ * is bounded by two public numbers of the job, applied whatever the device sent:
+ *   U    = params.u_clip (default 16 (rating_max - rating_min)): u_i is scaled to ||u_i|| <= U;
+ *   beta = params.residual_clip (default 2 (rating_max - rating_min)): each residual r_ij - mu - u_i . v_j of the
+ *          bias step is clamped to [-beta, beta].
+ * Hence one device adds at most beta to the numerator of each b_j, and every bias the round computes is a damped
+ * mean of clamped residuals: |b_j| <= beta n_j / (n_j + lambda_bias) < beta, whatever every device sent; with
+ * mu in the scale (the mean of ratings the payload check holds within it), every target of the item step is at most
+ * tau + beta + U (tau = rating_max - rating_min), so one device adds at most U^2 to ||sum u u^T|| and
+ * (tau + beta + U) U to ||sum t u|| of each item it rated, and ||v_j|| <= sqrt(n_j) (tau + beta + U) / (2 sqrt(lambda_j))
+ * (the ridge solution's norm: ||(lambda I + A^T A)^-1 A^T t|| <= ||t|| max_s s / (s^2 + lambda) = ||t|| / (2 sqrt(lambda))).
+ * The defaults never bind on an honest report we measured (ml-100k, fleet defaults: ||u|| <= 2.4, |residual| <= 4.2
+ * on tau = 4; with a fixed device ridge of 0.01, ||u|| <= 27.4, |residual| <= 4.6), so an honest job's releases are
+ * what they were without the clip, bit for bit.
+ *
  * Memory of a global step: O(N + n d + m d + d^2) for N reported ratings of n devices (the ratings are
  * bucketed by item with a counting sort; one d x d system at a time). Jobs are limited to releases of at
  * most PLAIN_MAX_CELLS floats (m (d + 1) <= 2^26, a 256 MiB release). */
@@ -30,9 +45,13 @@
 #define PLAIN_DEFAULT_LAMBDA 0.1
 #define PLAIN_DEFAULT_LAMBDA_BIAS 5.0
 #define PLAIN_DEFAULT_SEED 1.0
+#define PLAIN_DEFAULT_U_CLIP_SCALES 16.0        /* U = 16 tau: far above an honest fit's ||u|| (the file's head) */
+#define PLAIN_DEFAULT_RESIDUAL_CLIP_SCALES 2.0  /* beta = 2 tau: an honest residual is about tau at most */
+#define PLAIN_MAX_CLIP 1e6
 
 typedef struct plain_params {
     double lambda, lambda_bias;
+    double u_clip, residual_clip; /* 0 in params: the defaults from the rating scale (job_params) */
     int user_bias;      /* 1: v_j[0] is fixed at 1, so the devices' u_i[0] is their user bias */
     int weighted;       /* 1: item j's ridge is lambda * n_j (Zhou et al. 2008, weighted-lambda regularization) */
     uint64_t seed;
@@ -43,6 +62,7 @@ static int parse_params(const cJSON *params, plain_params *pp, char *err, size_t
     pp->lambda = PLAIN_DEFAULT_LAMBDA;
     pp->lambda_bias = PLAIN_DEFAULT_LAMBDA_BIAS;
     pp->seed = (uint64_t)PLAIN_DEFAULT_SEED;
+    pp->u_clip = pp->residual_clip = 0.0;
     pp->weighted = 0;
     pp->user_bias = 0;
     const cJSON *it;
@@ -72,6 +92,12 @@ static int parse_params(const cJSON *params, plain_params *pp, char *err, size_t
                 return -1;
             }
             pp->lambda_bias = v;
+        } else if (strcmp(it->string, "u_clip") == 0 || strcmp(it->string, "residual_clip") == 0) {
+            if (!(v > 0.0 && v <= PLAIN_MAX_CLIP)) {
+                snprintf(err, errcap, "params.%s must be in (0, 1e6]", it->string);
+                return -1;
+            }
+            *(strcmp(it->string, "u_clip") == 0 ? &pp->u_clip : &pp->residual_clip) = v;
         } else if (strcmp(it->string, "weighted_lambda") == 0) {
             if (v != 0.0 && v != 1.0) {
                 snprintf(err, errcap, "params.weighted_lambda must be 0 or 1");
@@ -91,11 +117,28 @@ static int parse_params(const cJSON *params, plain_params *pp, char *err, size_t
             }
             pp->seed = (uint64_t)v;
         } else {
-            snprintf(err, errcap, "params.%s is not a parameter of plain (lambda, lambda_bias, weighted_lambda, user_bias, seed)", it->string);
+            snprintf(err, errcap, "params.%s is not a parameter of plain (lambda, lambda_bias, u_clip, residual_clip, weighted_lambda, user_bias, seed)", it->string);
             return -1;
         }
     }
     return 0;
+}
+
+/* The clips' defaults from the job's rating scale (the file's head). */
+static void default_clips(const agg_job *job, plain_params *pp) {
+    const double tau = job->rating_max - job->rating_min;
+    if (!(pp->u_clip > 0.0)) pp->u_clip = PLAIN_DEFAULT_U_CLIP_SCALES * tau;
+    if (!(pp->residual_clip > 0.0)) pp->residual_clip = PLAIN_DEFAULT_RESIDUAL_CLIP_SCALES * tau;
+}
+
+/* The job's params with every default filled in. 0 or -1. */
+static int job_params(const agg_job *job, plain_params *pp, char *err, size_t errcap) {
+    cJSON *params = cJSON_Parse(job->params != NULL ? job->params : "{}");
+    int rc = params != NULL ? parse_params(params, pp, err, errcap) : -1;
+    if (params == NULL) snprintf(err, errcap, "params are not JSON");
+    cJSON_Delete(params);
+    if (rc == 0) default_clips(job, pp);
+    return rc;
 }
 
 static int plain_validate_job(const agg_job *shape, const cJSON *params, char *err, size_t errcap) {
@@ -196,14 +239,33 @@ int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu,
 
 static int plain_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
     plain_params pp;
-    cJSON *params = cJSON_Parse(job->params);
-    int rc = parse_params(params, &pp, err, errcap);
-    cJSON_Delete(params);
-    if (rc != 0) return -1;
+    if (job_params(job, &pp, err, errcap) != 0) return -1;
     if (agg_model_random(job, pp.seed, 0.1, (job->rating_min + job->rating_max) / 2.0, out, err, errcap) != 0)
         return -1;
     if (pp.user_bias)
         for (uint32_t j = 0; j < job->m; j++) out->v[(size_t)j * job->d] = 1.0f;
+    return 0;
+}
+
+void agg_plain_clip_u(const unsigned char *p, uint32_t d, double u_clip, float *u) {
+    double n2 = 0.0;
+    for (uint32_t k = 0; k < d; k++) {
+        u[k] = dprec_ldf32(p + 4 * k);
+        n2 += (double)u[k] * (double)u[k]; /* FLT_MAX^2 d < 2^265: no overflow in a double */
+    }
+    const double norm = sqrt(n2);
+    if (!(norm > u_clip)) return; /* within the bound: the report's own floats, untouched */
+    /* scaled a hair inside U, so that rounding each coordinate to a float (a relative 2^-24) stays within U */
+    const double s = u_clip * (1.0 - 0x1p-20) / norm;
+    for (uint32_t k = 0; k < d; k++) u[k] = (float)((double)u[k] * s);
+}
+
+int agg_plain_clips(const agg_job *job, double *u_clip, double *residual_clip) {
+    plain_params pp;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &pp, err, sizeof err) != 0) return -1;
+    *u_clip = pp.u_clip;
+    *residual_clip = pp.residual_clip;
     return 0;
 }
 
@@ -216,10 +278,7 @@ static int plain_global_step(const agg_job *job, const agg_model *prev, const ag
                              dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
     (void)rng; /* no privacy, no noise */
     plain_params pp;
-    cJSON *params = cJSON_Parse(job->params);
-    int prc = parse_params(params, &pp, err, errcap);
-    cJSON_Delete(params);
-    if (prc != 0) return -1;
+    if (job_params(job, &pp, err, errcap) != 0) return -1;
     const uint32_t d = job->d, m = job->m;
     if (prev->d != d || prev->m != m) {
         snprintf(err, errcap, "release shape differs from the job");
@@ -240,13 +299,13 @@ static int plain_global_step(const agg_job *job, const agg_model *prev, const ag
     memcpy(next->v, prev->v, sizeof(float) * (size_t)m * d);
     for (uint32_t j = 0; j < m; j++) next->bias[j] = prev->bias != NULL ? prev->bias[j] : 0.0f;
 
-    /* pass 1: user vectors, rating counts per item, the global mean */
+    /* pass 1: user vectors (clipped to U), rating counts per item, the global mean */
     size_t total = 0;
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
         const unsigned char *p = reports[i].payload;
         uint32_t cnt = dprec_ld32(p + 4);
-        for (uint32_t k = 0; k < d; k++) u[i * d + k] = dprec_ldf32(p + 8 + 4 * k);
+        agg_plain_clip_u(p + 8, d, pp.u_clip, u + i * d);
         const unsigned char *q = p + 8 + 4 * (size_t)d;
         for (uint32_t k = 0; k < cnt; k++, q += 8) {
             start[dprec_ld32(q) + 1]++;
@@ -282,8 +341,10 @@ static int plain_global_step(const agg_job *job, const agg_model *prev, const ag
         if (lo == hi) continue;
         const float *vj = prev->v + (size_t)j * d;
         double resid = 0.0;
-        for (size_t k = lo; k < hi; k++)
-            resid += (double)refs[k].r - mu - dprec_dot_f32(u + (size_t)refs[k].user * d, vj, d);
+        for (size_t k = lo; k < hi; k++) { /* each residual clamped to [-beta, beta]: one device adds at most beta */
+            double e = (double)refs[k].r - mu - dprec_dot_f32(u + (size_t)refs[k].user * d, vj, d);
+            resid += e > pp.residual_clip ? pp.residual_clip : (e < -pp.residual_clip ? -pp.residual_clip : e);
+        }
         double bj = resid / ((double)(hi - lo) + pp.lambda_bias);
         next->bias[j] = (float)bj;
         /* with user_bias, coordinate 0 is fixed at 1: solve the other d - 1 with u_i[0] moved to the target */
@@ -320,6 +381,22 @@ out:
     return result;
 }
 
+/* The bounds of the file's head (docs/privacy.md "Poisoning"): the round's statistic here is the item biases'
+ * numerators, one clamped residual per rating, so one report (at most m ratings) moves it by at most beta sqrt(m) in
+ * L2 and beta on each item; every bias the round computes is below beta. The release's movement depends on each item's
+ * raters n_j and on the global mean's shift (docs/privacy.md gives it per item), so it is not stated as one number. */
+static int plain_influence(const agg_job *job, uint64_t k, uint64_t n, agg_influence *out) {
+    plain_params pp;
+    char err[AGG_ERRMSG];
+    (void)n;
+    if (job_params(job, &pp, err, sizeof err) != 0) return -1;
+    out->per_report = pp.residual_clip * sqrt((double)job->m);
+    out->stat = (double)k * out->per_report;
+    out->release = NAN;
+    out->bias_abs = pp.residual_clip;
+    return 0;
+}
+
 /* the largest report: all m items rated (issue 18: the front end caps the body before reading it) */
 static uint64_t plain_max_payload(const agg_job *job) {
     return 8u + 4u * (uint64_t)job->d + 8u * (uint64_t)job->m;
@@ -337,4 +414,5 @@ const agg_protocol agg_protocol_plain = {
     .max_payload = plain_max_payload,
     .initial_model = plain_initial_model,
     .global_step = plain_global_step,
+    .influence = plain_influence,
 };

@@ -165,6 +165,7 @@ static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dp
     }
     dprec_sync_config sc = f->scfg;
     sc.relay = relay; /* a protocol's relay (fleet_proto.h, worker_relay), or NULL */
+    fleet_device_index = u; /* whose report --malicious's transport sees (fleet_poison.c) */
     for (int attempt = 0; attempt < FLEET_MAX_SYNC_ATTEMPTS; attempt++) {
         dprec_sync_result res;
         memset(&res, 0, sizeof res);
@@ -305,7 +306,7 @@ static void *worker_main(void *arg) {
                 note_error(f, (uint32_t)u, "load", rc);
             }
         } else if (!dv->failed) {
-            if (f->phase == 1) device_sync(f, (uint32_t)u, &w->t, w->relay);
+            if (f->phase == 1) device_sync(f, (uint32_t)u, w->poison_t.request != NULL ? &w->poison_t : &w->t, w->relay);
             else device_eval(f, (uint32_t)u);
         }
         uint64_t done = atomic_fetch_add(&f->done, 1) + 1;

@@ -96,6 +96,7 @@ int main(int argc, char **argv) {
 
     /* the devices and the job (after --bias-base's job, on the same devices) */
     if (fleet_load_devices(&f, ws, nthreads, 1) != 0) goto out;
+    if (fleet_poison_start(&f, ws, nthreads) != 0) goto out;
     if (o.bias_base > 0) {
         if (fleet_run_base(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
         fleet_print_base(&o, &base_res);
@@ -111,16 +112,20 @@ int main(int argc, char **argv) {
     /* the comparisons (--compare), each on a fresh copy of the fleet at the same budget */
     if (fleet_compare_run(&f, ws, nthreads, fleet_token, &cmp, &failures) != 0) goto out;
 
+    int poison_failed = fleet_poison_print(&f); /* --malicious: how far they moved the job, against its bounds */
     fleet_print_baselines(&base, fleet_now_s() - t_start);
     fleet_compare_print(&o, &main_res, base.user_rmse, &cmp);
     fleet_print_final(&o, &main_res);
     /* a figure over part of the fleet is not the figure asked for: say so, and fail */
     if (failures > 0)
         fprintf(stderr, "dprec-fleet: %llu device failures over the run (see above); exit status 1\n", failures);
-    exit_code = isfinite(main_res.rmse) && failures == 0 ? 0 : 1;
+    if (poison_failed)
+        fprintf(stderr, "dprec-fleet: --malicious: a bound was exceeded or none could be checked; exit status 1\n");
+    exit_code = isfinite(main_res.rmse) && failures == 0 && !poison_failed ? 0 : 1;
 
 out:
     free(fleet_token);
+    fleet_poison_free(&f);
     free(f.release);
     free(o.item_subset);
     if (f.dev != NULL) {

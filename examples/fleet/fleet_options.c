@@ -65,6 +65,14 @@ static const char help_head[] =
     "                           copy of the fleet at the same budget with their own defaults, and say whether\n"
     "                           the job beats them (default: the protocol's own list, bias for gauss-gd,\n"
     "                           private-fw and dpals; with no --protocol, " FLEET_DEFAULT_COMPARE ")\n"
+    "  --malicious F            the share F (0 < F < 1; at least one device) of the devices, chosen by --seed,\n"
+    "                           that poison the main job: each sends, on its own route with its own token, the\n"
+    "                           worst report the protocol's aggregator accepts (every value as large as the\n"
+    "                           payload check lets through, aligned to push the release one way) instead of its\n"
+    "                           own. Each round is replayed with and without them, and the largest movement is\n"
+    "                           printed against the bound docs/privacy.md \"Poisoning\" states for k devices\n"
+    "                           (exit status 1 past it): plain, ldp-gd, ldp-gddr, gauss-gd, dpals, bias; not\n"
+    "                           with --secure-agg (the masked sum cannot be re-clipped)\n"
     "  --bias-base F            first spend the share F (0 < F < 1) of --epsilon and --delta on the private bias\n"
     "                           model (a bias job at the protocol's d, params.factors false) on the same devices,\n"
     "                           then run the job from its item biases (base_job) at the rest; the guarantee is\n"
@@ -222,6 +230,11 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_double(v, &o->c.dropout) || !(o->c.dropout >= 0.0 && o->c.dropout < 1.0))
                 return fleet_flag_error("--dropout must be in [0, 1):", v);
         }
+        else if (strcmp(a, "--malicious") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_double(v, &o->c.malicious) || !(o->c.malicious > 0.0 && o->c.malicious < 1.0))
+                return fleet_flag_error("--malicious must be in (0, 1):", v);
+        }
         else if (strcmp(a, "--bias-base") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->bias_base) || !(o->bias_base > 0.0 && o->bias_base < 1.0))
@@ -321,6 +334,18 @@ int fleet_parse_args(int argc, char **argv, options *o) {
                 names);
         return 2;
     }
+    if (o->c.malicious > 0 && o->proto->worst_report == NULL) {
+        char names[128] = "";
+        size_t n = 0;
+        for (size_t i = 0; i < fleet_proto_count; i++)
+            if (fleet_protos[i]->worst_report != NULL)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", fleet_protos[i]->name);
+        fprintf(stderr, "dprec-fleet: --malicious: protocol %s has no worst report to send (%s have; docs/privacy.md "
+                        "\"Poisoning\" states %s's bound)\n", o->proto->name, names, o->proto->name);
+        return 2;
+    }
+    if (o->c.malicious > 0 && o->c.secure_agg)
+        return fleet_flag_error("--malicious: not with --secure-agg (the aggregator cannot re-clip a masked sum: no bound to check)", NULL);
     o->total_epsilon = o->c.epsilon;
     o->total_delta = o->c.delta;
     if (o->bias_base > 0) {

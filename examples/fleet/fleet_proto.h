@@ -41,7 +41,20 @@ typedef struct fleet_common {
     /* set by the shared code while it runs --bias-base's job: the private bias model at this rank (the base model's
      * spec asks params.factors false and its own defaults for the bias, not the factors') */
     int base_model;
+    /* --malicious F: the share of the devices (chosen by the seed) that send the protocol's worst report instead of
+     * their own in the main job (fleet_proto.worst_report; docs/privacy.md "Poisoning"); 0: none */
+    double malicious;
 } fleet_common;
+
+/* What a malicious device's worst report is built from (fleet_proto.worst_report): the payload its SDK built for the
+ * round (its sizes are the job's: a padded length, a rank) and the release it fitted on, as the device holds them. */
+typedef struct fleet_worst_in {
+    const unsigned char *honest;
+    size_t honest_len;
+    const unsigned char *release;
+    size_t release_len;
+    const dprec_release_info *info;
+} fleet_worst_in;
 
 typedef struct fleet_proto {
     const char *name;
@@ -70,6 +83,13 @@ typedef struct fleet_proto {
     const char *compare;
     /* What this protocol is, in a few words, for the comparison lines (NULL: its name). */
     const char *summary;
+    /* --malicious (docs/privacy.md "Poisoning"): writes into out (cap bytes) the payload of the worst report this
+     * protocol's aggregator accepts, which a malicious device sends in place of its own (its envelope, token and
+     * route stay the device's): every value as large as the payload check lets through (finite, up to FLT_MAX), so
+     * that only the aggregator's own clip bounds it, and aligned to push the release one way. *len gets its length.
+     * NULL: the protocol refuses --malicious. 0, or -1 (cap too small, or an honest payload of another shape). */
+    int (*worst_report)(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
+                        size_t cap, size_t *len);
 } fleet_proto;
 
 /* --bias-base: 1 if protocol p takes it (its aggregator starts from a base job's item biases and its devices predict
@@ -107,8 +127,9 @@ typedef struct fleet_job_hooks {
 const fleet_job_hooks *fleet_proto_hooks(const fleet_proto *p);
 
 
-/* The index of the device whose configuration a protocol's `device` is building (set by the shared code just before
- * the call, on the calling thread): for settings that differ between devices, such as sgld's epsilon_i. */
+/* The index of the device the shared code is working for on the calling thread (set just before a protocol's `device`
+ * builds its configuration, and before it syncs): for settings that differ between devices, such as sgld's epsilon_i,
+ * and for --malicious, which finds the syncing device's share by it. */
 extern _Thread_local uint32_t fleet_device_index;
 
 extern const fleet_proto *const fleet_protos[];

@@ -129,6 +129,10 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         goto out;
     }
     f->scfg.job_id = f->job;
+    if (main_job && fleet_poison_job_begin(f, spec, err, sizeof err) != 0) {
+        fprintf(stderr, "dprec-fleet: %s\n", err);
+        goto out;
+    }
 
     const char *csv_path = main_job ? o->csv : NULL;
     if (main_job && csv_path == NULL && o->plot != NULL) {
@@ -171,6 +175,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         atomic_store(&f->errors, 0);
         f->first_error[0] = '\0';
         f->round = r;
+        fleet_poison_round_begin(f);
         if (o->c.secure_agg) {
             /* secure aggregation: four passes over the devices, one step each (advertise, share, masked input,
              * unmask); a phase that did not close by itself (devices sat out or dropped) is closed as an operator
@@ -241,6 +246,10 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         j = NULL;
         if (fetch_release(f, token, err, sizeof err) != 0) {
             fprintf(stderr, "dprec-fleet: %s\n", err);
+            goto out;
+        }
+        if (fleet_poison_round_end(f, r, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: round %u: %s\n", r, err);
             goto out;
         }
         res->epsilon = eps;
@@ -342,6 +351,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
 out:
     cJSON_Delete(j);
     if (csv) fclose(csv);
+    if (main_job) fleet_poison_job_end(f);
     if (hooks != NULL) hooks->job_end();
     for (unsigned i = 0; i < nthreads; i++) ws[i].relay = NULL;
     return ok;

@@ -95,6 +95,7 @@ typedef struct fleet {
     pthread_mutex_t lock;
     struct timespec phase_start;
     const char *phase_name;
+    struct fleet_poison *poison; /* --malicious (fleet_poison.c), or NULL */
 } fleet;
 
 typedef struct worker {
@@ -102,6 +103,7 @@ typedef struct worker {
     int index;
     dprec_transport t;
     const dprec_transport *relay; /* the job's protocol's relay transport for this worker (or NULL) */
+    dprec_transport poison_t;     /* --malicious: t behind fleet_poison.c's report rewriting (request NULL: off) */
 } worker;
 
 /* What a job gave: its RMSE after the last round, its guarantee (the aggregator's, checked against the devices'
@@ -169,6 +171,23 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
                   job_result *res);
 /* --bias-base: the private bias model's job on the same devices, at its share of the budget. 0, or -1 (printed). */
 int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res);
+
+/* ---- fleet_poison.c: --malicious ------------------------------------------------------------------------------ */
+
+/* After the devices are loaded: picks the malicious devices (o->c.malicious of them, by the seed) and puts each worker's
+ * transport behind the report rewriting (worker.poison_t). Nothing without --malicious. 0, or -1 (printed). */
+int fleet_poison_start(fleet *f, worker *ws, unsigned nthreads);
+/* The main job: from its spec (as sent to the aggregator, f->job set), the malicious devices send their worst reports
+ * and the fleet replays every round; job_end stops it. 0, or -1 with a message in err. */
+int fleet_poison_job_begin(fleet *f, const char *spec, char *err, size_t errcap);
+void fleet_poison_job_end(fleet *f);
+/* Before a round's sync (f->release: the release its reports are computed on), and after it closed and its release
+ * was fetched: the replay and the checks of round r. 0, or -1 with a message in err. */
+void fleet_poison_round_begin(fleet *f);
+int fleet_poison_round_end(fleet *f, unsigned r, char *err, size_t errcap);
+/* The closing lines (nothing without --malicious); 1 if a bound was exceeded or nothing could be checked, else 0. */
+int fleet_poison_print(const fleet *f);
+void fleet_poison_free(fleet *f);
 
 /* ---- fleet_compare.c: the comparisons and the verdict ---------------------------------------------------- */
 

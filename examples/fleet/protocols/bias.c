@@ -40,9 +40,15 @@ static void bias_device(const fleet_common *o, const fleet_data *d, uint32_t ntr
     fleet_proto_dpals.device(o, d, ntrain, cfg);
 }
 
+/* --malicious: a dpals job's worst report (examples/fleet/protocols/dpals.c). */
+static int bias_worst(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
+                      size_t cap, size_t *len) {
+    return fleet_proto_dpals.worst_report(o, d, in, out, cap, len);
+}
+
 const fleet_proto fleet_proto_bias = {
     "bias",
     "bias (the private bias model mu + b_j + c_i: dpals at d = 1; user-level joint DP; takes dpals's flags)\n",
     NULL, bias_arg, bias_finish, bias_spec, bias_device, NULL, bias_describe, NULL,
-    "the private bias model (dpals at d = 1), joint DP",
+    "the private bias model (dpals at d = 1), joint DP", bias_worst,
 };

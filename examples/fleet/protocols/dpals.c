@@ -1,10 +1,13 @@
 /* dprec-fleet: `dpals` (private alternating least squares, Chien et al. ICML 2021; user-level joint DP;
  * docs/privacy.md "dpals"). */
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "dpals.h"
 #include "fleet_proto.h"
+#include "report.h"
 
 static struct {
     int residual; /* 1 on, 0 off, -1 unset (the default) */
@@ -143,6 +146,28 @@ static void dpals_describe(const fleet_common *o, const fleet_data *d) {
            e.max_items, e.residual ? "residual" : "centred", e.u_clip);
 }
 
+/* --malicious: w = FLT_MAX in every coordinate and a target of +FLT_MAX on each of the first max_items items (the rest
+ * padding): the aggregator clips w to Gamma_u and each target to Gamma_r, so the report spends the whole sensitivity
+ * sqrt(k (1 + alpha^2)), every item's h_j pushed the same way (its bias feature up). */
+static int dpals_worst(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
+                       size_t cap, size_t *len) {
+    if (in->honest_len < 8 || dprec_ld32(in->honest) != o->rank || o->rank < 1) return -1;
+    const uint32_t dim = o->rank, k = dprec_ld32(in->honest + 4);
+    const size_t need = dprec_dpals_payload_size(dim, k);
+    if (need != in->honest_len || cap < need) return -1;
+    dprec_st32(out, dim);
+    dprec_st32(out + 4, k);
+    for (uint32_t a = 0; a + 1u < dim; a++) dprec_stf32(out + 8 + 4 * (size_t)a, FLT_MAX);
+    unsigned char *q = out + 8 + 4 * ((size_t)dim - 1u);
+    for (uint32_t i = 0; i < k; i++, q += 8) {
+        int real = i < d->num_items;
+        dprec_st32(q, real ? i : DPREC_PAD_ITEM);
+        dprec_stf32(q + 4, real ? FLT_MAX : 0.0f);
+    }
+    *len = need;
+    return 0;
+}
+
 static const char *const dpals_flags[] = {"--residual", "--reweight", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
                                           "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", "--gram-weight", NULL};
 
@@ -176,5 +201,5 @@ const fleet_proto fleet_proto_dpals = {
     "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
     "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
-    "private ALS (Chien et al. 2021), joint DP",
+    "private ALS (Chien et al. 2021), joint DP", dpals_worst,
 };

@@ -240,6 +240,7 @@ const fleet_proto fleet_proto_dpmf = {
     "  (defaults: --rank 3, --rounds 2 trusted and 3 in the relay modes; the budget is pure: delta 0)\n",
     dpmf_flags, dpmf_arg, dpmf_finish, dpmf_spec, dpmf_device, NULL, dpmf_describe, "bias",
     "objective perturbation (Hua et al. 2015)",
+    NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning": no bound in the relay modes) */
 };
 
 const fleet_job_hooks fleet_dpmf_hooks = {dpmf_job_begin, dpmf_job_created, dpmf_worker_relay, dpmf_round_end,

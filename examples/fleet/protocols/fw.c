@@ -104,4 +104,5 @@ const fleet_proto fleet_proto_private_fw = {
     "                           --fw-beta B (default 0.1), --oja-steps G (default 64)\n",
     fw_flags, fw_arg, fw_finish, fw_spec, fw_device, fw_own_vector, fw_describe, "bias",
     "seed 002 private Frank-Wolfe, joint DP",
+    NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
 };

@@ -1,11 +1,14 @@
 /* dprec-fleet: `gauss-gd` (seed 001, central DP; docs/privacy.md "gauss-gd"). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "accountant.h"
+#include "bytes.h"
 #include "fleet_proto.h"
 #include "gauss.h"
+#include "report.h"
 
 /* The default step (docs/results.md, "Defaults"): lr = min(GAUSS_LR_PER_RATER / n, GAUSS_LR_NOISE / (sigma sqrt(T)))
  * with n the average number of raters per item, sigma the noise on each summed coordinate and T the rounds. The
@@ -173,6 +176,28 @@ static void gauss_describe(const fleet_common *o, const fleet_data *d) {
     }
 }
 
+/* --malicious: x = [0 .. 0, FLT_MAX] (all of it on the bias column, which no pin holds) and a coefficient of -FLT_MAX
+ * on each of the first max_ratings items (a negative gradient: the step raises their biases), the rest padding. The
+ * aggregator's clip scales it to ||G||_F = C (unit user), or to tau C a row (unit rating). */
+static int gauss_worst(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
+                       size_t cap, size_t *len) {
+    if (in->honest_len < 8 || dprec_ld32(in->honest) != o->rank) return -1;
+    const uint32_t dim = o->rank, n = dprec_ld32(in->honest + 4);
+    const size_t need = dprec_gauss_payload_size(dim, n);
+    if (need != in->honest_len || cap < need) return -1;
+    dprec_st32(out, dim);
+    dprec_st32(out + 4, n);
+    for (uint32_t k = 0; k <= dim; k++) dprec_stf32(out + 8 + 4 * (size_t)k, k == dim ? FLT_MAX : 0.0f);
+    unsigned char *q = out + 8 + 4 * ((size_t)dim + 1u);
+    for (uint32_t i = 0; i < n; i++, q += 8) {
+        int real = i < d->num_items;
+        dprec_st32(q, real ? i : DPREC_PAD_ITEM);
+        dprec_stf32(q + 4, real ? -FLT_MAX : 0.0f);
+    }
+    *len = need;
+    return 0;
+}
+
 static const char *const gauss_flags[] = {"--unit", "--clip", "--sampling-rate", "--lr", "--u-update", "--u-lr",
                                           "--eps-i", "--delta-i", "--max-ratings", NULL};
 
@@ -195,5 +220,5 @@ const fleet_proto fleet_proto_gauss_gd = {
     "                           (default 1e-5), by the group bound over --max-ratings (u is fitted from all of a\n"
     "                           user's ratings); seed 001's eps_opt, far below it, is printed but does not hold\n",
     gauss_flags, gauss_arg, gauss_finish, gauss_spec, gauss_device, NULL, gauss_describe, "bias",
-    "seed 001 Gaussian gradient descent, central DP",
+    "seed 001 Gaussian gradient descent, central DP", gauss_worst,
 };

@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "fleet_proto.h"
+#include "ldp.h"
 
 static struct {
     double lr, init_scale, rr_split;
@@ -113,6 +115,20 @@ static void rr_device(const fleet_common *o, const fleet_data *d, uint32_t ntrai
     cfg->max_report_bytes = 132u + (d->num_items + 7u) / 8u + 4u * d->num_items * o->rank;
 }
 
+/* --malicious (ldp-gd, ldp-gddr): a report is one cell of +-B whatever the device holds, so the worst is the same
+ * cell and sign every time: cell 0, coordinate d - 1 (a learned one, with or without user_bias), +B. */
+static int sign_worst(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
+                      size_t cap, size_t *len) {
+    (void)d;
+    if (in->honest_len != DPREC_LDP_SIGN_PAYLOAD || cap < DPREC_LDP_SIGN_PAYLOAD) return -1;
+    memset(out, 0, DPREC_LDP_SIGN_PAYLOAD);
+    dprec_st32(out, 0);
+    dprec_st32(out + 4, o->rank - 1u);
+    out[8] = 1;
+    *len = DPREC_LDP_SIGN_PAYLOAD;
+    return 0;
+}
+
 #define LDP_HELP                                                                                                   \
     "  --lr G                   step size gamma_0 (default 0.001)\n"                                               \
     "  --lr-schedule S          inverse (gamma_t = gamma_0 / t, default) or constant\n"                            \
@@ -125,13 +141,14 @@ static const char *const rr_flags[] = {"--lr", "--lr-schedule", "--init-scale", 
 
 const fleet_proto fleet_proto_ldp_gd = {
     "ldp-gd", "ldp-gd (seed 000's Private GD, local DP, unit user):\n" LDP_HELP, gd_flags, gd_arg, ldp_finish,
-    gd_spec, sign_device, NULL, NULL, NULL, "seed 000 private GD, local DP",
+    gd_spec, sign_device, NULL, NULL, NULL, "seed 000 private GD, local DP", sign_worst,
 };
 const fleet_proto fleet_proto_ldp_gddr = {
     "ldp-gddr",
     "ldp-gddr (seed 000's GD-DR, a random projection Phi; local DP, unit user): as ldp-gd, and\n"
     "  --q Q                    rows of the projection Phi (default min(2700, items))\n",
     gddr_flags, gddr_arg, ldp_finish, gddr_spec, sign_device, NULL, NULL, NULL, "seed 000 GD-DR, local DP",
+    sign_worst,
 };
 const fleet_proto fleet_proto_ldp_rr = {
     "ldp-rr",
@@ -139,4 +156,5 @@ const fleet_proto fleet_proto_ldp_rr = {
     "  --rr-split F             share of epsilon for the randomized response (default 0.5)\n"
     "  --rr-unit user           the only unit (rating is refused: u depends on every rating)\n",
     rr_flags, rr_arg, ldp_finish, rr_spec, rr_device, NULL, NULL, NULL, "seed 000 randomized response, local DP",
+    NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
 };

@@ -1,7 +1,10 @@
 /* dprec-fleet: `plain`, the reference without privacy (alternating least squares; docs/protocol.md). */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "fleet_proto.h"
 
 static double lambda_bias = -1; /* --lambda-bias: the aggregator's default unless given */
@@ -41,6 +44,36 @@ static void plain_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     cfg->max_report_bytes = 128u + 4u * o->rank + 8u * (ntrain > 0 ? ntrain : 1);
 }
 
+/* --malicious: u = FLT_MAX times the opposite of the items' mean v_j (its largest coordinate at -FLT_MAX), so that
+ * u . v_j is as negative as it gets for most items, and every item rated at the top of the scale: each residual
+ * r - mu - u . v_j of the bias step is as large as the aggregator's clamp allows, pushing every item bias up (with
+ * user_bias, v_j[0] = 1 for every item and u is -FLT_MAX e_0). */
+static int plain_worst(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
+                       size_t cap, size_t *len) {
+    const uint32_t dim = o->rank, m = d->num_items;
+    const size_t need = 8u + 4u * (size_t)dim + 8u * (size_t)m;
+    if (dim > DPREC_MAX_DIM || cap < need || in->honest_len < 8 || dprec_ld32(in->honest) != dim) return -1;
+    double mean[DPREC_MAX_DIM] = {0};
+    float row[DPREC_MAX_DIM], bias;
+    for (uint32_t j = 0; j < m; j++) {
+        if (dprec_release_row(in->release, in->info, j, row, &bias) != DPREC_OK) return -1;
+        for (uint32_t k = 0; k < dim; k++) mean[k] += (double)row[k];
+    }
+    double mx = 0.0;
+    for (uint32_t k = 0; k < dim; k++) mx = fabs(mean[k]) > mx ? fabs(mean[k]) : mx;
+    dprec_st32(out, dim);
+    dprec_st32(out + 4, m);
+    for (uint32_t k = 0; k < dim; k++)
+        dprec_stf32(out + 8 + 4 * (size_t)k, mx > 0.0 ? (float)(-mean[k] / mx * (double)FLT_MAX) : (k == 0 ? -FLT_MAX : 0.0f));
+    unsigned char *q = out + 8 + 4 * (size_t)dim;
+    for (uint32_t j = 0; j < m; j++, q += 8) {
+        dprec_st32(q, j);
+        dprec_stf32(q + 4, d->rating_max);
+    }
+    *len = need;
+    return 0;
+}
+
 static const char *const plain_flags[] = {"--lambda-bias", NULL};
 
 const fleet_proto fleet_proto_plain = {
@@ -49,5 +82,5 @@ const fleet_proto fleet_proto_plain = {
     "  --lambda-bias L          ridge of the item biases (default: the aggregator's)\n",
     plain_flags,
     plain_arg, plain_finish, plain_spec, plain_device, NULL, NULL, NULL,
-    "ALS without privacy (the utility ceiling)",
+    "ALS without privacy (the utility ceiling)", plain_worst,
 };
