@@ -118,6 +118,11 @@ typedef struct fleet_conn_options {
     const char *argv0;       /* to find dprec-aggregator next to the fleet */
     int verbose;
     int relay;               /* the service is a relay (dprec-relay, relay/relay.h; key file relay-key.der) */
+    /* --registration token: the app's enrollment public key (DER) and app id the services it starts enroll with
+     * (fleet_enroll.c plays the app's backend); NULL: registration open */
+    const unsigned char *enrollment_key;
+    size_t enrollment_key_len;
+    const char *app_id;
 } fleet_conn_options;
 
 /* Opens the aggregator: in-process, an existing one, or a child `dprec-aggregator serve`. */

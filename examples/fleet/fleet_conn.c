@@ -52,6 +52,10 @@ struct fleet_conn {
     char admin_url[512];
     char cacert[PATH_MAX];  /* PEM to verify the server with ("" = system CAs) */
     CURL *admin_curl;
+    /* --registration token: the enrollment key (DER) and app id of the services the fleet starts */
+    unsigned char enroll_key[256];
+    size_t enroll_key_len;
+    char app_id[80];
     int sdk_transport;                      /* devices use the SDK's libcurl transport */
     void *transports[FLEET_MAX_TRANSPORTS]; /* its per-thread states */
     int ntransports;
@@ -303,6 +307,10 @@ static int open_relay_in_process(fleet_conn *c, int verbose, char *err, size_t e
     cfg.admin_token = c->admin_token;
     cfg.sync_full = 0; /* a throw-away state in a temp dir */
     if (verbose) cfg.log = agg_log_stderr;
+    cfg.registration_token = c->enroll_key_len > 0;
+    cfg.enrollment_key = c->enroll_key;
+    cfg.enrollment_key_len = c->enroll_key_len;
+    cfg.app_id = c->app_id;
     if (dprec_relay_open(&cfg, &c->relay, err, errcap) != 0) return -1;
     c->release_key_len = dprec_relay_public_key(c->relay, c->release_key, sizeof c->release_key);
     snprintf(c->describe, sizeof c->describe, "in-process relay (state in %s)", c->tmpdir);
@@ -323,6 +331,10 @@ static int open_in_process(fleet_conn *c, int verbose, char *err, size_t errcap)
     cfg.sync_full = 0;       /* a throw-away state in a temp dir: durability buys nothing here */
     cfg.group_commit_us = 0; /* requests arrive one at a time per thread; do not wait to batch */
     if (verbose) cfg.log = agg_log_stderr;
+    cfg.registration_token = c->enroll_key_len > 0;
+    cfg.enrollment_key = c->enroll_key;
+    cfg.enrollment_key_len = c->enroll_key_len;
+    cfg.app_id = c->app_id;
     if (dprec_agg_open(&cfg, &c->agg, err, errcap) != 0) return -1;
     c->release_key_len = dprec_agg_public_key(c->agg, c->release_key, sizeof c->release_key);
     if (c->release_key_len == 0) {
@@ -385,6 +397,17 @@ static int open_child(fleet_conn *c, const char *argv0, int relay, int verbose, 
         return -1;
     }
     if (make_tmpdir(c, err, errcap) != 0) return -1;
+    if (c->enroll_key_len > 0) { /* the file the child's --enrollment-key names */
+        char ekey[PATH_MAX + 16];
+        snprintf(ekey, sizeof ekey, "%s/enrollment-key.der", c->tmpdir);
+        FILE *f = fopen(ekey, "wb");
+        int ok = f != NULL && fwrite(c->enroll_key, 1, c->enroll_key_len, f) == c->enroll_key_len;
+        if (f != NULL) ok = fclose(f) == 0 && ok;
+        if (!ok) {
+            snprintf(err, errcap, "cannot write %s", ekey);
+            return -1;
+        }
+    }
     char log[PATH_MAX + 16], ports[PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/server.log", c->tmpdir);
     snprintf(ports, sizeof ports, "%s/ports.json", c->tmpdir);
@@ -409,9 +432,20 @@ static int open_child(fleet_conn *c, const char *argv0, int relay, int verbose, 
             (void)of;
         }
         /* every simulated device connects from 127.0.0.1: the per-address limits are for the internet */
+        char ekey[PATH_MAX + 16];
+        snprintf(ekey, sizeof ekey, "%s/enrollment-key.der", c->tmpdir);
         char *args[] = {exe, "serve", "--state-dir", c->tmpdir, "--listen", "127.0.0.1:0",
                         "--admin-listen", "127.0.0.1:0", "--connections-per-address", "0",
-                        "--register-per-minute", "0", NULL};
+                        "--register-per-minute", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        if (c->enroll_key_len > 0) { /* the key file written before the fork (open_child) */
+            char **a = args + 12;
+            *a++ = "--registration";
+            *a++ = "token";
+            *a++ = "--enrollment-key";
+            *a++ = ekey;
+            *a++ = "--app-id";
+            *a = (char *)c->app_id;
+        }
         execv(exe, args);
         _exit(127);
     }
@@ -516,6 +550,16 @@ int fleet_conn_open(const fleet_conn_options *o, fleet_conn **out, char *err, si
         return -1;
     }
     int rc;
+    if (o->enrollment_key_len > 0) {
+        if (o->enrollment_key_len > sizeof c->enroll_key || o->app_id == NULL || strlen(o->app_id) >= sizeof c->app_id) {
+            snprintf(err, errcap, "the enrollment key or app id is too long");
+            free(c);
+            return -1;
+        }
+        memcpy(c->enroll_key, o->enrollment_key, o->enrollment_key_len);
+        c->enroll_key_len = o->enrollment_key_len;
+        snprintf(c->app_id, sizeof c->app_id, "%s", o->app_id);
+    }
     if (o->in_process) {
         c->kind = CONN_IN_PROCESS;
         rc = o->relay ? open_relay_in_process(c, o->verbose, err, errcap) : open_in_process(c, o->verbose, err, errcap);

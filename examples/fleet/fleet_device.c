@@ -120,6 +120,12 @@ static int device_load(fleet *f, uint32_t u) {
     if (rc != DPREC_OK) return rc;
     rc = dprec_store_load(dv->client);
     if (rc != DPREC_OK) return rc;
+    if (f->o->enroll) { /* the app asks its backend for a token for the device's identity, once */
+        dv->token = malloc(FLEET_TOKEN_MAX);
+        if (dv->token == NULL) return DPREC_ERR_NO_MEMORY;
+        rc = fleet_enroll_token(dv->client, dv->token, FLEET_TOKEN_MAX, &dv->token_len);
+        if (rc != DPREC_OK) return rc;
+    }
     /* the user's history in one durable write (n puts would rewrite the whole store n times) */
     dprec_rating *batch = malloc(sizeof *batch * (ntrain > 0 ? ntrain : 1));
     if (batch == NULL) return DPREC_ERR_NO_MEMORY;
@@ -165,6 +171,8 @@ static void device_sync(fleet *f, uint32_t u, const dprec_transport *t, const dp
     }
     dprec_sync_config sc = f->scfg;
     sc.relay = relay; /* a protocol's relay (fleet_proto.h, worker_relay), or NULL */
+    sc.enrollment_token = dv->token; /* --registration token: what the app's backend signed for it */
+    sc.enrollment_token_len = dv->token_len;
     fleet_device_index = u; /* whose report --malicious's transport sees (fleet_poison.c) */
     for (int attempt = 0; attempt < FLEET_MAX_SYNC_ATTEMPTS; attempt++) {
         dprec_sync_result res;
@@ -352,6 +360,7 @@ void fleet_free_devices(fleet *f) {
         device *dv = &f->dev[u];
         dprec_client_free(dv->client);
         free(dv->mem);
+        free(dv->token);
         if (dv->mp) { fleet_memport_free(dv->mp); free(dv->mp); }
         free(dv->posix);
         memset(dv, 0, sizeof *dv);

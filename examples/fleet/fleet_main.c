@@ -29,13 +29,18 @@ static int start(fleet *f, worker *ws, unsigned nthreads, char **token) {
             return -1;
         }
     }
+    DPREC_STRUCT_INIT(&f->scfg); /* this build's layout: a zero struct_size would mean 0.2.0's, without its newer fields */
     f->scfg.release_key = fleet_conn_release_key(f->conn, &f->scfg.release_key_len);
     if (!f->o->verify_each) {
         f->scfg.verified_seen = fleet_sig_memo_seen;
         f->scfg.verified_remember = fleet_sig_memo_remember;
     }
-    cJSON *j = fleet_call_json(f, 0, "POST", "/v1/register", NULL, "{\"platform\":\"dprec-fleet\"}", 201, err,
-                               sizeof err);
+    char reg[1024] = "{\"platform\":\"dprec-fleet\"}";
+    if (f->o->enroll && fleet_enroll_register_body(reg, sizeof reg) != DPREC_OK) {
+        fprintf(stderr, "dprec-fleet: cannot enroll the fleet's evaluator\n");
+        return -1;
+    }
+    cJSON *j = fleet_call_json(f, 0, "POST", "/v1/register", NULL, reg, 201, err, sizeof err);
     const cJSON *tok = j ? cJSON_GetObjectItemCaseSensitive(j, "token") : NULL;
     if (!cJSON_IsString(tok)) {
         fprintf(stderr, "dprec-fleet: registering the fleet's evaluator: %s\n", j ? "no token" : err);
@@ -72,6 +77,13 @@ int main(int argc, char **argv) {
     if (o.store_dir != NULL && mkdir(o.store_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "dprec-fleet: cannot create %s: %s\n", o.store_dir, strerror(errno));
         return 1;
+    }
+    if (o.enroll) { /* the fleet as the app's backend: the services enroll with its key */
+        if (fleet_enroll_init(&o.conn.enrollment_key, &o.conn.enrollment_key_len, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: %s\n", err);
+            return 1;
+        }
+        o.conn.app_id = fleet_app_id;
     }
     if (fleet_conn_open(&o.conn, &f.conn, err, sizeof err) != 0) {
         fprintf(stderr, "dprec-fleet: aggregator: %s\n", err);

@@ -103,6 +103,9 @@ static const char help_tail[] =
     "  --plot FILE.png          RMSE per round, drawn with gnuplot\n"
     "  --quiet                  no progress lines on stderr\n"
     "  --verbose                the started aggregator logs to stderr\n"
+    "  --registration open|token  who may register with the services the fleet starts (default open); token: the\n"
+    "                           fleet plays the app's backend, signing each device an enrollment token for its\n"
+    "                           identity key (docs/protocol.md \"Enrollment\"); not with --aggregator URL\n"
     "  -h, --help               this text\n"
     "\n"
     "Every epsilon printed is rounded up. The last line printed is\n"
@@ -249,6 +252,12 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             o->release_encoding = v;
         }
         else if (strcmp(a, "--verbose") == 0) o->verbose = o->conn.verbose = 1;
+        else if (strcmp(a, "--registration") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "token") != 0 && strcmp(v, "open") != 0)
+                return fleet_flag_error("--registration takes open or token, not", v);
+            o->enroll = strcmp(v, "token") == 0;
+        }
         else if (strcmp(a, "--rounds") == 0) {
             NEED_VALUE();
             if (fleet_parse_uint(v, 1, 100000, &o->c.rounds)) return fleet_flag_error("--rounds must be in 1..100000:", v);
@@ -309,6 +318,9 @@ int fleet_parse_args(int argc, char **argv, options *o) {
     }
     if (o->data != NULL && o->synthetic != NULL) return fleet_flag_error("give --data or --synthetic, not both", NULL);
     if (o->conn.in_process && o->conn.url != NULL) return fleet_flag_error("give --in-process or --aggregator, not both", NULL);
+    if (o->enroll && o->conn.url != NULL)
+        return fleet_flag_error("--registration token signs tokens with a key of the fleet's own: it enrolls with the "
+                                "services the fleet starts, not with --aggregator", NULL);
     if (o->data == NULL && o->synthetic == NULL) o->synthetic = FLEET_DEFAULT_SYNTHETIC;
     if (!protocol_given && o->compare == NULL) o->compare = FLEET_DEFAULT_COMPARE;
     if (o->compare != NULL) { /* every name a protocol of this build, other than the one run, at most 4 */

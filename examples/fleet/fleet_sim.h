@@ -35,6 +35,17 @@
 #define FLEET_DEFAULT_RANK 10
 #define FLEET_MAX_COMPARE 4
 
+/* ---- fleet_enroll.c: --registration token, the fleet as the app's backend ----------------------------------- */
+
+#define FLEET_TOKEN_MAX 256u /* room for an enrollment token (common/identity.h: at most 231 bytes) */
+extern const char fleet_app_id[];
+/* The run's enrollment key pair (drawn once): its public half (DER) for the services. 0, or -1 with a message. */
+int fleet_enroll_init(const unsigned char **pub, size_t *pub_len, char *err, size_t errcap);
+/* A token for the client's identity key (drawn and stored by the SDK if it has none), signed as a backend signs it. */
+int fleet_enroll_token(dprec_client *c, unsigned char *out, size_t cap, size_t *len);
+/* The registration body (JSON, cap >= 1024) of the fleet's evaluator, enrolled with an identity of its own. */
+int fleet_enroll_register_body(char *out, size_t cap);
+
 typedef struct options {
     fleet_common c;          /* what every protocol may read */
     const fleet_proto *proto;
@@ -47,6 +58,7 @@ typedef struct options {
     char *item_subset; /* --items-top: the subset's hex bitmap (malloc'd; c.item_subset points here) */
     int subset_from_data; /* --items-top kept fewer items than there are: a subset counted in the data itself */
     int quiet, verbose, verify_each;
+    int enroll; /* --registration token (fleet_enroll.c) */
     const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
     /* --bias-base F (0: none): the share of the budget the base job (the private bias model) spends first; its
      * budget; and the whole budget, which the devices' caps and the comparisons get (c.epsilon and c.delta are the
@@ -72,6 +84,8 @@ typedef struct device {
     double sse;       /* squared error over the test ratings of the last evaluation */
     double sae;       /* absolute error (the MAE: seed 004's metric compares it with the non-private model's) */
     int failed;       /* a permanent error: the device is out of the fleet */
+    unsigned char *token; /* --registration token: its enrollment token (fleet_enroll.c), malloc'd; else NULL */
+    size_t token_len;
 } device;
 
 typedef struct fleet {
