@@ -259,6 +259,68 @@ static int64_t job_field(dprec_agg *a, int64_t job, const char *name) {
     return v;
 }
 
+/* A device registered: its token (65 bytes with the NUL) and its id. */
+static int64_t register_device_id(dprec_agg *a, char token[65]) {
+    cJSON *o = call_json(a, DPREC_LISTENER_DEVICE, "POST", "/v1/register", NULL, "{\"platform\":\"test\"}", 201);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "token"), *id = cJSON_GetObjectItemCaseSensitive(o, "device_id");
+    assert_true(cJSON_IsString(t) && cJSON_IsString(id));
+    memcpy(token, t->valuestring, 65);
+    int64_t v = atoll(id->valuestring);
+    cJSON_Delete(o);
+    assert_true(v > 0);
+    return v;
+}
+
+/* Releases v1 and v2 of job, each checked and its signature verified: 1 if they carry the same model (V, the biases
+ * and mu, value for value), else 0. */
+static int same_model(dprec_agg *a, int64_t job, uint64_t v1, uint64_t v2, const char *token) {
+    char n1[24], n2[24];
+    snprintf(n1, sizeof n1, "%llu", (unsigned long long)v1);
+    snprintf(n2, sizeof n2, "%llu", (unsigned long long)v2);
+    size_t l1 = 0, l2 = 0;
+    unsigned char *r1 = get_release(a, job, n1, token, &l1), *r2 = get_release(a, job, n2, token, &l2);
+    assert_non_null(r1);
+    assert_non_null(r2);
+    check_signed_release(a, r1, l1, v1);
+    check_signed_release(a, r2, l2, v2);
+    dprec_release_info i1, i2;
+    assert_int_equal(dprec_release_check(r1, l1, &i1), DPREC_OK);
+    assert_int_equal(dprec_release_check(r2, l2, &i2), DPREC_OK);
+    int same = i1.num_items == i2.num_items && i1.dim == i2.dim && i1.flags == i2.flags &&
+               i1.global_mean == i2.global_mean;
+    for (uint32_t j = 0; same && j < i1.num_items; j++) {
+        float row1[DPREC_MAX_DIM], row2[DPREC_MAX_DIM], b1 = 0.0f, b2 = 0.0f;
+        assert_int_equal(dprec_release_row(r1, &i1, j, row1, &b1), DPREC_OK);
+        assert_int_equal(dprec_release_row(r2, &i2, j, row2, &b2), DPREC_OK);
+        same = b1 == b2 && memcmp(row1, row2, sizeof(float) * i1.dim) == 0;
+    }
+    free(r1);
+    free(r2);
+    return same;
+}
+
+static int64_t create_job_spec(dprec_agg *a, const char *spec) {
+    cJSON *o = call_json(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+    int64_t id = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+    cJSON_Delete(o);
+    return id;
+}
+
+/* The value of metric line `name` (its labels included) in /metrics, or -1 if absent. */
+static long long metric_value(dprec_agg *a, const char *name) {
+    char *m = dprec_agg_metrics(a);
+    assert_non_null(m);
+    char key[160];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(m, key);
+    long long v = at != NULL ? atoll(at + strlen(key)) : -1;
+    free(m);
+    return v;
+}
+
+#define UNCHANGED_BELOW "dprec_rounds_finalized_unchanged_total{reason=\"below_min_reports\"}"
+#define UNCHANGED_NO_SUM "dprec_rounds_finalized_unchanged_total{reason=\"secure_no_sum\"}"
+
 /* ---- tests ------------------------------------------------------------------------------------------ */
 
 static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
@@ -332,13 +394,17 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     expect_error(a, DPREC_LISTENER_DEVICE, "POST", "/v1/jobs/1/reports", tok[0], late, len2, 409, "round_closed");
     assert_int_equal(post_report(a, job, tok[2], r2, len, &dup), 200);
     assert_int_equal(dup, 1);
-    /* ticking far in the future finalizes nothing (the open round has no reports; its deadline moves) */
-    assert_int_equal(dprec_agg_tick(a, (int64_t)time(NULL) + 100000), 0);
-    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+    /* ticking far in the future closes the open round 2, which has no report, with the model unchanged (issue 36:
+     * its deadline used to move on instead; every round now closes at its deadline whatever its count) */
+    assert_int_equal(dprec_agg_tick(a, (int64_t)time(NULL) + 100000), 1);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 3);
+    assert_int_equal(job_field(a, job, "round"), 3);
 
     char *metrics = dprec_agg_metrics(a);
     assert_non_null(metrics);
-    assert_non_null(strstr(metrics, "dprec_rounds_finalized_total 1\n"));
+    assert_non_null(strstr(metrics, "dprec_rounds_finalized_total 2\n"));
+    assert_non_null(strstr(metrics, "dprec_rounds_finalized_unchanged_total{reason=\"below_min_reports\"} 1\n"));
+    assert_non_null(strstr(metrics, "dprec_rounds_finalized_unchanged_total{reason=\"secure_no_sum\"} 0\n"));
     assert_non_null(strstr(metrics, "dprec_reports_accepted_total 3\n"));
     assert_non_null(strstr(metrics, "dprec_reports_rejected_total{reason=\"already_reported\"} 2\n"));
     free(metrics);
@@ -770,31 +836,81 @@ static void test_agg_open_resumes_an_unfinalized_full_round(void **state) {
     free(b);
 }
 
-static void test_agg_deadline_extends_empty_round_and_closes_reported_one(void **state) {
+/* Every round closes at its deadline, whatever its count (issue 36). This test used to assert that an empty round's
+ * deadline moved on instead (and was named for it): a round held open lets whoever comes later into it, which for the
+ * central and joint protocols made who is in a round depend on who else had reported
+ * (test_agg_a_canary_never_decides_who_else_is_in_a_central_round). Now an empty round, of every protocol, is
+ * finalized with its model unchanged: release r+1 carries release r's model, signed as version r+1, and the job moves
+ * on; a round with a report at its deadline (plain closes early only at min_reports, here 100) runs its global step. */
+static void test_agg_deadline_closes_an_empty_round_unchanged_and_a_reported_one_with_its_step(void **state) {
     env *e = *state;
     int64_t job = create_job(e->a, 2, 5, 5, 100, NULL);
     int64_t now = (int64_t)time(NULL);
-    assert_int_equal(dprec_agg_tick(e->a, now + 601), 0);
-    int64_t deadline = job_field(e->a, job, "deadline");
-    assert_true(deadline >= now + 601 + 600);
     char tok[65];
     register_device(e->a, tok);
+    assert_int_equal(dprec_agg_tick(e->a, now + 601), 1); /* round 1, empty: released unchanged */
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    assert_true(same_model(e->a, job, 1, 2, tok));
+    int64_t deadline = job_field(e->a, job, "deadline");
+    assert_true(deadline >= now + 601 + 600);
     float u[2] = {1.0f, 0.0f};
     uint32_t items[1] = {3};
     float ratings[1] = {5.0f};
     size_t len;
-    unsigned char *b = make_report((uint64_t)job, 1, 1, 2, u, 1, items, ratings, &len);
+    unsigned char *b = make_report((uint64_t)job, 2, 1, 2, u, 1, items, ratings, &len);
     assert_int_equal(post_report(e->a, job, tok, b, len, NULL), 200);
     assert_int_equal(dprec_agg_tick(e->a, deadline - 1), 0);
-    assert_int_equal(dprec_agg_tick(e->a, deadline), 1);
+    assert_int_equal(dprec_agg_tick(e->a, deadline), 1); /* round 2, one report: the global step ran */
     assert_int_equal(dprec_agg_tick(e->a, deadline), 0);
-    assert_int_equal(job_field(e->a, job, "round"), 2);
+    assert_int_equal(job_field(e->a, job, "round"), 3);
+    assert_false(same_model(e->a, job, 2, 3, tok));
+    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), 1);
     free(b);
+
+    /* an empty round of every other protocol, trusted and local alike */
+    static const char *const specs[] = {
+        "{\"protocol\":\"ldp-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"params\":{\"k\":2,\"seed\":1},\"budget\":{\"epsilon\":2,\"delta\":0}}",
+        "{\"protocol\":\"ldp-rr\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"params\":{\"k\":2,\"seed\":1},\"budget\":{\"epsilon\":2,\"delta\":0}}",
+        "{\"protocol\":\"gauss-gd\",\"d\":2,\"m\":5,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"params\":{\"noise_multiplier\":2,\"max_ratings\":2},"
+        "\"budget\":{\"epsilon\":50,\"delta\":1e-5}}",
+        "{\"protocol\":\"private-fw\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"params\":{\"items\":\"ffffff3f\",\"k\":10,\"L\":100,\"xi\":8},"
+        "\"budget\":{\"epsilon\":8,\"delta\":1e-5}}",
+        "{\"protocol\":\"sgld\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":1,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"params\":{\"tau\":5,\"passes\":5,\"threads\":1},"
+        "\"budget\":{\"epsilon\":4,\"delta\":0}}",
+        "{\"protocol\":\"dpmf\",\"d\":3,\"m\":24,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
+        "\"round_seconds\":600,\"participation\":1,\"params\":{\"mode\":\"trusted\",\"max_items\":6},"
+        "\"budget\":{\"epsilon\":8,\"delta\":0}}",
+        "{\"protocol\":\"dpals\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"params\":{\"max_items\":8},\"budget\":{\"epsilon\":8,\"delta\":1e-6}}",
+    };
+    enum { N = sizeof specs / sizeof specs[0] };
+    int64_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = create_job_spec(e->a, specs[i]);
+    /* the engine's clock is the last tick (past the wall clock): every deadline is the same, and so is plain's */
+    int64_t d2 = job_field(e->a, ids[0], "deadline");
+    for (int i = 0; i < N; i++) assert_int_equal(job_field(e->a, ids[i], "deadline"), d2);
+    assert_int_equal(job_field(e->a, job, "deadline"), d2);
+    assert_int_equal(dprec_agg_tick(e->a, d2 - 1), 0);
+    assert_int_equal(dprec_agg_tick(e->a, d2), N + 1);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(job_field(e->a, ids[i], "round"), 2);
+        if (!same_model(e->a, ids[i], 1, 2, tok)) fail_msg("%s: the empty round changed the model", specs[i]);
+    }
+    assert_true(same_model(e->a, job, 3, 4, tok));
+    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), N + 2);
+    assert_int_equal(metric_value(e->a, "dprec_rounds_finalized_total"), N + 3);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2 * N + 4);
 }
 
 /* A central protocol's round closes at its deadline, never at a count: closing at min_reports would make who is
  * included depend on who else reported (replace-one: the sensitivity doubles and Poisson amplification is
- * lost). At the deadline min_reports is the least it closes with; with fewer it stays open another period. */
+ * lost). At the deadline min_reports is the least its global step runs with; with fewer the round is released with
+ * the model unchanged (it used to stay open another period, issue 36). */
 static unsigned char *gauss_report(uint64_t job, uint64_t round, uint8_t id_byte, size_t *len) {
     const uint32_t d = 2, n = 2; /* params.max_ratings = 2: one real pair, one padding pair */
     size_t plen = 8 + 4 * (d + 1) + 8 * n;
@@ -839,21 +955,182 @@ static void test_agg_central_rounds_close_at_the_deadline_not_at_a_count(void **
     assert_int_equal(job_field(e->a, job, "round"), 1);
     assert_int_equal(dprec_agg_tick(e->a, deadline), 1);
     assert_int_equal(job_field(e->a, job, "round"), 2);
-    /* round 2: one report, below min_reports, at the deadline: the round stays open another period */
+    assert_false(same_model(e->a, job, 1, 2, tok[0])); /* three reports: the global step ran */
+    /* round 2: one report, below min_reports, at the deadline. This used to leave the round open another period
+     * (and a second report then made min_reports); now the round closes at its deadline with the model unchanged,
+     * its one report unused, and the late report is refused */
     int64_t d2 = job_field(e->a, job, "deadline");
     unsigned char *b = gauss_report((uint64_t)job, 2, 0x20, &len);
     assert_int_equal(post_report(e->a, job, tok[0], b, len, NULL), 200);
     free(b);
+    assert_int_equal(dprec_agg_tick(e->a, d2 - 1), 0);
+    assert_int_equal(dprec_agg_tick(e->a, d2), 1);
+    assert_int_equal(job_field(e->a, job, "round"), 3);
+    assert_true(same_model(e->a, job, 2, 3, tok[0]));
+    assert_true(job_field(e->a, job, "deadline") >= d2 + 600);
+    b = gauss_report((uint64_t)job, 2, 0x21, &len);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/reports", (long long)job);
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", path, tok[1], b, len, 409, "round_closed");
+    free(b);
+    /* the round's one report is stored (its row, for idempotency) without its payload, as after any finalization */
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE round = 2"), 1);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0);
+    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), 1);
+}
+
+/* The gauss-gd job of the canary test: min_reports 3, noise multiplier 2 (a global step always moves the model). */
+static const char canary_spec[] =
+    "{\"protocol\":\"gauss-gd\",\"d\":2,\"m\":5,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+    "\"min_reports\":3,\"round_seconds\":600,\"participation\":1.0,"
+    "\"params\":{\"noise_multiplier\":2,\"max_ratings\":2},\"budget\":{\"epsilon\":50,\"delta\":1e-5}}";
+
+typedef struct canary_world {
+    int64_t others[8];  /* the devices whose reports are in the finalized round 1, but the canary */
+    size_t nothers;
+    int unchanged;      /* release 2 carries release 1's model */
+    double ledger_eps;  /* the job's ledger line after round 1 */
+    long long counted;  /* rounds counted as released unchanged below min_reports */
+} canary_world;
+
+/* One world: five devices registered in the same order (the same ids in both worlds); devices 0 and 1 report on time,
+ * device 2 (the canary) too if `canary`; the deadline passes; devices 3 and 4 come late. */
+static void canary_run(env *e, int canary, canary_world *w) {
+    memset(w, 0, sizeof *w);
+    int64_t job = create_job_spec(e->a, canary_spec);
+    int64_t deadline = job_field(e->a, job, "deadline");
+    char tok[5][65];
+    int64_t id[5];
+    size_t len;
+    for (int i = 0; i < 5; i++) id[i] = register_device_id(e->a, tok[i]);
+    for (int i = 0; i < 3; i++) {
+        if (i == 2 && !canary) continue;
+        unsigned char *b = gauss_report((uint64_t)job, 1, (uint8_t)(0x10 + i), &len);
+        assert_int_equal(post_report(e->a, job, tok[i], b, len, NULL), 200);
+        free(b);
+    }
+    assert_int_equal(dprec_agg_tick(e->a, deadline - 1), 0);
+    assert_int_equal(dprec_agg_tick(e->a, deadline), 1); /* the round closes at its deadline in both worlds */
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/reports", (long long)job);
+    for (int i = 3; i < 5; i++) { /* the late devices: refused, whatever the count was */
+        unsigned char *b = gauss_report((uint64_t)job, 1, (uint8_t)(0x10 + i), &len);
+        expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", path, tok[i], b, len, 409, "round_closed");
+        free(b);
+    }
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(e->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT device FROM reports WHERE job = ? AND round = 1 ORDER BY device", -1,
+                                        &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, job);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t dev = sqlite3_column_int64(st, 0);
+        if (dev != id[2] && w->nothers < sizeof w->others / sizeof w->others[0]) w->others[w->nothers++] = dev;
+    }
+    sqlite3_finalize(st);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT epsilon_spent FROM ledger WHERE job = ?", -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_int64(st, 1, job);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    w->ledger_eps = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0); /* dropped, as in every round */
+    w->unchanged = same_model(e->a, job, 1, 2, tok[0]);
+    w->counted = metric_value(e->a, UNCHANGED_BELOW);
+}
+
+/* Issue 36, point 4: who is in a central round must not depend on how many others reported. A gauss-gd job with
+ * min_reports = 3; two devices report on time; in world A a third (the canary) reports before the deadline too, in
+ * world B it does not; after the deadline two late devices try to report. The engine used to extend world B's round
+ * (2 < min_reports) and let the late devices in: the canary's absence changed which other users the round held, so
+ * neighbouring inputs differed by three users. Now both rounds close at the deadline with the same two others, the
+ * late devices are refused in both, and world B's round, below min_reports, is released with the model unchanged and
+ * accounted as world A's (the devices charged the round when they reported). */
+static void test_agg_a_canary_never_decides_who_else_is_in_a_central_round(void **state) {
+    env *a = *state;
+    canary_world wa, wb;
+    canary_run(a, 1, &wa);
+    void *other = NULL;
+    assert_int_equal(setup(&other), 0); /* world B: a fresh aggregator */
+    canary_run(other, 0, &wb);
+    assert_int_equal(teardown(&other), 0);
+    assert_int_equal(wa.nothers, 2);
+    assert_int_equal(wb.nothers, wa.nothers);
+    for (size_t i = 0; i < wa.nothers; i++) assert_int_equal(wa.others[i], wb.others[i]);
+    assert_false(wa.unchanged); /* min_reports: the global step ran */
+    assert_true(wb.unchanged);
+    assert_true(wa.ledger_eps > 0.0);
+    assert_true(wb.ledger_eps == wa.ledger_eps);
+    assert_int_equal(wa.counted, 0);
+    assert_int_equal(wb.counted, 1);
+}
+
+/* A secure job's round that cannot complete closes at its deadline with no sum, the model unchanged; it is never
+ * extended (issue 36: a round nobody joined, as after a restart, used to be extended at every deadline). The phase
+ * deadlines stay: each deadline closes the open phase, and the next phase gets round_seconds of its own. */
+static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(void **state) {
+    env *e = *state;
+    int64_t job = create_job_spec(
+        e->a, "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+              "\"min_reports\":8,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
+              "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
+              "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
+    char tok[5][65], path[96];
+    int64_t id[5];
+    for (int i = 0; i < 5; i++) id[i] = register_device_id(e->a, tok[i]);
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)job);
+
+    /* round 1: a device looks at the job (the round's secure state exists, advertising), nobody advertises */
+    cJSON *v = call_json(e->a, DPREC_LISTENER_DEVICE, "GET", path, tok[0], NULL, 200);
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(v, "secagg");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sa, "phase")->valuestring, "advertise");
+    cJSON_Delete(v);
+    int64_t d1 = job_field(e->a, job, "deadline");
+    assert_int_equal(dprec_agg_tick(e->a, d1 - 1), 0);
+    assert_int_equal(dprec_agg_tick(e->a, d1), 1);
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    assert_true(same_model(e->a, job, 1, 2, tok[0]));
+
+    /* round 2: five devices advertise (fewer than min_reports = 8, so the phase does not close by itself); the
+     * deadline closes it (5 >= max(t, n_min)) and gives the share phase its own period; nobody shares, and the next
+     * deadline aborts the round, finalized with no sum */
+    char keys_path[96];
+    snprintf(keys_path, sizeof keys_path, "/v1/jobs/%lld/secagg/keys", (long long)job);
+    for (int i = 0; i < 5; i++) {
+        unsigned char body[12 + 64];
+        dprec_st64(body, 2);
+        dprec_st32(body + 8, (uint32_t)id[i]);
+        memset(body + 12, 0x40 + i, 64);
+        assert_int_equal(status_of(e->a, DPREC_LISTENER_DEVICE, "POST", keys_path, tok[i], body, sizeof body), 200);
+    }
+    int64_t d2 = job_field(e->a, job, "deadline");
     assert_int_equal(dprec_agg_tick(e->a, d2), 0);
     assert_int_equal(job_field(e->a, job, "round"), 2);
-    int64_t d3 = job_field(e->a, job, "deadline");
-    assert_true(d3 >= d2 + 600);
-    b = gauss_report((uint64_t)job, 2, 0x21, &len);
-    assert_int_equal(post_report(e->a, job, tok[1], b, len, NULL), 200);
-    free(b);
-    assert_int_equal(job_field(e->a, job, "round"), 2); /* min_reports now, but not the deadline */
-    assert_int_equal(dprec_agg_tick(e->a, d3), 1);
+    v = call_json(e->a, DPREC_LISTENER_DEVICE, "GET", path, tok[0], NULL, 200);
+    sa = cJSON_GetObjectItemCaseSensitive(v, "secagg");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sa, "phase")->valuestring, "share");
+    cJSON_Delete(v);
+    int64_t d2b = job_field(e->a, job, "deadline");
+    assert_true(d2b >= d2 + 600);
+    assert_int_equal(dprec_agg_tick(e->a, d2b - 1), 0);
+    assert_int_equal(dprec_agg_tick(e->a, d2b), 1);
     assert_int_equal(job_field(e->a, job, "round"), 3);
+    assert_true(same_model(e->a, job, 2, 3, tok[0]));
+
+    /* round 3: a restart loses the open round's secure state; nobody comes; the deadline still closes it */
+    int64_t d3 = job_field(e->a, job, "deadline");
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    assert_int_equal(open_agg(e), 0);
+    assert_int_equal(dprec_agg_tick(e->a, d3), 1);
+    assert_int_equal(job_field(e->a, job, "rounds_done"), 3);
+    assert_true(same_model(e->a, job, 3, 4, tok[0]));
+    assert_int_equal(metric_value(e->a, UNCHANGED_NO_SUM), 1); /* the counters restart with the process */
+    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 0);
 }
 
 /* Every value a release carries is within the public bound |x| <= DPREC_RELEASE_VALUE_MAX (dprec/release.h)
@@ -1131,8 +1408,12 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_agg_deadline_extends_empty_round_and_closes_reported_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_deadline_closes_an_empty_round_unchanged_and_a_reported_one_with_its_step,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_central_rounds_close_at_the_deadline_not_at_a_count, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_canary_never_decides_who_else_is_in_a_central_round, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_agg_release_values_are_clamped_to_the_public_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_concurrent_reports_are_all_committed_and_finalize_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_survives_mutated_reports_and_json, setup, teardown),

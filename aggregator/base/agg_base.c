@@ -122,8 +122,9 @@ int64_t agg_now(dprec_agg *a) {
     return now;
 }
 
-void agg_count_round(dprec_agg *a) {
+void agg_count_round(dprec_agg *a, int unchanged) {
     pthread_mutex_lock(&a->m_mu);
     a->metrics.rounds_finalized++;
+    if (unchanged > AGG_ROUND_CHANGED && unchanged < AGG_ROUND_REASONS) a->metrics.rounds_unchanged[unchanged]++;
     pthread_mutex_unlock(&a->m_mu);
 }

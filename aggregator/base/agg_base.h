@@ -82,11 +82,18 @@ const char *agg_release_encoding_name(uint16_t enc);
 
 enum { AGG_HIST_BUCKETS = 12, AGG_STATUS_SLOTS = 16 };
 
+/* Why a round was finalized with its model unchanged (release r+1 carries release r's model; no global step ran):
+ * AGG_ROUND_CHANGED for a round that ran its global step; below min_reports at its deadline (none, for the protocols
+ * that close early); a secure round with no sum (nobody joined it, or it could not be unmasked). The counters'
+ * labels: core/agg.c. */
+enum { AGG_ROUND_CHANGED = 0, AGG_ROUND_UNCHANGED_BELOW_MIN = 1, AGG_ROUND_UNCHANGED_NO_SUM = 2, AGG_ROUND_REASONS = 3 };
+
 typedef struct agg_metrics {
     uint64_t requests[8][AGG_STATUS_SLOTS]; /* [route][status slot: agg_status_codes, the last one "other"] */
     uint64_t reports_accepted, reports_duplicate;
     uint64_t rejected[16];     /* by reason, see core/agg.c's reason_names */
-    uint64_t rounds_finalized, deadlines_extended;
+    uint64_t rounds_finalized;
+    uint64_t rounds_unchanged[AGG_ROUND_REASONS]; /* by AGG_ROUND_UNCHANGED_* (slot 0 unused) */
     uint64_t commits, committed_reports, committed_ops;
     uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
     double latency_sum;
@@ -152,7 +159,7 @@ struct dprec_agg {
 extern const dprec_port agg_os_port; /* the kernel's CSPRNG (getrandom) as a dprec port: every service's entropy */
 void agg_log(dprec_agg *a, const char *level, const char *event, cJSON *fields); /* takes ownership of fields */
 int agg_random(void *a, unsigned char *out, size_t len);       /* mbedTLS-style RNG callback on dprec_agg */
-void agg_count_round(dprec_agg *a);
+void agg_count_round(dprec_agg *a, int unchanged); /* a finalized round; unchanged: AGG_ROUND_* */
 /* The round engine's "now": the wall clock, or the latest tick if that is later, so that a caller simulating
  * time through dprec_agg_tick (the in-process fleet) sees deadlines on one clock. */
 int64_t agg_now(dprec_agg *a);

@@ -28,6 +28,7 @@ typedef struct agg_fin {
     agg_job job;          /* a copy of the job as it was when the round began closing */
     int64_t round, count;
     int ok, abandoned;
+    int unchanged;        /* AGG_ROUND_* (base/agg_base.h): why release r+1 carries release r's model, or 0 */
     char err[AGG_ERRMSG];
     unsigned char *release;
     size_t release_len;
@@ -49,16 +50,17 @@ void agg_engine_outcome(agg_op *op, int status, const char *code, const char *ms
 void agg_engine_enqueue(dprec_agg *a, agg_op *op, int front);
 
 /* agg_finalize.c: a round marked closing (NULL when it cannot be finalized now), an operation that waits for it, the
- * finalization queued for the finalizer; the three at once (waiter may be NULL); a finalization's result committed
- * and its waiters answered (appended to *done_tail); the finalizer thread. */
+ * finalization queued for the finalizer; the three at once (waiter may be NULL; unchanged: AGG_ROUND_*, the round is
+ * released with its model unchanged); a finalization's result committed and its waiters answered (appended to
+ * *done_tail); the finalizer thread. */
 agg_fin *agg_fin_new(dprec_agg *a, agg_slot *s);
 int agg_fin_add_waiter(agg_fin *f, agg_op *op);
 void agg_fin_queue(dprec_agg *a, agg_fin *f);
-void agg_fin_start(dprec_agg *a, agg_slot *s, agg_op *waiter);
+void agg_fin_start(dprec_agg *a, agg_slot *s, agg_op *waiter, int unchanged);
 void agg_fin_done(dprec_agg *a, agg_fin *f, agg_op ***done_tail);
 void *agg_fin_main(void *arg);
-/* The writer's operations that close rounds: the deadlines (AGG_OP_TICK), the rounds a crash left full
- * (AGG_OP_RESUME), the operator's close (AGG_OP_ROUND_CLOSE, appended to *done_tail unless it waits). */
+/* The writer's operations that close rounds: the deadlines (AGG_OP_TICK: every due round closes), the rounds a crash
+ * left full (AGG_OP_RESUME), the operator's close (AGG_OP_ROUND_CLOSE, appended to *done_tail unless it waits). */
 void agg_fin_tick(dprec_agg *a, agg_op *op);
 void agg_fin_resume(dprec_agg *a, agg_op *op);
 void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail);

@@ -2,10 +2,14 @@
  * after a crash), the finalizer that computes a round's release, and the commit that makes it the job's.
  *
  * The writer decides when a round closes (min_reports for the early-closing protocols, the deadline, an operator) and
- * marks it closing; the finalizer thread then reads the round (release r and its reports) from a read snapshot of the
- * store, runs the protocol's global step and signs release r+1, off the writer and off every request thread; the
- * writer commits it through the store in one transaction that re-checks r is still the job's open round, stores the
- * release, drops the payloads, charges the ledger and advances the job. That check makes it exactly-once; a crash
+ * marks it closing. Every round closes at its deadline, whatever its count, and is never extended: who is in a round
+ * is then the devices whose reports were in before its deadline, whoever else reported (agg_fin_tick). A round that
+ * has fewer than min_reports reports at its deadline (none, for the early-closing protocols) is released unchanged:
+ * release r+1 carries release r's model, and no global step runs. The finalizer thread then reads the round (release r
+ * and, unless unchanged, its reports) from a read snapshot of the store, runs the protocol's global step (unless
+ * unchanged) and signs release r+1, off the writer and off every request thread; the writer commits it through the
+ * store in one transaction that re-checks r is still the job's open round, stores the release, drops the payloads,
+ * charges the ledger (an unchanged round as any other) and advances the job. That check makes it exactly-once; a crash
  * before the COMMIT leaves the round open, and dprec_agg_open (or the next tick) closes it again. Reports for a closing
  * round wait (they hold no thread) and are answered once it is closed, exactly as if they had arrived a moment later.
  *
@@ -64,14 +68,17 @@ void agg_fin_queue(dprec_agg *a, agg_fin *f) {
 }
 
 /* agg_fin_new, waiter (may be NULL) added, queued. */
-void agg_fin_start(dprec_agg *a, agg_slot *s, agg_op *waiter) {
+void agg_fin_start(dprec_agg *a, agg_slot *s, agg_op *waiter, int unchanged) {
     agg_fin *f = agg_fin_new(a, s);
     if (f == NULL) return;
+    f->unchanged = unchanged;
     if (waiter != NULL) agg_fin_add_waiter(f, waiter);
     agg_fin_queue(a, f);
 }
 
-/* The finalizer's part: release r+1 from a read snapshot of round r, computed and signed. */
+/* The finalizer's part: release r+1 from a read snapshot of round r, computed and signed. A round released unchanged
+ * (f->unchanged, or a secure round with no sum) signs release r's model again as version r+1: its reports are not
+ * read, so the release is post-processing of release r alone (docs/privacy.md, "Who is in a round"). */
 static void fin_compute(dprec_agg *a, agg_fin *f) {
     agg_model prev, next;
     agg_store_reports l;
@@ -84,28 +91,34 @@ static void fin_compute(dprec_agg *a, agg_fin *f) {
             cJSON_AddNumberToObject(o, "job", (double)f->job.id);
             cJSON_AddNumberToObject(o, "round", (double)f->round);
             cJSON_AddNumberToObject(o, "reports", (double)f->count);
+            if (f->unchanged) cJSON_AddBoolToObject(o, "model_unchanged", 1);
         }
         agg_log(a, "info", "round_finalize_started", o);
     }
-    int rc = agg_store_round_load(a, f->job.id, f->round, &prev, &l, f->err, sizeof f->err);
-    if (rc == 0) {
+    int rc = agg_store_round_load(a, f->job.id, f->round, &prev, f->unchanged ? NULL : &l, f->err, sizeof f->err);
+    if (rc == 0 && !f->unchanged) {
         f->count = (int64_t)l.n;
         double *sum = NULL; /* a secure job's round: the unmasked noisy sum (agg_secure.h) */
         if (agg_secure_job(&f->job, NULL)) {
             sum = agg_secure_take_sum(a, f->job.id, f->round, &f->job.secure_survivors);
             f->job.secure_sum = sum;
             f->count = f->job.secure_survivors;
+            /* nobody joined, or it could not be unmasked: nothing was learned, and no global step runs */
+            if (sum == NULL) f->unchanged = AGG_ROUND_UNCHANGED_NO_SUM;
         }
-        pthread_mutex_lock(&a->rng_mu);
-        rc = f->job.proto->global_step(&f->job, &prev, l.r, l.n, &a->rng, &next, f->err, sizeof f->err);
-        pthread_mutex_unlock(&a->rng_mu);
+        if (!f->unchanged) {
+            pthread_mutex_lock(&a->rng_mu);
+            rc = f->job.proto->global_step(&f->job, &prev, l.r, l.n, &a->rng, &next, f->err, sizeof f->err);
+            pthread_mutex_unlock(&a->rng_mu);
+        }
         f->job.secure_sum = NULL;
         free(sum);
     }
     agg_store_reports_free(&l);
     if (rc == 0) {
-        agg_model_clamp(&next);
-        rc = agg_release_build(a, &f->job, &next, (uint64_t)f->round + 1, &f->release, &f->release_len, f->err,
+        agg_model *out = f->unchanged ? &prev : &next;
+        agg_model_clamp(out);
+        rc = agg_release_build(a, &f->job, out, (uint64_t)f->round + 1, &f->release, &f->release_len, f->err,
                                sizeof f->err);
     }
     if (rc != 0 && f->err[0] == '\0') snprintf(f->err, sizeof f->err, "the global step failed");
@@ -193,13 +206,27 @@ void agg_fin_done(dprec_agg *a, agg_fin *f, agg_op ***done_tail) {
         cJSON_AddNumberToObject(o, "round", (double)f->round);
     }
     if (result == 1) {
-        agg_count_round(a);
+        agg_count_round(a, f->unchanged);
         if (o != NULL) {
             cJSON_AddNumberToObject(o, "reports", (double)f->count);
             cJSON_AddNumberToObject(o, "release_version", (double)(f->round + 1));
             cJSON_AddBoolToObject(o, "job_done", done);
+            if (f->unchanged) cJSON_AddBoolToObject(o, "model_unchanged", 1);
         }
         agg_log(a, "info", "round_finalized", o);
+        if (f->unchanged) { /* what the operator looks for when a job's model stops moving (docs/operations.md) */
+            cJSON *u = cJSON_CreateObject();
+            if (u != NULL) {
+                cJSON_AddNumberToObject(u, "job", (double)f->job.id);
+                cJSON_AddNumberToObject(u, "round", (double)f->round);
+                cJSON_AddNumberToObject(u, "reports", (double)f->count);
+                cJSON_AddNumberToObject(u, "min_reports", (double)f->job.min_reports);
+                cJSON_AddStringToObject(u, "reason", f->unchanged == AGG_ROUND_UNCHANGED_NO_SUM ? "secure_no_sum"
+                                                                                                : "below_min_reports");
+                cJSON_AddNumberToObject(u, "release_version", (double)(f->round + 1));
+            }
+            agg_log(a, "warn", "round_finalized_unchanged", u);
+        }
     } else if (result < 0) {
         if (o != NULL) cJSON_AddStringToObject(o, "error", f->err);
         agg_log(a, "error", "round_finalize_failed", o);
@@ -240,46 +267,54 @@ void agg_fin_done(dprec_agg *a, agg_fin *f, agg_op ***done_tail) {
     free(f);
 }
 
-/* Deadlines: a due round closes, or (no reports; for central and joint protocols, fewer than min_reports) stays
- * open for another period. Extensions share one transaction. */
+/* Deadlines: every due round closes, whatever its count, and is never extended. Issue 36: extending a central round
+ * that had fewer than min_reports reports let late devices in exactly when some device was missing, so with
+ * min_reports - 1 others on time one device's presence decided whether later devices joined the round, and
+ * neighbouring inputs differed by more than one user (the defect agg_closes_early's comment describes, through the
+ * deadline). Now who is in a round is the devices whose reports were committed before the tick that closes it; a
+ * round below min_reports (for the early-closing protocols: with none) is released unchanged, its reports unused. A
+ * secure job's round is the one exception to "closes now": each deadline closes its open phase, and a phase that is
+ * not the last gives the next one its own period (at most three, agg_secure.h); those deadlines share one
+ * transaction. */
 void agg_fin_tick(dprec_agg *a, agg_op *op) {
     int64_t now = op->now;
-    int64_t *ext = NULL;
-    size_t next = 0;
+    int64_t *phase = NULL;
+    size_t nphase = 0;
     for (size_t i = 0; i < a->njobs; i++) {
         agg_slot *s = a->jobs[i];
         if (s->job.done || s->closing || s->job.deadline > now) continue;
-        int early = agg_closes_early(&s->job);
-        /* a secure job's round: each deadline closes its open phase; the unmasked round then finalizes (agg_secure.h) */
-        int secure = agg_secure_job(&s->job, NULL);
-        if (secure ? !agg_secure_deadline(a, &s->job) : (s->in_round == 0 || (!early && s->in_round < s->job.min_reports))) {
-            int64_t *ne = realloc(ext, (next + 1) * sizeof *ne);
-            if (ne == NULL) continue;
-            ext = ne;
-            ext[next++] = (int64_t)i;
-        } else {
-            agg_fin_start(a, s, op);
+        if (agg_secure_job(&s->job, NULL)) {
+            /* unmasked, or with no sum: the finalizer takes what there is (agg_secure_take_sum) */
+            if (agg_secure_deadline(a, &s->job)) {
+                agg_fin_start(a, s, op, AGG_ROUND_CHANGED);
+                continue;
+            }
+            int64_t *np = realloc(phase, (nphase + 1) * sizeof *np);
+            if (np == NULL) continue; /* the next tick sets it */
+            phase = np;
+            phase[nphase++] = (int64_t)i;
+            continue;
         }
+        int below = s->in_round == 0 || (!agg_closes_early(&s->job) && s->in_round < s->job.min_reports);
+        agg_fin_start(a, s, op, below ? AGG_ROUND_UNCHANGED_BELOW_MIN : AGG_ROUND_CHANGED);
     }
-    if (next > 0) {
+    if (nphase > 0) {
         int ok = agg_store_begin(a) == 0;
-        for (size_t k = 0; ok && k < next; k++) {
-            agg_slot *s = a->jobs[ext[k]];
+        for (size_t k = 0; ok && k < nphase; k++) {
+            agg_slot *s = a->jobs[phase[k]];
             ok = agg_store_job_set_deadline(a, s->job.id, now + s->job.round_seconds) == 0;
         }
         if (ok && agg_store_commit(a) == 0) {
             pthread_mutex_lock(&a->jobs_mu);
-            for (size_t k = 0; k < next; k++) a->jobs[ext[k]]->job.deadline = now + a->jobs[ext[k]]->job.round_seconds;
+            for (size_t k = 0; k < nphase; k++)
+                a->jobs[phase[k]]->job.deadline = now + a->jobs[phase[k]]->job.round_seconds;
             pthread_mutex_unlock(&a->jobs_mu);
-            pthread_mutex_lock(&a->m_mu);
-            a->metrics.deadlines_extended += next;
-            pthread_mutex_unlock(&a->m_mu);
         } else {
             agg_store_log_error(a, "deadline");
             agg_store_rollback(a);
         }
     }
-    free(ext);
+    free(phase);
     agg_engine_outcome(op, 200, NULL, "");
 }
 
@@ -288,7 +323,7 @@ void agg_fin_resume(dprec_agg *a, agg_op *op) {
     for (size_t i = 0; i < a->njobs; i++) {
         agg_slot *s = a->jobs[i];
         if (!s->job.done && !s->closing && agg_closes_early(&s->job) && s->in_round >= s->job.min_reports)
-            agg_fin_start(a, s, op);
+            agg_fin_start(a, s, op, AGG_ROUND_CHANGED);
     }
     agg_engine_outcome(op, 200, NULL, "");
 }
@@ -322,7 +357,8 @@ void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail) {
  * own (local DP) or there is none: for central and joint protocols, closing at a count makes who is included
  * depend on who else reported (a replace-one relation: the add/remove sensitivity doubles and Poisson
  * amplification no longer applies), so their rounds close at the deadline (or by the operator), and min_reports
- * is the least they close with (docs/protocol.md, docs/privacy.md). */
+ * is the least their global step runs with: below it, the deadline releases the model unchanged (agg_fin_tick;
+ * docs/protocol.md, docs/privacy.md). */
 int agg_closes_early(const agg_job *j) {
     dprec_model m = agg_job_model(j);
     return m == DPREC_MODEL_LOCAL || m == DPREC_MODEL_NONE;

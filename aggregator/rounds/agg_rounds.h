@@ -26,7 +26,7 @@ typedef enum agg_op_kind {
     AGG_OP_JOB_CREATE,  /* store a job and its release 1 */
     AGG_OP_JOB_CLOSE,   /* the job ends after its open round */
     AGG_OP_ROUND_CLOSE, /* finalize the job's open round now (admin) */
-    AGG_OP_TICK,        /* close the rounds whose deadline passed (or extend empty ones) */
+    AGG_OP_TICK,        /* close the rounds whose deadline passed, whatever their count */
     AGG_OP_RESUME,      /* at open: close the full rounds of early-closing jobs whose finalization never committed */
     AGG_OP_FIN_DONE     /* internal: a finalization's result, to commit */
 } agg_op_kind;

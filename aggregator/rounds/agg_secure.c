@@ -402,11 +402,15 @@ int agg_secure_close(dprec_agg *a, const agg_job *job) {
 }
 
 int agg_secure_deadline(dprec_agg *a, const agg_job *job) {
-    int ready = 0;
+    /* no state for the open round (nobody has looked at it since a restart): nobody can take part in it, and it is
+     * finalized with no sum, the model unchanged */
+    int ready = 1;
     pthread_mutex_lock(&a->secure->mu);
     secure_round *r = a->secure->head;
     while (r != NULL && !(r->job == job->id && r->round == job->round)) r = r->next;
-    if (r != NULL && r->n_adv > 0) {
+    if (r != NULL) {
+        /* whatever the count: the advertise phase with fewer than max(t, n_min) devices (none included) aborts, and
+         * the round is then finalized with no sum; each later phase closes or aborts at its own deadline */
         if (r->phase < SP_DONE) close_phase(a, r);
         ready = r->phase >= SP_DONE;
     }

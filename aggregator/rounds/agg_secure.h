@@ -6,9 +6,9 @@
  * carries "secagg": {round, phase, seed}. A phase closes by itself once every device of the previous phase has
  * acted (the first once min_reports devices advertised), at the round's deadline (agg_secure_deadline), or when the
  * operator closes the round (POST .../round/close: the open phase closes; in the unmask phase the round is unmasked
- * and then finalized, its global step taking the decoded noisy sum). A round that cannot be unmasked (too few devices in a phase) is finalized with
- * no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that round then
- * finalizes with no sum when closed (the devices' charges stand).
+ * and then finalized, its global step taking the decoded noisy sum). A round that cannot be unmasked (too few devices in a phase, nobody at all by the round's deadline) is
+ * finalized with no sum: the model does not move. A restart of the aggregator loses the open round's SecAgg state: that
+ * round then finalizes with no sum at its deadline or when closed (the devices' charges stand).
  *
  * Part of the rounds/ layer (docs/architecture.md); the job's parameters and plan (agg_secure_spec, whether a job
  * is secure) are the protocols' layer's: protocols/agg_secure_spec.h. */
@@ -34,9 +34,10 @@ int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dp
 /* The operator's round close on a secure job: closes the open phase. 1: the round is ready to finalize (unmasked or
  * aborted), 0: a phase was closed and the round goes on (the answer is the job's phase). */
 int agg_secure_close(dprec_agg *a, const agg_job *job);
-/* The round's deadline passed (the writer's tick): closes the open phase, as the operator's close does, if any device
- * took part in the round. 1: the round is ready to finalize; 0: extend the deadline (nobody came, or the round goes
- * on to its next phase, which gets a deadline of its own). */
+/* The round's deadline passed (the writer's tick): closes the open phase, as the operator's close does, whatever the
+ * count. 1: the round is ready to finalize (unmasked; or with no sum, the model unchanged: nobody joined it, a phase
+ * had too few devices, or a restart lost its state); 0: the round goes on to its next phase, which gets a deadline of
+ * its own (at most three more: share, mask, unmask). A secure round is never extended otherwise. */
 int agg_secure_deadline(dprec_agg *a, const agg_job *job);
 /* The finalizer: the decoded noisy sum of round `round` (plan.d doubles, malloc'd, the caller frees) and the number of
  * survivors; NULL when the round has none (aborted). */

@@ -287,7 +287,7 @@ int agg_store_round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *pr
                 snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
             finish(c, st);
         }
-        if (rc == 0 && load_reports(c, job, round, l) != 0) {
+        if (rc == 0 && l != NULL && load_reports(c, job, round, l) != 0) {
             snprintf(err, errcap, "loading the round's reports failed");
             rc = -1;
         }

@@ -53,8 +53,9 @@ typedef struct agg_store_reports {
 
 void agg_store_reports_free(agg_store_reports *l);
 /* Round `round` of job `job`, from one read snapshot: release `round` parsed into *prev (agg_model_free) and the
- * round's reports into *l (agg_store_reports_free; both also on failure). The finalizer's. 0, or -1 with a message in
- * err (left as it is when it already holds one). */
+ * round's reports into *l (agg_store_reports_free; both also on failure). l may be NULL: the release only (a round
+ * finalized unchanged reads no report). The finalizer's. 0, or -1 with a message in err (left as it is when it
+ * already holds one). */
 int agg_store_round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
                          size_t errcap);
 
