@@ -318,7 +318,7 @@ static long long metric_value(dprec_agg *a, const char *name) {
     return v;
 }
 
-#define UNCHANGED_BELOW "dprec_rounds_finalized_unchanged_total{reason=\"below_min_reports\"}"
+#define UNCHANGED_EMPTY "dprec_rounds_finalized_unchanged_total{reason=\"no_reports\"}"
 #define UNCHANGED_NO_SUM "dprec_rounds_finalized_unchanged_total{reason=\"secure_no_sum\"}"
 
 /* ---- tests ------------------------------------------------------------------------------------------ */
@@ -403,7 +403,7 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     char *metrics = dprec_agg_metrics(a);
     assert_non_null(metrics);
     assert_non_null(strstr(metrics, "dprec_rounds_finalized_total 2\n"));
-    assert_non_null(strstr(metrics, "dprec_rounds_finalized_unchanged_total{reason=\"below_min_reports\"} 1\n"));
+    assert_non_null(strstr(metrics, "dprec_rounds_finalized_unchanged_total{reason=\"no_reports\"} 1\n"));
     assert_non_null(strstr(metrics, "dprec_rounds_finalized_unchanged_total{reason=\"secure_no_sum\"} 0\n"));
     assert_non_null(strstr(metrics, "dprec_reports_accepted_total 3\n"));
     assert_non_null(strstr(metrics, "dprec_reports_rejected_total{reason=\"already_reported\"} 2\n"));
@@ -839,10 +839,12 @@ static void test_agg_open_resumes_an_unfinalized_full_round(void **state) {
 /* Every round closes at its deadline, whatever its count (issue 36). This test used to assert that an empty round's
  * deadline moved on instead (and was named for it): a round held open lets whoever comes later into it, which for the
  * central and joint protocols made who is in a round depend on who else had reported
- * (test_agg_a_canary_never_decides_who_else_is_in_a_central_round). Now an empty round, of every protocol, is
- * finalized with its model unchanged: release r+1 carries release r's model, signed as version r+1, and the job moves
- * on; a round with a report at its deadline (plain closes early only at min_reports, here 100) runs its global step. */
-static void test_agg_deadline_closes_an_empty_round_unchanged_and_a_reported_one_with_its_step(void **state) {
+ * (test_agg_a_canary_never_decides_who_else_is_in_a_central_round). Now an empty round of plain or a local protocol is
+ * finalized with its model unchanged (release r+1 carries release r's model, signed as version r+1), and an empty round
+ * of a central or joint protocol runs its global step on no report (its noise only: the mechanism is the same whatever
+ * the count, so nobody learns from the release whether anyone reported); a round with a report at its deadline (plain
+ * closes early only at min_reports, here 100) runs its global step. */
+static void test_agg_deadline_closes_an_empty_round_and_a_central_one_runs_its_step(void **state) {
     env *e = *state;
     int64_t job = create_job(e->a, 2, 5, 5, 100, NULL);
     int64_t now = (int64_t)time(NULL);
@@ -864,7 +866,7 @@ static void test_agg_deadline_closes_an_empty_round_unchanged_and_a_reported_one
     assert_int_equal(dprec_agg_tick(e->a, deadline), 0);
     assert_int_equal(job_field(e->a, job, "round"), 3);
     assert_false(same_model(e->a, job, 2, 3, tok));
-    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), 1);
+    assert_int_equal(metric_value(e->a, UNCHANGED_EMPTY), 1);
     free(b);
 
     /* an empty round of every other protocol, trusted and local alike */
@@ -897,12 +899,15 @@ static void test_agg_deadline_closes_an_empty_round_unchanged_and_a_reported_one
     assert_int_equal(job_field(e->a, job, "deadline"), d2);
     assert_int_equal(dprec_agg_tick(e->a, d2 - 1), 0);
     assert_int_equal(dprec_agg_tick(e->a, d2), N + 1);
+    enum { LOCAL = 2 }; /* specs[0 .. LOCAL) are local: released unchanged; the rest run their step on nothing */
     for (int i = 0; i < N; i++) {
         assert_int_equal(job_field(e->a, ids[i], "round"), 2);
-        if (!same_model(e->a, ids[i], 1, 2, tok)) fail_msg("%s: the empty round changed the model", specs[i]);
+        if (i < LOCAL && !same_model(e->a, ids[i], 1, 2, tok)) fail_msg("%s: the empty round changed the model", specs[i]);
     }
+    assert_false(same_model(e->a, ids[2], 1, 2, tok)); /* gauss-gd: its noise moved the model */
+    assert_false(same_model(e->a, ids[N - 1], 1, 2, tok)); /* dpals: likewise */
     assert_true(same_model(e->a, job, 3, 4, tok));
-    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), N + 2);
+    assert_int_equal(metric_value(e->a, UNCHANGED_EMPTY), LOCAL + 2);
     assert_int_equal(metric_value(e->a, "dprec_rounds_finalized_total"), N + 3);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2 * N + 4);
 }
@@ -957,8 +962,9 @@ static void test_agg_central_rounds_close_at_the_deadline_not_at_a_count(void **
     assert_int_equal(job_field(e->a, job, "round"), 2);
     assert_false(same_model(e->a, job, 1, 2, tok[0])); /* three reports: the global step ran */
     /* round 2: one report, below min_reports, at the deadline. This used to leave the round open another period
-     * (and a second report then made min_reports); now the round closes at its deadline with the model unchanged,
-     * its one report unused, and the late report is refused */
+     * (and a second report then made min_reports); now the round closes at its deadline and its global step runs on
+     * the one report (a central step's noise is calibrated to one user, not to a count: skipping it below
+     * min_reports would tell whether the count was made), and the late report is refused */
     int64_t d2 = job_field(e->a, job, "deadline");
     unsigned char *b = gauss_report((uint64_t)job, 2, 0x20, &len);
     assert_int_equal(post_report(e->a, job, tok[0], b, len, NULL), 200);
@@ -966,7 +972,7 @@ static void test_agg_central_rounds_close_at_the_deadline_not_at_a_count(void **
     assert_int_equal(dprec_agg_tick(e->a, d2 - 1), 0);
     assert_int_equal(dprec_agg_tick(e->a, d2), 1);
     assert_int_equal(job_field(e->a, job, "round"), 3);
-    assert_true(same_model(e->a, job, 2, 3, tok[0]));
+    assert_false(same_model(e->a, job, 2, 3, tok[0]));
     assert_true(job_field(e->a, job, "deadline") >= d2 + 600);
     b = gauss_report((uint64_t)job, 2, 0x21, &len);
     char path[64];
@@ -976,7 +982,7 @@ static void test_agg_central_rounds_close_at_the_deadline_not_at_a_count(void **
     /* the round's one report is stored (its row, for idempotency) without its payload, as after any finalization */
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE round = 2"), 1);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0);
-    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), 1);
+    assert_int_equal(metric_value(e->a, UNCHANGED_EMPTY), 0);
 }
 
 /* The gauss-gd job of the canary test: min_reports 3, noise multiplier 2 (a global step always moves the model). */
@@ -1039,7 +1045,7 @@ static void canary_run(env *e, int canary, canary_world *w) {
     sqlite3_close(db);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0); /* dropped, as in every round */
     w->unchanged = same_model(e->a, job, 1, 2, tok[0]);
-    w->counted = metric_value(e->a, UNCHANGED_BELOW);
+    w->counted = metric_value(e->a, UNCHANGED_EMPTY);
 }
 
 /* Issue 36, point 4: who is in a central round must not depend on how many others reported. A gauss-gd job with
@@ -1047,8 +1053,8 @@ static void canary_run(env *e, int canary, canary_world *w) {
  * world B it does not; after the deadline two late devices try to report. The engine used to extend world B's round
  * (2 < min_reports) and let the late devices in: the canary's absence changed which other users the round held, so
  * neighbouring inputs differed by three users. Now both rounds close at the deadline with the same two others, the
- * late devices are refused in both, and world B's round, below min_reports, is released with the model unchanged and
- * accounted as world A's (the devices charged the round when they reported). */
+ * late devices are refused in both, and both run the global step (world B's on the two others, below min_reports: a
+ * release that skipped the step below a count would show whether the canary reported), accounted alike. */
 static void test_agg_a_canary_never_decides_who_else_is_in_a_central_round(void **state) {
     env *a = *state;
     canary_world wa, wb;
@@ -1060,12 +1066,12 @@ static void test_agg_a_canary_never_decides_who_else_is_in_a_central_round(void 
     assert_int_equal(wa.nothers, 2);
     assert_int_equal(wb.nothers, wa.nothers);
     for (size_t i = 0; i < wa.nothers; i++) assert_int_equal(wa.others[i], wb.others[i]);
-    assert_false(wa.unchanged); /* min_reports: the global step ran */
-    assert_true(wb.unchanged);
+    assert_false(wa.unchanged); /* the global step ran in both worlds */
+    assert_false(wb.unchanged);
     assert_true(wa.ledger_eps > 0.0);
     assert_true(wb.ledger_eps == wa.ledger_eps);
     assert_int_equal(wa.counted, 0);
-    assert_int_equal(wb.counted, 1);
+    assert_int_equal(wb.counted, 0);
 }
 
 /* A secure job's round that cannot complete closes at its deadline with no sum, the model unchanged; it is never
@@ -1129,7 +1135,7 @@ static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(
     assert_int_equal(job_field(e->a, job, "rounds_done"), 3);
     assert_true(same_model(e->a, job, 3, 4, tok[0]));
     assert_int_equal(metric_value(e->a, UNCHANGED_NO_SUM), 1); /* the counters restart with the process */
-    assert_int_equal(metric_value(e->a, UNCHANGED_BELOW), 0);
+    assert_int_equal(metric_value(e->a, UNCHANGED_EMPTY), 0);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 0);
 }
 
@@ -1408,7 +1414,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_agg_deadline_closes_an_empty_round_unchanged_and_a_reported_one_with_its_step,
+        cmocka_unit_test_setup_teardown(test_agg_deadline_closes_an_empty_round_and_a_central_one_runs_its_step,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_central_rounds_close_at_the_deadline_not_at_a_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_canary_never_decides_who_else_is_in_a_central_round, setup, teardown),

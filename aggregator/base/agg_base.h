@@ -86,7 +86,7 @@ enum { AGG_HIST_BUCKETS = 12, AGG_STATUS_SLOTS = 16 };
  * AGG_ROUND_CHANGED for a round that ran its global step; below min_reports at its deadline (none, for the protocols
  * that close early); a secure round with no sum (nobody joined it, or it could not be unmasked). The counters'
  * labels: core/agg.c. */
-enum { AGG_ROUND_CHANGED = 0, AGG_ROUND_UNCHANGED_BELOW_MIN = 1, AGG_ROUND_UNCHANGED_NO_SUM = 2, AGG_ROUND_REASONS = 3 };
+enum { AGG_ROUND_CHANGED = 0, AGG_ROUND_UNCHANGED_NO_REPORTS = 1, AGG_ROUND_UNCHANGED_NO_SUM = 2, AGG_ROUND_REASONS = 3 };
 
 typedef struct agg_metrics {
     uint64_t requests[8][AGG_STATUS_SLOTS]; /* [route][status slot: agg_status_codes, the last one "other"] */

@@ -239,13 +239,13 @@ char *dprec_agg_metrics(dprec_agg *a) {
                   "# TYPE dprec_rounds_finalized_total counter\ndprec_rounds_finalized_total %llu\n",
               (unsigned long long)m.rounds_finalized);
     sb_printf(&s, "# HELP dprec_rounds_finalized_unchanged_total Rounds finalized without their global step, release r+1 "
-                  "carrying release r's model (counted in dprec_rounds_finalized_total too), by reason: below_min_reports "
-                  "(at its deadline the round had fewer than min_reports reports; none, for the protocols that close "
-                  "early), secure_no_sum (a secure round nobody joined or that could not be unmasked).\n"
+                  "carrying release r's model (counted in dprec_rounds_finalized_total too), by reason: no_reports "
+                  "(a local or non-private round with no report at its deadline; a central or joint round always runs "
+                  "its step), secure_no_sum (a secure round nobody joined or that could not be unmasked).\n"
                   "# TYPE dprec_rounds_finalized_unchanged_total counter\n"
-                  "dprec_rounds_finalized_unchanged_total{reason=\"below_min_reports\"} %llu\n"
+                  "dprec_rounds_finalized_unchanged_total{reason=\"no_reports\"} %llu\n"
                   "dprec_rounds_finalized_unchanged_total{reason=\"secure_no_sum\"} %llu\n",
-              (unsigned long long)m.rounds_unchanged[AGG_ROUND_UNCHANGED_BELOW_MIN],
+              (unsigned long long)m.rounds_unchanged[AGG_ROUND_UNCHANGED_NO_REPORTS],
               (unsigned long long)m.rounds_unchanged[AGG_ROUND_UNCHANGED_NO_SUM]);
     sb_printf(&s, "# HELP dprec_commits_total Group commits (transactions of reports and registrations).\n"
                   "# TYPE dprec_commits_total counter\ndprec_commits_total %llu\n",

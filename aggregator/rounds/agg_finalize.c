@@ -3,9 +3,10 @@
  *
  * The writer decides when a round closes (min_reports for the early-closing protocols, the deadline, an operator) and
  * marks it closing. Every round closes at its deadline, whatever its count, and is never extended: who is in a round
- * is then the devices whose reports were in before its deadline, whoever else reported (agg_fin_tick). A round that
- * has fewer than min_reports reports at its deadline (none, for the early-closing protocols) is released unchanged:
- * release r+1 carries release r's model, and no global step runs. The finalizer thread then reads the round (release r
+ * is then the devices whose reports were in before its deadline, whoever else reported (agg_fin_tick). A central or
+ * joint round runs its global step on whatever arrived, however few (none: noise only); a local or non-private round
+ * with no report, and a secure round with no sum, are released unchanged: release r+1 carries release r's model, and
+ * no global step runs. The finalizer thread then reads the round (release r
  * and, unless unchanged, its reports) from a read snapshot of the store, runs the protocol's global step (unless
  * unchanged) and signs release r+1, off the writer and off every request thread; the writer commits it through the
  * store in one transaction that re-checks r is still the job's open round, stores the release, drops the payloads,
@@ -222,7 +223,7 @@ void agg_fin_done(dprec_agg *a, agg_fin *f, agg_op ***done_tail) {
                 cJSON_AddNumberToObject(u, "reports", (double)f->count);
                 cJSON_AddNumberToObject(u, "min_reports", (double)f->job.min_reports);
                 cJSON_AddStringToObject(u, "reason", f->unchanged == AGG_ROUND_UNCHANGED_NO_SUM ? "secure_no_sum"
-                                                                                                : "below_min_reports");
+                                                                                                : "no_reports");
                 cJSON_AddNumberToObject(u, "release_version", (double)(f->round + 1));
             }
             agg_log(a, "warn", "round_finalized_unchanged", u);
@@ -272,7 +273,9 @@ void agg_fin_done(dprec_agg *a, agg_fin *f, agg_op ***done_tail) {
  * min_reports - 1 others on time one device's presence decided whether later devices joined the round, and
  * neighbouring inputs differed by more than one user (the defect agg_closes_early's comment describes, through the
  * deadline). Now who is in a round is the devices whose reports were committed before the tick that closes it; a
- * round below min_reports (for the early-closing protocols: with none) is released unchanged, its reports unused. A
+ * central or joint round runs its global step on whatever arrived (a rule that skipped it below a count would reveal
+ * whether the count was made: docs/privacy.md "Who is in a round"); an early-closing round with none is released
+ * unchanged. A
  * secure job's round is the one exception to "closes now": each deadline closes its open phase, and a phase that is
  * not the last gives the next one its own period (at most three, agg_secure.h); those deadlines share one
  * transaction. */
@@ -295,8 +298,11 @@ void agg_fin_tick(dprec_agg *a, agg_op *op) {
             phase[nphase++] = (int64_t)i;
             continue;
         }
-        int below = s->in_round == 0 || (!agg_closes_early(&s->job) && s->in_round < s->job.min_reports);
-        agg_fin_start(a, s, op, below ? AGG_ROUND_UNCHANGED_BELOW_MIN : AGG_ROUND_CHANGED);
+        /* a central or joint round runs its global step on whatever arrived, none included (noise only): its noise is
+         * calibrated to one user's contribution, not to a count, so the release is the mechanism's under adding or
+         * removing any one user; a rule that skipped the step below a count would tell whether the count was made */
+        int empty = s->in_round == 0 && agg_closes_early(&s->job);
+        agg_fin_start(a, s, op, empty ? AGG_ROUND_UNCHANGED_NO_REPORTS : AGG_ROUND_CHANGED);
     }
     if (nphase > 0) {
         int ok = agg_store_begin(a) == 0;
@@ -356,9 +362,8 @@ void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail) {
 /* Whether a round may close as soon as it holds min_reports reports. Only where the guarantee is each device's
  * own (local DP) or there is none: for central and joint protocols, closing at a count makes who is included
  * depend on who else reported (a replace-one relation: the add/remove sensitivity doubles and Poisson
- * amplification no longer applies), so their rounds close at the deadline (or by the operator), and min_reports
- * is the least their global step runs with: below it, the deadline releases the model unchanged (agg_fin_tick;
- * docs/protocol.md, docs/privacy.md). */
+ * amplification no longer applies), so their rounds close at the deadline (or by the operator) and their global
+ * step runs on whatever arrived, whatever min_reports says (agg_fin_tick; docs/protocol.md, docs/privacy.md). */
 int agg_closes_early(const agg_job *j) {
     dprec_model m = agg_job_model(j);
     return m == DPREC_MODEL_LOCAL || m == DPREC_MODEL_NONE;
