@@ -683,6 +683,64 @@ def check_small_ones(tmp):
     check(rc == 1 and said, "a port in use is reported as such (%s %s)" % (rc, last))
 
 
+def check_report_reuse(tmp):
+    """9. A report id reused with other bytes is 409 report_id_reused, in the open round and after its round dropped
+    the payloads (the row keeps the envelope's SHA-256); the same bytes stay a 200 duplicate. A state written before
+    digests were kept (schema 1) still opens. Before: 200 "duplicate": true and the new bytes dropped silently."""
+    import sqlite3
+    srv = Server(tmp).start()
+    job = srv.create_job(d=4, m=10, min_reports=100, rounds=3)
+    token = srv.register()
+    rid = os.urandom(16)
+    a = plain_report(job, 1, 4, [(1, 5.0)], report_id=rid)
+    b = plain_report(job, 1, 4, [(2, 1.0)], report_id=rid)
+
+    def post(body):
+        return srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=body, token=token,
+                        ctype="application/octet-stream")
+
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is False, "a report is accepted (%s %s)" % (st, body))
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is True, "its retry, same bytes: 200 duplicate (%s %s)" % (st, body))
+    st, body = post(b)
+    check(st == 409 and body.get("error") == "report_id_reused",
+          "the same report id with other bytes: 409 report_id_reused (%s %s)" % (st, body))
+    status, _ = srv.admin("POST", "/v1/admin/jobs/%d/round/close" % job)
+    check(status == 200, "the round is finalized (its payloads dropped) (%s)" % status)
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is True and body.get("round") == 1,
+          "after finalization, the same bytes: 200 duplicate, round 1 (%s %s)" % (st, body))
+    st, body = post(b)
+    check(st == 409 and body.get("error") == "report_id_reused",
+          "after finalization, other bytes: 409 report_id_reused (%s %s)" % (st, body))
+    srv.stop()
+    # a state from before the digest column (schema 1): it opens, and is brought to schema 2
+    db = sqlite3.connect(os.path.join(srv.state, "state.db"))
+    db.execute("ALTER TABLE reports DROP COLUMN digest")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    srv = Server(tmp).start()
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(srv.state, "state.db"), uri=True)
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.close()
+    check(version == 2, "a schema-1 state opens and is brought to schema 2 (%s)" % version)
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is True, "its old report's retry is still a duplicate (%s %s)" % (st, body))
+    st, body = post(b)
+    check(st == 200 and body.get("duplicate") is True,
+          "an old row without a digest whose payload is gone cannot be compared: answered as a duplicate, as "
+          "documented (%s %s)" % (st, body))
+    rid2 = os.urandom(16)
+    st, body = post(plain_report(job, 2, 4, [(1, 5.0)], report_id=rid2))
+    check(st == 200 and body.get("duplicate") is False, "a new report in round 2 is accepted (%s %s)" % (st, body))
+    st, body = post(plain_report(job, 2, 4, [(3, 2.0)], report_id=rid2))
+    check(st == 409 and body.get("error") == "report_id_reused",
+          "and its id with other bytes is 409 report_id_reused (%s %s)" % (st, body))
+    srv.stop()
+
+
 CHECKS = {
     "body_before_auth": check_body_before_auth,
     "state_lock": check_state_lock,
@@ -692,6 +750,7 @@ CHECKS = {
     "logs": check_logs,
     "metrics": check_metrics,
     "small_ones": check_small_ones,
+    "report_reuse": check_report_reuse,
 }
 
 
