@@ -741,6 +741,52 @@ def check_report_reuse(tmp):
     srv.stop()
 
 
+def check_big_job_off_admin(tmp):
+    """10. A job with a large release 1 (plain, m = 1,000,000, d = 64: 260 MB, near the size limit) is built off the admin listener's thread
+    (one, by default) and off the writer: while it builds, the admin listener answers other requests (a job list, a
+    small job's creation) and devices register. Before: every admin request waited for the build."""
+    srv = Server(tmp).start()
+    out = {}
+
+    def create():
+        try:
+            out["big"] = srv.admin("POST", "/v1/admin/jobs", body=json.dumps(
+                {"protocol": "plain", "d": 64, "m": 1000000, "rating_min": 1, "rating_max": 5, "rounds": 2,
+                 "min_reports": 100, "round_seconds": 3600, "participation": 1.0,
+                 "params": {"lambda": 0.1, "seed": 1}}).encode(), timeout=300)
+        except Exception as e:
+            out["big"] = ("error", repr(e))
+
+    t = threading.Thread(target=create)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and '"event":"job_building"' not in srv.log_text() and t.is_alive():
+        time.sleep(0.01)
+    check('"event":"job_building"' in srv.log_text(), "the big job's build is logged (job_building)")
+    status, body = srv.admin("GET", "/v1/admin/jobs", timeout=300)
+    alive_list = t.is_alive()
+    small = srv.create_job(d=4, m=10, min_reports=100, timeout=300)
+    alive_small = t.is_alive()
+    token = srv.register()
+    alive_reg = t.is_alive()
+    check(status == 200 and alive_list, "the job list is answered while release 1 is built (%s, still building: %s)" %
+          (status, alive_list))
+    check(alive_small and alive_reg, "a small job is created (%s) and a device registers meanwhile (still building: "
+          "%s, %s)" % (small, alive_small, alive_reg))
+    t.join()
+    big = out.get("big")
+    check(big is not None and big[0] == 201 and isinstance(big[1], dict) and big[1].get("job", 0) < small,
+          "the big job's creation then answers 201 with the id reserved first (%s; the small one: %s)" %
+          (big if big is None or big[0] != 201 else big[0], small))
+    if big is not None and big[0] == 201:
+        for j in (big[1]["job"], small):
+            st, view = srv.admin("GET", "/v1/admin/jobs/%d" % j)
+            check(st == 200 and view.get("round") == 1, "job %d is served, round 1 (%s)" % (j, st))
+        st, view = srv.json("device", "GET", "/v1/jobs/%d" % small, token=token)
+        check(st == 200, "devices see the small job (%s)" % st)
+    srv.stop()
+
+
 CHECKS = {
     "body_before_auth": check_body_before_auth,
     "state_lock": check_state_lock,
@@ -751,6 +797,7 @@ CHECKS = {
     "metrics": check_metrics,
     "small_ones": check_small_ones,
     "report_reuse": check_report_reuse,
+    "big_job_off_admin": check_big_job_off_admin,
 }
 
 
