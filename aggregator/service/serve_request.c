@@ -1,5 +1,7 @@
 /* A request's life on the front end, in the order libmicrohttpd calls srv_on_request:
- *   - the first call (headers only): the client's address, the connection's idle timeout, the announced length,
+ *   - the first call (headers only): the framing (ambiguous framing is 400 bad_framing and the connection closed,
+ *     before anything reads the body or the next request), the head's deadline stopped, the client's address, the
+ *     connection's idle timeout, the announced length,
  *     the drain, the head's limits (414, 431), then the backend's preflight (route, method, credentials, the body's
  *     cap), the registration rate and the body's share of the in-flight budget: a request that will be refused
  *     costs no memory for its body;

@@ -5,9 +5,10 @@
  *
  *   serve_listen.c   the listeners: the listening sockets, the daemons' options (TLS priorities, limits, callbacks)
  *   serve_admit.c    admission: connections counted per client address (refused past the limit, before TLS), the
- *                    registration rate per address
- *   serve_request.c  a request's life: headers and preflight, the body within the in-flight budget, the answer, the
- *                    suspension while the core's writer works
+ *                    deadline of a request's head (a total, whatever trickles in), the listener's budget (a new
+ *                    connection displaces the one that has waited longest for a head), the registration rate
+ *   serve_request.c  a request's life: strict framing (400 bad_framing), headers and preflight, the body within the
+ *                    in-flight budget, the answer, the suspension while the core's writer works
  *   serve_metrics.c  the HTTP metrics: counted per request, rendered with the backend's on /metrics
  *   serve_log.c      the log: one JSON object per line, rate limits for what an attacker can repeat
  *   server.c         the serve command: start-up, the clock and the signals, the drain
