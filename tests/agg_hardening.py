@@ -714,7 +714,7 @@ def check_report_reuse(tmp):
     st, body = post(b)
     check(st == 409 and body.get("error") == "report_id_reused",
           "after finalization, other bytes: 409 report_id_reused (%s %s)" % (st, body))
-    srv.stop()
+    check(srv.stop() == 0, "the server stops cleanly")
     # a state from before the digest column (schema 1): it opens, and is brought to schema 2
     db = sqlite3.connect(os.path.join(srv.state, "state.db"))
     db.execute("ALTER TABLE reports DROP COLUMN digest")
@@ -738,7 +738,7 @@ def check_report_reuse(tmp):
     st, body = post(plain_report(job, 2, 4, [(3, 2.0)], report_id=rid2))
     check(st == 409 and body.get("error") == "report_id_reused",
           "and its id with other bytes is 409 report_id_reused (%s %s)" % (st, body))
-    srv.stop()
+    check(srv.stop() == 0, "the server stops cleanly")
 
 
 def check_big_job_off_admin(tmp):
@@ -784,7 +784,7 @@ def check_big_job_off_admin(tmp):
             check(st == 200 and view.get("round") == 1, "job %d is served, round 1 (%s)" % (j, st))
         st, view = srv.json("device", "GET", "/v1/jobs/%d" % small, token=token)
         check(st == 200, "devices see the small job (%s)" % st)
-    srv.stop()
+    check(srv.stop() == 0, "the server stops cleanly")
 
 
 CHECKS = {

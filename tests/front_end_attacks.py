@@ -123,7 +123,7 @@ def check_framing(tmp):
     text = srv.request("admin", "GET", "/metrics")[2].decode()
     n = H.metric(text, 'dprec_http_refused_total{limit="bad_framing"}')
     check(n is not None and n >= len(cases), "dprec_http_refused_total{limit=\"bad_framing\"} counts them (%s)" % n)
-    srv.stop()
+    check(srv.stop() == 0, "the server stops cleanly (under ASan: no leak, no error)")
     lines = [l for l in srv.log_lines() if '"event":"bad_framing"' in l]
     check(1 <= len(lines) <= 2 and '"client":"127.0.0.1"' in lines[0],
           "one bad_framing warn line (rate-limited), with the client's address (%d)" % len(lines))
@@ -201,7 +201,7 @@ def check_slow_head(tmp):
     n = H.metric(text, 'dprec_http_connections_closed_total{reason="head_timeout"}')
     check(n is not None and n >= 7, "dprec_http_connections_closed_total{reason=\"head_timeout\"} counts the trickled "
           "heads (%s)" % n)
-    srv.stop()
+    check(srv.stop() == 0, "the server stops cleanly (under ASan: no leak, no error)")
     lines = [l for l in srv.log_lines() if '"event":"connection_closed"' in l and '"head_timeout"' in l]
     check(len(lines) >= 1, "a connection_closed warn line says why (%d)" % len(lines))
 
@@ -248,7 +248,7 @@ def check_budget(tmp):
           "open connections stay within the budget and its headroom (%s)" % conns)
     for s in flood:
         s.close()
-    srv.stop()
+    check(srv.stop() == 0, "the server stops cleanly (under ASan: no leak, no error)")
     lines = [l for l in srv.log_lines() if '"event":"connection_closed"' in l and '"budget"' in l]
     check(len(lines) >= 1, "a connection_closed warn line (reason budget) says so (%d)" % len(lines))
 
