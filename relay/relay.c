@@ -32,8 +32,12 @@
 
 /* ---- the state in memory ------------------------------------------------------------------------------------- */
 
-void relay_log(dprec_relay *r, const char *level, const char *event, const char *msg) {
-    if (r->cfg.log == NULL) return;
+void relay_log(dprec_relay *r, const char *level, const char *event, int64_t job, int64_t round, cJSON *fields,
+               const char *msg) {
+    if (r->cfg.log == NULL) {
+        cJSON_Delete(fields);
+        return;
+    }
     cJSON *o = cJSON_CreateObject();
     char ts[40];
     struct timespec now;
@@ -45,7 +49,14 @@ void relay_log(dprec_relay *r, const char *level, const char *event, const char 
     cJSON_AddStringToObject(o, "ts", ts);
     cJSON_AddStringToObject(o, "level", level);
     cJSON_AddStringToObject(o, "event", event);
-    cJSON_AddStringToObject(o, "message", msg);
+    if (job > 0) cJSON_AddNumberToObject(o, "job", (double)job);
+    if (round > 0) cJSON_AddNumberToObject(o, "round", (double)round);
+    while (fields != NULL && fields->child != NULL) {
+        cJSON *f = cJSON_DetachItemViaPointer(fields, fields->child);
+        cJSON_AddItemToObject(o, f->string, f); /* the schema's fields first, then the event's */
+    }
+    cJSON_Delete(fields);
+    if (msg != NULL) cJSON_AddStringToObject(o, "message", msg);
     char *line = cJSON_PrintUnformatted(o);
     if (line != NULL) r->cfg.log(r->cfg.log_user, line);
     free(line);

@@ -103,8 +103,10 @@ typedef struct scratch {
 
 /* ---- relay.c ------------------------------------------------------------------------------------------------- */
 
-/* A line in the server's log schema (nothing when the config has no log). */
-void relay_log(dprec_relay *r, const char *level, const char *event, const char *msg);
+/* A line in the servers' log schema (docs/operations.md): ts, level, event, then job and round (each when > 0), the
+ * event's own fields (fields, taken; may be NULL), message (may be NULL). Nothing when the config has no log. */
+void relay_log(dprec_relay *r, const char *level, const char *event, int64_t job, int64_t round, cJSON *fields,
+               const char *msg);
 /* n bytes from the relay's CSPRNG (thread-safe; an mbedTLS f_rng). 0 or -1. */
 int relay_random(void *ctx, unsigned char *out, size_t len);
 /* The job with this id, or NULL; under r->mu. */

@@ -174,15 +174,28 @@ void *relay_writer_main(void *arg) {
         for (size_t i = 0; ok && i < nsc; i++) ok = write_round(r, &sc[i]) == 0;
         ok = ok && relay_exec_sql(r->db, "COMMIT") == 0;
         if (!ok) {
-            relay_log(r, "error", "commit_failed", sqlite3_errmsg(r->db));
+            relay_log(r, "error", "commit_failed", 0, 0, NULL, sqlite3_errmsg(r->db));
             relay_exec_sql(r->db, "ROLLBACK");
         }
         for (size_t i = 0; ok && i < nsc; i++)
             if (sc[i].closed) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "job %lld round %lld closed with %u shares (%u with noise); its sum is signed",
-                         (long long)sc[i].job->id, (long long)sc[i].job->round, sc[i].n_grad, sc[i].n_noise);
-                relay_log(r, "info", "round_closed", msg);
+                cJSON *f = cJSON_CreateObject();
+                cJSON_AddNumberToObject(f, "shares", sc[i].n_grad);
+                cJSON_AddNumberToObject(f, "noise_shares", sc[i].n_noise);
+                relay_log(r, "info", "round_closed", sc[i].job->id, sc[i].job->round, f, "its sum is signed");
+            }
+        for (relay_op *op = batch; ok && op != NULL; op = op->next)
+            if (op->kind == OP_JOB_CREATE && op->resp->status == 201) {
+                const cJSON *spec = op->spec;
+                cJSON *f = cJSON_CreateObject();
+                cJSON_AddStringToObject(f, "mode", (int)cJSON_GetObjectItem(spec, "mode")->valuedouble == DPREC_DPMF_DYNAMIC
+                                                       ? "dynamic" : "static");
+                static const char *const keys[] = {"m", "coords", "shares", "max_shares", "rounds"};
+                for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+                    const cJSON *v = cJSON_GetObjectItem(spec, keys[k]);
+                    if (cJSON_IsNumber(v)) cJSON_AddNumberToObject(f, keys[k], v->valuedouble);
+                }
+                relay_log(r, "info", "job_created", (int64_t)cJSON_GetObjectItem(spec, "job")->valuedouble, 0, f, NULL);
             }
         pthread_mutex_lock(&r->mu);
         if (ok) {

@@ -683,6 +683,110 @@ def check_small_ones(tmp):
     check(rc == 1 and said, "a port in use is reported as such (%s %s)" % (rc, last))
 
 
+def check_report_reuse(tmp):
+    """9. A report id reused with other bytes is 409 report_id_reused, in the open round and after its round dropped
+    the payloads (the row keeps the envelope's SHA-256); the same bytes stay a 200 duplicate. A state written before
+    digests were kept (schema 1) still opens. Before: 200 "duplicate": true and the new bytes dropped silently."""
+    import sqlite3
+    srv = Server(tmp).start()
+    job = srv.create_job(d=4, m=10, min_reports=100, rounds=3)
+    token = srv.register()
+    rid = os.urandom(16)
+    a = plain_report(job, 1, 4, [(1, 5.0)], report_id=rid)
+    b = plain_report(job, 1, 4, [(2, 1.0)], report_id=rid)
+
+    def post(body):
+        return srv.json("device", "POST", "/v1/jobs/%d/reports" % job, body=body, token=token,
+                        ctype="application/octet-stream")
+
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is False, "a report is accepted (%s %s)" % (st, body))
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is True, "its retry, same bytes: 200 duplicate (%s %s)" % (st, body))
+    st, body = post(b)
+    check(st == 409 and body.get("error") == "report_id_reused",
+          "the same report id with other bytes: 409 report_id_reused (%s %s)" % (st, body))
+    status, _ = srv.admin("POST", "/v1/admin/jobs/%d/round/close" % job)
+    check(status == 200, "the round is finalized (its payloads dropped) (%s)" % status)
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is True and body.get("round") == 1,
+          "after finalization, the same bytes: 200 duplicate, round 1 (%s %s)" % (st, body))
+    st, body = post(b)
+    check(st == 409 and body.get("error") == "report_id_reused",
+          "after finalization, other bytes: 409 report_id_reused (%s %s)" % (st, body))
+    check(srv.stop() == 0, "the server stops cleanly")
+    # a state from before the digest column (schema 1): it opens, and is brought to schema 2
+    db = sqlite3.connect(os.path.join(srv.state, "state.db"))
+    db.execute("ALTER TABLE reports DROP COLUMN digest")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    srv = Server(tmp).start()
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(srv.state, "state.db"), uri=True)
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.close()
+    check(version == 2, "a schema-1 state opens and is brought to schema 2 (%s)" % version)
+    st, body = post(a)
+    check(st == 200 and body.get("duplicate") is True, "its old report's retry is still a duplicate (%s %s)" % (st, body))
+    st, body = post(b)
+    check(st == 200 and body.get("duplicate") is True,
+          "an old row without a digest whose payload is gone cannot be compared: answered as a duplicate, as "
+          "documented (%s %s)" % (st, body))
+    rid2 = os.urandom(16)
+    st, body = post(plain_report(job, 2, 4, [(1, 5.0)], report_id=rid2))
+    check(st == 200 and body.get("duplicate") is False, "a new report in round 2 is accepted (%s %s)" % (st, body))
+    st, body = post(plain_report(job, 2, 4, [(3, 2.0)], report_id=rid2))
+    check(st == 409 and body.get("error") == "report_id_reused",
+          "and its id with other bytes is 409 report_id_reused (%s %s)" % (st, body))
+    check(srv.stop() == 0, "the server stops cleanly")
+
+
+def check_big_job_off_admin(tmp):
+    """10. A job with a large release 1 (plain, m = 1,000,000, d = 64: 260 MB, near the size limit) is built off the admin listener's thread
+    (one, by default) and off the writer: while it builds, the admin listener answers other requests (a job list, a
+    small job's creation) and devices register. Before: every admin request waited for the build."""
+    srv = Server(tmp).start()
+    out = {}
+
+    def create():
+        try:
+            out["big"] = srv.admin("POST", "/v1/admin/jobs", body=json.dumps(
+                {"protocol": "plain", "d": 64, "m": 1000000, "rating_min": 1, "rating_max": 5, "rounds": 2,
+                 "min_reports": 100, "round_seconds": 3600, "participation": 1.0,
+                 "params": {"lambda": 0.1, "seed": 1}}).encode(), timeout=300)
+        except Exception as e:
+            out["big"] = ("error", repr(e))
+
+    t = threading.Thread(target=create)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and '"event":"job_building"' not in srv.log_text() and t.is_alive():
+        time.sleep(0.01)
+    check('"event":"job_building"' in srv.log_text(), "the big job's build is logged (job_building)")
+    status, body = srv.admin("GET", "/v1/admin/jobs", timeout=300)
+    alive_list = t.is_alive()
+    small = srv.create_job(d=4, m=10, min_reports=100, timeout=300)
+    alive_small = t.is_alive()
+    token = srv.register()
+    alive_reg = t.is_alive()
+    check(status == 200 and alive_list, "the job list is answered while release 1 is built (%s, still building: %s)" %
+          (status, alive_list))
+    check(alive_small and alive_reg, "a small job is created (%s) and a device registers meanwhile (still building: "
+          "%s, %s)" % (small, alive_small, alive_reg))
+    t.join()
+    big = out.get("big")
+    check(big is not None and big[0] == 201 and isinstance(big[1], dict) and big[1].get("job", 0) < small,
+          "the big job's creation then answers 201 with the id reserved first (%s; the small one: %s)" %
+          (big if big is None or big[0] != 201 else big[0], small))
+    if big is not None and big[0] == 201:
+        for j in (big[1]["job"], small):
+            st, view = srv.admin("GET", "/v1/admin/jobs/%d" % j)
+            check(st == 200 and view.get("round") == 1, "job %d is served, round 1 (%s)" % (j, st))
+        st, view = srv.json("device", "GET", "/v1/jobs/%d" % small, token=token)
+        check(st == 200, "devices see the small job (%s)" % st)
+    check(srv.stop() == 0, "the server stops cleanly")
+
+
 CHECKS = {
     "body_before_auth": check_body_before_auth,
     "state_lock": check_state_lock,
@@ -692,6 +796,8 @@ CHECKS = {
     "logs": check_logs,
     "metrics": check_metrics,
     "small_ones": check_small_ones,
+    "report_reuse": check_report_reuse,
+    "big_job_off_admin": check_big_job_off_admin,
 }
 
 

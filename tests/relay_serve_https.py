@@ -177,6 +177,16 @@ def main():
         check(st == 409, "a share for a closed round is refused")
         r.stop()
         check(r.proc.returncode == 0, "SIGTERM stops the relay cleanly")
+        # its log: the one schema's fields (docs/operations.md), job and round as fields, not in free text
+        with open(os.path.join(tmp, "relay.log"), "rb") as f:
+            lines = [json.loads(l) for l in f.read().decode(errors="replace").split("\n") if l.startswith("{")]
+        created = [o for o in lines if o.get("event") == "job_created"]
+        check(len(created) == 1 and created[0].get("job") == job and created[0].get("level") == "info" and
+              created[0].get("shares") == 2 and created[0].get("rounds") == 3,
+              "the relay logs job_created with the job's id and shape as fields (%s)" % created)
+        closed = [o for o in lines if o.get("event") == "round_closed"]
+        check(len(closed) == 1 and closed[0].get("job") == job and closed[0].get("round") == 1 and
+              closed[0].get("shares") == 2, "round_closed carries job, round and shares as fields (%s)" % closed)
     finally:
         r.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -153,6 +153,8 @@ struct dprec_agg {
     size_t pub_der_len;
     /* rounds/agg_secure.c: the secure jobs' open rounds */
     struct agg_secure_registry *secure;
+    /* core/agg_build.c: the thread that builds release 1 of large jobs */
+    struct agg_builder *builder;
 };
 
 /* agg_base.c */

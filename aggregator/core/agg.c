@@ -78,6 +78,11 @@ int dprec_agg_open(const dprec_agg_config *cfg, dprec_agg **out, char *err, size
         dprec_agg_close(a);
         return -1;
     }
+    if (agg_builder_start(a) != 0) {
+        set_err(err, errcap, "could not start the release builder's thread");
+        dprec_agg_close(a);
+        return -1;
+    }
     a->cfg.state_path = NULL; /* the paths are only needed while opening; the caller's strings are not kept */
     a->cfg.signing_key_path = NULL;
     *out = a;
@@ -118,6 +123,7 @@ void agg_signer_close(dprec_agg *a) {
 
 void dprec_agg_close(dprec_agg *a) {
     if (a == NULL) return;
+    agg_builder_stop(a); /* what it still builds goes to the writer, which stops next */
     agg_state_close(a);
     mbedtls_pk_free(&a->key);
     dprec_rng_free(&a->rng);

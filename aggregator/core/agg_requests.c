@@ -207,6 +207,7 @@ typedef struct agg_call {
     agg_job spec;        /* CALL_JOB_CREATE */
     char *spec_json;
     unsigned char *release;
+    agg_model base;      /* CALL_JOB_CREATE: the base job's model (base_job), until release 1 is built */
 } agg_call;
 
 static void finish_request(dprec_agg *a, const dprec_agg_request *req, const char *client, dprec_agg_response *resp,
@@ -236,6 +237,7 @@ static void call_free(agg_call *c) {
     agg_job_free(&c->spec);
     free(c->spec_json);
     free(c->release);
+    agg_model_free(&c->base);
     free(c);
 }
 
@@ -381,6 +383,46 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
 
 /* ---- admin endpoints -------------------------------------------------------------------------------- */
 
+/* A release 1 above this many bytes (m·(d+1) floats) is built on the builder's thread (agg_build.c), not the
+ * request's. */
+#define BUILD_INLINE_MAX ((uint64_t)4 << 20)
+
+/* Builds and signs release 1 of c's job into c->op (the writer stores it with the job). 0, or -1 with err. */
+static int build_release1(agg_call *c, char *err, size_t errcap) {
+    agg_model x;
+    memset(&x, 0, sizeof x);
+    size_t rel_len = 0;
+    err[0] = '\0';
+    c->spec.base = c->base.m > 0 ? &c->base : NULL;
+    int built = c->spec.proto->initial_model(&c->spec, &x, err, errcap) == 0 &&
+                (agg_model_clamp(&x), agg_release_build(c->a, &c->spec, &x, 1, &c->release, &rel_len, err, errcap)) == 0;
+    c->spec.base = NULL;
+    agg_model_free(&x);
+    agg_model_free(&c->base);
+    if (!built) return -1;
+    c->op.spec = &c->spec;
+    c->op.spec_json = c->spec_json;
+    c->op.release = c->release;
+    c->op.release_len = rel_len;
+    return 0;
+}
+
+/* On the builder's thread: release 1 of a large job, then the writer stores it (the call completes as usual); a
+ * failure is answered from here. */
+static void create_build(void *arg) {
+    agg_call *c = arg;
+    char err[sizeof c->op.message];
+    if (build_release1(c, err, sizeof err) == 0) {
+        agg_submit(c->a, &c->op);
+        return;
+    }
+    c->op.status = 500;
+    c->op.code = "internal";
+    memcpy(c->op.message, err, sizeof err);
+    if (err[0] == '\0') snprintf(c->op.message, sizeof c->op.message, "could not build release 1");
+    call_done(&c->op);
+}
+
 static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
                              const req_ctx *ctx) {
     cJSON *o = agg_parse_object(req, 0);
@@ -481,26 +523,27 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     }
     c->spec = s; /* the call owns s.params now */
     c->spec_json = spec;
-    /* release 1 is built and signed here, off the writer (a large m takes a while); the id is reserved for it */
+    c->base = base; /* and the base model */
+    /* release 1 is built and signed off the writer (a large m takes a while), the id reserved for it; a large one
+     * off this thread too (agg_build.c), so that the admin listener's other requests are answered meanwhile */
     c->spec.id = agg_job_reserve_id(a);
-    agg_model x;
-    memset(&x, 0, sizeof x);
-    size_t rel_len = 0;
-    c->spec.base = s.base_job > 0 ? &base : NULL;
-    int built = c->spec.proto->initial_model(&c->spec, &x, err, sizeof err) == 0 &&
-                (agg_model_clamp(&x), agg_release_build(a, &c->spec, &x, 1, &c->release, &rel_len, err, sizeof err)) == 0;
-    c->spec.base = NULL;
-    agg_model_free(&base);
-    if (!built) {
-        agg_model_free(&x);
+    if ((uint64_t)c->spec.m * ((uint64_t)c->spec.d + 1) * 4 > BUILD_INLINE_MAX) {
+        cJSON *f = cJSON_CreateObject();
+        if (f != NULL) {
+            cJSON_AddNumberToObject(f, "job", (double)c->spec.id);
+            cJSON_AddStringToObject(f, "protocol", c->spec.proto->name);
+            cJSON_AddNumberToObject(f, "m", (double)c->spec.m);
+            cJSON_AddNumberToObject(f, "d", (double)c->spec.d);
+        }
+        agg_log(a, "info", "job_building", f);
+        if (agg_builder_submit(a, create_build, c) == 0) return PENDING;
+        call_free(c);
+        return agg_respond_error(resp, 503, "busy", "the release builder is stopping; retry later");
+    }
+    if (build_release1(c, err, sizeof err) != 0) {
         call_free(c);
         return agg_respond_error(resp, 500, "internal", err[0] ? err : "could not build release 1");
     }
-    agg_model_free(&x);
-    c->op.spec = &c->spec;
-    c->op.spec_json = c->spec_json;
-    c->op.release = c->release;
-    c->op.release_len = rel_len;
     agg_submit(a, &c->op);
     return PENDING;
 }

@@ -66,18 +66,26 @@ static void complete(agg_op *op) {
 
 /* ---- reports and registrations: the group commit ------------------------------------------------------------ */
 
-/* The report id already stored for this job: 1 (outcome set: 200 duplicate, or 409 if another device's), 0 none,
- * -1 error. */
+/* The report id already stored for this job: 1 (outcome set: 200 duplicate; 409 if another device's, or if its bytes
+ * differ from the stored report's: a retry re-sends the same bytes, so other bytes under an acknowledged id are
+ * never a retry, and dropping them silently would tell the device they were taken), 0 none, -1 error. Bytes are
+ * compared by SHA-256 digest, which the row keeps after its round drops the payload; a row of a state written before
+ * digests were kept, whose payload is gone, cannot be compared and is answered as a duplicate. */
 static int report_known(dprec_agg *a, agg_op *op) {
     int64_t dev = 0, round = 0;
-    int found = agg_store_report_find(a, op->job, op->report_id, &dev, &round);
+    unsigned char stored[32], mine[32];
+    int has_digest = 0;
+    int found = agg_store_report_find(a, op->job, op->report_id, &dev, &round, stored, &has_digest);
     if (found == 1) {
         op->accepted_round = (uint64_t)round;
-        if (dev == op->device) {
+        if (dev != op->device) {
+            agg_engine_outcome(op, 409, "already_reported", "this report id was used by another device");
+        } else if (has_digest && (dprec_sha256(op->bytes, op->len, mine) != 0 || memcmp(mine, stored, 32) != 0)) {
+            agg_engine_outcome(op, 409, "report_id_reused",
+                               "this report id was accepted with other bytes; a retry must re-send the same report");
+        } else {
             agg_engine_outcome(op, 200, NULL, "");
             op->duplicate = 1;
-        } else {
-            agg_engine_outcome(op, 409, "already_reported", "this report id was used by another device");
         }
     }
     return found;

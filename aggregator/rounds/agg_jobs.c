@@ -55,7 +55,15 @@ int agg_jobs_add(dprec_agg *a, const agg_job *j, int64_t in_round) {
         if (nj == NULL) rc = -1;
         else a->jobs = nj, a->jobs_cap = ncap;
     }
-    if (rc == 0) a->jobs[a->njobs++] = s;
+    if (rc == 0) {
+        /* in id order (agg_jobs_find searches it): a job whose release 1 took longer to build (core/agg_build.c) is
+         * stored after a later id */
+        size_t at = a->njobs;
+        while (at > 0 && a->jobs[at - 1]->job.id > j->id) at--;
+        memmove(a->jobs + at + 1, a->jobs + at, (a->njobs - at) * sizeof *a->jobs);
+        a->jobs[at] = s;
+        a->njobs++;
+    }
     if (j->id >= a->next_job_id) a->next_job_id = j->id + 1;
     pthread_mutex_unlock(&a->jobs_mu);
     if (rc != 0) {

@@ -136,9 +136,11 @@ struct MHD_Daemon *srv_start_listener(server *s, listener_ctx *L, const char *sp
         {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)(uintptr_t)cert_pem},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)(uintptr_t)key_pem},
         {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)(uintptr_t)TLS_PRIORITIES},
-        /* until a connection sends its first request; then on_first_call sets connection_timeout */
+        /* idle time until a connection sends its first request, then on_first_call sets connection_timeout (the
+         * total deadlines of a head are serve_admit.c's) */
         {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)s->cfg.handshake_timeout, NULL},
-        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->cfg.connection_limit, NULL},
+        /* above the budget: at the budget, serve_admit.c sheds a waiting connection for the new one */
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)srv_mhd_connection_limit(s->cfg.connection_limit), NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)MHD_MEMORY_LIMIT, NULL},
         {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
         {MHD_OPTION_END, 0, NULL},

@@ -25,7 +25,9 @@ static const unsigned status_codes[] = {200, 201, 400, 401, 403, 404, 405, 409, 
 _Static_assert(sizeof status_codes / sizeof status_codes[0] + 1 == N_STATUS, "N_STATUS: the statuses, and other");
 
 static const char *const refusal_names[REFUSED_COUNT] = {"connections_per_address", "inflight_bytes",
-                                                         "register_rate", "shutting_down"};
+                                                         "register_rate", "shutting_down", "bad_framing",
+                                                         "connection_limit"};
+static const char *const shed_names[SHED_COUNT] = {"head_timeout", "budget"};
 
 enum route srv_classify(const char *path)
 {
@@ -141,6 +143,13 @@ static void metrics_render(http_metrics *m, sbuf *b)
     for (int k = 0; k < REFUSED_COUNT; k++) {
         sb_printf(b, "dprec_http_refused_total{limit=\"%s\"} %" PRIu64 "\n", refusal_names[k],
                   (uint64_t)atomic_load(&m->refused[k]));
+    }
+    sb_printf(b, "# HELP dprec_http_connections_closed_total Connections the server closed before their request's "
+                 "head arrived: past its deadline, or displaced by a new connection at connection_limit.\n"
+                 "# TYPE dprec_http_connections_closed_total counter\n");
+    for (int k = 0; k < SHED_COUNT; k++) {
+        sb_printf(b, "dprec_http_connections_closed_total{reason=\"%s\"} %" PRIu64 "\n", shed_names[k],
+                  (uint64_t)atomic_load(&m->shed[k]));
     }
     sb_printf(b, "# HELP dprec_http_connections Open connections, both listeners.\n"
                  "# TYPE dprec_http_connections gauge\ndprec_http_connections %" PRId64 "\n"

@@ -1,5 +1,7 @@
 /* A request's life on the front end, in the order libmicrohttpd calls srv_on_request:
- *   - the first call (headers only): the client's address, the connection's idle timeout, the announced length,
+ *   - the first call (headers only): the framing (ambiguous framing is 400 bad_framing and the connection closed,
+ *     before anything reads the body or the next request), the head's deadline stopped, the client's address, the
+ *     connection's idle timeout, the announced length,
  *     the drain, the head's limits (414, 431), then the backend's preflight (route, method, credentials, the body's
  *     cap), the registration rate and the body's share of the in-flight budget: a request that will be refused
  *     costs no memory for its body;
@@ -207,16 +209,108 @@ static enum MHD_Result add_header_len(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/* ---- strict framing ------------------------------------------------------------------------------------ */
+
+/* What the headers say about where the body ends (RFC 9112 6.1-6.3), for frame_error. */
+typedef struct framing {
+    unsigned n_cl, n_te; /* Content-Length and Transfer-Encoding headers, duplicates counted */
+    const char *cl, *te; /* the last value of each */
+    int bad_name;        /* a header name with a character outside RFC 9110's tchar (a space before the colon) */
+} framing;
+
+static int is_tchar(unsigned char ch)
+{
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+static enum MHD_Result add_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (key == NULL || key[0] == '\0') {
+        f->bad_name = 1;
+        return MHD_YES;
+    }
+    for (const char *k = key; *k != '\0'; k++) {
+        if (!is_tchar((unsigned char)*k)) {
+            f->bad_name = 1;
+        }
+    }
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        f->n_cl++;
+        f->cl = value != NULL ? value : "";
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+        f->te = value != NULL ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Why the request's framing is ambiguous, or NULL when it is not. Two parsers (a proxy in front, this server) that
+ * disagree on where a body ends disagree on where the next request starts: request smuggling. So every framing
+ * that RFC 9112 lets a server reject is rejected, whatever libmicrohttpd would do with it (it takes the first of two
+ * Content-Lengths, and Transfer-Encoding over Content-Length): more than one Content-Length, even equal; a
+ * Content-Length that is not 1*DIGIT; Content-Length with Transfer-Encoding; a Transfer-Encoding other than one
+ * "chunked" (a body that ends only when the connection does), or in an HTTP/1.0 request; a header name that is not
+ * a token ("Content-Length :" is a header another parser may take for Content-Length). */
+static const char *frame_error(struct MHD_Connection *c, const char *version)
+{
+    framing f;
+    memset(&f, 0, sizeof f);
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_framing, &f);
+    if (f.bad_name) {
+        return "a header name holds a character other than a token's (a space before the colon?)";
+    }
+    if (f.n_cl > 1) {
+        return "more than one Content-Length header";
+    }
+    if (f.n_cl == 1) {
+        size_t n = strlen(f.cl);
+        if (n == 0 || n > 19 || strspn(f.cl, "0123456789") != n) {
+            return "Content-Length is not a decimal number below 10^19";
+        }
+    }
+    if (f.n_te > 0 && f.n_cl > 0) {
+        return "both Content-Length and Transfer-Encoding";
+    }
+    if (f.n_te > 1 || (f.n_te == 1 && strcasecmp(f.te, "chunked") != 0)) {
+        return "a Transfer-Encoding other than one 'chunked'";
+    }
+    if (f.n_te == 1 && version != NULL && strcmp(version, MHD_HTTP_VERSION_1_1) != 0) {
+        return "Transfer-Encoding in a request older than HTTP/1.1";
+    }
+    return NULL;
+}
+
 static enum MHD_Result on_first_call(listener_ctx *L, struct MHD_Connection *c, const char *url, const char *method,
-                                     req_ctx *r)
+                                     const char *version, req_ctx *r)
 {
     server *s = L->srv;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
     addr_key k;
     srv_addr_key_of(sa, &k, r->client, sizeof r->client); /* the key is not needed here, the text is */
-    /* the connection sent a request: from now on it may idle for connection_timeout between requests */
+    /* the connection sent a request's head: its deadline stops (serve_admit.c), and from now on it may idle for
+     * connection_timeout between requests */
+    srv_conn_head_arrived(L, c);
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.connection_timeout);
+    /* ambiguous framing: 400 and the connection closed, before anything reads the body or the next request */
+    const char *why = frame_error(c, version);
+    if (why != NULL) {
+        atomic_fetch_add(&s->metrics.refused[REFUSED_FRAMING], 1);
+        uint64_t sup = 0;
+        if (srv_log_admit(NULL, "bad_framing", &sup)) {
+            cJSON *o = srv_log_begin("warn", "bad_framing");
+            cJSON_AddStringToObject(o, "listener", srv_listener_names[L->which]);
+            cJSON_AddStringToObject(o, "client", r->client);
+            cJSON_AddStringToObject(o, "reason", why);
+            cJSON_AddNumberToObject(o, "suppressed", (double)sup);
+            srv_log_end(o);
+        }
+        error_into(&r->resp, 400, "bad_framing", why);
+        return respond_stored(L, c, r, method, url, 1);
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     r->announced = 0;
     if (cl != NULL) {
@@ -299,7 +393,6 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls)
 {
-    (void)version;
     listener_ctx *L = cls;
     server *s = L->srv;
     req_ctx *r = *con_cls;
@@ -315,7 +408,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
         atomic_init(&r->state, REQ_RUNNING);
         *con_cls = r;
         atomic_fetch_add(&s->metrics.inflight_requests, 1);
-        return on_first_call(L, c, url, method, r);
+        return on_first_call(L, c, url, method, version, r);
     }
     if (*upload_data_size != 0) {
         size_t n = *upload_data_size;
@@ -413,10 +506,10 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     listener_ctx *L = cls;
-    (void)c;
     (void)toe;
     req_ctx *r = *con_cls;
     if (r != NULL) {
+        srv_conn_request_ended(L, c); /* the next head's deadline starts */
         if (r->reserved > 0) {
             atomic_fetch_sub(&L->srv->metrics.inflight_bytes, (int64_t)r->reserved);
         }

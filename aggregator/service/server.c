@@ -372,6 +372,8 @@ int dprec_srv_run(const dprec_srv_backend *b, int argc, char **argv)
             srv_log_msg("error", "shutdown", "sigtimedwait: %s", strerror(errno));
             break;
         }
+        srv_conn_sweep(&s->device); /* heads past their deadline */
+        srv_conn_sweep(&s->admin);
         if (b->tick != NULL) {
             b->tick(s->core, (int64_t)time(NULL));
         }

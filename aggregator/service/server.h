@@ -28,8 +28,8 @@ typedef struct dprec_srv_config {
     unsigned admin_threads;    /* admin listener thread pool */
     size_t max_report_bytes;
     size_t max_json_bytes;
-    unsigned connection_timeout; /* seconds an idle connection stays open, once it sent a request */
-    unsigned handshake_timeout;  /* seconds a new connection has to complete TLS and send its first request */
+    unsigned connection_timeout; /* seconds from an answer to the next request's whole head (and the idle limit in a body) */
+    unsigned handshake_timeout;  /* seconds from the accept to the first request's whole head, TLS included (a total) */
     unsigned connection_limit;   /* per listener */
     unsigned connections_per_address; /* per listener and client address (IPv6: per /64); 0 = no limit */
     size_t max_inflight_bytes;   /* request bodies held in memory at once, all connections together */

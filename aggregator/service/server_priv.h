@@ -5,9 +5,10 @@
  *
  *   serve_listen.c   the listeners: the listening sockets, the daemons' options (TLS priorities, limits, callbacks)
  *   serve_admit.c    admission: connections counted per client address (refused past the limit, before TLS), the
- *                    registration rate per address
- *   serve_request.c  a request's life: headers and preflight, the body within the in-flight budget, the answer, the
- *                    suspension while the core's writer works
+ *                    deadline of a request's head (a total, whatever trickles in), the listener's budget (a new
+ *                    connection displaces the one that has waited longest for a head), the registration rate
+ *   serve_request.c  a request's life: strict framing (400 bad_framing), headers and preflight, the body within the
+ *                    in-flight budget, the answer, the suspension while the core's writer works
  *   serve_metrics.c  the HTTP metrics: counted per request, rendered with the backend's on /metrics
  *   serve_log.c      the log: one JSON object per line, rate limits for what an attacker can repeat
  *   server.c         the serve command: start-up, the clock and the signals, the drain
@@ -62,7 +63,17 @@ enum route {
 #define N_BUCKETS ((size_t)14)
 #define N_STATUS ((size_t)15)
 
-enum refusal { REFUSED_PER_ADDRESS, REFUSED_INFLIGHT, REFUSED_RATE, REFUSED_DRAINING, REFUSED_COUNT };
+enum refusal {
+    REFUSED_PER_ADDRESS,
+    REFUSED_INFLIGHT,
+    REFUSED_RATE,
+    REFUSED_DRAINING,
+    REFUSED_FRAMING,
+    REFUSED_CONNECTION_LIMIT,
+    REFUSED_COUNT
+};
+/* connections the server closed before they sent a request's head */
+enum shed { SHED_HEAD_TIMEOUT, SHED_BUDGET, SHED_COUNT };
 
 typedef struct http_metrics {
     atomic_uint_fast64_t requests[2][ROUTE_COUNT][N_STATUS]; /* listener, route, status */
@@ -71,6 +82,7 @@ typedef struct http_metrics {
     atomic_uint_fast64_t latency_count;
     atomic_uint_fast64_t too_large;
     atomic_uint_fast64_t refused[REFUSED_COUNT];
+    atomic_uint_fast64_t shed[SHED_COUNT];
     atomic_int_fast64_t inflight_requests;
     atomic_int_fast64_t inflight_bytes;
     atomic_int_fast64_t inflight_bytes_peak;
@@ -101,10 +113,17 @@ typedef struct addr_table {
 
 typedef struct server server;
 
+/* A connection as admission sees it (serve_admit.c; MHD's socket context): while it waits for a request's head it
+ * is on its listener's waiting list, oldest first, with the deadline by which the head must have arrived. */
+typedef struct conn_rec conn_rec;
+
 typedef struct listener_ctx {
     server *srv;
     dprec_listener which;
-    addr_table conns; /* open connections per client address on this listener */
+    addr_table conns;   /* open connections per client address on this listener; its mutex guards the fields below */
+    conn_rec *wait_head, *wait_tail; /* connections waiting for a request's head, oldest first */
+    unsigned open;      /* connections open on this listener */
+    unsigned closing;   /* of which shut down by the deadline or the budget, not yet closed by libmicrohttpd */
 } listener_ctx;
 
 struct server {
@@ -146,6 +165,15 @@ int srv_register_admit(server *s, const struct sockaddr *sa);
 enum MHD_Result srv_on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 void srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                        enum MHD_ConnectionNotificationCode code);
+/* A request's head arrived on c (its deadline no longer runs), and a request on c ended (the next head's deadline,
+ * connection_timeout, starts). */
+void srv_conn_head_arrived(listener_ctx *L, struct MHD_Connection *c);
+void srv_conn_request_ended(listener_ctx *L, struct MHD_Connection *c);
+/* Closes the connections of L whose head is late (the server's clock calls it once a second). */
+void srv_conn_sweep(listener_ctx *L);
+/* libmicrohttpd's own connection limit for a listener of this budget: above it, so that the budget's rule (shed the
+ * oldest waiting connection) is what a new connection meets, not libmicrohttpd's refusal. */
+unsigned srv_mhd_connection_limit(unsigned budget);
 
 /* ---- serve_request.c ---------------------------------------------------------------------------------- */
 

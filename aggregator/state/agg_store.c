@@ -325,17 +325,28 @@ void agg_store_log_error(dprec_agg *a, const char *what) {
 }
 
 int agg_store_report_find(dprec_agg *a, int64_t job, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
-                          int64_t *device, int64_t *round) {
+                          int64_t *device, int64_t *round, unsigned char digest[32], int *has_digest) {
     agg_conn *w = &a->store->w;
-    sqlite3_stmt *st = prep(w, "SELECT device, round FROM reports WHERE job = ? AND report_id = ?");
+    /* the digest kept with the row; for a row without one (written before digests were kept), the payload's, while
+     * the payload is there (the round is open, or keep_reports) */
+    sqlite3_stmt *st = prep(w, "SELECT r.device, r.round, r.digest, coalesce(p.bytes, r.bytes) FROM reports r"
+                               " LEFT JOIN report_payloads p ON p.id = r.id WHERE r.job = ? AND r.report_id = ?");
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_blob(st, 2, report_id, DPREC_REPORT_ID_SIZE, SQLITE_STATIC);
     int rc = sqlite3_step(st), found = 0;
+    *has_digest = 0;
     if (rc == SQLITE_ROW) {
         found = 1;
         *device = sqlite3_column_int64(st, 0);
         *round = sqlite3_column_int64(st, 1);
+        if (sqlite3_column_bytes(st, 2) == 32) {
+            memcpy(digest, sqlite3_column_blob(st, 2), 32);
+            *has_digest = 1;
+        } else if (sqlite3_column_bytes(st, 3) > 0) {
+            const unsigned char *b = sqlite3_column_blob(st, 3);
+            *has_digest = b != NULL && dprec_sha256(b, (size_t)sqlite3_column_bytes(st, 3), digest) == 0;
+        }
     }
     finish(w, st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? found : -1;
@@ -345,14 +356,17 @@ int agg_store_report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t de
                             const unsigned char report_id[DPREC_REPORT_ID_SIZE], const unsigned char *bytes,
                             size_t len, int64_t now) {
     agg_conn *w = &a->store->w;
-    sqlite3_stmt *st = prep(w, "INSERT INTO reports(job, round, device, report_id, bytes, received_at)"
-                               " VALUES(?,?,?,?,x'',?)");
+    unsigned char digest[32];
+    if (dprec_sha256(bytes, len, digest) != 0) return -1;
+    sqlite3_stmt *st = prep(w, "INSERT INTO reports(job, round, device, report_id, bytes, received_at, digest)"
+                               " VALUES(?,?,?,?,x'',?,?)");
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int64(st, 2, round);
     sqlite3_bind_int64(st, 3, device);
     sqlite3_bind_blob(st, 4, report_id, DPREC_REPORT_ID_SIZE, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, now);
+    sqlite3_bind_blob(st, 6, digest, sizeof digest, SQLITE_TRANSIENT);
     int rc = sqlite3_step(st);
     finish(w, st);
     if (rc == SQLITE_CONSTRAINT) return AGG_STORE_CONFLICT;

@@ -68,10 +68,13 @@ int agg_store_rollback(dprec_agg *a);
 /* Logs the writer connection's last error as a db_error event (docs/operations.md) with what (the operation). */
 void agg_store_log_error(dprec_agg *a, const char *what);
 
-/* The report id stored for job: 1 found (*device, *round: whose, in which round), 0 none, -1 error. */
+/* The report id stored for job: 1 found (*device, *round: whose, in which round; digest: the SHA-256 of the envelope
+ * stored under it, and *has_digest 1, or 0 when it is not known: a row from a state written before digests were kept,
+ * whose payload its finalized round dropped), 0 none, -1 error. */
 int agg_store_report_find(dprec_agg *a, int64_t job, const unsigned char report_id[DPREC_REPORT_ID_SIZE],
-                          int64_t *device, int64_t *round);
-/* Stores one report of the round (its row, and its payload, the whole envelope, apart). 0 stored; AGG_STORE_CONFLICT:
+                          int64_t *device, int64_t *round, unsigned char digest[32], int *has_digest);
+/* Stores one report of the round (its row with the envelope's SHA-256, which stays when a finalized round drops the
+ * payload, and its payload, the whole envelope, apart). 0 stored; AGG_STORE_CONFLICT:
  * refused by a uniqueness rule (the report id is stored already, or the device has a report in this round), nothing
  * stored; -1 failed, nothing stored. */
 #define AGG_STORE_CONFLICT 1

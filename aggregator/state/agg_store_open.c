@@ -38,7 +38,7 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS reports("
     " id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), round INTEGER NOT NULL,"
     " device INTEGER NOT NULL REFERENCES devices(id), report_id BLOB NOT NULL, bytes BLOB NOT NULL,"
-    " received_at INTEGER NOT NULL, UNIQUE(job, report_id), UNIQUE(job, round, device));"
+    " received_at INTEGER NOT NULL, digest BLOB, UNIQUE(job, report_id), UNIQUE(job, round, device));"
     /* A report's payload, apart from its row so that dropping a finalized round's payloads frees whole pages
      * (a row of reports keeps 2 KB of an 18 KB blob inline; its page would stay mostly empty). reports.bytes
      * is empty for a report whose payload is here; states written before this table hold it there instead. */
@@ -165,6 +165,17 @@ int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, i
         snprintf(err, errcap, "state database schema version %lld is newer than this build (%d)", (long long)version,
                  AGG_SCHEMA_VERSION);
         return -1;
+    }
+    if (version == 1) {
+        /* version 1 had no digest: its rows keep NULL (agg_store_report_find then hashes the payload while it is
+         * there); the column is added in place, nothing is rewritten */
+        if (agg_conn_exec(&s->w, "BEGIN IMMEDIATE") != 0 ||
+            agg_conn_exec(&s->w, "ALTER TABLE reports ADD COLUMN digest BLOB") != 0 ||
+            agg_conn_exec(&s->w, "PRAGMA user_version=2") != 0 || agg_conn_exec(&s->w, "COMMIT") != 0) {
+            snprintf(err, errcap, "cannot bring the state database from schema 1 to 2: %s", sqlite3_errmsg(s->w.db));
+            agg_conn_exec(&s->w, "ROLLBACK");
+            return -1;
+        }
     }
     if (version == 0) {
         char sql[64];

@@ -11,7 +11,9 @@
 
 #include "agg_store.h"
 
-#define AGG_SCHEMA_VERSION 1
+/* 1: the first; 2: reports.digest (the envelope's SHA-256, kept when a finalized round drops its payload). A
+ * version-1 state is brought to 2 when it opens (agg_store_open.c); its rows keep a NULL digest. */
+#define AGG_SCHEMA_VERSION 2
 
 /* A connection and its prepared statements. */
 #define AGG_STMT_CACHE 32
