@@ -144,7 +144,8 @@ static void sleep_ms(uint32_t ms) {
 }
 
 /* --dropout: whether device u drops out of round r's secure aggregation, and when (1: after sharing its keys, before
- * its masked input; 2: after its masked input, before the unmasking). A hash of the seed, the device and the round. */
+ * its masked input; 2: after its masked input, before the consistency round). A hash of the seed, the device and the
+ * round. */
 static int dropout_of(const fleet *f, uint32_t u, unsigned r) {
     if (!(f->o->c.dropout > 0)) return 0;
     uint64_t h = f->o->c.seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)u << 20) ^ r;
@@ -158,7 +159,7 @@ static int dropout_of(const fleet *f, uint32_t u, unsigned r) {
 }
 
 unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n) {
-    double keep = (double)n * (1.0 - o->dropout / 2.0) * 0.95;
+    double keep = (double)n * (1.0 - o->dropout) * 0.95;
     unsigned m = (unsigned)floor(keep);
     return m < 3 ? 3 : m;
 }

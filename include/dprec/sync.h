@@ -78,6 +78,16 @@ typedef struct dprec_sync_config {
      * it. The SDK keeps no copy: the app passes the token on every sync until the device is registered. */
     const unsigned char *enrollment_token;
     size_t enrollment_token_len;
+    /* Optional (added in 0.3): the app's enrollment public key (DER SubjectPublicKeyInfo, EC P-256): the key its
+     * backend signs enrollment tokens with. In a secure-aggregation round (docs/privacy.md "Secure aggregation") the
+     * device then shares its secrets only with neighbours whose enrollment token names their identity key and is
+     * signed by this key (not their expiry, which only gates registration), and reveals shares only when the survivor
+     * set was attested by that many such devices: a server cannot invent neighbours it did not enroll through the
+     * app's backend. NULL (the default): the neighbours' signatures are checked, their tokens are not, and a server
+     * can present devices of its own as neighbours. A key that is not an EC P-256 public key: DPREC_ERR_CONFIG when a
+     * secure round needs it. Borrowed for the call. */
+    const unsigned char *enrollment_key;
+    size_t enrollment_key_len;
 } dprec_sync_config;
 
 typedef enum dprec_sync_outcome {
