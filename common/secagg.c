@@ -10,8 +10,8 @@
  * holds; no masked input unless at least t neighbours hold its own shares (else its self-mask could never be
  * removed and the round would fail after it revealed a masked input for nothing); one survivor set recorded (and
  * signed by its caller) a round, which must hold it and at least max(t, n_min) devices; one share per neighbour, of
- * one kind, in one reply, and that kind the one the recorded set says; no reply unless the set is the recorded one and
- * at least max(t, n_min) distinct identities attested it; each step once. */
+ * one kind, in one reply, and that kind the one the recorded set says; no reply unless the set is the recorded one,
+ * at least max(t, n_min) distinct identities attested it and t of them are its neighbours'; each step once. */
 #include <string.h>
 
 #include <mbedtls/aes.h>
@@ -463,17 +463,19 @@ int dprec_secagg_consistency(dprec_secagg_device *dev, uint32_t survivors, int h
 }
 
 int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsigned char set_hash[32],
-                        uint32_t attested, const dprec_secagg_request *req, uint32_t n_req, dprec_secagg_reveal *out) {
+                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, uint32_t n_req,
+                        dprec_secagg_reveal *out) {
     if (dev == NULL || set_hash == NULL || (req == NULL && n_req > 0) || (out == NULL && n_req > 0))
         return DPREC_ERR_INVALID_ARGUMENT;
     if (dev->state != DPREC_SECAGG_ATTESTED) {
         if (dev->state == DPREC_SECAGG_DONE) abort_round(dev); /* a second request: the first one was answered */
         return DPREC_ERR_STATE;
     }
-    /* the set it signed, attested by enough distinct identities (the caller checked each signature), and requests
-     * that agree with it: b's share for a neighbour in the set, s_sk's share for one that is not */
+    /* the set it signed, attested by enough distinct identities (the caller checked each signature), t of them its
+     * own neighbours (whose shares of its secrets, and its of theirs, then follow this same set), and requests that
+     * agree with it: b's share for a neighbour in the set, s_sk's share for one that is not */
     int bad = survivors != dev->survivors || memcmp(set_hash, dev->survivors_hash, 32) != 0 ||
-              attested < floor_of(dev) || n_req > dev->k;
+              attested < floor_of(dev) || nb_attested < dev->p.threshold || nb_attested > attested || n_req > dev->k;
     uint8_t asked[DPREC_SECAGG_MAX_NEIGHBOURS];
     memset(asked, 0, sizeof asked);
     for (uint32_t q = 0; q < n_req && !bad; q++) {

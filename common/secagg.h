@@ -20,11 +20,14 @@
  *                  set does not hold the device, has fewer than max(t, n_min) members, or holds a neighbour whose
  *                  shares never reached it (U3 is part of U2);
  *   4. unmask:     given the set's hash, the number of distinct identities whose signatures on it the caller
- *                  verified, and, per neighbour, which share to reveal: b's share for a neighbour in U3, s_sk's share
- *                  for one that dropped after step 1. Refused, revealing nothing, if the hash is not the one recorded
- *                  in step 3, if fewer than max(t, n_min) identities attested it, if a request disagrees with U3, if
- *                  any neighbour is asked for twice (both shares would let the aggregator remove that neighbour's
- *                  masks from its input alone), or if a step is repeated: each state is left once.
+ *                  verified and how many of them are its own neighbours', and, per neighbour, which share to reveal:
+ *                  b's share for a neighbour in U3, s_sk's share for one that dropped after step 1. Refused, revealing
+ *                  nothing, if the hash is not the one recorded in step 3, if fewer than max(t, n_min) identities
+ *                  attested it, if fewer than t of them are its neighbours (else a server could tell its neighbours
+ *                  another story than it, and rebuild their pair keys while it reveals their self-mask shares:
+ *                  docs/privacy.md), if a request disagrees with U3, if any neighbour is asked for twice (both shares
+ *                  would let the aggregator remove that neighbour's masks from its input alone), or if a step is
+ *                  repeated: each state is left once.
  * The signatures themselves (keys in step 0, the survivor set in step 3) are the caller's, with its identity key
  * (common/identity.h): the digests are dprec_secagg_keys_digest and dprec_secagg_survivors_digest below.
  * PRG: AES-256-CTR keyed by the 32-byte seed, counter block = 16 zero bytes then the block index, every 64-bit
@@ -188,11 +191,13 @@ int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg
 int dprec_secagg_consistency(dprec_secagg_device *dev, uint32_t survivors, int holds_self, const uint8_t *in_u3,
                              const unsigned char set_hash[32]);
 /* Step 4. survivors and set_hash: what the aggregator's requests name (they must be the recorded set's); attested:
- * how many distinct identities' signatures on that hash the caller verified; req: which share of which neighbour.
- * out: n_req reveals. DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach
- * listed at the top of this file. */
+ * how many distinct identities' signatures on that hash the caller verified, nb_attested how many of those are its
+ * neighbours' (under the identities it checked in step 1); req: which share of which neighbour. out: n_req reveals.
+ * DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach listed at the top of this
+ * file. */
 int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsigned char set_hash[32],
-                        uint32_t attested, const dprec_secagg_request *req, uint32_t n_req, dprec_secagg_reveal *out);
+                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, uint32_t n_req,
+                        dprec_secagg_reveal *out);
 /* Wipes every secret. */
 void dprec_secagg_wipe(dprec_secagg_device *dev);
 

@@ -69,8 +69,9 @@ typedef struct dprec_secure_reader {
     uint64_t total;                      /* bytes seen */
     uint32_t count, done;                /* records announced, records checked */
     /* neighbours: nothing more; survivors: the set's hash, whether it holds the device, which neighbours it holds;
-     * requests: the survivors count and hash they name, the requests, the distinct attesters verified */
-    uint32_t survivors, n_req, attested, prev_id;
+     * requests: the survivors count and hash they name, the requests, the distinct attesters verified and how many of
+     * them are its neighbours */
+    uint32_t survivors, n_req, attested, nb_attested, prev_id;
     int holds_self;
     unsigned char hash[32];
     unsigned char prev[DPREC_IDENTITY_PK_SIZE];

@@ -13,8 +13,9 @@
  *   - requests: the survivor count and set hash they name, at most k requests, then m attestations [id][identity]
  *     [token_len][token][sig] whose identities strictly increase (distinct in O(1) memory), m >= max(t, n_min), each
  *     signature valid for (job, round, hash, id) under its identity and, with the app's key, each token the app's for
- *     that identity. The hash must be the one the device signed: a later check (common/secagg.c) compares it again,
- *     with the requests against the set.
+ *     that identity; those whose identity is a neighbour's are counted (under that neighbour's id, or refused). The
+ *     hash must be the one the device signed: a later check (common/secagg.c) compares it again, asks for t of its
+ *     neighbours among the attesters, and holds the requests to the set.
  * A record is gathered whole (at most DPREC_SECURE_RECORD_MAX bytes) and checked at once: no read past what arrived,
  * whatever the chunking, and nothing of a record is used before all of it passed. The first failure is kept and the
  * rest dropped (sdk/secure.h says why the transfer is not stopped). Each check costs one or two ECDSA verifications a
@@ -146,6 +147,13 @@ static int attestation(dprec_secure_reader *rd) {
     if (rc != DPREC_OK)
         return refuse(rd, rc, rc == DPREC_ERR_CONFIG ? "the app's enrollment key is not an EC P-256 public key"
                                                      : "an attester without an enrollment token of the app's key");
+    /* one of its neighbours (the identity it checked when it shared), under that neighbour's id */
+    for (uint32_t j = 0; j < rd->s->dev.k; j++)
+        if (memcmp(identity, rd->s->nb_identity[j], DPREC_IDENTITY_PK_SIZE) == 0) {
+            if (dprec_ld32(b) != rd->s->dev.nb[j].id)
+                return refuse(rd, DPREC_ERR_PROTOCOL, "a neighbour's attestation under another id");
+            rd->nb_attested++;
+        }
     memcpy(rd->prev, identity, DPREC_IDENTITY_PK_SIZE);
     rd->attested++;
     return DPREC_OK;

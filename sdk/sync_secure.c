@@ -303,15 +303,19 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
             *in_progress = st == DPREC_SECAGG_DONE;
             return DPREC_OK;
         }
-        /* the requests, with max(t, n_min) attestations of the set it signed, each checked as it streams in */
+        /* the requests, with max(t, n_min) attestations of the set it signed (t of them its neighbours'), each checked as
+         * it streams in */
         rc = secure_read(c, t, job, "requests", DPREC_SECURE_READ_REQUESTS, pol, result, retry);
         if (rc != DPREC_OK || *retry) return rc;
         uint32_t n = s->rd.n_req;
         dprec_secagg_reveal *rv = s->rv;
-        /* another set, too few attesters, a request that disagrees with the set or asks twice: refused, and the device
-         * reveals nothing (common/secagg.c) */
-        rc = dprec_secagg_unmask(&s->dev, s->rd.survivors, s->rd.hash, s->rd.attested, s->req, n, rv);
-        if (rc != DPREC_OK) return leave_round(c, rc, "requests that disagree with the survivor set it signed");
+        /* another set, too few attesters or too few of them its neighbours, a request that disagrees with the set or
+         * asks twice: refused, and the device reveals nothing (common/secagg.c) */
+        rc = dprec_secagg_unmask(&s->dev, s->rd.survivors, s->rd.hash, s->rd.attested, s->rd.nb_attested, s->req, n, rv);
+        if (rc != DPREC_OK)
+            return leave_round(c, rc,
+                               s->rd.nb_attested < sj->threshold ? "fewer than t of its neighbours attested its survivor set"
+                                                                : "requests that disagree with the survivor set it signed");
         const size_t item = 16u + 4u * DPREC_SECAGG_CHUNKS;
         dprec_st64(s->io, job->round);
         dprec_st32(s->io + 8, n);

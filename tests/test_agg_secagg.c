@@ -153,6 +153,19 @@ static int h_run_to_unmask(harness *h) {
     return rc != DPREC_OK ? rc : h_attest(h);
 }
 
+/* What device i's requests carry: the attestations (nb_only: those of its neighbours) of the set, as the device counts
+ * them (the signatures are checked by sdk/secure_check.c, tests/test_secure_check.c). */
+static uint32_t h_att(harness *h, uint32_t i, int nb_only) {
+    agg_secagg_attestation att[128];
+    uint32_t m = 0, nbm = 0;
+    assert_int_equal(agg_secagg_attestations(h->agg, id_of(i), att, 128, &m), DPREC_OK);
+    for (uint32_t q = 0; q < m; q++) {
+        if (q > 0) assert_true(memcmp(att[q - 1].who->identity, att[q].who->identity, 65) < 0);
+        for (uint32_t j = 0; j < h->dev[i].k; j++) nbm += h->dev[i].nb[j].id == att[q].id;
+    }
+    return nb_only ? nbm : m;
+}
+
 static int h_unmask(harness *h, uint64_t *sum, uint32_t *survivors) {
     dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
     dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
@@ -160,8 +173,8 @@ static int h_unmask(harness *h, uint64_t *sum, uint32_t *survivors) {
         if (h->drop[i] != STAGE_NONE || h->dev[i].state != DPREC_SECAGG_ATTESTED) continue;
         uint32_t m = 0, surv = 0;
         assert_int_equal(agg_secagg_requests(h->agg, id_of(i), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
-        assert_int_equal(dprec_secagg_unmask(&h->dev[i], surv, h->dev[i].survivors_hash,
-                                             agg_secagg_attestation_count(h->agg), req, m, rv),
+        assert_int_equal(dprec_secagg_unmask(&h->dev[i], surv, h->dev[i].survivors_hash, h_att(h, i, 0), h_att(h, i, 1),
+                                             req, m, rv),
                          DPREC_OK);
         assert_int_equal(agg_secagg_put_reveals(h->agg, id_of(i), rv, m), DPREC_OK);
     }
@@ -299,24 +312,24 @@ static void test_secagg_device_refuses_both_shares_of_one_neighbour(void **state
     req[1].kind = DPREC_SECAGG_PAIR_KEY;
     memset(rv, 0xab, sizeof rv);
     before = rv[0];
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, agg_secagg_attestation_count(h.agg), req, 2, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, 2, rv), DPREC_ERR_PROTOCOL);
     assert_memory_equal(&rv[0], &before, sizeof before); /* nothing written */
     assert_int_equal(h.dev[0].state, DPREC_SECAGG_ABORTED);
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, agg_secagg_attestation_count(h.agg), req, m, rv), DPREC_ERR_STATE); /* and nothing later */
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, m, rv), DPREC_ERR_STATE); /* and nothing later */
     /* in two requests: the first answered, the second (the other kind) refused */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(1), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
-    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, agg_secagg_attestation_count(h.agg), req, 1, rv), DPREC_OK);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, 1, rv), DPREC_OK);
     req[0].kind = DPREC_SECAGG_PAIR_KEY;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, agg_secagg_attestation_count(h.agg), req, 1, rv), DPREC_ERR_STATE);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, 1, rv), DPREC_ERR_STATE);
     /* the full request plus a second share of one neighbour: more shares than neighbours */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(3), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[m] = req[0];
     req[m].kind = req[0].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, h.dev[3].survivors_hash, agg_secagg_attestation_count(h.agg), req, m + 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, h.dev[3].survivors_hash, h_att(&h, 3, 0), h_att(&h, 3, 1), req, m + 1, rv), DPREC_ERR_PROTOCOL);
     /* a share of a device that is not its neighbour */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(2), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[0].owner = 424242;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[2], surv, h.dev[2].survivors_hash, agg_secagg_attestation_count(h.agg), req, 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[2], surv, h.dev[2].survivors_hash, h_att(&h, 2, 0), h_att(&h, 2, 1), req, 1, rv), DPREC_ERR_PROTOCOL);
     h_free(&h);
 }
 

@@ -7,13 +7,17 @@
  *      or an enrolled device's genuine token for another identity): refused by a victim holding the app's key, and
  *      taken (its shares sealed to the server's keys) by one that does not;
  *   4. a survivor set below max(t, n_min); another survivor set than the other devices' (the victim signs it, the
- *      others sign theirs); fewer attestations than max(t, n_min); one attester counted twice: the victim reveals
- *      nothing;
+ *      others sign theirs); fewer attestations than max(t, n_min); one attester counted twice; enough attestations but
+ *      fewer than t of them its neighbours': the victim reveals nothing;
  * and, on the devices' round logic alone (common/secagg.c with the aggregator's round for the honest phases):
  *   3. a server that lies about dropouts, telling some of the victim's honest neighbours it survived and others it
  *      dropped, with c colluding neighbours that give it both of their shares: at c = 2t - k - 1 (the tolerance the
  *      job publishes) no split of the honest neighbours lets it rebuild both of the victim's secrets; at c = 2t - k
- *      one does, and the victim's masked input then unmasks to its exact input (the tolerance is exact).
+ *      one does, and the victim's masked input then unmasks to its exact input (the tolerance is exact);
+ *   3b. a server that tells the victim's neighbours it survived and tells their other neighbours they dropped (so as
+ *      to remove the victim's pairwise masks with its neighbours' keys, not its own), on a graph it chose: refused
+ *      because a device reveals only when t of its own neighbours attested its set; with the attestation count alone
+ *      (the design as first specified) the victim's input unmasks exactly, with no colluder.
  * An honest round with the same devices (the transport passing everything through) completes, its release moving. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,7 +61,8 @@ enum attack {
     SURV_OTHER, /* 4: another survivor set than the others' */
     SURV_OTHER_HASH,
     FEWER_ATT, /* 4: fewer attestations than the floor */
-    DUP_ATT    /* 4: one attester twice */
+    DUP_ATT,   /* 4: one attester twice */
+    NB_ATT     /* 4: enough attestations, but fewer than t of them the victim's neighbours' */
 };
 
 typedef struct buf {
@@ -120,6 +125,11 @@ struct world {
     uint32_t victim_nb[DPREC_SECAGG_MAX_NEIGHBOURS], victim_k;
     uint32_t other_set[NDEV], other_n; /* the set it showed the victim (SURV_OTHER) */
     buf tail;                          /* [hash][m][attestations] as the others received them */
+    unsigned char victim_nb_identity[DPREC_SECAGG_MAX_NEIGHBOURS][65];
+    /* every attestation the server sent any device (NB_ATT), each identity once, in identity order */
+    unsigned char *att[2 * NDEV];
+    size_t att_len[2 * NDEV];
+    unsigned n_att;
 };
 
 static int admin(world *w, const char *method, const char *path, char *out, size_t cap) {
@@ -210,6 +220,7 @@ static void forge_neighbours(world *w, buf *b) {
         const unsigned char *q = b->p + off;
         size_t tl = q[197], len = DPREC_SECURE_NEIGHBOUR_FIXED + tl;
         w->victim_nb[j] = dprec_ld32(q);
+        memcpy(w->victim_nb_identity[j], q + 132, 65);
         if (j == 0 && w->attack == SUBST_KEYS) { /* the server's keys in place of the neighbour's */
             unsigned char rec[DPREC_SECURE_NEIGHBOUR_FIXED + DPREC_ENROLL_TOKEN_MAX], c_sk[32];
             memcpy(rec, q, len);
@@ -308,18 +319,32 @@ static void forge_requests(world *w, buf *b, dprec_http_response *resp) {
         uint32_t n = dprec_ld32(b->p + 12);
         size_t head = 16 + 8 * (size_t)n, att0 = head + 36;
         uint32_t m = dprec_ld32(b->p + head + 32);
-        assert_int_equal(m, FLOOR);
+        assert_true(m >= FLOOR);
         size_t r0 = DPREC_SECURE_ATTEST_FIXED + b->p[att0 + 69] + 64;
         if (w->attack == FEWER_ATT) { /* the first FLOOR - 1 */
             size_t off = att0;
-            for (uint32_t i = 0; i + 1 < m; i++) off += DPREC_SECURE_ATTEST_FIXED + b->p[off + 69] + 64;
+            for (uint32_t i = 0; i + 1 < FLOOR; i++) off += DPREC_SECURE_ATTEST_FIXED + b->p[off + 69] + 64;
             buf_put(&out, b->p, off);
-            dprec_st32(out.p + head + 32, m - 1);
-        } else { /* DUP_ATT: the first attestation twice, in place of the second */
+            dprec_st32(out.p + head + 32, FLOOR - 1);
+        } else if (w->attack == DUP_ATT) { /* the first attestation twice, in place of the second */
             size_t r1 = DPREC_SECURE_ATTEST_FIXED + b->p[att0 + r0 + 69] + 64;
             buf_put(&out, b->p, att0 + r0);
             buf_put(&out, b->p + att0, r0);
             buf_put(&out, b->p + att0 + r0 + r1, b->n - (att0 + r0 + r1));
+        } else { /* NB_ATT: every attestation it has seen, but only t - 1 of the victim's neighbours' */
+            buf_put(&out, b->p, att0);
+            uint32_t kept = 0, nb_kept = 0;
+            for (unsigned a = 0; a < w->n_att; a++) {
+                int is_nb = 0;
+                for (uint32_t j = 0; j < w->victim_k; j++)
+                    is_nb |= memcmp(w->att[a] + 4, w->victim_nb_identity[j], 65) == 0;
+                if (is_nb && nb_kept == 3 - 1) continue; /* t = 3 */
+                nb_kept += (uint32_t)is_nb;
+                buf_put(&out, w->att[a], w->att_len[a]);
+                kept++;
+            }
+            assert_true(kept >= FLOOR); /* enough attestations: only the neighbours' are short */
+            dprec_st32(out.p + head + 32, kept);
         }
     }
     free(b->p);
@@ -345,10 +370,23 @@ static int proxy_request(void *ctx, const dprec_http_request *req, dprec_http_si
     }
     buf b = {0};
     int rc = w->inner.request(w->inner.ctx, req, buf_sink, &b, resp);
-    if (rc == DPREC_OK && !post && ends_with(req->path, "/secagg/requests") && !victim && resp->status == 200 &&
-        w->tail.n == 0) { /* the attestations the others' set got, as the server sent them */
-        size_t head = 16 + 8 * (size_t)dprec_ld32(b.p + 12);
-        buf_put(&w->tail, b.p + head, b.n - head);
+    if (rc == DPREC_OK && !post && ends_with(req->path, "/secagg/requests") && !victim && resp->status == 200) {
+        size_t head = 16 + 8 * (size_t)dprec_ld32(b.p + 12), off = head + 36;
+        if (w->tail.n == 0) buf_put(&w->tail, b.p + head, b.n - head); /* the attestations the others' set got */
+        for (uint32_t a = 0, m = dprec_ld32(b.p + head + 32); a < m; a++) { /* each attestation seen, once, in order */
+            size_t len = DPREC_SECURE_ATTEST_FIXED + b.p[off + 69] + 64;
+            unsigned at = 0;
+            while (at < w->n_att && memcmp(w->att[at] + 4, b.p + off + 4, 65) < 0) at++;
+            if (at == w->n_att || memcmp(w->att[at] + 4, b.p + off + 4, 65) != 0) {
+                memmove(w->att + at + 1, w->att + at, sizeof w->att[0] * (w->n_att - at));
+                memmove(w->att_len + at + 1, w->att_len + at, sizeof w->att_len[0] * (w->n_att - at));
+                w->att[at] = malloc(len);
+                memcpy(w->att[at], b.p + off, len);
+                w->att_len[at] = len;
+                w->n_att++;
+            }
+            off += len;
+        }
     }
     if (rc == DPREC_OK && victim && !post) {
         if (ends_with(req->path, "/secagg/neighbours") && resp->status == 200) forge_neighbours(w, &b);
@@ -356,7 +394,7 @@ static int proxy_request(void *ctx, const dprec_http_request *req, dprec_http_si
             (w->attack == SURV_SMALL || w->attack == SURV_OTHER || w->attack == SURV_OTHER_HASH))
             forge_survivors(w, &b);
         if (ends_with(req->path, "/secagg/requests") &&
-            ((resp->status == 200 && (w->attack == FEWER_ATT || w->attack == DUP_ATT)) ||
+            ((resp->status == 200 && (w->attack == FEWER_ATT || w->attack == DUP_ATT || w->attack == NB_ATT)) ||
              w->attack == SURV_OTHER || w->attack == SURV_OTHER_HASH))
             forge_requests(w, &b, resp);
     }
@@ -447,6 +485,7 @@ static void world_close(world *w) {
     fake_signer_free(&w->rogue);
     dprec_rng_free(&w->rng);
     free(w->tail.p);
+    for (unsigned a = 0; a < w->n_att; a++) free(w->att[a]);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", w->dir);
     assert_int_equal(system(cmd), 0);
@@ -561,16 +600,17 @@ static void test_sybil_neighbours_without_a_token_of_the_apps_key_get_no_share(v
 /* 4: survivor sets and attestations a server could forge: the victim reveals nothing */
 static void test_a_device_reveals_nothing_for_a_survivor_set_that_was_not_attested(void **state) {
     (void)state;
-    static const int attacks[] = {SURV_SMALL, SURV_OTHER, SURV_OTHER_HASH, FEWER_ATT, DUP_ATT};
+    static const int attacks[] = {SURV_SMALL, SURV_OTHER, SURV_OTHER_HASH, FEWER_ATT, DUP_ATT, NB_ATT};
     static const char *const names[] = {"a set below the floor", "another set than the others'",
                                         "the others' attestations under its set's hash", "too few attestations",
-                                        "one attester twice"};
+                                        "one attester twice", "too few of its neighbours among the attesters"};
     static const char *const why[] = {"a survivor set below max(t, n_min) or above n_max",
                                       "requests for another survivor set than the one it signed",
                                       "an attestation that does not verify",
                                       "fewer attestations than max(t, n_min), or more than survivors",
-                                      "attestations not in strictly increasing identity order"};
-    for (int a = 0; a < 5; a++) {
+                                      "attestations not in strictly increasing identity order",
+                                      "fewer than t of its neighbours attested its survivor set"};
+    for (int a = 0; a < 6; a++) {
         world w;
         world_open(&w, attacks[a], 1);
         int rc = run_round(&w, 0);
@@ -669,12 +709,14 @@ static int honest_reveal(round3 *r, int h, int with_victim, dprec_shamir_share *
     for (uint32_t j = 0; j < d.k; j++)
         if (d.nb[j].id == id3(0)) {
             req[j].kind = req[j].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
-            assert_int_equal(dprec_secagg_unmask(&twisted, n, hash, T3, req, d.k, rv), DPREC_ERR_PROTOCOL);
+            assert_int_equal(dprec_secagg_unmask(&twisted, n, hash, T3, T3, req, d.k, rv), DPREC_ERR_PROTOCOL);
             req[j].kind = req[j].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
         }
-    /* the server can collect max(t, n_min) attestations of each story from the round's other devices (N3 >= 2 t) */
+    /* the server can collect max(t, n_min) attestations of each story, t of them from the holder's own neighbours: it
+     * chooses the graph, and can surround each holder with devices it tells the holder's story (the test grants it
+     * that; test_a_server_that_says_a_devices_neighbours_dropped_needs_their_neighbours plays what it costs) */
     uint32_t k = d.k; /* the device wipes its state once it answered */
-    if (dprec_secagg_unmask(&d, n, hash, T3, req, k, rv) != DPREC_OK) return 0;
+    if (dprec_secagg_unmask(&d, n, hash, T3, T3, req, k, rv) != DPREC_OK) return 0;
     for (uint32_t j = 0; j < k; j++)
         if (rv[j].owner == id3(0)) {
             *share = rv[j].share;
@@ -756,6 +798,151 @@ static void test_a_server_that_lies_about_dropouts_needs_2t_minus_k_colluders(vo
     free(r);
 }
 
+/* ---- 3b: lying that a device's neighbours dropped, on a graph the server chose -------------------------------------
+ * The victim's pairwise masks can also be removed with its neighbours' keys: a server that obtains b_i from i's
+ * neighbours (telling them i survived) and each neighbour j's s_sk_j from j's other neighbours (telling them j dropped)
+ * unmasks y_i without ever asking for s_sk_i, with no colluder at all. The graph (the server's choice): i with
+ * neighbours j1..j4; each j_m with i and three devices F_m; each device of F_m with j_m and the two others. Two survivor
+ * sets: L_A = {i, j1..j4}, signed by the j's, and L_B = {i} + every F, signed by i and the F's; each is attested by at
+ * least max(t, n_min) = 3 devices, so the count alone (max(t, n_min) attestations from anyone) lets every device
+ * reveal what its set says. What stops it is that a device reveals only when t of its own neighbours attested its set:
+ * j_m's neighbours all signed L_B, an F device has only its two F mates on L_B (j_m signed L_A), and i's neighbours all
+ * signed L_A. */
+
+#define NB_T 3u
+#define NB_N 17u /* i, j1..j4, F_1..F_4 of 3 */
+
+static uint32_t nb_id(uint32_t i) { return 100 + i; }
+
+typedef struct nb_world {
+    dprec_rng rng;
+    dprec_secagg_device dev[NB_N];
+    dprec_secagg_pub pub[NB_N];
+    uint32_t nb[NB_N][4], k[NB_N];
+    uint64_t x[NB_N][4], y[NB_N][4];
+    int list_b[NB_N]; /* 1: signed L_B, 0: signed L_A */
+} nb_world;
+
+/* The graph: device 0 is i, 1..4 the j's, 5 + 3 (m - 1) + q the q-th device of F_m. */
+static void nb_graph(nb_world *w) {
+    w->k[0] = 4;
+    for (uint32_t m = 1; m <= 4; m++) {
+        w->nb[0][m - 1] = m;
+        w->k[m] = 4;
+        w->nb[m][0] = 0;
+        for (uint32_t q = 0; q < 3; q++) {
+            uint32_t f = 5 + 3 * (m - 1) + q;
+            w->nb[m][1 + q] = f;
+            w->k[f] = 3;
+            w->nb[f][0] = m;
+            for (uint32_t r = 0, c = 1; r < 3; r++)
+                if (r != q) w->nb[f][c++] = 5 + 3 * (m - 1) + r;
+        }
+    }
+    for (uint32_t d = 0; d < NB_N; d++) w->list_b[d] = d == 0 || d >= 5;
+}
+
+static void nb_run(nb_world *w) {
+    unsigned char seed[] = "neighbours dropped";
+    assert_int_equal(dprec_rng_init(&w->rng, NULL, seed, sizeof seed, "test"), DPREC_OK);
+    nb_graph(w);
+    for (uint32_t d = 0; d < NB_N; d++) {
+        dprec_secagg_params p = {1, nb_id(d), NB_T, NB_T, 32, 4};
+        assert_int_equal(dprec_secagg_advertise(&w->dev[d], &p, &w->rng, &w->pub[d]), DPREC_OK);
+        for (int c = 0; c < 4; c++) w->x[d][c] = 5000u * d + 11u * (uint64_t)c + 1u;
+    }
+    static dprec_secagg_envelope env[NB_N][4];
+    for (uint32_t d = 0; d < NB_N; d++) {
+        dprec_secagg_pub nbp[4];
+        for (uint32_t j = 0; j < w->k[d]; j++) nbp[j] = w->pub[w->nb[d][j]];
+        assert_int_equal(dprec_secagg_share(&w->dev[d], &w->rng, nbp, w->k[d], env[d]), DPREC_OK);
+    }
+    for (uint32_t d = 0; d < NB_N; d++) { /* each device's inbox: the envelope each neighbour addressed to it */
+        dprec_secagg_envelope in[4];
+        uint32_t n = 0;
+        for (uint32_t j = 0; j < w->k[d]; j++) {
+            uint32_t o = w->nb[d][j];
+            for (uint32_t q = 0; q < w->k[o]; q++)
+                if (env[o][q].to == nb_id(d)) in[n++] = env[o][q];
+        }
+        assert_int_equal(dprec_secagg_mask(&w->dev[d], &w->rng, in, n, w->x[d], w->y[d]), DPREC_OK);
+    }
+}
+
+/* Device d's reveals for the story it signed (L_A or L_B), nb_attested being how many of its neighbours signed the same
+ * one (honest: counted from the graph; `claim` > 0: what the count alone would allow). The reveal about `owner`, if any,
+ * goes to *share with its kind returned; 0 if refused or not asked. */
+static int nb_reveal(nb_world *w, uint32_t d, uint32_t owner, uint32_t claim, dprec_shamir_share *share) {
+    dprec_secagg_device dv = w->dev[d];
+    uint32_t ids[NB_N], n = 0;
+    for (uint32_t e = 0; e < NB_N; e++)
+        if (w->list_b[d] ? (e == 0 || e >= 5) : e <= 4) ids[n++] = nb_id(e);
+    unsigned char list[4 + 4 * NB_N], hash[32];
+    dprec_st32(list, n);
+    for (uint32_t e = 0; e < n; e++) dprec_st32(list + 4 + 4 * e, ids[e]);
+    assert_int_equal(dprec_sha256(list, 4 + 4 * (size_t)n, hash), 0);
+    uint8_t in_u3[4] = {0};
+    dprec_secagg_request req[4];
+    uint32_t same = 0;
+    for (uint32_t j = 0; j < dv.k; j++) {
+        uint32_t o = w->nb[d][j];
+        in_u3[j] = w->list_b[d] ? (o == 0 || o >= 5) : o <= 4;
+        req[j].owner = nb_id(o);
+        req[j].kind = in_u3[j] ? DPREC_SECAGG_SELF_MASK : DPREC_SECAGG_PAIR_KEY;
+        same += w->list_b[o] == w->list_b[d];
+    }
+    assert_int_equal(dprec_secagg_consistency(&dv, n, 1, in_u3, hash), DPREC_OK);
+    uint32_t k = dv.k, attested = w->list_b[d] ? 13u : 4u; /* every signer of its set: >= max(t, n_min) = 3 */
+    dprec_secagg_reveal rv[4];
+    if (dprec_secagg_unmask(&dv, n, hash, attested, claim > 0 ? claim : same, req, k, rv) != DPREC_OK) return 0;
+    for (uint32_t j = 0; j < k; j++)
+        if (rv[j].owner == nb_id(owner)) {
+            *share = rv[j].share;
+            return (int)rv[j].kind;
+        }
+    return 0;
+}
+
+/* The server's harvest: b_i from the j's, s_sk_j of each j from j's other neighbours and i. 1 if it unmasked x_i. */
+static int nb_harvest(nb_world *w, uint32_t claim) {
+    dprec_shamir_share sh[4], one;
+    uint32_t nb = 0;
+    unsigned char b[32], s_j[32], seed[32];
+    for (uint32_t m = 1; m <= 4; m++)
+        if (nb_reveal(w, m, 0, claim, &one) == DPREC_SECAGG_SELF_MASK) sh[nb++] = one;
+    if (nb < NB_T || dprec_shamir_combine(sh, nb, NB_T, b) != DPREC_OK) return 0;
+    uint64_t x[4];
+    memcpy(x, w->y[0], sizeof x);
+    assert_int_equal(dprec_secagg_prg_add(b, 32, -1, x, 4), DPREC_OK);
+    for (uint32_t m = 1; m <= 4; m++) {
+        uint32_t ns = 0;
+        for (uint32_t j = 0; j < w->k[m]; j++) /* j_m's holders: i and F_m */
+            if (nb_reveal(w, w->nb[m][j], m, claim, &one) == DPREC_SECAGG_PAIR_KEY) sh[ns++] = one;
+        if (ns < NB_T || dprec_shamir_combine(sh, ns, NB_T, s_j) != DPREC_OK) return 0;
+        assert_int_equal(dprec_secagg_derive(&w->rng, s_j, w->pub[0].s_pk, 1, DPREC_SECAGG_MASK_LABEL, nb_id(m), nb_id(0),
+                                             seed),
+                         DPREC_OK);
+        assert_int_equal(dprec_secagg_prg_add(seed, 32, nb_id(0) < nb_id(m) ? -1 : 1, x, 4), DPREC_OK);
+    }
+    return memcmp(x, w->x[0], sizeof x) == 0;
+}
+
+static void test_a_server_that_says_a_devices_neighbours_dropped_needs_their_neighbours(void **state) {
+    (void)state;
+    nb_world *w = calloc(1, sizeof *w);
+    nb_run(w);
+    /* the devices as they are: each counts its own neighbours among the attesters; nobody reveals anything here */
+    assert_false(nb_harvest(w, 0));
+    dprec_shamir_share one;
+    for (uint32_t d = 0; d < NB_N; d++)
+        for (uint32_t j = 0; j < w->k[d]; j++) assert_int_equal(nb_reveal(w, d, w->nb[d][j], 0, &one), 0);
+    /* the same story had the devices counted attesters only (max(t, n_min) of anyone, as each set has): the victim's
+     * masked input unmasks to its exact input, with no colluder */
+    assert_true(nb_harvest(w, NB_T));
+    dprec_rng_free(&w->rng);
+    free(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_an_honest_round_of_enrolled_devices_that_check_each_other_completes),
@@ -763,6 +950,7 @@ int main(void) {
         cmocka_unit_test(test_sybil_neighbours_without_a_token_of_the_apps_key_get_no_share),
         cmocka_unit_test(test_a_device_reveals_nothing_for_a_survivor_set_that_was_not_attested),
         cmocka_unit_test(test_a_server_that_lies_about_dropouts_needs_2t_minus_k_colluders),
+        cmocka_unit_test(test_a_server_that_says_a_devices_neighbours_dropped_needs_their_neighbours),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

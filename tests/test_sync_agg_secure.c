@@ -287,12 +287,14 @@ static void run_secure_job(const char *spec) {
     agg_close(&tmp);
 }
 
-/* 8 devices, 4 neighbours each (threshold 3), at least 5 survivors */
+/* 8 devices, 6 neighbours each (threshold 4), at least 5 survivors. 6, not 4: a device reveals only when t of its
+ * neighbours attested its survivor set, and round 2's two dropouts leave a device with 4 neighbours at k = 6 (t = 4),
+ * but with 2 at k = 4 (t = 3) */
 static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
     (void)state;
     run_secure_job("{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                    " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
-                   " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
                    " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
 }
 
@@ -301,7 +303,7 @@ static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(v
     (void)state;
     run_secure_job("{\"protocol\": \"dpals\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                    " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
-                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
                    " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
 }
 

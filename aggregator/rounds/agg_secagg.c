@@ -365,19 +365,46 @@ int agg_secagg_close_consistency(agg_secagg *s) {
     return DPREC_OK;
 }
 
-uint32_t agg_secagg_attestation_count(const agg_secagg *s) {
-    return s != NULL && s->phase == PH_UNMASK ? floor_of(s) : 0;
+static int identity_cmp(const agg_secagg *s, uint32_t a, uint32_t b) {
+    return memcmp(s->d[a].who->identity, s->d[b].who->identity, DPREC_IDENTITY_PK_SIZE);
 }
 
-int agg_secagg_attestation(const agg_secagg *s, uint32_t i, uint32_t *id, const agg_secagg_ident **who,
-                           const unsigned char **sig) {
-    if (s == NULL || id == NULL || who == NULL || sig == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+int agg_secagg_attestations(const agg_secagg *s, uint32_t id, agg_secagg_attestation *out, uint32_t room, uint32_t *n) {
+    if (s == NULL || out == NULL || n == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (s->phase != PH_UNMASK) return DPREC_ERR_STATE;
-    if (i >= floor_of(s) || i >= s->n_att) return DPREC_ERR_INVALID_ARGUMENT;
-    const dev_slot *v = &s->d[s->att_order[i]];
-    *id = v->pub.id;
-    *who = v->who;
-    *sig = v->att_sig;
+    int i = slot_of(s, id);
+    if (i < 0 || !s->d[i].attested) return DPREC_ERR_PROTOCOL;
+    const dev_slot *v = &s->d[i];
+    /* its neighbours that attested, by identity (insertion sort: at most k) */
+    uint32_t nb[DPREC_SECAGG_MAX_NEIGHBOURS], m = 0;
+    for (uint32_t j = 0; j < v->k; j++) {
+        uint32_t w = v->nb[j];
+        if (!s->d[w].attested) continue;
+        uint32_t p = m++;
+        while (p > 0 && identity_cmp(s, nb[p - 1], w) > 0) {
+            nb[p] = nb[p - 1];
+            p--;
+        }
+        nb[p] = w;
+    }
+    /* merged with the first max(t, n_min) attesters, both in identity order, each identity once */
+    uint32_t g = floor_of(s) < s->n_att ? floor_of(s) : s->n_att, a = 0, b = 0, out_n = 0;
+    while (a < g || b < m) {
+        uint32_t next;
+        if (b >= m) next = s->att_order[a++];
+        else if (a >= g) next = nb[b++];
+        else {
+            int c = identity_cmp(s, s->att_order[a], nb[b]);
+            next = c <= 0 ? s->att_order[a++] : nb[b++];
+            if (c == 0) b++; /* a neighbour among the first ones: once */
+        }
+        if (out_n >= room) return DPREC_ERR_BUFFER_TOO_SMALL;
+        out[out_n].id = s->d[next].pub.id;
+        out[out_n].who = s->d[next].who;
+        out[out_n].sig = s->d[next].att_sig;
+        out_n++;
+    }
+    *n = out_n;
     return DPREC_OK;
 }
 

@@ -76,12 +76,16 @@ int agg_secagg_survivors(const agg_secagg *s, uint32_t *out, uint32_t room, uint
 int agg_secagg_attest(agg_secagg *s, uint32_t id, const unsigned char sig[DPREC_IDENTITY_SIG_SIZE]);
 /* Closes CONSISTENCY: at least max(threshold, n_min) attestations, or the round aborts. */
 int agg_secagg_close_consistency(agg_secagg *s);
-/* Phase UNMASK: the attestations every survivor's requests carry: the first max(threshold, n_min) attesters by
- * identity (strictly increasing). attestation_count is their number; attestation(i) the i-th: its id, who it is and
- * its signature of U3. */
-uint32_t agg_secagg_attestation_count(const agg_secagg *s);
-int agg_secagg_attestation(const agg_secagg *s, uint32_t i, uint32_t *id, const agg_secagg_ident **who,
-                           const unsigned char **sig);
+/* Phase UNMASK: the attestations device id's requests carry (docs/protocol.md): the first max(threshold, n_min)
+ * attesters by identity and every neighbour of id that attested (a device reveals only if at least t of its own
+ * neighbours attested its set: docs/privacy.md), in strictly increasing identity order; *n of them into out (room:
+ * max(threshold, n_min) + k is always enough). Pointers into the round, valid while it lives. */
+typedef struct agg_secagg_attestation {
+    uint32_t id;
+    const agg_secagg_ident *who;
+    const unsigned char *sig; /* its signature of U3 */
+} agg_secagg_attestation;
+int agg_secagg_attestations(const agg_secagg *s, uint32_t id, agg_secagg_attestation *out, uint32_t room, uint32_t *n);
 /* What a survivor that attested is asked to reveal: for each neighbour in U2, its self-mask share if the neighbour
  * is in U3, its pairwise-key share otherwise; *survivors = |U3|. */
 int agg_secagg_requests(const agg_secagg *s, uint32_t id, dprec_secagg_request *out, uint32_t room, uint32_t *n,

@@ -30,9 +30,6 @@ typedef struct secure_round {
     agg_secagg *sa;
     double *sum;                 /* the decoded noisy sum, once unmasked */
     uint32_t survivors;
-    /* the survivors' attestations every request carries (docs/protocol.md), built when the consistency phase closes */
-    unsigned char *attestations;
-    size_t attestations_len;
     /* who completed each step (keys, shares, attestation, reveals), n_max each: a device that re-sends a message whose
      * answer it lost is answered 200 again, and nothing is applied twice */
     uint32_t *done_ids[STEPS];
@@ -72,7 +69,6 @@ int agg_secure_init(dprec_agg *a) {
 
 static void round_free(secure_round *r) {
     for (int i = 0; i < STEPS; i++) free(r->done_ids[i]);
-    free(r->attestations);
     agg_secagg_free(r->sa);
     free(r->sum);
     free(r);
@@ -139,44 +135,6 @@ static secure_round *round_of(dprec_agg *a, const agg_job *job) {
     return r;
 }
 
-/* The attestations every survivor's requests carry: [set hash 32][m u32] then m x [id u32][identity 65][token_len u8]
- * [token][sig 64], the first m = max(t, n_min) attesters by identity (docs/protocol.md). Under mu. */
-static int build_attestations(secure_round *r) {
-    uint32_t m = agg_secagg_attestation_count(r->sa), n3 = 0;
-    size_t len = 36;
-    for (uint32_t i = 0; i < m; i++) {
-        uint32_t id;
-        const agg_secagg_ident *who;
-        const unsigned char *sig;
-        if (agg_secagg_attestation(r->sa, i, &id, &who, &sig) != DPREC_OK) return DPREC_ERR_INTERNAL;
-        len += DPREC_SECURE_ATTEST_FIXED + who->token_len + DPREC_IDENTITY_SIG_SIZE;
-    }
-    unsigned char *b = malloc(len), *q = b + 36;
-    if (b == NULL) return DPREC_ERR_NO_MEMORY;
-    if (agg_secagg_survivors(r->sa, NULL, 0, &n3, b) != DPREC_OK) {
-        free(b);
-        return DPREC_ERR_INTERNAL;
-    }
-    dprec_st32(b + 32, m);
-    for (uint32_t i = 0; i < m; i++) {
-        uint32_t id;
-        const agg_secagg_ident *who;
-        const unsigned char *sig;
-        (void)agg_secagg_attestation(r->sa, i, &id, &who, &sig);
-        dprec_st32(q, id);
-        memcpy(q + 4, who->identity, DPREC_IDENTITY_PK_SIZE);
-        q[4 + DPREC_IDENTITY_PK_SIZE] = (unsigned char)who->token_len;
-        q += DPREC_SECURE_ATTEST_FIXED;
-        memcpy(q, who->token, who->token_len);
-        q += who->token_len;
-        memcpy(q, sig, DPREC_IDENTITY_SIG_SIZE);
-        q += DPREC_IDENTITY_SIG_SIZE;
-    }
-    r->attestations = b;
-    r->attestations_len = len;
-    return DPREC_OK;
-}
-
 /* Closes the open phase; a phase that cannot close (too few devices) aborts the round. Under mu. */
 static void close_phase(dprec_agg *a, secure_round *r) {
     int rc = DPREC_OK;
@@ -184,10 +142,7 @@ static void close_phase(dprec_agg *a, secure_round *r) {
     case SP_ADVERTISE: rc = agg_secagg_close_advertise(r->sa); break;
     case SP_SHARE: rc = agg_secagg_close_shares(r->sa); break;
     case SP_MASK: rc = agg_secagg_close_masked(r->sa); break;
-    case SP_CONSISTENCY:
-        rc = agg_secagg_close_consistency(r->sa);
-        if (rc == DPREC_OK) rc = build_attestations(r);
-        break;
+    case SP_CONSISTENCY: rc = agg_secagg_close_consistency(r->sa); break;
     case SP_UNMASK: {
         uint64_t *sum = calloc(r->spec.plan.dim, sizeof *sum);
         double *work = calloc(r->spec.plan.dim, sizeof *work);
@@ -333,16 +288,26 @@ static int answer_neighbours(secure_round *r, uint32_t id, dprec_agg_response *r
     return answer(resp, out, n);
 }
 
-/* The requests answer: [round u64][survivors u32][n u32] then n x [owner u32][kind u32], then the attestations
- * (build_attestations). */
+/* The requests answer: [round u64][survivors u32][n u32] then n x [owner u32][kind u32], then [U3's hash 32][m u32] and
+ * m attestations [id u32][identity 65][token_len u8][token][sig 64] (agg_secagg_attestations: the first max(t, n_min)
+ * attesters by identity and the device's neighbours that attested). */
 static int answer_requests(secure_round *r, uint32_t id, dprec_agg_response *resp) {
     dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
-    uint32_t n = 0, survivors = 0;
-    if (agg_secagg_requests(r->sa, id, req, DPREC_SECAGG_MAX_NEIGHBOURS, &n, &survivors) != DPREC_OK)
+    uint32_t n = 0, survivors = 0, m = 0, room = r->spec.plan.n_min + r->spec.threshold + DPREC_SECAGG_MAX_NEIGHBOURS;
+    agg_secagg_attestation *att = malloc(sizeof *att * room);
+    if (att == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+    if (agg_secagg_requests(r->sa, id, req, DPREC_SECAGG_MAX_NEIGHBOURS, &n, &survivors) != DPREC_OK ||
+        agg_secagg_attestations(r->sa, id, att, room, &m) != DPREC_OK) {
+        free(att);
         return agg_respond_error(resp, 409, "not_in_round", "this device did not attest the survivor set in this round");
-    size_t len_out = 16 + 8 * (size_t)n + r->attestations_len;
-    unsigned char *out = malloc(len_out);
-    if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+    }
+    size_t len_out = 16 + 8 * (size_t)n + 36;
+    for (uint32_t i = 0; i < m; i++) len_out += DPREC_SECURE_ATTEST_FIXED + att[i].who->token_len + DPREC_IDENTITY_SIG_SIZE;
+    unsigned char *out = malloc(len_out), *q;
+    if (out == NULL) {
+        free(att);
+        return agg_respond_error(resp, 500, "internal", "out of memory");
+    }
     dprec_st64(out, (uint64_t)r->round);
     dprec_st32(out + 8, survivors);
     dprec_st32(out + 12, n);
@@ -350,7 +315,22 @@ static int answer_requests(secure_round *r, uint32_t id, dprec_agg_response *res
         dprec_st32(out + 16 + 8 * j, req[j].owner);
         dprec_st32(out + 20 + 8 * j, (uint32_t)req[j].kind);
     }
-    memcpy(out + 16 + 8 * (size_t)n, r->attestations, r->attestations_len);
+    q = out + 16 + 8 * (size_t)n;
+    uint32_t n3 = 0;
+    (void)agg_secagg_survivors(r->sa, NULL, 0, &n3, q);
+    dprec_st32(q + 32, m);
+    q += 36;
+    for (uint32_t i = 0; i < m; i++) {
+        dprec_st32(q, att[i].id);
+        memcpy(q + 4, att[i].who->identity, DPREC_IDENTITY_PK_SIZE);
+        q[4 + DPREC_IDENTITY_PK_SIZE] = (unsigned char)att[i].who->token_len;
+        q += DPREC_SECURE_ATTEST_FIXED;
+        memcpy(q, att[i].who->token, att[i].who->token_len);
+        q += att[i].who->token_len;
+        memcpy(q, att[i].sig, DPREC_IDENTITY_SIG_SIZE);
+        q += DPREC_IDENTITY_SIG_SIZE;
+    }
+    free(att);
     return answer(resp, out, len_out);
 }
 
