@@ -358,13 +358,24 @@ static void test_secure_check_takes_attestations_of_its_set_only_and_refuses_eve
     size_t cap = 16 + 8 * K + 36 + NATT * (70 + DPREC_ENROLL_TOKEN_MAX + 64) + 64;
     unsigned char *buf = malloc(cap), *m = malloc(cap);
     size_t len = requests_answer(w, hash, buf), head = 16 + 8 * K, att0 = head + 36;
+    /* two of the attesters are its neighbours (the identities it checked when it shared, under their ids) */
+    memcpy(w->s->nb_identity[0], w->att[1].pk, 65);
+    w->s->dev.nb[0].id = 201;
+    memcpy(w->s->nb_identity[2], w->att[3].pk, 65);
+    w->s->dev.nb[2].id = 203;
     for (size_t chunk = 0; chunk < 4; chunk++) {
         assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, buf, len, chunk * 5), DPREC_OK);
         assert_int_equal(w->rd->attested, NATT);
+        assert_int_equal(w->rd->nb_attested, 2);
         assert_int_equal(w->rd->n_req, K);
         assert_int_equal(w->rd->survivors, 10);
         assert_int_equal(w->s->req[0].kind, DPREC_SECAGG_PAIR_KEY);
     }
+    /* a neighbour's identity attesting under another id than the neighbour's */
+    w->s->dev.nb[2].id = 999;
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, buf, len, 0), DPREC_ERR_PROTOCOL);
+    assert_string_equal(w->rd->why, "a neighbour's attestation under another id");
+    w->s->dev.nb[2].id = 203;
     /* attestations of another set (the server told others another story): its hash is not the one signed */
     len = requests_answer(w, other, m);
     assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
