@@ -60,7 +60,9 @@ typedef struct dprec_sync_config {
      * answer means this exact key, digest and signature verified before, and the check is skipped. After a
      * successful check it calls remember(ctx, tag). The digest of the streamed bytes is always recomputed and
      * compared with the header. Both NULL (the default): every release is verified. The memo lives in the
-     * host's memory, out of the network's reach. Called from the syncing thread (a shared memo must lock). */
+     * host's memory, out of the network's reach. Called from the syncing thread (a shared memo must lock). The same
+     * memo serves a secure round's signature checks (its neighbours' keys and tokens, the survivor set's attestations:
+     * tag = SHA-256("dprec secagg sig v1" || key || digest || signature)), which every device of a round repeats. */
     int (*verified_seen)(void *ctx, const unsigned char tag[32]);
     void (*verified_remember)(void *ctx, const unsigned char tag[32]);
     void *verified_ctx;
@@ -145,9 +147,12 @@ typedef struct dprec_sync_result {
  *      data;
  *   6. sends it and, once acknowledged, marks it done -> REPORTED.
  * A secure-aggregation job (params.aggregation "secure", docs/protocol.md "Secure aggregation rounds") takes one step
- * of the round per call between 3 and 4, by the phase its job view shows: advertise its keys, send its shares,
- * fetch its inbox (then 4-6: the report is the masked, noised vector), reveal the shares the aggregator asks for;
- * each of those calls returns IN_PROGRESS with retry_after_ms = 1 s. The client needs cfg.secagg_max_len for it.
+ * of the round per call between 3 and 4, by the phase its job view shows: advertise its keys (signed with its
+ * identity key), send its shares (once every neighbour's signed keys, and with cfg->enrollment_key its token, passed),
+ * fetch its inbox (then 4-6: the report is the masked, noised vector), sign the survivor set, reveal the shares the
+ * aggregator asks for (once enough devices, t of them its neighbours, attested that set); each of those calls returns
+ * IN_PROGRESS with retry_after_ms = 1 s. A check that fails makes the device leave the round (logged) and returns
+ * DPREC_ERR_PROTOCOL (docs/privacy.md "Against an active server"). The client needs cfg.secagg_max_len for it.
  * Transient failures (no response, 408, 425, 429, 5xx, a release cut short, a release not yet published,
  * a token the aggregator no longer knows) return DPREC_OK with outcome RETRY_LATER, last_error set, and
  * retry_after_ms from an exponential backoff with full jitter from the CSPRNG (1 s doubling to 15 min),
