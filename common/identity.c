@@ -189,12 +189,10 @@ int dprec_enroll_parse(const unsigned char *buf, size_t len, dprec_enroll_token 
     return dprec_sha256(buf, body, out->digest) == 0 ? DPREC_OK : DPREC_ERR_CRYPTO;
 }
 
-int dprec_enroll_check(const dprec_enroll_token *t, const unsigned char *key_der, size_t key_len, const char *app_id,
-                       int64_t now, int *cause) {
+int dprec_enroll_check_signature(const dprec_enroll_token *t, const unsigned char *key_der, size_t key_len,
+                                 int *cause) {
     if (cause != NULL) *cause = 0;
-    if (t == NULL || key_der == NULL || key_len == 0 || app_id == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (strcmp(t->app_id, app_id) != 0) return DPREC_ERR_ENROLLMENT;
-    if (now < 0 || t->expires <= (uint64_t)now) return DPREC_ERR_ENROLLMENT;
+    if (t == NULL || key_der == NULL || key_len == 0) return DPREC_ERR_INVALID_ARGUMENT;
     mbedtls_pk_context pk;
     mbedtls_pk_init(&pk);
     int status = DPREC_OK;
@@ -208,4 +206,13 @@ int dprec_enroll_check(const dprec_enroll_token *t, const unsigned char *key_der
     mbedtls_pk_free(&pk);
     if (status != DPREC_OK && cause != NULL) *cause = mrc;
     return status;
+}
+
+int dprec_enroll_check(const dprec_enroll_token *t, const unsigned char *key_der, size_t key_len, const char *app_id,
+                       int64_t now, int *cause) {
+    if (cause != NULL) *cause = 0;
+    if (t == NULL || key_der == NULL || key_len == 0 || app_id == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (strcmp(t->app_id, app_id) != 0) return DPREC_ERR_ENROLLMENT;
+    if (now < 0 || t->expires <= (uint64_t)now) return DPREC_ERR_ENROLLMENT;
+    return dprec_enroll_check_signature(t, key_der, key_len, cause);
 }

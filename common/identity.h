@@ -80,5 +80,10 @@ int dprec_enroll_parse(const unsigned char *buf, size_t len, dprec_enroll_token 
  * mbedTLS's code when the signature check failed); DPREC_ERR_CONFIG if the key is not an EC P-256 public key. */
 int dprec_enroll_check(const dprec_enroll_token *t, const unsigned char *key_der, size_t key_len, const char *app_id,
                        int64_t now, int *cause);
+/* The signature part of dprec_enroll_check alone: the token signed by the app's enrollment key, whatever its app id
+ * and expiry. What a device checks of a secure-aggregation neighbour's token (the expiry only gates registration, and
+ * whoever holds the app's key speaks for the app). DPREC_ERR_ENROLLMENT, DPREC_ERR_CONFIG as above. */
+int dprec_enroll_check_signature(const dprec_enroll_token *t, const unsigned char *key_der, size_t key_len,
+                                 int *cause);
 
 #endif /* DPREC_IDENTITY_H */

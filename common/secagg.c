@@ -8,8 +8,10 @@
  *
  * What the device enforces by itself, whatever the aggregator asks: masks only with neighbours whose shares it
  * holds; no masked input unless at least t neighbours hold its own shares (else its self-mask could never be
- * removed and the round would fail after it revealed a masked input for nothing); one share per neighbour, of
- * one kind, in one reply; no reply below max(t, n_min) survivors; each step once. */
+ * removed and the round would fail after it revealed a masked input for nothing); one survivor set recorded (and
+ * signed by its caller) a round, which must hold it and at least max(t, n_min) devices; one share per neighbour, of
+ * one kind, in one reply, and that kind the one the recorded set says; no reply unless the set is the recorded one,
+ * at least max(t, n_min) distinct identities attested it and t of them are its neighbours'; each step once. */
 #include <string.h>
 
 #include <mbedtls/aes.h>
@@ -221,6 +223,40 @@ int dprec_secagg_public(dprec_rng *r, const unsigned char sk[DPREC_SECAGG_KEY_SI
     return x25519(sk, NULL, pk, r);
 }
 
+/* ---- signed statements ---------------------------------------------------------------------------------- */
+
+void dprec_secagg_keys_statement(uint64_t job, uint64_t round, const dprec_secagg_pub *pub,
+                                 unsigned char out[DPREC_SECAGG_KEYS_STATEMENT]) {
+    dprec_st64(out, job);
+    dprec_st64(out + 8, round);
+    dprec_st32(out + 16, pub->id);
+    memcpy(out + 20, pub->c_pk, DPREC_SECAGG_KEY_SIZE);
+    memcpy(out + 20 + DPREC_SECAGG_KEY_SIZE, pub->s_pk, DPREC_SECAGG_KEY_SIZE);
+}
+
+void dprec_secagg_survivors_statement(uint64_t job, uint64_t round, const unsigned char set_hash[32], uint32_t id,
+                                      unsigned char out[DPREC_SECAGG_SURVIVORS_STATEMENT]) {
+    dprec_st64(out, job);
+    dprec_st64(out + 8, round);
+    memcpy(out + 16, set_hash, 32);
+    dprec_st32(out + 48, id);
+}
+
+int dprec_secagg_keys_digest(uint64_t job, uint64_t round, const dprec_secagg_pub *pub, unsigned char digest[32]) {
+    if (pub == NULL || digest == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    unsigned char m[DPREC_SECAGG_KEYS_STATEMENT];
+    dprec_secagg_keys_statement(job, round, pub, m);
+    return dprec_identity_digest(DPREC_SECAGG_KEYS_LABEL, m, sizeof m, digest);
+}
+
+int dprec_secagg_survivors_digest(uint64_t job, uint64_t round, const unsigned char set_hash[32], uint32_t id,
+                                  unsigned char digest[32]) {
+    if (set_hash == NULL || digest == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    unsigned char m[DPREC_SECAGG_SURVIVORS_STATEMENT];
+    dprec_secagg_survivors_statement(job, round, set_hash, id, m);
+    return dprec_identity_digest(DPREC_SECAGG_SURVIVORS_LABEL, m, sizeof m, digest);
+}
+
 /* ---- the device ---------------------------------------------------------------------------------------- */
 
 #define ENC_LABEL DPREC_SECAGG_ENC_LABEL
@@ -402,22 +438,51 @@ int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg
     return DPREC_OK;
 }
 
-int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const dprec_secagg_request *req,
-                        uint32_t n_req, dprec_secagg_reveal *out) {
-    if (dev == NULL || (req == NULL && n_req > 0) || (out == NULL && n_req > 0)) return DPREC_ERR_INVALID_ARGUMENT;
-    if (dev->state != DPREC_SECAGG_MASKED) {
+static uint32_t floor_of(const dprec_secagg_device *dev) {
+    return dev->p.threshold > dev->p.n_min ? dev->p.threshold : dev->p.n_min;
+}
+
+int dprec_secagg_consistency(dprec_secagg_device *dev, uint32_t survivors, int holds_self, const uint8_t *in_u3,
+                             const unsigned char set_hash[32]) {
+    if (dev == NULL || in_u3 == NULL || set_hash == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (dev->state != DPREC_SECAGG_MASKED) return DPREC_ERR_STATE; /* one set a round: never a second signature */
+    /* the device is a survivor (it sent its masked input), the set is large enough to unmask, and every neighbour in
+     * it shared with this device: the aggregator takes masked inputs only from devices that shared (U3 is in U2), and
+     * it delivered every such envelope to its addressee */
+    int bad = !holds_self || survivors < floor_of(dev);
+    for (uint32_t j = 0; j < dev->k; j++) bad |= in_u3[j] && !dev->shared[j];
+    if (bad) {
+        abort_round(dev);
+        return DPREC_ERR_PROTOCOL;
+    }
+    dev->survivors = survivors;
+    memcpy(dev->survivors_hash, set_hash, 32);
+    for (uint32_t j = 0; j < dev->k; j++) dev->in_u3[j] = in_u3[j] ? 1 : 0;
+    dev->state = DPREC_SECAGG_ATTESTED;
+    return DPREC_OK;
+}
+
+int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsigned char set_hash[32],
+                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, uint32_t n_req,
+                        dprec_secagg_reveal *out) {
+    if (dev == NULL || set_hash == NULL || (req == NULL && n_req > 0) || (out == NULL && n_req > 0))
+        return DPREC_ERR_INVALID_ARGUMENT;
+    if (dev->state != DPREC_SECAGG_ATTESTED) {
         if (dev->state == DPREC_SECAGG_DONE) abort_round(dev); /* a second request: the first one was answered */
         return DPREC_ERR_STATE;
     }
-    uint32_t floor_n = dev->p.threshold > dev->p.n_min ? dev->p.threshold : dev->p.n_min;
-    int bad = survivors < floor_n || n_req > dev->k;
+    /* the set it signed, attested by enough distinct identities (the caller checked each signature), t of them its
+     * own neighbours (whose shares of its secrets, and its of theirs, then follow this same set), and requests that
+     * agree with it: b's share for a neighbour in the set, s_sk's share for one that is not */
+    int bad = survivors != dev->survivors || memcmp(set_hash, dev->survivors_hash, 32) != 0 ||
+              attested < floor_of(dev) || nb_attested < dev->p.threshold || nb_attested > attested || n_req > dev->k;
     uint8_t asked[DPREC_SECAGG_MAX_NEIGHBOURS];
     memset(asked, 0, sizeof asked);
     for (uint32_t q = 0; q < n_req && !bad; q++) {
         int j = nb_index(dev, req[q].owner);
         if (j < 0 || !dev->shared[j] || asked[j] ||
-            (req[q].kind != DPREC_SECAGG_SELF_MASK && req[q].kind != DPREC_SECAGG_PAIR_KEY))
-            bad = 1; /* not a neighbour that shared, asked twice (both kinds, or the same twice), or unknown */
+            req[q].kind != (dev->in_u3[j] ? DPREC_SECAGG_SELF_MASK : DPREC_SECAGG_PAIR_KEY))
+            bad = 1; /* not a neighbour that shared, asked twice (both kinds, or the same twice), or not what U3 says */
         else
             asked[j] = 1;
     }

@@ -14,11 +14,22 @@
  *   2. mask:       given the envelopes addressed to it (from the neighbours that completed step 1, "U2"), the
  *                  masked input y = x + PRG(b) + sum_{j in N(i) n U2} +-PRG(HKDF(X25519(s_sk, s_pk_j))) mod 2^b
  *                  (+ if i < j, - otherwise); refuses (revealing nothing) if fewer than t neighbours shared;
- *   3. unmask:     given the number of survivors and, per neighbour, which share to reveal: b's share for a
- *                  survivor, s_sk's share for a neighbour that dropped after step 1. Refused, revealing
- *                  nothing, if the survivors are fewer than max(t, n_min), if any neighbour is asked for twice
- *                  (both shares would let the aggregator remove that neighbour's masks from its input alone),
- *                  or if a step is repeated: each state is left once.
+ *   3. consistency: given the survivor set U3 the aggregator claims (its SHA-256, its size, whether it holds this
+ *                  device, which of its neighbours it holds; the caller streams the list), records it once, for the
+ *                  caller to sign (Bonawitz et al. Sec. 6, "ConsistencyCheck"). Refused, aborting the round, if the
+ *                  set does not hold the device, has fewer than max(t, n_min) members, or holds a neighbour whose
+ *                  shares never reached it (U3 is part of U2);
+ *   4. unmask:     given the set's hash, the number of distinct identities whose signatures on it the caller
+ *                  verified and how many of them are its own neighbours', and, per neighbour, which share to reveal:
+ *                  b's share for a neighbour in U3, s_sk's share for one that dropped after step 1. Refused, revealing
+ *                  nothing, if the hash is not the one recorded in step 3, if fewer than max(t, n_min) identities
+ *                  attested it, if fewer than t of them are its neighbours (else a server could tell its neighbours
+ *                  another story than it, and rebuild their pair keys while it reveals their self-mask shares:
+ *                  docs/privacy.md), if a request disagrees with U3, if any neighbour is asked for twice (both shares
+ *                  would let the aggregator remove that neighbour's masks from its input alone), or if a step is
+ *                  repeated: each state is left once.
+ * The signatures themselves (keys in step 0, the survivor set in step 3) are the caller's, with its identity key
+ * (common/identity.h): the digests are dprec_secagg_keys_digest and dprec_secagg_survivors_digest below.
  * PRG: AES-256-CTR keyed by the 32-byte seed, counter block = 16 zero bytes then the block index, every 64-bit
  * little-endian word reduced mod 2^b (uniform: 2^b divides 2^64). Shamir: over GF(p), p = 2^31 - 1, the
  * 32-byte secret in 11 chunks of 3 bytes, each its own polynomial of degree t - 1 with coefficients drawn
@@ -31,6 +42,7 @@
 #include <stdint.h>
 
 #include "crypto.h"
+#include "identity.h"
 
 #define DPREC_SECAGG_MAX_NEIGHBOURS 64u
 #define DPREC_SECAGG_KEY_SIZE 32u
@@ -94,6 +106,28 @@ typedef struct dprec_secagg_pub {
     unsigned char s_pk[DPREC_SECAGG_KEY_SIZE];
 } dprec_secagg_pub;
 
+/* ---- signed statements (an active server: docs/privacy.md "Secure aggregation") ------------------------- */
+
+#define DPREC_SECAGG_KEYS_LABEL "dprec secagg keys v1"
+#define DPREC_SECAGG_SURVIVORS_LABEL "dprec secagg survivors v1"
+
+#define DPREC_SECAGG_KEYS_STATEMENT 84u
+#define DPREC_SECAGG_SURVIVORS_STATEMENT 52u
+/* What a device signs with its identity key (dprec_identity_digest(label, statement)) when it advertises its round
+ * keys: job LE64 || round LE64 || id LE32 || c_pk || s_pk. */
+void dprec_secagg_keys_statement(uint64_t job, uint64_t round, const dprec_secagg_pub *pub,
+                                 unsigned char out[DPREC_SECAGG_KEYS_STATEMENT]);
+/* What a survivor signs for the survivor set it was shown: job LE64 || round LE64 || the set's SHA-256 || its own id
+ * LE32. */
+void dprec_secagg_survivors_statement(uint64_t job, uint64_t round, const unsigned char set_hash[32], uint32_t id,
+                                      unsigned char out[DPREC_SECAGG_SURVIVORS_STATEMENT]);
+/* Their digests, with the labels above: what a verifier checks the signature against. */
+int dprec_secagg_keys_digest(uint64_t job, uint64_t round, const dprec_secagg_pub *pub, unsigned char digest[32]);
+int dprec_secagg_survivors_digest(uint64_t job, uint64_t round, const unsigned char set_hash[32], uint32_t id,
+                                  unsigned char digest[32]);
+
+/* ---- a round's messages and state ------------------------------------------------------------------------ */
+
 typedef struct dprec_secagg_envelope {
     uint32_t from, to;
     unsigned char iv[DPREC_GCM_IV_SIZE];
@@ -118,8 +152,8 @@ typedef struct dprec_secagg_reveal {
 } dprec_secagg_reveal;
 
 typedef enum dprec_secagg_state {
-    DPREC_SECAGG_FRESH = 0, DPREC_SECAGG_ADVERTISED, DPREC_SECAGG_SHARED, DPREC_SECAGG_MASKED, DPREC_SECAGG_DONE,
-    DPREC_SECAGG_ABORTED
+    DPREC_SECAGG_FRESH = 0, DPREC_SECAGG_ADVERTISED, DPREC_SECAGG_SHARED, DPREC_SECAGG_MASKED, DPREC_SECAGG_ATTESTED,
+    DPREC_SECAGG_DONE, DPREC_SECAGG_ABORTED
 } dprec_secagg_state;
 
 typedef struct dprec_secagg_device {
@@ -131,6 +165,10 @@ typedef struct dprec_secagg_device {
     dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
     uint8_t shared[DPREC_SECAGG_MAX_NEIGHBOURS];        /* neighbour j's envelope arrived and opened (U2) */
     dprec_shamir_share held_s[DPREC_SECAGG_MAX_NEIGHBOURS], held_b[DPREC_SECAGG_MAX_NEIGHBOURS];
+    /* step 3: the survivor set it recorded (and its caller signed), once */
+    uint32_t survivors;
+    unsigned char survivors_hash[32];
+    uint8_t in_u3[DPREC_SECAGG_MAX_NEIGHBOURS];        /* neighbour j is in that set */
 } dprec_secagg_device;
 
 /* Step 0. Draws the two key pairs from r. *pub receives what to advertise. */
@@ -145,11 +183,21 @@ int dprec_secagg_share(dprec_secagg_device *dev, dprec_rng *r, const dprec_secag
  * r blinds the X25519 multiplications only. */
 int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg_envelope *in, uint32_t n_in,
                       const uint64_t *x, uint64_t *y);
-/* Step 3. survivors: how many devices' masked inputs the sum holds; req: which share of which neighbour.
- * out: n_req reveals. DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach
- * listed at the top of this file. */
-int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const dprec_secagg_request *req,
-                        uint32_t n_req, dprec_secagg_reveal *out);
+/* Step 3. The survivor set the aggregator showed: its size, whether it holds this device, in_u3[j] for each of the
+ * dev->k neighbours (in the order of step 1), and its SHA-256 (docs/protocol.md: of [n u32][n ids]). Recorded once:
+ * the caller then signs dprec_secagg_survivors_digest(job, round, set_hash, id). DPREC_ERR_STATE if the device is
+ * not past its masked input or has recorded a set already (no second signature); DPREC_ERR_PROTOCOL (and the round
+ * aborted) on a breach listed at the top of this file. */
+int dprec_secagg_consistency(dprec_secagg_device *dev, uint32_t survivors, int holds_self, const uint8_t *in_u3,
+                             const unsigned char set_hash[32]);
+/* Step 4. survivors and set_hash: what the aggregator's requests name (they must be the recorded set's); attested:
+ * how many distinct identities' signatures on that hash the caller verified, nb_attested how many of those are its
+ * neighbours' (under the identities it checked in step 1); req: which share of which neighbour. out: n_req reveals.
+ * DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach listed at the top of this
+ * file. */
+int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsigned char set_hash[32],
+                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, uint32_t n_req,
+                        dprec_secagg_reveal *out);
 /* Wipes every secret. */
 void dprec_secagg_wipe(dprec_secagg_device *dev);
 
@@ -160,5 +208,15 @@ void dprec_secagg_wipe(dprec_secagg_device *dev);
 #define DPREC_SECURE_ENVELOPE_WIRE (8u + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES + DPREC_GCM_TAG_SIZE)
 #define DPREC_SECURE_IO_MAX (16u + DPREC_SECAGG_MAX_NEIGHBOURS * DPREC_SECURE_ENVELOPE_WIRE)
 #define DPREC_SECURE_PAYLOAD_MAGIC "DSA1"
+/* The advertise body: [round u64][id u32][c_pk 32][s_pk 32][sig 64] (the keys' identity signature). */
+#define DPREC_SECURE_KEYS_WIRE (12u + 2u * DPREC_SECAGG_KEY_SIZE + DPREC_IDENTITY_SIG_SIZE)
+/* A neighbour record: [id u32][c_pk 32][s_pk 32][sig 64][identity 65][token_len u8] then the token. */
+#define DPREC_SECURE_NEIGHBOUR_FIXED (4u + 2u * DPREC_SECAGG_KEY_SIZE + DPREC_IDENTITY_SIG_SIZE + DPREC_IDENTITY_PK_SIZE + 1u)
+/* A survivor attestation: [id u32][identity 65][token_len u8] then the token, then [sig 64]. */
+#define DPREC_SECURE_ATTEST_FIXED (4u + DPREC_IDENTITY_PK_SIZE + 1u)
+/* The consistency body: [round u64][id u32][sig 64]. */
+#define DPREC_SECURE_CONSISTENCY_WIRE (12u + DPREC_IDENTITY_SIG_SIZE)
+/* The longest record either list carries (a token is at most DPREC_ENROLL_TOKEN_MAX bytes). */
+#define DPREC_SECURE_RECORD_MAX (DPREC_SECURE_NEIGHBOUR_FIXED + DPREC_ENROLL_TOKEN_MAX)
 
 #endif /* DPREC_SECAGG_H */

@@ -1,4 +1,5 @@
 /* dprec — client lifecycle: configuration, memory layout, CSPRNG and storage key. */
+#include <stddef.h>
 #include <string.h>
 
 #include "abi.h"
@@ -8,11 +9,19 @@
 #include "protocol.h"
 #include "secure.h"
 
+/* dprec_config's layouts: 0.2's ends before reserved_0_3 (its tail padding, if any, is where reserved_0_3 now lies);
+ * secagg_min_colluders came in 0.3 and lies past every 0.2 struct, so a 0.2 app's struct gets its default. */
+#define CONFIG_BASE_SIZE offsetof(dprec_config, reserved_0_3)
+#define CONFIG_HAS_COLLUDERS(size) ((size) >= offsetof(dprec_config, secagg_min_colluders) + sizeof(uint32_t))
+#define SECAGG_MIN_COLLUDERS_DEFAULT 1u
+_Static_assert(offsetof(dprec_config, secagg_min_colluders) >= offsetof(dprec_config, secagg_max_len) + 8u,
+               "secagg_min_colluders must lie past the 0.2 layout's end, tail padding included");
+
 int dprec_config_default_sized(dprec_config *cfg, size_t size) {
     if (cfg == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     /* the app's struct is size bytes: write all of them (zero: the defaults of fields newer than this library)
-     * and our fields, which come first in every later layout */
-    if (size < sizeof *cfg || size > sizeof *cfg + DPREC_ABI_MAX_GROWTH) return DPREC_ERR_STRUCT_SIZE;
+     * and our fields, which come first in every later layout; an older layout gets the fields it has */
+    if (size < CONFIG_BASE_SIZE || size > sizeof *cfg + DPREC_ABI_MAX_GROWTH) return DPREC_ERR_STRUCT_SIZE;
     memset(cfg, 0, size);
     cfg->struct_size = (uint32_t)size;
     cfg->dim = 16;
@@ -24,6 +33,7 @@ int dprec_config_default_sized(dprec_config *cfg, size_t size) {
     cfg->ledger_jobs = 8;
     cfg->pending_slots = 1;
     cfg->max_report_bytes = 4096;
+    if (CONFIG_HAS_COLLUDERS(size)) cfg->secagg_min_colluders = SECAGG_MIN_COLLUDERS_DEFAULT;
     return DPREC_OK;
 }
 
@@ -62,6 +72,7 @@ static int config_check(const dprec_config *cfg) {
     if (cfg->fw_max_ratings > 65535u) return DPREC_ERR_CONFIG;
     if (cfg->sgld_max_ratings > 65535u || !is_cap(cfg->sgld_epsilon)) return DPREC_ERR_CONFIG;
     if (cfg->secagg_max_len > DPREC_DDG_MAX_DIM) return DPREC_ERR_CONFIG;
+    if (cfg->secagg_min_colluders >= DPREC_SECAGG_MAX_NEIGHBOURS) return DPREC_ERR_CONFIG; /* 2t - k - 1 <= k - 1 */
     if (cfg->allow_non_private != 0 && cfg->allow_non_private != 1) return DPREC_ERR_CONFIG;
     return DPREC_OK;
 }
@@ -69,8 +80,13 @@ static int config_check(const dprec_config *cfg) {
 /* The app's configuration, read by the size it was compiled with (abi.h), then checked. */
 static int config_in(const dprec_config *app, dprec_config *cfg) {
     if (app == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    int rc = DPREC_ABI_COPY_IN(cfg, app);
-    return rc == DPREC_OK ? config_check(cfg) : rc;
+    int rc = dprec_abi_copy_in(cfg, sizeof *cfg, app, CONFIG_BASE_SIZE);
+    if (rc != DPREC_OK) return rc;
+    cfg->reserved_0_3 = 0;
+    /* a field the app's headers do not have takes its default, which for this one is not zero */
+    if (!CONFIG_HAS_COLLUDERS(dprec_abi_app_size(app, CONFIG_BASE_SIZE)))
+        cfg->secagg_min_colluders = SECAGG_MIN_COLLUDERS_DEFAULT;
+    return config_check(cfg);
 }
 
 /* The blocks a client takes, in allocation order. required_size and init both walk this list, so the

@@ -145,6 +145,8 @@ struct dprec_client {
     unsigned char identity_pk[65];
     const unsigned char *enroll_token; /* the app's enrollment token, for the duration of a sync call (sync.c) */
     size_t enroll_token_len;
+    const struct dprec_sync_config *sync_cfg; /* the call's configuration, the same (sync_secure.c: the app's enrollment
+                                               * key, the host's memo of signature checks) */
     size_t resp_len;
     int resp_overflow;
     unsigned char resp[DPREC_SYNC_RESPONSE_MAX]; /* JSON responses only: releases are streamed */

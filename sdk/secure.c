@@ -109,6 +109,14 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
         2u * sj->threshold <= sj->k || p->n_min < sj->threshold || p->n_min < DPREC_SECURE_MIN_SURVIVORS ||
         p->n_max < p->n_min)
         return DPREC_ERR_JOB_PARAMS;
+    /* against an active server: with c colluding enrolled devices among its k neighbours, the server holds t shares of
+     * both of its secrets once (k - c) + 2c >= 2t; the plan tolerates 2t - k - 1 and the device asks for at least
+     * cfg.secagg_min_colluders (docs/privacy.md); a published tolerance must be the plan's own */
+    uint32_t colluders = 2u * sj->threshold - sj->k - 1u;
+    uint64_t pub_colluders = 0;
+    if (colluders < c->cfg.secagg_min_colluders) return DPREC_ERR_JOB_PARAMS;
+    int has_pub = dprec_json_get_u64(doc, 0, "privacy.secagg.colluders", &pub_colluders);
+    if (has_pub != DPREC_ERR_NOT_FOUND && (has_pub != DPREC_OK || pub_colluders != colluders)) return DPREC_ERR_JOB_PARAMS;
     if (p->dim != pow2_at_least(len) || job->rounds < 1) return DPREC_ERR_JOB_PARAMS;
     if (dprec_ddg_plan_check(p, job->rounds) != DPREC_OK) return DPREC_ERR_JOB_PARAMS; /* wrapping b, bad integers */
     /* participation must be 1: the aggregator, the adversary here, sees which devices join a round (their keys), so

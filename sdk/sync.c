@@ -897,15 +897,19 @@ int dprec_client_sync(dprec_client *c, const dprec_transport *app_t, const dprec
     dprec_transport t;
     dprec_sync_config cfg;
     int rc = DPREC_ABI_COPY_IN(&t, app_t);
-    /* enrollment_token came in 0.3: a 0.2 app's smaller struct is read as far as it goes (abi.h) */
+    /* enrollment_token and enrollment_key came in 0.3: a 0.2 app's smaller struct is read as far as it goes (abi.h) */
     if (rc == DPREC_OK)
         rc = dprec_abi_copy_in(&cfg, sizeof cfg, app_cfg, offsetof(dprec_sync_config, enrollment_token));
     if (rc != DPREC_OK) return rc;
-    if (cfg.enrollment_token == NULL && cfg.enrollment_token_len > 0) return DPREC_ERR_INVALID_ARGUMENT;
+    if ((cfg.enrollment_token == NULL && cfg.enrollment_token_len > 0) ||
+        (cfg.enrollment_key == NULL) != (cfg.enrollment_key_len == 0))
+        return DPREC_ERR_INVALID_ARGUMENT;
     c->enroll_token = cfg.enrollment_token; /* borrowed for this call only (registration with the aggregator or a relay) */
     c->enroll_token_len = cfg.enrollment_token_len;
+    c->sync_cfg = &cfg; /* and the rest of it, for a secure round's checks (the app's key, the host's memo) */
     rc = client_sync(c, &t, &cfg, result);
     c->enroll_token = NULL;
     c->enroll_token_len = 0;
+    c->sync_cfg = NULL;
     return rc;
 }

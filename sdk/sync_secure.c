@@ -2,14 +2,18 @@
  * "Secure aggregation").
  *
  * One step per sync call, chosen by the phase the job shows for its open round: advertise (the round's public
- * keys), share (the encrypted key shares for the neighbours the aggregator lists), mask (the inbox of shares
- * addressed to the device: the masked input itself is then the round's report, fitted, charged and sent by
- * sync.c like any other, the protocol's build masking it) and unmask (the reveals the aggregator asks for).
+ * keys, signed with the device's identity key), share (the encrypted key shares for the neighbours the aggregator
+ * lists, once every neighbour's signed keys, identity and token passed), mask (the inbox of shares addressed to the
+ * device: the masked input itself is then the round's report, fitted, charged and sent by sync.c like any other, the
+ * protocol's build masking it), consistency (the survivor set, signed once) and unmask (the reveals the aggregator
+ * asks for, once max(t, n_min) distinct identities attested the set the device signed). A failed check makes the
+ * device leave the round: its secrets wiped, nothing more sent in it, the refusal logged and returned.
  * A step's message stays in the secure area until its answer arrives and is re-sent byte for byte, while its
  * phase lasts, if the answer was lost. The round's secrets are drawn once and wiped once spent, and
  * common/secagg.c refuses any step out of order. Nothing here reads the user's ratings.
  *
- * Memory: the phase messages (at most DPREC_SECURE_IO_MAX bytes) and the round's secrets live in the client's
+ * Memory: the phase messages (at most DPREC_SECURE_IO_MAX bytes), the round's secrets and the reader that checks the
+ * lists as they stream in (sdk/secure_check.c: one record at a time, whatever the list's length) live in the client's
  * secure area (sdk/secure.c); a POST's answer goes into a 256-byte buffer on the stack and is dropped. The job's
  * JSON (c->resp, which the build still reads) is never touched.
  *
@@ -19,6 +23,7 @@
 
 #include "bytes.h"
 #include "client_priv.h"
+#include "identity.h"
 #include "dprec/sync.h"
 #include "json.h"
 #include "secure.h"
@@ -54,10 +59,13 @@ static int small_sink_put(void *user, const unsigned char *chunk, size_t len) {
     return 0;
 }
 
-/* One phase exchange: POST body (the answer dropped; body may be s->io) or GET (the answer into s->io). *retry set
- * (with the result filled) for a transient failure or a phase the aggregator has already left (409). */
+/* One phase exchange: POST body (the answer dropped; body may be s->io), or GET with the answer into s->io, or into
+ * rd when it is not NULL (a list, checked as it streams: sdk/secure_check.c). *retry set (with the result filled)
+ * for a transient failure or a phase the aggregator has already left (409). A GET's answer is the caller's to use
+ * only when this returns DPREC_OK without *retry: a 200. */
 static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t job, const char *what,
-                           const unsigned char *body, size_t body_len, dprec_sync_result *result, int *retry) {
+                           const unsigned char *body, size_t body_len, dprec_secure_reader *rd,
+                           dprec_sync_result *result, int *retry) {
     dprec_secure_state *s = dprec_secure_of(c);
     path_buf path;
     dprec_sync_path_job(&path, job, "/secagg/");
@@ -69,11 +77,13 @@ static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t j
     small_sink drop;
     drop.n = 0;
     s->io_overflow = 0;
-    if (body == NULL) s->io_len = 0;
+    if (body == NULL && rd == NULL) s->io_len = 0;
     *retry = 0;
     int rc = body != NULL ? t->request(t->ctx, &req, small_sink_put, &drop, &resp)
+           : rd != NULL   ? t->request(t->ctx, &req, dprec_secure_reader_feed, rd, &resp)
                           : t->request(t->ctx, &req, secure_sink, s, &resp);
     if (s->io_overflow) return DPREC_ERR_PROTOCOL;
+    if (rd != NULL && rd->stopped) return rd->status; /* an answer past its largest size: whatever its status */
     if (rc != DPREC_OK) {
         *retry = 1;
         return dprec_sync_transport_failure(c, result, rc);
@@ -89,13 +99,14 @@ static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t j
     return resp.status == 200 ? DPREC_OK : DPREC_ERR_PROTOCOL;
 }
 
-/* Sends the step message in s->io[0 .. io_len) (code: 1 keys, 2 shares, 3 reveals); kept for a re-send until answered. */
+/* Sends the step message in s->io[0 .. io_len) (code: 1 keys, 2 shares, 3 reveals, 4 the survivor set's signature);
+ * kept for a re-send until answered. */
 static int secure_post(dprec_client *c, const dprec_transport *t, uint64_t job, int code, dprec_sync_result *result,
                        int *retry, int *in_progress) {
-    static const char *const what[4] = {"", "keys", "shares", "reveals"};
+    static const char *const what[5] = {"", "keys", "shares", "reveals", "consistency"};
     dprec_secure_state *s = dprec_secure_of(c);
     s->unsent = code;
-    int rc = secure_exchange(c, t, job, what[code], s->io, s->io_len, result, retry);
+    int rc = secure_exchange(c, t, job, what[code], s->io, s->io_len, NULL, result, retry);
     if (rc == DPREC_OK && !*retry) {
         s->unsent = 0;
         dprec_wipe(s->io, sizeof s->io);
@@ -133,12 +144,52 @@ static int secure_head(const dprec_secure_state *s, uint64_t round, size_t extra
     return DPREC_OK;
 }
 
+/* The device leaves the round (a check failed): nothing of its secrets remains, nothing more is sent in it. */
+static int leave_round(dprec_client *c, int rc, const char *why) {
+    dprec_secure_state *s = dprec_secure_of(c);
+    dprec_client_log(c, DPREC_LOG_WARN, "sync: secure aggregation: the device leaves the round: ", why);
+    dprec_secagg_wipe(&s->dev);
+    s->dev.state = DPREC_SECAGG_ABORTED;
+    s->unsent = 0;
+    dprec_wipe(s->io, sizeof s->io);
+    s->io_len = 0;
+    return rc;
+}
+
+/* GETs a list answer through the checking reader (sdk/secure_check.c). DPREC_OK with *retry clear: a 200 whose
+ * every record passed; a 200 that failed a check: the device leaves the round and the refusal is returned. */
+static int secure_read(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job, const char *what, int kind,
+                       const dprec_job_policy *pol, dprec_sync_result *result, int *retry) {
+    dprec_secure_state *s = dprec_secure_of(c);
+    const dprec_secure_job *sj = &pol->secure_job;
+    int rc = dprec_identity_ensure(c); /* its own identity, to refuse a neighbour that claims it */
+    if (rc != DPREC_OK) return rc;
+    const dprec_sync_config *cfg = c->sync_cfg;
+    dprec_secure_check ck = {job->job_id, job->round, (uint32_t)c->device_id, c->identity_pk, cfg->enrollment_key,
+                             cfg->enrollment_key_len, sj->threshold > sj->plan.n_min ? sj->threshold : sj->plan.n_min,
+                             sj->plan.n_max, sj->k, NULL, NULL, NULL};
+    if (cfg->verified_seen != NULL && cfg->verified_remember != NULL) {
+        ck.seen = cfg->verified_seen;
+        ck.remember = cfg->verified_remember;
+        ck.memo = cfg->verified_ctx;
+    }
+    dprec_secure_reader_start(&s->rd, s, kind, &ck);
+    rc = secure_exchange(c, t, job->job_id, what, NULL, 0, &s->rd, result, retry);
+    int checked = dprec_secure_reader_finish(&s->rd);
+    if (s->rd.stopped || (rc == DPREC_OK && !*retry && checked != DPREC_OK)) {
+        *retry = 0;
+        return leave_round(c, checked, s->rd.why);
+    }
+    return rc;
+}
+
 /* The device's step of the open round's secure aggregation, by the phase the job shows (secagg.phase, for
  * secagg.round = the open round). One step per call; *report_now set when the phase is the masked input's and the
  * inbox arrived: the caller then fits, charges and stores the report as for any protocol (the build masks it).
  * Otherwise *in_progress is set when the device did (or had done) its part of the phase. Each step is taken once:
  * the secrets of a round are drawn once (a round shown again from its start finds the device past it and gets
- * nothing new), and common/secagg.c refuses any step out of order. */
+ * nothing new), and common/secagg.c refuses any step out of order. A check that fails makes the device leave the
+ * round (logged), revealing nothing more, and the call returns the refusal. */
 int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job,
                            const dprec_job_policy *pol, dprec_sync_result *result, int *retry, int *report_now,
                            int *in_progress) {
@@ -157,7 +208,7 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
     int rc;
     if (mine && st == DPREC_SECAGG_ABORTED) return DPREC_OK; /* the device left this round: nothing more */
     if (mine && s->unsent != 0) { /* a message whose answer was lost: the same bytes again while its phase lasts */
-        static const char *const of[4] = {"", "advertise", "share", "unmask"};
+        static const char *const of[5] = {"", "advertise", "share", "unmask", "consistency"};
         if (strcmp(phase, of[s->unsent]) == 0) return secure_post(c, t, job->job_id, s->unsent, result, retry, in_progress);
         s->unsent = 0; /* its phase closed without it: the device dropped out of that step */
         dprec_wipe(s->io, sizeof s->io);
@@ -167,6 +218,8 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
             *in_progress = 1;
             return DPREC_OK;
         }
+        rc = dprec_identity_ensure(c); /* the keys are signed with the identity the device enrolled */
+        if (rc != DPREC_OK) return rc;
         dprec_secagg_wipe(&s->dev);
         dprec_secagg_params p = {job->round, (uint32_t)c->device_id, sj->threshold, sj->plan.n_min, sj->plan.bits,
                                  sj->plan.dim};
@@ -175,11 +228,16 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
         if (rc != DPREC_OK) return rc;
         s->job = job->job_id;
         s->round = job->round;
+        unsigned char stmt[DPREC_SECAGG_KEYS_STATEMENT];
+        dprec_secagg_keys_statement(job->job_id, job->round, &pub, stmt);
         dprec_st64(s->io, job->round);
         dprec_st32(s->io + 8, pub.id);
         memcpy(s->io + 12, pub.c_pk, DPREC_SECAGG_KEY_SIZE);
         memcpy(s->io + 12 + DPREC_SECAGG_KEY_SIZE, pub.s_pk, DPREC_SECAGG_KEY_SIZE);
-        s->io_len = 12u + 2u * DPREC_SECAGG_KEY_SIZE;
+        rc = dprec_identity_sign_statement(c, DPREC_SECAGG_KEYS_LABEL, stmt, sizeof stmt,
+                                           s->io + 12 + 2 * DPREC_SECAGG_KEY_SIZE);
+        if (rc != DPREC_OK) return leave_round(c, rc, "its keys could not be signed");
+        s->io_len = DPREC_SECURE_KEYS_WIRE;
         return secure_post(c, t, job->job_id, 1, result, retry, in_progress);
     }
     if (strcmp(phase, "share") == 0) {
@@ -187,22 +245,18 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
             *in_progress = st == DPREC_SECAGG_SHARED;
             return DPREC_OK;
         }
-        rc = secure_exchange(c, t, job->job_id, "neighbours", NULL, 0, result, retry);
+        /* every neighbour's record checked as it streams in: a valid signature of its keys by a distinct identity that
+         * is not the device's, and with the app's enrollment key a token of the app's for it (sdk/secure_check.c) */
+        rc = secure_read(c, t, job, "neighbours", DPREC_SECURE_READ_NEIGHBOURS, pol, result, retry);
         if (rc != DPREC_OK || *retry) return rc;
-        uint32_t k = 0;
-        const size_t item = 4u + 2u * DPREC_SECAGG_KEY_SIZE;
-        rc = secure_head(s, job->round, 0, item, DPREC_SECAGG_MAX_NEIGHBOURS, &k);
-        if (rc != DPREC_OK) return rc;
-        dprec_secagg_pub *nb = s->nb;
-        for (uint32_t j = 0; j < k; j++) {
-            const unsigned char *q = s->io + 12 + (size_t)j * item;
-            nb[j].id = dprec_ld32(q);
-            memcpy(nb[j].c_pk, q + 4, DPREC_SECAGG_KEY_SIZE);
-            memcpy(nb[j].s_pk, q + 4 + DPREC_SECAGG_KEY_SIZE, DPREC_SECAGG_KEY_SIZE);
-        }
+        uint32_t k = s->rd.count;
+        /* the tolerance the device asks for, with the neighbours it was actually given: 2t - k - 1 colluders */
+        if (2u * sj->threshold < k + 1u + c->cfg.secagg_min_colluders)
+            return leave_round(c, DPREC_ERR_JOB_PARAMS, "a neighbour list that tolerates fewer colluders than asked");
         /* k within [t, 2t) and every key valid, or the device leaves the round (common/secagg.c) */
-        rc = dprec_secagg_share(&s->dev, &c->rng, nb, k, s->inbox);
-        if (rc != DPREC_OK) return rc == DPREC_ERR_INVALID_ARGUMENT ? DPREC_ERR_PROTOCOL : rc;
+        rc = dprec_secagg_share(&s->dev, &c->rng, s->nb, k, s->inbox);
+        if (rc != DPREC_OK)
+            return leave_round(c, rc == DPREC_ERR_INVALID_ARGUMENT ? DPREC_ERR_PROTOCOL : rc, "its neighbours refused");
         dprec_st64(s->io, job->round);
         dprec_st32(s->io + 8, k);
         for (uint32_t j = 0; j < k; j++) put_envelope(s->io + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &s->inbox[j]);
@@ -214,7 +268,7 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
             *in_progress = st == DPREC_SECAGG_MASKED;
             return DPREC_OK;
         }
-        rc = secure_exchange(c, t, job->job_id, "inbox", NULL, 0, result, retry);
+        rc = secure_exchange(c, t, job->job_id, "inbox", NULL, 0, NULL, result, retry);
         if (rc != DPREC_OK || *retry) return rc;
         uint32_t n = 0;
         rc = secure_head(s, job->round, 0, DPREC_SECURE_ENVELOPE_WIRE, DPREC_SECAGG_MAX_NEIGHBOURS, &n);
@@ -224,32 +278,44 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
         *report_now = 1;
         return DPREC_OK;
     }
-    if (strcmp(phase, "unmask") == 0) {
+    if (strcmp(phase, "consistency") == 0) {
         if (st != DPREC_SECAGG_MASKED) {
+            *in_progress = st == DPREC_SECAGG_ATTESTED;
+            return DPREC_OK;
+        }
+        /* the survivor set, streamed through SHA-256: strictly increasing, holding the device, max(t, n_min) to n_max
+         * ids; then recorded once (common/secagg.c) and signed: one signature a round, of a set that holds it */
+        rc = secure_read(c, t, job, "survivors", DPREC_SECURE_READ_SURVIVORS, pol, result, retry);
+        if (rc != DPREC_OK || *retry) return rc;
+        rc = dprec_secagg_consistency(&s->dev, s->rd.count, s->rd.holds_self, s->rd.in_u3, s->rd.hash);
+        if (rc != DPREC_OK) return leave_round(c, rc, "a survivor set without it, or with a neighbour that never shared");
+        unsigned char stmt[DPREC_SECAGG_SURVIVORS_STATEMENT];
+        dprec_secagg_survivors_statement(job->job_id, job->round, s->rd.hash, (uint32_t)c->device_id, stmt);
+        dprec_st64(s->io, job->round);
+        dprec_st32(s->io + 8, (uint32_t)c->device_id);
+        rc = dprec_identity_sign_statement(c, DPREC_SECAGG_SURVIVORS_LABEL, stmt, sizeof stmt, s->io + 12);
+        if (rc != DPREC_OK) return leave_round(c, rc, "the survivor set could not be signed");
+        s->io_len = DPREC_SECURE_CONSISTENCY_WIRE;
+        return secure_post(c, t, job->job_id, 4, result, retry, in_progress);
+    }
+    if (strcmp(phase, "unmask") == 0) {
+        if (st != DPREC_SECAGG_ATTESTED) {
             *in_progress = st == DPREC_SECAGG_DONE;
             return DPREC_OK;
         }
-        rc = secure_exchange(c, t, job->job_id, "requests", NULL, 0, result, retry);
+        /* the requests, with max(t, n_min) attestations of the set it signed (t of them its neighbours'), each checked as
+         * it streams in */
+        rc = secure_read(c, t, job, "requests", DPREC_SECURE_READ_REQUESTS, pol, result, retry);
         if (rc != DPREC_OK || *retry) return rc;
-        uint32_t n = 0;
-        rc = secure_head(s, job->round, 4, 8, DPREC_SECAGG_MAX_NEIGHBOURS, &n);
-        if (rc != DPREC_OK) return rc;
-        uint32_t survivors = dprec_ld32(s->io + 8);
-        dprec_secagg_request *req = s->req;
-        for (uint32_t j = 0; j < n; j++) {
-            const unsigned char *q = s->io + 16 + 8u * (size_t)j;
-            uint32_t kind = dprec_ld32(q + 4);
-            if (kind != DPREC_SECAGG_SELF_MASK && kind != DPREC_SECAGG_PAIR_KEY) return DPREC_ERR_PROTOCOL;
-            req[j].owner = dprec_ld32(q);
-            req[j].kind = (dprec_secagg_kind)kind;
-        }
+        uint32_t n = s->rd.n_req;
         dprec_secagg_reveal *rv = s->rv;
-        /* too few survivors, a neighbour asked for twice: refused, and the device reveals nothing (common/secagg.c) */
-        rc = dprec_secagg_unmask(&s->dev, survivors, req, n, rv);
-        if (rc != DPREC_OK) {
-            dprec_client_log(c, DPREC_LOG_WARN, "sync: secure aggregation: unmask refused: ", dprec_status_name(rc));
-            return rc;
-        }
+        /* another set, too few attesters or too few of them its neighbours, a request that disagrees with the set or
+         * asks twice: refused, and the device reveals nothing (common/secagg.c) */
+        rc = dprec_secagg_unmask(&s->dev, s->rd.survivors, s->rd.hash, s->rd.attested, s->rd.nb_attested, s->req, n, rv);
+        if (rc != DPREC_OK)
+            return leave_round(c, rc,
+                               s->rd.nb_attested < sj->threshold ? "fewer than t of its neighbours attested its survivor set"
+                                                                : "requests that disagree with the survivor set it signed");
         const size_t item = 16u + 4u * DPREC_SECAGG_CHUNKS;
         dprec_st64(s->io, job->round);
         dprec_st32(s->io + 8, n);

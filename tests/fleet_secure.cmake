@@ -2,14 +2,20 @@
 # synthetic fleet in-process, with DROPOUT (0: none; else --dropout DROPOUT: half of those devices drop after sharing
 # their keys, half after their masked input, so both recovery paths run) and checks its contract: the final line, a
 # user-level guarantee in the secure-aggregation model at the budget asked for, every device's ledger at most the
-# aggregator's figure, a test RMSE below the global mean, and no report stored by the aggregator.
-#   cmake -DBIN=path/to/dprec-fleet -DPROTOCOL=gauss-gd|dpals -DDROPOUT=0|0.1 -P fleet_secure.cmake
+# aggregator's figure, a test RMSE below the global mean, and no report stored by the aggregator. With
+# REGISTRATION=token the fleet plays the app's backend (--registration token): every device is enrolled with a token of
+# the run's enrollment key, holds that key, and checks every neighbour's and attester's token before it shares or
+# reveals anything (docs/privacy.md "Secure aggregation").
+#   cmake -DBIN=path/to/dprec-fleet -DPROTOCOL=gauss-gd|dpals -DDROPOUT=0|0.1 [-DREGISTRATION=open|token] -P fleet_secure.cmake
 if(NOT BIN OR NOT DEFINED DROPOUT OR NOT PROTOCOL)
   message(FATAL_ERROR "usage: -DBIN=... -DPROTOCOL=... -DDROPOUT=... -P fleet_secure.cmake")
 endif()
 set(drop "")
 if(NOT DROPOUT STREQUAL "0")
   set(drop --dropout ${DROPOUT})
+endif()
+if(REGISTRATION STREQUAL "token")
+  list(APPEND drop --registration token)
 endif()
 # dpals runs with its defaults: on these 120 devices (at most 13 training ratings each) they are k = 13 and a device
 # ridge of at least 3 (examples/fleet/protocols/dpals.c). Before those two rules the epsilon >= 5 defaults (k = 200,

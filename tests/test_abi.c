@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "abi.h"
+#include "client_priv.h"
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
 #include "dprec/sync.h"
@@ -169,6 +170,46 @@ static void test_client_init_reads_the_configuration_by_its_struct_size(void **s
     assert_int_equal(cfg.struct_size, 8); /* untouched */
 }
 
+/* secagg_min_colluders came in 0.3 with a non-zero default (1): a 0.2 app's struct, whatever its tail padding held, gets
+ * the default, and dprec_config_default fills a 0.2 struct without writing past it; a 0.3 app's explicit 0 stays 0. */
+static void test_a_0_2_configuration_gets_the_default_tolerance_of_colluders(void **state) {
+    (void)state;
+    const size_t old_sizes[2] = {offsetof(dprec_config, reserved_0_3), offsetof(dprec_config, secagg_min_colluders)};
+    static unsigned char arena[1 << 20];
+    for (int i = 0; i < 2; i++) {
+        unsigned char raw[sizeof(dprec_config) + 8];
+        memset(raw, 0xEE, sizeof raw);
+        dprec_config *cfg = (dprec_config *)(void *)raw;
+        assert_int_equal(dprec_config_default_sized(cfg, old_sizes[i]), DPREC_OK);
+        for (size_t b = old_sizes[i]; b < sizeof raw; b++) assert_int_equal(raw[b], 0xEE); /* not written past */
+        cfg->num_items = 10;
+        fake_port fp;
+        dprec_port port;
+        fake_port_init(&fp, &port);
+        dprec_client *c = NULL;
+        assert_int_equal(dprec_client_init(&c, cfg, &port, arena, sizeof arena), DPREC_OK);
+        assert_int_equal(c->cfg.secagg_min_colluders, 1);
+        assert_int_equal(c->cfg.reserved_0_3, 0);
+        dprec_client_free(c);
+        fake_port_free(&fp);
+    }
+    dprec_config cfg;
+    dprec_config_default(&cfg);
+    assert_int_equal(cfg.secagg_min_colluders, 1);
+    cfg.num_items = 10;
+    cfg.secagg_min_colluders = 0;
+    fake_port fp;
+    dprec_port port;
+    fake_port_init(&fp, &port);
+    dprec_client *c = NULL;
+    assert_int_equal(dprec_client_init(&c, &cfg, &port, arena, sizeof arena), DPREC_OK);
+    assert_int_equal(c->cfg.secagg_min_colluders, 0);
+    dprec_client_free(c);
+    cfg.secagg_min_colluders = 64; /* no plan of at most 64 neighbours tolerates 64 */
+    assert_int_equal(dprec_client_init(&c, &cfg, &port, arena, sizeof arena), DPREC_ERR_CONFIG);
+    fake_port_free(&fp);
+}
+
 static void test_ports_and_allocators_are_read_by_their_struct_size(void **state) {
     (void)state;
     fake_port fp;
@@ -297,6 +338,7 @@ int main(void) {
         cmocka_unit_test(test_a_struct_from_older_headers_gets_the_newer_fields_zeroed),
         cmocka_unit_test(test_a_struct_from_newer_headers_is_accepted_only_with_its_new_fields_zero),
         cmocka_unit_test(test_client_init_reads_the_configuration_by_its_struct_size),
+        cmocka_unit_test(test_a_0_2_configuration_gets_the_default_tolerance_of_colluders),
         cmocka_unit_test(test_ports_and_allocators_are_read_by_their_struct_size),
         cmocka_unit_test(test_verify_and_sync_configurations_are_read_by_their_struct_size),
         cmocka_unit_test(test_a_reader_smaller_than_the_librarys_is_refused_and_never_overrun),

@@ -27,7 +27,9 @@
 #include "ldp.h"
 #include "linalg.h"
 #include "mbedtls_compat.h"
+#include "identity.h"
 #include "report.h"
+#include "secagg.h"
 
 #define ADMIN "admin-token-0123456789abcdef"
 
@@ -269,6 +271,44 @@ static int64_t register_device_id(dprec_agg *a, char token[65]) {
     cJSON_Delete(o);
     assert_true(v > 0);
     return v;
+}
+
+/* A device registered (openly) with an identity key, as SDK 0.3 registers: its token, id and private key. */
+static int64_t register_device_with_identity(dprec_agg *a, dprec_rng *r, char token[65], unsigned char sk[32]) {
+    unsigned char pk[DPREC_IDENTITY_PK_SIZE], digest[32], proof[DPREC_IDENTITY_SIG_SIZE];
+    assert_int_equal(dprec_identity_generate(r, sk, pk), DPREC_OK);
+    assert_int_equal(dprec_identity_digest("dprec register v1", pk, sizeof pk, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_sign(r, sk, digest, proof), DPREC_OK);
+    char body[512];
+    int n = snprintf(body, sizeof body, "{\"identity\":\"");
+    for (size_t i = 0; i < sizeof pk; i++) n += snprintf(body + n, sizeof body - (size_t)n, "%02x", pk[i]);
+    n += snprintf(body + n, sizeof body - (size_t)n, "\",\"proof\":\"");
+    for (size_t i = 0; i < sizeof proof; i++) n += snprintf(body + n, sizeof body - (size_t)n, "%02x", proof[i]);
+    snprintf(body + n, sizeof body - (size_t)n, "\"}");
+    cJSON *o = call_json(a, DPREC_LISTENER_DEVICE, "POST", "/v1/register", NULL, body, 201);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "token"), *id = cJSON_GetObjectItemCaseSensitive(o, "device_id");
+    assert_true(cJSON_IsString(t) && cJSON_IsString(id));
+    memcpy(token, t->valuestring, 65);
+    int64_t v = atoll(id->valuestring);
+    cJSON_Delete(o);
+    assert_true(v > 0);
+    return v;
+}
+
+/* A secure round's advertise body (docs/protocol.md): keys made of `fill`, signed with sk for (job, round, id). */
+static void keys_body(dprec_rng *r, int64_t job, uint64_t round, uint32_t id, unsigned char fill, const unsigned char sk[32],
+                      unsigned char body[DPREC_SECURE_KEYS_WIRE]) {
+    dprec_secagg_pub pub;
+    pub.id = id;
+    memset(pub.c_pk, fill, 32);
+    memset(pub.s_pk, fill, 32);
+    unsigned char digest[32];
+    assert_int_equal(dprec_secagg_keys_digest((uint64_t)job, round, &pub, digest), DPREC_OK);
+    dprec_st64(body, round);
+    dprec_st32(body + 8, id);
+    memcpy(body + 12, pub.c_pk, 32);
+    memcpy(body + 44, pub.s_pk, 32);
+    assert_int_equal(dprec_identity_sign(r, sk, digest, body + 76), DPREC_OK);
 }
 
 /* Releases v1 and v2 of job, each checked and its signature verified: 1 if they carry the same model (V, the biases
@@ -1086,7 +1126,10 @@ static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(
               "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
     char tok[5][65], path[96];
     int64_t id[5];
-    for (int i = 0; i < 5; i++) id[i] = register_device_id(e->a, tok[i]);
+    unsigned char sk[5][32];
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"secure deadline", 15, "test"), DPREC_OK);
+    for (int i = 0; i < 5; i++) id[i] = register_device_with_identity(e->a, &rng, tok[i], sk[i]);
     snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)job);
 
     /* round 1: a device looks at the job (the round's secure state exists, advertising), nobody advertises */
@@ -1105,11 +1148,16 @@ static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(
      * deadline aborts the round, finalized with no sum */
     char keys_path[96];
     snprintf(keys_path, sizeof keys_path, "/v1/jobs/%lld/secagg/keys", (long long)job);
+    unsigned char body[DPREC_SECURE_KEYS_WIRE];
+    /* a device registered without an identity key cannot take part; keys its identity did not sign are refused */
+    char anon[65];
+    (void)register_device_id(e->a, anon);
+    keys_body(&rng, job, 2, (uint32_t)id[0], 0x40, sk[0], body);
+    assert_int_equal(status_of(e->a, DPREC_LISTENER_DEVICE, "POST", keys_path, anon, body, sizeof body), 403);
+    keys_body(&rng, job, 2, (uint32_t)id[0], 0x40, sk[1], body); /* device 0's keys under device 1's identity key */
+    assert_int_equal(status_of(e->a, DPREC_LISTENER_DEVICE, "POST", keys_path, tok[0], body, sizeof body), 400);
     for (int i = 0; i < 5; i++) {
-        unsigned char body[12 + 64];
-        dprec_st64(body, 2);
-        dprec_st32(body + 8, (uint32_t)id[i]);
-        memset(body + 12, 0x40 + i, 64);
+        keys_body(&rng, job, 2, (uint32_t)id[i], (unsigned char)(0x40 + i), sk[i], body);
         assert_int_equal(status_of(e->a, DPREC_LISTENER_DEVICE, "POST", keys_path, tok[i], body, sizeof body), 200);
     }
     int64_t d2 = job_field(e->a, job, "deadline");
@@ -1137,6 +1185,7 @@ static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(
     assert_int_equal(metric_value(e->a, UNCHANGED_NO_SUM), 1); /* the counters restart with the process */
     assert_int_equal(metric_value(e->a, UNCHANGED_EMPTY), 0);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 0);
+    dprec_rng_free(&rng);
 }
 
 /* Every value a release carries is within the public bound |x| <= DPREC_RELEASE_VALUE_MAX (dprec/release.h)

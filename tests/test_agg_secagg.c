@@ -17,6 +17,8 @@
 
 #include "rounds/agg_secagg.h"
 #include "ddg.h"
+#include "bytes.h"
+#include "identity.h"
 #include "secagg.h"
 #include "test_util.h"
 
@@ -29,6 +31,8 @@ typedef struct harness {
     uint64_t round;
     dprec_rng rng;
     dprec_secagg_device *dev;
+    unsigned char (*sk)[DPREC_IDENTITY_SK_SIZE]; /* each device's identity key */
+    agg_secagg_ident *who;
     agg_secagg *agg;
     uint64_t **x;   /* inputs */
     int *drop;      /* stage at which device i drops */
@@ -42,6 +46,10 @@ static void h_init(harness *h, uint32_t n, uint32_t k, uint32_t t, uint32_t n_mi
     h->dev = calloc(n, sizeof *h->dev);
     h->x = calloc(n, sizeof *h->x);
     h->drop = calloc(n, sizeof *h->drop);
+    h->sk = calloc(n, sizeof *h->sk);
+    h->who = calloc(n, sizeof *h->who);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(dprec_identity_generate(&h->rng, h->sk[i], h->who[i].identity), DPREC_OK);
     test_rng tr = {n * 31u + dim};
     for (uint32_t i = 0; i < n; i++) {
         h->x[i] = calloc(dim, sizeof **h->x);
@@ -49,6 +57,7 @@ static void h_init(harness *h, uint32_t n, uint32_t k, uint32_t t, uint32_t n_mi
     }
     agg_secagg_config c;
     memset(&c, 0, sizeof c);
+    c.job = 5;
     c.round = h->round;
     c.n_max = n;
     c.n_min = n_min;
@@ -64,6 +73,8 @@ static void h_free(harness *h) {
     for (uint32_t i = 0; i < h->n; i++) free(h->x[i]);
     free(h->x);
     free(h->drop);
+    free(h->sk);
+    free(h->who);
     free(h->dev);
     agg_secagg_free(h->agg);
     dprec_rng_free(&h->rng);
@@ -71,14 +82,50 @@ static void h_free(harness *h) {
 
 static uint32_t id_of(uint32_t i) { return 1000 + 7 * i; } /* ids need not be dense */
 
-/* Runs the rounds up to (and including) the aggregator's close of the MASK phase; returns its status. */
-static int h_run_to_unmask(harness *h) {
+/* Device i's advertisement: its keys, signed with its identity key. */
+static int h_advertise(harness *h, uint32_t i) {
+    dprec_secagg_params p = {h->round, id_of(i), h->t, h->n_min, h->bits, h->dim};
+    dprec_secagg_pub pub;
+    unsigned char digest[32];
+    assert_int_equal(dprec_secagg_advertise(&h->dev[i], &p, &h->rng, &pub), DPREC_OK);
+    assert_int_equal(dprec_secagg_keys_digest(5, h->round, &pub, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_sign(&h->rng, h->sk[i], digest, h->who[i].sig), DPREC_OK);
+    return agg_secagg_advertise(h->agg, &pub, &h->who[i]);
+}
+
+/* The consistency phase as honest devices play it: each survivor reads U3, records it and signs it. */
+static int h_attest(harness *h) {
+    uint32_t n3 = 0;
+    unsigned char hash[32], mine[32], digest[32], sig[DPREC_IDENTITY_SIG_SIZE];
+    uint32_t *ids = calloc(h->n, sizeof *ids);
+    assert_int_equal(agg_secagg_survivors(h->agg, ids, h->n, &n3, hash), DPREC_OK);
+    unsigned char *list = calloc(4 + 4 * (size_t)n3, 1);
+    dprec_st32(list, n3);
+    for (uint32_t q = 0; q < n3; q++) dprec_st32(list + 4 + 4 * q, ids[q]);
+    assert_int_equal(dprec_sha256(list, 4 + 4 * (size_t)n3, mine), 0);
+    assert_memory_equal(mine, hash, 32); /* the hash of [n][ids], as the devices compute it */
     for (uint32_t i = 0; i < h->n; i++) {
-        dprec_secagg_params p = {h->round, id_of(i), h->t, h->n_min, h->bits, h->dim};
-        dprec_secagg_pub pub;
-        assert_int_equal(dprec_secagg_advertise(&h->dev[i], &p, &h->rng, &pub), DPREC_OK);
-        assert_int_equal(agg_secagg_advertise(h->agg, &pub), DPREC_OK);
+        if (h->drop[i] != STAGE_NONE || h->dev[i].state != DPREC_SECAGG_MASKED) continue;
+        uint8_t in_u3[DPREC_SECAGG_MAX_NEIGHBOURS] = {0};
+        int self = 0;
+        for (uint32_t q = 0; q < n3; q++) {
+            self |= ids[q] == id_of(i);
+            for (uint32_t j = 0; j < h->dev[i].k; j++) in_u3[j] |= h->dev[i].nb[j].id == ids[q];
+        }
+        assert_int_equal(dprec_secagg_consistency(&h->dev[i], n3, self, in_u3, mine), DPREC_OK);
+        assert_int_equal(dprec_secagg_survivors_digest(5, h->round, mine, id_of(i), digest), DPREC_OK);
+        assert_int_equal(dprec_identity_sign(&h->rng, h->sk[i], digest, sig), DPREC_OK);
+        assert_int_equal(agg_secagg_attest(h->agg, id_of(i), sig), DPREC_OK);
     }
+    free(list);
+    free(ids);
+    return agg_secagg_close_consistency(h->agg);
+}
+
+/* Runs the rounds up to (and including) the aggregator's close of the CONSISTENCY phase; returns the status of the
+ * first close that failed. */
+static int h_run_to_unmask(harness *h) {
+    for (uint32_t i = 0; i < h->n; i++) assert_int_equal(h_advertise(h, i), DPREC_OK);
     int rc = agg_secagg_close_advertise(h->agg);
     if (rc != DPREC_OK) return rc;
     dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
@@ -86,7 +133,7 @@ static int h_run_to_unmask(harness *h) {
     for (uint32_t i = 0; i < h->n; i++) {
         if (h->drop[i] == DROP_BEFORE_SHARE) continue;
         uint32_t k = 0;
-        assert_int_equal(agg_secagg_neighbours(h->agg, id_of(i), nb, DPREC_SECAGG_MAX_NEIGHBOURS, &k), DPREC_OK);
+        assert_int_equal(agg_secagg_neighbours(h->agg, id_of(i), nb, NULL, DPREC_SECAGG_MAX_NEIGHBOURS, &k), DPREC_OK);
         assert_int_equal(dprec_secagg_share(&h->dev[i], &h->rng, nb, k, env), DPREC_OK);
         assert_int_equal(agg_secagg_put_shares(h->agg, id_of(i), env, k), DPREC_OK);
     }
@@ -102,17 +149,33 @@ static int h_run_to_unmask(harness *h) {
         assert_int_equal(agg_secagg_put_masked(h->agg, id_of(i), y), DPREC_OK);
     }
     free(y);
-    return agg_secagg_close_masked(h->agg);
+    rc = agg_secagg_close_masked(h->agg);
+    return rc != DPREC_OK ? rc : h_attest(h);
+}
+
+/* What device i's requests carry: the attestations (nb_only: those of its neighbours) of the set, as the device counts
+ * them (the signatures are checked by sdk/secure_check.c, tests/test_secure_check.c). */
+static uint32_t h_att(harness *h, uint32_t i, int nb_only) {
+    agg_secagg_attestation att[128];
+    uint32_t m = 0, nbm = 0;
+    assert_int_equal(agg_secagg_attestations(h->agg, id_of(i), att, 128, &m), DPREC_OK);
+    for (uint32_t q = 0; q < m; q++) {
+        if (q > 0) assert_true(memcmp(att[q - 1].who->identity, att[q].who->identity, 65) < 0);
+        for (uint32_t j = 0; j < h->dev[i].k; j++) nbm += h->dev[i].nb[j].id == att[q].id;
+    }
+    return nb_only ? nbm : m;
 }
 
 static int h_unmask(harness *h, uint64_t *sum, uint32_t *survivors) {
     dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
     dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
     for (uint32_t i = 0; i < h->n; i++) {
-        if (h->drop[i] != STAGE_NONE || h->dev[i].state != DPREC_SECAGG_MASKED) continue;
+        if (h->drop[i] != STAGE_NONE || h->dev[i].state != DPREC_SECAGG_ATTESTED) continue;
         uint32_t m = 0, surv = 0;
         assert_int_equal(agg_secagg_requests(h->agg, id_of(i), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
-        assert_int_equal(dprec_secagg_unmask(&h->dev[i], surv, req, m, rv), DPREC_OK);
+        assert_int_equal(dprec_secagg_unmask(&h->dev[i], surv, h->dev[i].survivors_hash, h_att(h, i, 0), h_att(h, i, 1),
+                                             req, m, rv),
+                         DPREC_OK);
         assert_int_equal(agg_secagg_put_reveals(h->agg, id_of(i), rv, m), DPREC_OK);
     }
     return agg_secagg_finish(h->agg, &h->rng, sum, survivors);
@@ -193,11 +256,10 @@ static void test_secagg_fewer_than_t_survivors_abort_and_reveal_nothing(void **s
     assert_int_equal(agg_secagg_requests(h.agg, id_of(0), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_ERR_STATE);
     uint64_t sum[DIM];
     assert_int_equal(agg_secagg_finish(h.agg, &h.rng, sum, NULL), DPREC_ERR_STATE);
-    /* a device told of 10 survivors refuses too, whatever it is asked */
-    dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
-    req[0].owner = h.dev[0].nb[0].id;
-    req[0].kind = DPREC_SECAGG_SELF_MASK;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], 10, req, 1, rv), DPREC_ERR_PROTOCOL);
+    /* a device shown a survivor set of 10 < max(t, n_min) = 12 refuses to record (and sign) it, and so never reveals */
+    uint8_t in_u3[DPREC_SECAGG_MAX_NEIGHBOURS] = {0};
+    unsigned char hash[32] = {0};
+    assert_int_equal(dprec_secagg_consistency(&h.dev[0], 10, 1, in_u3, hash), DPREC_ERR_PROTOCOL);
     assert_int_equal(h.dev[0].state, DPREC_SECAGG_ABORTED);
     /* the aggregator's whole view of the data: the masked inputs, uniform mod 2^32 for zero and all-ones inputs */
     for (int ones = 0; ones <= 1; ones++) {
@@ -250,24 +312,24 @@ static void test_secagg_device_refuses_both_shares_of_one_neighbour(void **state
     req[1].kind = DPREC_SECAGG_PAIR_KEY;
     memset(rv, 0xab, sizeof rv);
     before = rv[0];
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, req, 2, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, 2, rv), DPREC_ERR_PROTOCOL);
     assert_memory_equal(&rv[0], &before, sizeof before); /* nothing written */
     assert_int_equal(h.dev[0].state, DPREC_SECAGG_ABORTED);
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, req, m, rv), DPREC_ERR_STATE); /* and nothing later */
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, m, rv), DPREC_ERR_STATE); /* and nothing later */
     /* in two requests: the first answered, the second (the other kind) refused */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(1), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
-    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, req, 1, rv), DPREC_OK);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, 1, rv), DPREC_OK);
     req[0].kind = DPREC_SECAGG_PAIR_KEY;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, req, 1, rv), DPREC_ERR_STATE);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, 1, rv), DPREC_ERR_STATE);
     /* the full request plus a second share of one neighbour: more shares than neighbours */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(3), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[m] = req[0];
     req[m].kind = req[0].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, req, m + 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, h.dev[3].survivors_hash, h_att(&h, 3, 0), h_att(&h, 3, 1), req, m + 1, rv), DPREC_ERR_PROTOCOL);
     /* a share of a device that is not its neighbour */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(2), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[0].owner = 424242;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[2], surv, req, 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[2], surv, h.dev[2].survivors_hash, h_att(&h, 2, 0), h_att(&h, 2, 1), req, 1, rv), DPREC_ERR_PROTOCOL);
     h_free(&h);
 }
 
@@ -275,20 +337,15 @@ static void test_secagg_tampered_or_misrouted_envelopes_are_refused(void **state
     (void)state;
     harness h;
     h_init(&h, 12, 10, 6, 6, 20, 8, "tamper");
-    for (uint32_t i = 0; i < 12; i++) {
-        dprec_secagg_params p = {h.round, id_of(i), h.t, h.n_min, h.bits, h.dim};
-        dprec_secagg_pub pub;
-        assert_int_equal(dprec_secagg_advertise(&h.dev[i], &p, &h.rng, &pub), DPREC_OK);
-        assert_int_equal(agg_secagg_advertise(h.agg, &pub), DPREC_OK);
-    }
+    for (uint32_t i = 0; i < 12; i++) assert_int_equal(h_advertise(&h, i), DPREC_OK);
     dprec_secagg_pub extra = {99999, {0}, {0}};
-    assert_int_equal(agg_secagg_advertise(h.agg, &extra), DPREC_ERR_PROTOCOL); /* past n_max */
+    assert_int_equal(agg_secagg_advertise(h.agg, &extra, &h.who[0]), DPREC_ERR_PROTOCOL); /* past n_max */
     assert_int_equal(agg_secagg_close_advertise(h.agg), DPREC_OK);
     dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
     dprec_secagg_envelope env[DPREC_SECAGG_MAX_NEIGHBOURS];
     for (uint32_t i = 0; i < 12; i++) {
         uint32_t k = 0;
-        assert_int_equal(agg_secagg_neighbours(h.agg, id_of(i), nb, DPREC_SECAGG_MAX_NEIGHBOURS, &k), DPREC_OK);
+        assert_int_equal(agg_secagg_neighbours(h.agg, id_of(i), nb, NULL, DPREC_SECAGG_MAX_NEIGHBOURS, &k), DPREC_OK);
         assert_int_equal(dprec_secagg_share(&h.dev[i], &h.rng, nb, k, env), DPREC_OK);
         assert_int_equal(agg_secagg_put_shares(h.agg, id_of(i), env, k), DPREC_OK);
     }

@@ -18,7 +18,12 @@
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
 #include "dprec/sync.h"
+#include <mbedtls/ecdsa.h>
+
+#include "bytes.h"
 #include "fake_agg.h"
+#include "identity.h"
+#include "secure.h"
 #include "fake_port.h"
 #include "test_util.h"
 
@@ -91,6 +96,7 @@ typedef struct world {
     size_t rel_len;
     int rc;
     char posix_dir[256];
+    struct secure_op *secure;
 } world;
 
 static void open_client(world *w) {
@@ -143,6 +149,60 @@ static void op_sync(void *p) {
         fprintf(stderr, "sync outcome %d last_error %s\n", (int)r.outcome, dprec_status_name(r.last_error));
         w->rc = DPREC_ERR_INTERNAL;
     }
+}
+
+/* A secure round's checks on the device (sdk/secure_check.c), as dprec_client_sync makes them inside its transport's
+ * sink: one neighbour record whose keys' signature and enrollment token are verified (two ECDSA P-256 verifications,
+ * the app's key parsed), and the device signing a statement with its identity key. */
+typedef struct secure_op {
+    dprec_secure_state *s;
+    unsigned char rec[12 + DPREC_SECURE_RECORD_MAX], sk[32], own[65];
+    size_t len;
+    fake_signer *app;
+    dprec_rng rng;
+    int rc;
+} secure_op;
+
+static void op_secure_checks(void *p) {
+    world *w = p;
+    secure_op *o = w->secure;
+    dprec_secure_check ck = {7, 1, 50, o->own, o->app->pub, o->app->pub_len, 1, 10, 4, NULL, NULL, NULL};
+    dprec_secure_reader_start(&o->s->rd, o->s, DPREC_SECURE_READ_NEIGHBOURS, &ck);
+    (void)dprec_secure_reader_feed(&o->s->rd, o->rec, o->len);
+    w->rc = dprec_secure_reader_finish(&o->s->rd);
+    unsigned char digest[32], sig[DPREC_IDENTITY_SIG_SIZE];
+    if (w->rc == DPREC_OK) w->rc = dprec_identity_digest(DPREC_SECAGG_SURVIVORS_LABEL, o->rec, 52, digest);
+    if (w->rc == DPREC_OK) w->rc = dprec_identity_sign(&o->rng, o->sk, digest, sig);
+}
+
+/* One neighbour's record (docs/protocol.md: [round][k = 1][id][c_pk][s_pk][sig][identity][token_len][token]). */
+static void secure_op_init(secure_op *o, fake_signer *app) {
+    memset(o, 0, sizeof *o);
+    o->app = app;
+    o->s = calloc(1, sizeof *o->s);
+    assert_int_equal(dprec_rng_init(&o->rng, NULL, (const unsigned char *)"stack", 5, "test"), DPREC_OK);
+    unsigned char osk[32], pk[65], digest[32], nonce[DPREC_ENROLL_NONCE_SIZE] = {0}, dsig[MBEDTLS_ECDSA_MAX_LEN];
+    assert_int_equal(dprec_identity_generate(&o->rng, osk, o->own), DPREC_OK);
+    assert_int_equal(dprec_identity_generate(&o->rng, o->sk, pk), DPREC_OK);
+    dprec_secagg_pub pub = {9, {1}, {2}};
+    unsigned char *q = o->rec + 12;
+    dprec_st64(o->rec, 1);
+    dprec_st32(o->rec + 8, 1);
+    dprec_st32(q, pub.id);
+    memcpy(q + 4, pub.c_pk, 32);
+    memcpy(q + 36, pub.s_pk, 32);
+    assert_int_equal(dprec_secagg_keys_digest(7, 1, &pub, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_sign(&o->rng, o->sk, digest, q + 68), DPREC_OK);
+    memcpy(q + 132, pk, 65);
+    size_t body = 0;
+    assert_int_equal(dprec_enroll_body("org.example", pk, 4102444800u, nonce, q + 198, DPREC_ENROLL_BODY_MAX, &body),
+                     DPREC_OK);
+    assert_int_equal(dprec_sha256(q + 198, body, digest), 0);
+    size_t n = fake_signer_sign_digest(app, digest, dsig);
+    q[198 + body] = (unsigned char)n;
+    memcpy(q + 199 + body, dsig, n);
+    q[197] = (unsigned char)(body + 1 + n);
+    o->len = 12 + 198 + body + 1 + n;
 }
 
 static void op_posix_rate(void *p) {
@@ -202,6 +262,13 @@ static void test_every_operation_fits_the_documented_stack(void **state) {
     worst = n > worst ? n : worst;
     n = measured("dprec_client_sync: register, fit, verify, report", op_sync, w, base);
     worst = n > worst ? n : worst;
+    secure_op so;
+    secure_op_init(&so, &w->key);
+    w->secure = &so;
+    n = measured("secure round: a neighbour's signature and token, a statement", op_secure_checks, w, base);
+    worst = n > worst ? n : worst;
+    free(so.s);
+    dprec_rng_free(&so.rng);
     dprec_client_free(w->c);
     free(w->mem);
     const char *tmp = getenv("TMPDIR");

@@ -1,6 +1,6 @@
 /* Secure aggregation end to end, in process: devices running dprec_client_sync against the real aggregator core
  * (dprec_agg_handle as the transport, SQLite state in a temporary directory) on a gauss-gd job with
- * params.aggregation "secure" (docs/privacy.md "Secure aggregation"). Each round runs the four steps, one sync call
+ * params.aggregation "secure" (docs/privacy.md "Secure aggregation"). Each round runs the five steps, one sync call
  * per device and step, as the fleet does; the operator's round close closes a phase that devices left open (a
  * device that dropped) and finally unmasks the sum and finalizes the round. Checked: the steps' outcomes, the
  * release moving, every device charged the distributed discrete Gaussian's RDP (model distributed, user level), the
@@ -139,14 +139,15 @@ static int lossy_request(void *ctx, const dprec_http_request *req, dprec_http_si
 
 static int64_t tick_clock; /* the aggregator's clock as the test moves it */
 
-/* dropout[i]: 0 stays, 1 drops after sharing its keys (no masked input), 2 drops after its masked input */
+/* dropout[i]: 0 stays, 1 drops after sharing its keys (no masked input), 2 drops after its masked input (it neither
+ * attests the survivor set nor reveals) */
 static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, device *dev, const int *dropout,
                       uint64_t round, int abort_expected) {
-    static const char *const steps[4] = {"advertise", "share", "mask", "unmask"};
+    static const char *const steps[5] = {"advertise", "share", "mask", "consistency", "unmask"};
     char phase[16], out[8192];
     int reported[NDEV] = {0};
     double done, eps;
-    for (int st = 0; st < 4; st++) {
+    for (int st = 0; st < 5; st++) {
         job_state(a, phase, sizeof phase, &done, &eps);
         if (strcmp(phase, steps[st]) != 0) {
             admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out);
@@ -172,8 +173,8 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
         job_state(a, phase, sizeof phase, &done, &eps);
         int dropped_here = 0;
         for (int i = 0; i < NDEV; i++) dropped_here += (dropout[i] == 1 && st == 2) || (dropout[i] == 2 && st == 3);
-        if (st < 3 && !dropped_here) assert_string_equal(phase, steps[st + 1]); /* closed by itself */
-        if (st == 3 || dropped_here) {
+        if (st < 4 && !dropped_here) assert_string_equal(phase, steps[st + 1]); /* closed by itself */
+        if (st == 4 || dropped_here) {
             assert_string_equal(phase, steps[st]); /* waits for the dropped device: the operator closes it, or in round
                                                     * 2 the phase's deadline does */
             if (round == 2) {
@@ -184,7 +185,7 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
             }
         }
         job_state(a, phase, sizeof phase, &done, &eps);
-        if (done == (double)round && st < 3) { /* too few survivors: the round could not be unmasked and was */
+        if (done == (double)round && st < 4) { /* too few survivors: the round could not be unmasked and was */
             assert_true(st == 2 && abort_expected); /* finalized at once, with no sum: nothing was learned */
             break;
         }
@@ -286,12 +287,14 @@ static void run_secure_job(const char *spec) {
     agg_close(&tmp);
 }
 
-/* 8 devices, 4 neighbours each (threshold 3), at least 5 survivors */
+/* 8 devices, 6 neighbours each (threshold 4), at least 5 survivors. 6, not 4: a device reveals only when t of its
+ * neighbours attested its survivor set, and round 2's two dropouts leave a device with 4 neighbours at k = 6 (t = 4),
+ * but with 2 at k = 4 (t = 3) */
 static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report(void **state) {
     (void)state;
     run_secure_job("{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                    " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
-                   " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
                    " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
 }
 
@@ -300,7 +303,7 @@ static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(v
     (void)state;
     run_secure_job("{\"protocol\": \"dpals\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                    " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
-                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 4,"
+                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
                    " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
 }
 

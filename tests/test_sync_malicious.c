@@ -641,6 +641,7 @@ typedef struct secure_tamper {
     const char *unit;
     int64_t round_offset; /* the round the "secagg" view names, relative to the open one */
     double q;             /* the job's participation (0: 1, the only rate secure aggregation takes) */
+    int colluders_delta;  /* added to the published tolerance, 2t - k - 1 */
 } secure_tamper;
 
 /* A secure gauss-gd job of 3 rounds at epsilon 4, delta 1e-6, planned honestly for n_max = 50 devices, n_min = 25,
@@ -667,12 +668,14 @@ static void use_secure(world *w, const secure_tamper *t) {
              "{\"unit\": \"%s\", \"model\": \"secure-aggregation\", \"epsilon\": %.17g, \"delta\": 1e-6, \"user_epsilon\": %.17g,"
              " \"user_delta\": 1e-6, \"noise_multiplier\": %.17g, \"secagg\": {\"neighbours\": %u, \"threshold\": %u,"
              " \"n_min\": %u, \"n_max\": %u, \"bits\": %u, \"d\": %u, \"dim\": %u, \"gamma_log2\": %d,"
-             " \"norm2_bound\": %llu, \"share_num\": %llu, \"clip\": 1}}",
+             " \"norm2_bound\": %llu, \"share_num\": %llu, \"clip\": 1, \"colluders\": %d}}",
              t->unit != NULL ? t->unit : "user", eps, eps, p.noise_multiplier * (t->z_scale > 0 ? t->z_scale : 1.0),
              t->neighbours ? t->neighbours : 4u, t->threshold ? t->threshold : 3u, t->n_min ? t->n_min : p.n_min,
              p.n_max, p.bits - t->bits_delta, t->d ? t->d : p.d, p.dim, p.gamma_log2,
              (unsigned long long)p.norm2_bound,
-             (unsigned long long)((double)p.share_num * (t->share_scale > 0 ? t->share_scale : 1.0)));
+             (unsigned long long)((double)p.share_num * (t->share_scale > 0 ? t->share_scale : 1.0)),
+             2 * (int)(t->threshold ? t->threshold : 3u) - (int)(t->neighbours ? t->neighbours : 4u) - 1 +
+                 t->colluders_delta);
     w->agg.privacy = secure_privacy;
     snprintf(secure_extra, sizeof secure_extra, "\"secagg\": {\"round\": %lld, \"phase\": \"advertise\", \"seed\": \"%064d\"}",
              (long long)w->agg.round + (long long)t->round_offset, 0);
@@ -691,8 +694,9 @@ static int secure_steps_sent(const world *w) {
  * floor of survivors below the minimum or below the threshold, a modulus one bit too small (the sum of n_max devices
  * could wrap), less noise than the published total allows (the device's own charge exceeds the published total), a
  * published noise multiplier above what the integers give, a plan for another vector length, the rating unit (the
- * plan bounds a user's whole contribution), a phase of another round than the open one (a replay), and a participation
- * below 1 (the aggregator sees who joins a round: no amplification by sampling against it). */
+ * plan bounds a user's whole contribution), a phase of another round than the open one (a replay), a participation
+ * below 1 (the aggregator sees who joins a round: no amplification by sampling against it), and a published tolerance
+ * of colluders above the plan's own 2t - k - 1. */
 static void attack_secure_parameters(world *w) {
     open_round(w, 1);
     secure_tamper honest;
@@ -704,7 +708,7 @@ static void attack_secure_parameters(world *w) {
     static const secure_tamper bad[] = {
         {.threshold = 2},     {.n_min = 2},        {.n_min = 2, .threshold = 3}, {.bits_delta = 1},
         {.share_scale = 0.25}, {.z_scale = 1.5},   {.d = M * D},                 {.unit = "rating"},
-        {.round_offset = -1}, {.q = 0.5},
+        {.round_offset = -1}, {.q = 0.5},         {.colluders_delta = 1},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         w->agg.job_id = JOB + 1 + (uint64_t)k; /* a fresh job each: no fingerprint from the honest one */
@@ -729,6 +733,37 @@ static void test_secure_parameters_that_weaken_the_guarantee_are_refused(void **
     cfg.secagg_max_len = M * (D + 1u);
     cfg.max_report_bytes = 56u + 16u + 8u * 128u;
     play(attack_secure_parameters, &cfg);
+}
+
+/* The app asks its devices to tolerate 2 colluding enrolled devices (cfg.secagg_min_colluders): the honest plan of
+ * k = 4 neighbours and threshold 3 tolerates 2t - k - 1 = 1 and is refused before anything is drawn or sent; threshold
+ * 4 tolerates 3 and is taken (its first step, advertise, goes out). */
+static void attack_secure_too_few_colluders(world *w) {
+    open_round(w, 1);
+    secure_tamper honest;
+    memset(&honest, 0, sizeof honest);
+    use_secure(w, &honest);
+    assert_int_equal(step(w), DPREC_ERR_JOB_PARAMS);
+    assert_int_equal(secure_steps_sent(w), 0);
+    w->agg.job_id = JOB + 1;
+    w->sc.job_id = w->agg.job_id;
+    secure_tamper t4;
+    memset(&t4, 0, sizeof t4);
+    t4.threshold = 4;
+    use_secure(w, &t4);
+    open_round(w, 1);
+    assert_int_equal(step(w), DPREC_ERR_PROTOCOL); /* the fake has no secagg route: the keys went out */
+    assert_int_equal(secure_steps_sent(w), 1);
+}
+
+static void test_a_plan_that_tolerates_fewer_colluders_than_the_app_asks_is_refused(void **state) {
+    (void)state;
+    dprec_config cfg;
+    base_config(&cfg);
+    cfg.secagg_max_len = M * (D + 1u);
+    cfg.max_report_bytes = 56u + 16u + 8u * 128u;
+    cfg.secagg_min_colluders = 2;
+    play(attack_secure_too_few_colluders, &cfg);
 }
 
 /* A client that keeps no room for secure aggregation (cfg.secagg_max_len 0) refuses secure jobs: DPREC_ERR_CONFIG. */
@@ -1186,6 +1221,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_understated_noise_is_refused),
         cmocka_unit_test(test_dpals_residual_targets_stay_within_the_clip_whatever_the_release),
         cmocka_unit_test(test_secure_parameters_that_weaken_the_guarantee_are_refused),
+        cmocka_unit_test(test_a_plan_that_tolerates_fewer_colluders_than_the_app_asks_is_refused),
         cmocka_unit_test(test_a_client_without_secure_room_refuses_secure_jobs),
         cmocka_unit_test(test_dpmf_report_sizes_do_not_count_a_users_ratings),
         cmocka_unit_test(test_dpmf_a_recommender_that_shrinks_the_noise_is_refused),

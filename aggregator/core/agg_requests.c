@@ -652,7 +652,8 @@ static int resolve(dprec_agg *a, const dprec_agg_request *req, const dprec_agg_o
         t->rt = R_REPORTS, t->kind = T_SECAGG; /* secure aggregation's steps (agg_secure.h) */
         strcpy(t->what, ps.s[4]);
         t->cap = 16384; /* the largest step message: 64 envelopes of 136 bytes (sdk/secure.h) */
-        want_post = strcmp(t->what, "keys") == 0 || strcmp(t->what, "shares") == 0 || strcmp(t->what, "reveals") == 0;
+        want_post = strcmp(t->what, "keys") == 0 || strcmp(t->what, "shares") == 0 ||
+                    strcmp(t->what, "consistency") == 0 || strcmp(t->what, "reveals") == 0;
     } else ANSWER(404, "not_found", "unknown path");
     if (want_post ? !is_post : !is_get) ANSWER(405, "method_not_allowed", "wrong method for this path");
     t->device = org->device;

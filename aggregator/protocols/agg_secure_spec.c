@@ -157,6 +157,10 @@ void agg_secure_publish(const agg_secure_spec *spec, cJSON *privacy) {
     const dprec_ddg_plan *p = &spec->plan;
     cJSON_AddNumberToObject(o, "neighbours", spec->k);
     cJSON_AddNumberToObject(o, "threshold", spec->threshold);
+    /* the fewest colluding enrolled devices that could, with the server, recover both of a device's secrets is
+     * 2t - k (its k neighbours: t shares of each kind, honest ones reveal one kind each); the plan tolerates one
+     * fewer (docs/privacy.md "Secure aggregation") */
+    cJSON_AddNumberToObject(o, "colluders", 2.0 * spec->threshold - spec->k - 1.0);
     cJSON_AddNumberToObject(o, "n_min", p->n_min);
     cJSON_AddNumberToObject(o, "n_max", p->n_max);
     cJSON_AddNumberToObject(o, "bits", p->bits);

@@ -10,18 +10,21 @@
 
 #include "agg_secagg.h"
 #include "bytes.h"
+#include "identity.h"
 #include "dprec/status.h"
 #include "mbedtls_compat.h"
 
-enum { PH_ADVERTISE = 0, PH_SHARE, PH_MASK, PH_UNMASK, PH_DONE, PH_ABORTED };
+enum { PH_ADVERTISE = 0, PH_SHARE, PH_MASK, PH_CONSISTENCY, PH_UNMASK, PH_DONE, PH_ABORTED };
 
 typedef struct dev_slot {
     dprec_secagg_pub pub;
+    agg_secagg_ident *who;    /* its identity, keys' signature and token */
     uint32_t pos;             /* index in the cycle order */
     uint32_t k;               /* neighbours */
     uint32_t *nb;             /* k slot indices, the order of the device's envelopes */
     dprec_secagg_envelope *env; /* k envelopes it sent (U2) */
-    int in_u2, in_u3;
+    int in_u2, in_u3, attested;
+    unsigned char att_sig[DPREC_IDENTITY_SIG_SIZE]; /* its signature of U3 */
     uint64_t *masked;         /* its masked input (U3) */
     /* reveals about this device's secrets: by holder position in its neighbour list */
     dprec_shamir_share *rev_b, *rev_s;
@@ -34,7 +37,9 @@ struct agg_secagg {
     uint32_t n;          /* U1 */
     dev_slot *d;         /* n_max slots, sorted by id after ADVERTISE */
     uint32_t *cycle;     /* slot index by cycle position */
-    uint32_t n2, n3;
+    uint32_t n2, n3, n_att;
+    unsigned char u3_hash[32];
+    uint32_t *att_order; /* the attesters' slots by identity, once CONSISTENCY closed */
     uint64_t *sum;
 };
 
@@ -63,6 +68,7 @@ void agg_secagg_free(agg_secagg *s) {
     if (s == NULL) return;
     for (uint32_t i = 0; s->d != NULL && i < s->n; i++) {
         dev_slot *v = &s->d[i];
+        free(v->who);
         free(v->nb);
         free(v->env);
         free(v->masked);
@@ -72,6 +78,7 @@ void agg_secagg_free(agg_secagg *s) {
         free(v->have_s);
     }
     free(s->d);
+    free(s->att_order);
     free(s->cycle);
     free(s->sum);
     free(s);
@@ -88,12 +95,23 @@ static int slot_of(const agg_secagg *s, uint32_t id) { /* after ADVERTISE: slots
     return -1;
 }
 
-int agg_secagg_advertise(agg_secagg *s, const dprec_secagg_pub *pub) {
-    if (s == NULL || pub == NULL || pub->id == 0) return DPREC_ERR_INVALID_ARGUMENT;
+int agg_secagg_advertise(agg_secagg *s, const dprec_secagg_pub *pub, const agg_secagg_ident *who) {
+    if (s == NULL || pub == NULL || who == NULL || pub->id == 0 || who->token_len > sizeof who->token)
+        return DPREC_ERR_INVALID_ARGUMENT;
     if (s->phase != PH_ADVERTISE) return DPREC_ERR_STATE;
     if (s->n >= s->c.n_max) return DPREC_ERR_PROTOCOL; /* the plan's n_max: more devices could wrap the sum */
     for (uint32_t i = 0; i < s->n; i++)
-        if (s->d[i].pub.id == pub->id) return DPREC_ERR_PROTOCOL;
+        if (s->d[i].pub.id == pub->id || memcmp(s->d[i].who->identity, who->identity, DPREC_IDENTITY_PK_SIZE) == 0)
+            return DPREC_ERR_PROTOCOL;
+    /* the keys are the device's: signed with the identity it enrolled (its neighbours check the same signature) */
+    unsigned char digest[32];
+    int rc = dprec_secagg_keys_digest(s->c.job, s->c.round, pub, digest);
+    if (rc == DPREC_OK) rc = dprec_identity_verify(who->identity, digest, who->sig);
+    if (rc != DPREC_OK) return DPREC_ERR_CRYPTO;
+    agg_secagg_ident *copy = malloc(sizeof *copy);
+    if (copy == NULL) return DPREC_ERR_NO_MEMORY;
+    *copy = *who;
+    s->d[s->n].who = copy;
     s->d[s->n++].pub = *pub;
     return DPREC_OK;
 }
@@ -167,14 +185,18 @@ int agg_secagg_close_advertise(agg_secagg *s) {
     return DPREC_OK;
 }
 
-int agg_secagg_neighbours(const agg_secagg *s, uint32_t id, dprec_secagg_pub *out, uint32_t room, uint32_t *k) {
+int agg_secagg_neighbours(const agg_secagg *s, uint32_t id, dprec_secagg_pub *out, const agg_secagg_ident **who,
+                          uint32_t room, uint32_t *k) {
     if (s == NULL || out == NULL || k == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (s->phase != PH_SHARE) return DPREC_ERR_STATE;
     int i = slot_of(s, id);
     if (i < 0) return DPREC_ERR_PROTOCOL;
     const dev_slot *v = &s->d[i];
     if (room < v->k) return DPREC_ERR_BUFFER_TOO_SMALL;
-    for (uint32_t j = 0; j < v->k; j++) out[j] = s->d[v->nb[j]].pub;
+    for (uint32_t j = 0; j < v->k; j++) {
+        out[j] = s->d[v->nb[j]].pub;
+        if (who != NULL) who[j] = s->d[v->nb[j]].who;
+    }
     *k = v->k;
     return DPREC_OK;
 }
@@ -259,7 +281,130 @@ int agg_secagg_close_masked(agg_secagg *s) {
     for (uint32_t i = 0; i < s->n; i++)
         if (s->d[i].in_u3)
             for (uint32_t j = 0; j < s->c.dim; j++) s->sum[j] = (s->sum[j] + s->d[i].masked[j]) & mask;
+    /* U3 is fixed: its hash, over [n][ids in increasing order] (the slots are sorted by id) */
+    mbedtls_sha256_context h;
+    mbedtls_sha256_init(&h);
+    unsigned char b[4];
+    dprec_st32(b, s->n3);
+    int rc = dprec_sha256_starts(&h);
+    if (rc == 0) rc = dprec_sha256_update(&h, b, 4);
+    for (uint32_t i = 0; i < s->n && rc == 0; i++) {
+        if (!s->d[i].in_u3) continue;
+        dprec_st32(b, s->d[i].pub.id);
+        rc = dprec_sha256_update(&h, b, 4);
+    }
+    if (rc == 0) rc = dprec_sha256_finish(&h, s->u3_hash);
+    mbedtls_sha256_free(&h);
+    if (rc != 0) {
+        abort_round(s);
+        return DPREC_ERR_CRYPTO;
+    }
+    s->phase = PH_CONSISTENCY;
+    return DPREC_OK;
+}
+
+int agg_secagg_survivors(const agg_secagg *s, uint32_t *out, uint32_t room, uint32_t *n, unsigned char set_hash[32]) {
+    if (s == NULL || n == NULL || (out == NULL && room > 0)) return DPREC_ERR_INVALID_ARGUMENT;
+    if (s->phase < PH_CONSISTENCY || s->phase > PH_DONE) return DPREC_ERR_STATE;
+    if (out != NULL) {
+        if (room < s->n3) return DPREC_ERR_BUFFER_TOO_SMALL;
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < s->n; i++)
+            if (s->d[i].in_u3) out[m++] = s->d[i].pub.id;
+    }
+    *n = s->n3;
+    if (set_hash != NULL) memcpy(set_hash, s->u3_hash, 32);
+    return DPREC_OK;
+}
+
+int agg_secagg_attest(agg_secagg *s, uint32_t id, const unsigned char sig[DPREC_IDENTITY_SIG_SIZE]) {
+    if (s == NULL || sig == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (s->phase != PH_CONSISTENCY) return DPREC_ERR_STATE;
+    int i = slot_of(s, id);
+    if (i < 0 || !s->d[i].in_u3 || s->d[i].attested) return DPREC_ERR_PROTOCOL;
+    dev_slot *v = &s->d[i];
+    unsigned char digest[32];
+    int rc = dprec_secagg_survivors_digest(s->c.job, s->c.round, s->u3_hash, id, digest);
+    if (rc == DPREC_OK) rc = dprec_identity_verify(v->who->identity, digest, sig);
+    if (rc != DPREC_OK) return DPREC_ERR_CRYPTO;
+    memcpy(v->att_sig, sig, DPREC_IDENTITY_SIG_SIZE);
+    v->attested = 1;
+    s->n_att++;
+    return DPREC_OK;
+}
+
+typedef struct att_key {
+    const unsigned char *identity;
+    uint32_t slot;
+} att_key;
+
+static int by_identity(const void *a, const void *b) {
+    return memcmp(((const att_key *)a)->identity, ((const att_key *)b)->identity, DPREC_IDENTITY_PK_SIZE);
+}
+
+int agg_secagg_close_consistency(agg_secagg *s) {
+    if (s == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (s->phase != PH_CONSISTENCY) return DPREC_ERR_STATE;
+    if (s->n_att < floor_of(s)) { /* too few attested the set: no device would reveal */
+        abort_round(s);
+        return DPREC_ERR_STATE;
+    }
+    att_key *keys = malloc(sizeof *keys * s->n_att);
+    s->att_order = malloc(sizeof *s->att_order * s->n_att);
+    if (keys == NULL || s->att_order == NULL) {
+        free(keys);
+        return DPREC_ERR_NO_MEMORY;
+    }
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->d[i].attested) keys[m++] = (att_key){s->d[i].who->identity, i};
+    qsort(keys, m, sizeof *keys, by_identity); /* identities are distinct (advertise) */
+    for (uint32_t i = 0; i < m; i++) s->att_order[i] = keys[i].slot;
+    free(keys);
     s->phase = PH_UNMASK;
+    return DPREC_OK;
+}
+
+static int identity_cmp(const agg_secagg *s, uint32_t a, uint32_t b) {
+    return memcmp(s->d[a].who->identity, s->d[b].who->identity, DPREC_IDENTITY_PK_SIZE);
+}
+
+int agg_secagg_attestations(const agg_secagg *s, uint32_t id, agg_secagg_attestation *out, uint32_t room, uint32_t *n) {
+    if (s == NULL || out == NULL || n == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (s->phase != PH_UNMASK) return DPREC_ERR_STATE;
+    int i = slot_of(s, id);
+    if (i < 0 || !s->d[i].attested) return DPREC_ERR_PROTOCOL;
+    const dev_slot *v = &s->d[i];
+    /* its neighbours that attested, by identity (insertion sort: at most k) */
+    uint32_t nb[DPREC_SECAGG_MAX_NEIGHBOURS], m = 0;
+    for (uint32_t j = 0; j < v->k; j++) {
+        uint32_t w = v->nb[j];
+        if (!s->d[w].attested) continue;
+        uint32_t p = m++;
+        while (p > 0 && identity_cmp(s, nb[p - 1], w) > 0) {
+            nb[p] = nb[p - 1];
+            p--;
+        }
+        nb[p] = w;
+    }
+    /* merged with the first max(t, n_min) attesters, both in identity order, each identity once */
+    uint32_t g = floor_of(s) < s->n_att ? floor_of(s) : s->n_att, a = 0, b = 0, out_n = 0;
+    while (a < g || b < m) {
+        uint32_t next;
+        if (b >= m) next = s->att_order[a++];
+        else if (a >= g) next = nb[b++];
+        else {
+            int c = identity_cmp(s, s->att_order[a], nb[b]);
+            next = c <= 0 ? s->att_order[a++] : nb[b++];
+            if (c == 0) b++; /* a neighbour among the first ones: once */
+        }
+        if (out_n >= room) return DPREC_ERR_BUFFER_TOO_SMALL;
+        out[out_n].id = s->d[next].pub.id;
+        out[out_n].who = s->d[next].who;
+        out[out_n].sig = s->d[next].att_sig;
+        out_n++;
+    }
+    *n = out_n;
     return DPREC_OK;
 }
 
@@ -268,7 +413,7 @@ int agg_secagg_requests(const agg_secagg *s, uint32_t id, dprec_secagg_request *
     if (s == NULL || out == NULL || n == NULL || survivors == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (s->phase != PH_UNMASK) return DPREC_ERR_STATE;
     int i = slot_of(s, id);
-    if (i < 0 || !s->d[i].in_u3) return DPREC_ERR_PROTOCOL;
+    if (i < 0 || !s->d[i].attested) return DPREC_ERR_PROTOCOL; /* a survivor that did not sign the set reveals nothing */
     const dev_slot *v = &s->d[i];
     uint32_t m = 0;
     for (uint32_t j = 0; j < v->k; j++) {
@@ -288,7 +433,7 @@ int agg_secagg_put_reveals(agg_secagg *s, uint32_t id, const dprec_secagg_reveal
     if (s == NULL || (rv == NULL && n > 0)) return DPREC_ERR_INVALID_ARGUMENT;
     if (s->phase != PH_UNMASK) return DPREC_ERR_STATE;
     int h = slot_of(s, id);
-    if (h < 0 || !s->d[h].in_u3) return DPREC_ERR_PROTOCOL;
+    if (h < 0 || !s->d[h].attested) return DPREC_ERR_PROTOCOL;
     for (uint32_t q = 0; q < n; q++) {
         int o = slot_of(s, rv[q].owner);
         if (o < 0 || rv[q].holder != id) return DPREC_ERR_PROTOCOL;

@@ -12,10 +12,12 @@
 #include "agg_secagg.h"
 #include "agg_secure.h"
 #include "bytes.h"
+#include "state/agg_store.h"
 #include "dprec/status.h"
 
-enum { SP_ADVERTISE = 0, SP_SHARE, SP_MASK, SP_UNMASK, SP_DONE, SP_ABORTED };
-static const char *const phase_names[] = {"advertise", "share", "mask", "unmask", "closed", "aborted"};
+enum { SP_ADVERTISE = 0, SP_SHARE, SP_MASK, SP_CONSISTENCY, SP_UNMASK, SP_DONE, SP_ABORTED };
+static const char *const phase_names[] = {"advertise", "share", "mask", "consistency", "unmask", "closed", "aborted"};
+enum { STEP_KEYS = 0, STEP_SHARES, STEP_ATTEST, STEP_REVEALS, STEPS };
 
 typedef struct secure_round {
     struct secure_round *next;
@@ -23,25 +25,30 @@ typedef struct secure_round {
     int phase;
     agg_secure_spec spec;
     uint32_t expected;           /* devices whose keys close the first phase by themselves */
-    uint32_t n_adv, n_shared, n_masked, n_revealed;
+    uint32_t n_adv, n_shared, n_masked, n_attested, n_revealed;
     unsigned char seed[32];      /* the rotation's public seed (and the graph's) */
     agg_secagg *sa;
     double *sum;                 /* the decoded noisy sum, once unmasked */
     uint32_t survivors;
-    /* who completed each step (keys, shares, reveals), n_max each: a device that re-sends a message whose answer it
-     * lost is answered 200 again, and nothing is applied twice */
-    uint32_t *done_ids[3];
+    /* who completed each step (keys, shares, attestation, reveals), n_max each: a device that re-sends a message whose
+     * answer it lost is answered 200 again, and nothing is applied twice */
+    uint32_t *done_ids[STEPS];
 } secure_round;
 
-static int step_done(const secure_round *r, int step, uint32_t id) {
-    uint32_t n = step == 0 ? r->n_adv : step == 1 ? r->n_shared : r->n_revealed;
+static uint32_t *step_count(secure_round *r, int step) {
+    return step == STEP_KEYS ? &r->n_adv : step == STEP_SHARES ? &r->n_shared
+         : step == STEP_ATTEST ? &r->n_attested : &r->n_revealed;
+}
+
+static int step_done(secure_round *r, int step, uint32_t id) {
+    uint32_t n = *step_count(r, step);
     for (uint32_t i = 0; i < n; i++)
         if (r->done_ids[step][i] == id) return 1;
     return 0;
 }
 
 static void step_mark(secure_round *r, int step, uint32_t id) {
-    uint32_t *n = step == 0 ? &r->n_adv : step == 1 ? &r->n_shared : &r->n_revealed;
+    uint32_t *n = step_count(r, step);
     if (*n < r->spec.plan.n_max) r->done_ids[step][*n] = id;
     (*n)++;
 }
@@ -61,7 +68,7 @@ int agg_secure_init(dprec_agg *a) {
 }
 
 static void round_free(secure_round *r) {
-    for (int i = 0; i < 3; i++) free(r->done_ids[i]);
+    for (int i = 0; i < STEPS; i++) free(r->done_ids[i]);
     agg_secagg_free(r->sa);
     free(r->sum);
     free(r);
@@ -105,6 +112,7 @@ static secure_round *round_of(dprec_agg *a, const agg_job *job) {
     pthread_mutex_unlock(&a->rng_mu);
     agg_secagg_config sc;
     memset(&sc, 0, sizeof sc);
+    sc.job = (uint64_t)job->id;
     sc.round = (uint64_t)job->round;
     sc.n_max = r->spec.plan.n_max;
     sc.n_min = r->spec.plan.n_min;
@@ -113,9 +121,12 @@ static secure_round *round_of(dprec_agg *a, const agg_job *job) {
     sc.bits = r->spec.plan.bits;
     sc.dim = r->spec.plan.dim;
     memcpy(sc.graph_seed, r->seed, sizeof sc.graph_seed);
-    for (int i = 0; i < 3; i++) r->done_ids[i] = calloc(sc.n_max, sizeof(uint32_t));
-    if (rc != DPREC_OK || r->done_ids[0] == NULL || r->done_ids[1] == NULL || r->done_ids[2] == NULL ||
-        agg_secagg_new(&sc, &r->sa) != DPREC_OK) {
+    int ok = rc == DPREC_OK;
+    for (int i = 0; i < STEPS; i++) {
+        r->done_ids[i] = calloc(sc.n_max, sizeof(uint32_t));
+        ok &= r->done_ids[i] != NULL;
+    }
+    if (!ok || agg_secagg_new(&sc, &r->sa) != DPREC_OK) {
         round_free(r);
         return NULL;
     }
@@ -131,6 +142,7 @@ static void close_phase(dprec_agg *a, secure_round *r) {
     case SP_ADVERTISE: rc = agg_secagg_close_advertise(r->sa); break;
     case SP_SHARE: rc = agg_secagg_close_shares(r->sa); break;
     case SP_MASK: rc = agg_secagg_close_masked(r->sa); break;
+    case SP_CONSISTENCY: rc = agg_secagg_close_consistency(r->sa); break;
     case SP_UNMASK: {
         uint64_t *sum = calloc(r->spec.plan.dim, sizeof *sum);
         double *work = calloc(r->spec.plan.dim, sizeof *work);
@@ -158,7 +170,8 @@ static void close_phase(dprec_agg *a, secure_round *r) {
         cJSON_AddNumberToObject(o, "round", (double)r->round);
         cJSON_AddStringToObject(o, "phase", phase_names[r->phase]);
         cJSON_AddNumberToObject(o, "devices", r->phase == SP_ADVERTISE ? r->n_adv : r->phase == SP_SHARE ? r->n_shared
-                                                                 : r->phase == SP_MASK ? r->n_masked : r->n_revealed);
+                                                                 : r->phase == SP_MASK ? r->n_masked
+                                                                 : r->phase == SP_CONSISTENCY ? r->n_attested : r->n_revealed);
         if (rc != DPREC_OK) cJSON_AddStringToObject(o, "aborted", dprec_status_name(rc));
     }
     agg_log(a, rc == DPREC_OK ? "info" : "warn", "secagg_phase_closed", o);
@@ -170,6 +183,7 @@ static void maybe_advance(dprec_agg *a, secure_round *r) {
     if (r->phase == SP_ADVERTISE && r->n_adv >= r->expected) close_phase(a, r);
     if (r->phase == SP_SHARE && r->n_shared == r->n_adv) close_phase(a, r);
     if (r->phase == SP_MASK && r->n_masked == r->n_shared) close_phase(a, r);
+    if (r->phase == SP_CONSISTENCY && r->n_attested == r->n_masked) close_phase(a, r);
 }
 
 static void hex_of(const unsigned char *b, size_t n, char *out) {
@@ -224,53 +238,140 @@ static void put_env(unsigned char *p, const dprec_secagg_envelope *e) {
     memcpy(p + 8 + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES, e->tag, DPREC_GCM_TAG_SIZE);
 }
 
+/* The step a route belongs to (its phase), and whether it is a POST. -1 for an unknown route. */
+static int route_phase(const char *what, int *post) {
+    static const struct {
+        const char *what;
+        int phase, post;
+    } routes[] = {{"keys", SP_ADVERTISE, 1},      {"neighbours", SP_SHARE, 0},     {"shares", SP_SHARE, 1},
+                  {"inbox", SP_MASK, 0},          {"survivors", SP_CONSISTENCY, 0}, {"consistency", SP_CONSISTENCY, 1},
+                  {"requests", SP_UNMASK, 0},     {"reveals", SP_UNMASK, 1}};
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (strcmp(what, routes[i].what) == 0) {
+            *post = routes[i].post;
+            return routes[i].phase;
+        }
+    return -1;
+}
+
+static int step_of(int phase) {
+    return phase == SP_ADVERTISE ? STEP_KEYS : phase == SP_SHARE ? STEP_SHARES : phase == SP_CONSISTENCY ? STEP_ATTEST
+                                                                                                      : STEP_REVEALS;
+}
+
+/* The neighbours answer: [round u64][k u32] then k x [id u32][c_pk 32][s_pk 32][sig 64][identity 65][token_len u8]
+ * [token] (docs/protocol.md). */
+static int answer_neighbours(secure_round *r, uint32_t id, dprec_agg_response *resp) {
+    dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
+    const agg_secagg_ident *who[DPREC_SECAGG_MAX_NEIGHBOURS];
+    uint32_t k = 0;
+    if (agg_secagg_neighbours(r->sa, id, nb, who, DPREC_SECAGG_MAX_NEIGHBOURS, &k) != DPREC_OK)
+        return agg_respond_error(resp, 409, "not_in_round", "this device did not advertise keys in this round");
+    size_t n = 12;
+    for (uint32_t j = 0; j < k; j++) n += DPREC_SECURE_NEIGHBOUR_FIXED + who[j]->token_len;
+    unsigned char *out = malloc(n), *q = out + 12;
+    if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+    dprec_st64(out, (uint64_t)r->round);
+    dprec_st32(out + 8, k);
+    for (uint32_t j = 0; j < k; j++) {
+        dprec_st32(q, nb[j].id);
+        memcpy(q + 4, nb[j].c_pk, DPREC_SECAGG_KEY_SIZE);
+        memcpy(q + 4 + DPREC_SECAGG_KEY_SIZE, nb[j].s_pk, DPREC_SECAGG_KEY_SIZE);
+        q += 4 + 2 * DPREC_SECAGG_KEY_SIZE;
+        memcpy(q, who[j]->sig, DPREC_IDENTITY_SIG_SIZE);
+        memcpy(q + DPREC_IDENTITY_SIG_SIZE, who[j]->identity, DPREC_IDENTITY_PK_SIZE);
+        q[DPREC_IDENTITY_SIG_SIZE + DPREC_IDENTITY_PK_SIZE] = (unsigned char)who[j]->token_len;
+        q += DPREC_IDENTITY_SIG_SIZE + DPREC_IDENTITY_PK_SIZE + 1;
+        memcpy(q, who[j]->token, who[j]->token_len);
+        q += who[j]->token_len;
+    }
+    return answer(resp, out, n);
+}
+
+/* The requests answer: [round u64][survivors u32][n u32] then n x [owner u32][kind u32], then [U3's hash 32][m u32] and
+ * m attestations [id u32][identity 65][token_len u8][token][sig 64] (agg_secagg_attestations: the first max(t, n_min)
+ * attesters by identity and the device's neighbours that attested). */
+static int answer_requests(secure_round *r, uint32_t id, dprec_agg_response *resp) {
+    dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
+    uint32_t n = 0, survivors = 0, m = 0, room = r->spec.plan.n_min + r->spec.threshold + DPREC_SECAGG_MAX_NEIGHBOURS;
+    agg_secagg_attestation *att = malloc(sizeof *att * room);
+    if (att == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
+    if (agg_secagg_requests(r->sa, id, req, DPREC_SECAGG_MAX_NEIGHBOURS, &n, &survivors) != DPREC_OK ||
+        agg_secagg_attestations(r->sa, id, att, room, &m) != DPREC_OK) {
+        free(att);
+        return agg_respond_error(resp, 409, "not_in_round", "this device did not attest the survivor set in this round");
+    }
+    size_t len_out = 16 + 8 * (size_t)n + 36;
+    for (uint32_t i = 0; i < m; i++) len_out += DPREC_SECURE_ATTEST_FIXED + att[i].who->token_len + DPREC_IDENTITY_SIG_SIZE;
+    unsigned char *out = malloc(len_out), *q;
+    if (out == NULL) {
+        free(att);
+        return agg_respond_error(resp, 500, "internal", "out of memory");
+    }
+    dprec_st64(out, (uint64_t)r->round);
+    dprec_st32(out + 8, survivors);
+    dprec_st32(out + 12, n);
+    for (uint32_t j = 0; j < n; j++) {
+        dprec_st32(out + 16 + 8 * j, req[j].owner);
+        dprec_st32(out + 20 + 8 * j, (uint32_t)req[j].kind);
+    }
+    q = out + 16 + 8 * (size_t)n;
+    uint32_t n3 = 0;
+    (void)agg_secagg_survivors(r->sa, NULL, 0, &n3, q);
+    dprec_st32(q + 32, m);
+    q += 36;
+    for (uint32_t i = 0; i < m; i++) {
+        dprec_st32(q, att[i].id);
+        memcpy(q + 4, att[i].who->identity, DPREC_IDENTITY_PK_SIZE);
+        q[4 + DPREC_IDENTITY_PK_SIZE] = (unsigned char)att[i].who->token_len;
+        q += DPREC_SECURE_ATTEST_FIXED;
+        memcpy(q, att[i].who->token, att[i].who->token_len);
+        q += att[i].who->token_len;
+        memcpy(q, att[i].sig, DPREC_IDENTITY_SIG_SIZE);
+        q += DPREC_IDENTITY_SIG_SIZE;
+    }
+    free(att);
+    return answer(resp, out, len_out);
+}
+
 static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char *what, int is_post,
-                         const unsigned char *body, size_t len, dprec_agg_response *resp) {
-    const int want_phase = strcmp(what, "keys") == 0 ? SP_ADVERTISE
-                         : strcmp(what, "neighbours") == 0 || strcmp(what, "shares") == 0 ? SP_SHARE
-                         : strcmp(what, "inbox") == 0 ? SP_MASK
-                         : strcmp(what, "requests") == 0 || strcmp(what, "reveals") == 0 ? SP_UNMASK : -1;
-    const int post = want_phase == SP_ADVERTISE || strcmp(what, "shares") == 0 || strcmp(what, "reveals") == 0;
+                         const unsigned char *body, size_t len, const agg_enrollment *en, dprec_agg_response *resp) {
+    int post = 0;
+    const int want_phase = route_phase(what, &post);
     if (want_phase < 0) return agg_respond_error(resp, 404, "not_found", "unknown secure-aggregation step");
     if (post != is_post) return agg_respond_error(resp, 405, "method_not_allowed", "wrong method for this path");
     if (r->phase != want_phase)
         return agg_respond_error(resp, 409, "wrong_phase", "the round's secure aggregation is in another phase");
     if (is_post && (len < 12 || dprec_ld64(body) != (uint64_t)r->round))
         return agg_respond_error(resp, 400, "bad_request", "the message is not for the open round");
-    if (is_post && step_done(r, want_phase == SP_ADVERTISE ? 0 : want_phase == SP_SHARE ? 1 : 2, id))
+    if (is_post && step_done(r, step_of(want_phase), id))
         return agg_respond_json(resp, 200, cJSON_CreateObject()); /* a re-send: taken already, nothing re-applied */
     int rc;
     if (strcmp(what, "keys") == 0) {
-        if (len != 12 + 2 * DPREC_SECAGG_KEY_SIZE || dprec_ld32(body + 8) != id)
-            return agg_respond_error(resp, 400, "bad_request", "keys: [round u64][id u32][c_pk 32][s_pk 32], id = device");
+        if (len != DPREC_SECURE_KEYS_WIRE || dprec_ld32(body + 8) != id)
+            return agg_respond_error(resp, 400, "bad_request",
+                                     "keys: [round u64][id u32][c_pk 32][s_pk 32][sig 64], id = device");
         dprec_secagg_pub pub;
         pub.id = id;
         memcpy(pub.c_pk, body + 12, DPREC_SECAGG_KEY_SIZE);
         memcpy(pub.s_pk, body + 12 + DPREC_SECAGG_KEY_SIZE, DPREC_SECAGG_KEY_SIZE);
-        rc = agg_secagg_advertise(r->sa, &pub);
-        if (rc != DPREC_OK) return agg_respond_error(resp, 409, "refused", "keys refused (the round is full)");
-        step_mark(r, 0, id);
+        agg_secagg_ident who;
+        memset(&who, 0, sizeof who);
+        memcpy(who.identity, en->identity, DPREC_IDENTITY_PK_SIZE);
+        memcpy(who.sig, body + 12 + 2 * DPREC_SECAGG_KEY_SIZE, DPREC_IDENTITY_SIG_SIZE);
+        who.token_len = en->token_len <= sizeof who.token ? en->token_len : 0;
+        memcpy(who.token, en->token, who.token_len);
+        rc = agg_secagg_advertise(r->sa, &pub, &who);
+        if (rc == DPREC_ERR_CRYPTO)
+            return agg_respond_error(resp, 400, "bad_signature",
+                                     "keys: the signature does not verify under the device's enrolled identity");
+        if (rc != DPREC_OK)
+            return agg_respond_error(resp, 409, "refused", "keys refused (the round is full, or has this identity)");
+        step_mark(r, STEP_KEYS, id);
         maybe_advance(a, r);
         return agg_respond_json(resp, 200, cJSON_CreateObject());
     }
-    if (strcmp(what, "neighbours") == 0) {
-        dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
-        uint32_t k = 0;
-        if (agg_secagg_neighbours(r->sa, id, nb, DPREC_SECAGG_MAX_NEIGHBOURS, &k) != DPREC_OK)
-            return agg_respond_error(resp, 409, "not_in_round", "this device did not advertise keys in this round");
-        size_t item = 4 + 2 * DPREC_SECAGG_KEY_SIZE, n = 12 + (size_t)k * item;
-        unsigned char *out = malloc(n);
-        if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
-        dprec_st64(out, (uint64_t)r->round);
-        dprec_st32(out + 8, k);
-        for (uint32_t j = 0; j < k; j++) {
-            unsigned char *q = out + 12 + j * item;
-            dprec_st32(q, nb[j].id);
-            memcpy(q + 4, nb[j].c_pk, DPREC_SECAGG_KEY_SIZE);
-            memcpy(q + 4 + DPREC_SECAGG_KEY_SIZE, nb[j].s_pk, DPREC_SECAGG_KEY_SIZE);
-        }
-        return answer(resp, out, n);
-    }
+    if (strcmp(what, "neighbours") == 0) return answer_neighbours(r, id, resp);
     if (strcmp(what, "shares") == 0) {
         uint32_t k = len >= 12 ? dprec_ld32(body + 8) : 0;
         if (k > DPREC_SECAGG_MAX_NEIGHBOURS || len != 12 + (size_t)k * DPREC_SECURE_ENVELOPE_WIRE)
@@ -279,7 +380,7 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
         for (uint32_t j = 0; j < k; j++) get_env(body + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &env[j]);
         if (agg_secagg_put_shares(r->sa, id, env, k) != DPREC_OK)
             return agg_respond_error(resp, 409, "refused", "shares refused (not one per neighbour in order, or repeated)");
-        step_mark(r, 1, id);
+        step_mark(r, STEP_SHARES, id);
         maybe_advance(a, r);
         return agg_respond_json(resp, 200, cJSON_CreateObject());
     }
@@ -296,23 +397,40 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
         for (uint32_t j = 0; j < n; j++) put_env(out + 12 + (size_t)j * DPREC_SECURE_ENVELOPE_WIRE, &env[j]);
         return answer(resp, out, len_out);
     }
-    if (strcmp(what, "requests") == 0) {
-        dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
-        uint32_t n = 0, survivors = 0;
-        if (agg_secagg_requests(r->sa, id, req, DPREC_SECAGG_MAX_NEIGHBOURS, &n, &survivors) != DPREC_OK)
+    if (strcmp(what, "survivors") == 0) {
+        if (agg_secagg_masked_input(r->sa, id) == NULL)
             return agg_respond_error(resp, 409, "not_in_round", "this device sent no masked input in this round");
-        size_t len_out = 16 + 8 * (size_t)n;
+        uint32_t n = 0;
+        (void)agg_secagg_survivors(r->sa, NULL, 0, &n, NULL);
+        size_t len_out = 12 + 4 * (size_t)n;
         unsigned char *out = malloc(len_out);
         if (out == NULL) return agg_respond_error(resp, 500, "internal", "out of memory");
-        dprec_st64(out, (uint64_t)r->round);
-        dprec_st32(out + 8, survivors);
-        dprec_st32(out + 12, n);
-        for (uint32_t j = 0; j < n; j++) {
-            dprec_st32(out + 16 + 8 * j, req[j].owner);
-            dprec_st32(out + 20 + 8 * j, (uint32_t)req[j].kind);
+        uint32_t *ids = malloc(sizeof *ids * (n > 0 ? n : 1));
+        if (ids == NULL || agg_secagg_survivors(r->sa, ids, n, &n, NULL) != DPREC_OK) {
+            free(ids);
+            free(out);
+            return agg_respond_error(resp, 500, "internal", "out of memory");
         }
+        dprec_st64(out, (uint64_t)r->round);
+        dprec_st32(out + 8, n);
+        for (uint32_t j = 0; j < n; j++) dprec_st32(out + 12 + 4 * (size_t)j, ids[j]);
+        free(ids);
         return answer(resp, out, len_out);
     }
+    if (strcmp(what, "consistency") == 0) {
+        if (len != DPREC_SECURE_CONSISTENCY_WIRE || dprec_ld32(body + 8) != id)
+            return agg_respond_error(resp, 400, "bad_request", "consistency: [round u64][id u32][sig 64], id = device");
+        rc = agg_secagg_attest(r->sa, id, body + 12);
+        if (rc == DPREC_ERR_CRYPTO)
+            return agg_respond_error(resp, 400, "bad_signature",
+                                     "consistency: the signature of the survivor set does not verify");
+        if (rc != DPREC_OK)
+            return agg_respond_error(resp, 409, "not_in_round", "this device is not a survivor of this round");
+        step_mark(r, STEP_ATTEST, id);
+        maybe_advance(a, r);
+        return agg_respond_json(resp, 200, cJSON_CreateObject());
+    }
+    if (strcmp(what, "requests") == 0) return answer_requests(r, id, resp);
     /* reveals */
     const size_t item = 16 + 4 * DPREC_SECAGG_CHUNKS;
     uint32_t n = len >= 12 ? dprec_ld32(body + 8) : 0;
@@ -329,7 +447,7 @@ static int handle_locked(dprec_agg *a, secure_round *r, uint32_t id, const char 
     }
     if (agg_secagg_put_reveals(r->sa, id, rv, n) != DPREC_OK)
         return agg_respond_error(resp, 409, "refused", "reveals refused (not what was asked, or repeated)");
-    step_mark(r, 2, id);
+    step_mark(r, STEP_REVEALS, id);
     return agg_respond_json(resp, 200, cJSON_CreateObject());
 }
 
@@ -339,10 +457,21 @@ int agg_secure_handle(dprec_agg *a, const agg_job *job, int64_t device, const ch
     if (!agg_secure_job(job, NULL)) return agg_respond_error(resp, 404, "not_found", "the job is not a secure one");
     if (device <= 0 || device > (int64_t)UINT32_MAX)
         return agg_respond_error(resp, 400, "bad_request", "device ids past 2^32 cannot take part");
+    /* a device takes part only under the identity it enrolled: its keys are signed with it, and its neighbours check
+     * that signature (and, with the app's enrollment key, its token) before they share anything */
+    agg_enrollment en;
+    memset(&en, 0, sizeof en);
+    if (is_post && strcmp(what, "keys") == 0) {
+        int found = agg_store_device_enrollment(a, device, &en);
+        if (found < 0) return agg_respond_error(resp, 500, "internal", "state database error");
+        if (found == 0 || !en.has_identity)
+            return agg_respond_error(resp, 403, "identity_required",
+                                     "a secure round takes only devices registered with an identity key");
+    }
     pthread_mutex_lock(&a->secure->mu);
     secure_round *r = round_of(a, job);
     int rc = r == NULL ? agg_respond_error(resp, 500, "internal", "out of memory")
-                       : handle_locked(a, r, (uint32_t)device, what, is_post, body, len, resp);
+                       : handle_locked(a, r, (uint32_t)device, what, is_post, body, len, &en, resp);
     pthread_mutex_unlock(&a->secure->mu);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* dprec aggregator — secure aggregation as a job option (`params.aggregation: "secure"` of gauss-gd and dpals;
  * docs/protocol.md "Secure aggregation", docs/privacy.md "Secure aggregation"). One SecAgg+ round (agg_secagg.c) per
  * open round of a secure job, in memory: the phases' messages come and go on the device routes
- * /v1/jobs/{job}/secagg/{keys,neighbours,shares,inbox,requests,reveals}; the masked inputs arrive as the round's
+ * /v1/jobs/{job}/secagg/{keys,neighbours,shares,inbox,survivors,consistency,requests,reveals}; the masked inputs arrive as the round's
  * reports (POST .../reports, sdk/secure.h's payload) and are never written to the state database; the job view
  * carries "secagg": {round, phase, seed}. A phase closes by itself once every device of the previous phase has
  * acted (the first once min_reports devices advertised), at the round's deadline (agg_secure_deadline), or when the
@@ -37,7 +37,7 @@ int agg_secure_close(dprec_agg *a, const agg_job *job);
 /* The round's deadline passed (the writer's tick): closes the open phase, as the operator's close does, whatever the
  * count. 1: the round is ready to finalize (unmasked; or with no sum, the model unchanged: nobody joined it, a phase
  * had too few devices, or a restart lost its state); 0: the round goes on to its next phase, which gets a deadline of
- * its own (at most three more: share, mask, unmask). A secure round is never extended otherwise. */
+ * its own (at most four more: share, mask, consistency, unmask). A secure round is never extended otherwise. */
 int agg_secure_deadline(dprec_agg *a, const agg_job *job);
 /* The finalizer: the decoded noisy sum of round `round` (plan.d doubles, malloc'd, the caller frees) and the number of
  * survivors; NULL when the round has none (aborted). */

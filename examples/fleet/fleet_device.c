@@ -18,20 +18,24 @@
 
 #include "fleet_sim.h"
 
-/* The signature-check memo the simulated devices share (dprec_sync_config.verified_*): the tags of the last
- * few verified releases. */
-enum { FLEET_SIG_MEMO = 16 };
+/* The signature-check memo the simulated devices share (dprec_sync_config.verified_*): the tags of verified releases
+ * and, in secure rounds, of the neighbours' and attesters' signatures and tokens (each checked by every device that
+ * sees it: k neighbours and max(t, n_min) attesters a device). A direct-mapped cache: a tag's slot is its first bytes,
+ * a newer tag replaces an older one there, and a miss only means the signature is checked again. */
+enum { FLEET_SIG_MEMO = 1 << 16 };
 static struct {
     pthread_mutex_t mu;
-    unsigned char tag[FLEET_SIG_MEMO][32];
-    unsigned n, next;
-} sig_memo = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0, 0};
+    unsigned char (*tag)[32];
+} sig_memo = {PTHREAD_MUTEX_INITIALIZER, NULL};
+
+static size_t memo_slot(const unsigned char tag[32]) {
+    return ((size_t)tag[0] | (size_t)tag[1] << 8 | (size_t)tag[2] << 16) % FLEET_SIG_MEMO;
+}
 
 int fleet_sig_memo_seen(void *ctx, const unsigned char tag[32]) {
     (void)ctx;
-    int hit = 0;
     pthread_mutex_lock(&sig_memo.mu);
-    for (unsigned i = 0; i < sig_memo.n && !hit; i++) hit = memcmp(sig_memo.tag[i], tag, 32) == 0;
+    int hit = sig_memo.tag != NULL && memcmp(sig_memo.tag[memo_slot(tag)], tag, 32) == 0;
     pthread_mutex_unlock(&sig_memo.mu);
     return hit;
 }
@@ -39,9 +43,8 @@ int fleet_sig_memo_seen(void *ctx, const unsigned char tag[32]) {
 void fleet_sig_memo_remember(void *ctx, const unsigned char tag[32]) {
     (void)ctx;
     pthread_mutex_lock(&sig_memo.mu);
-    memcpy(sig_memo.tag[sig_memo.next], tag, 32);
-    sig_memo.next = (sig_memo.next + 1) % FLEET_SIG_MEMO;
-    if (sig_memo.n < FLEET_SIG_MEMO) sig_memo.n++;
+    if (sig_memo.tag == NULL) sig_memo.tag = calloc(FLEET_SIG_MEMO, sizeof *sig_memo.tag); /* for the whole run */
+    if (sig_memo.tag != NULL) memcpy(sig_memo.tag[memo_slot(tag)], tag, 32);
     pthread_mutex_unlock(&sig_memo.mu);
 }
 
@@ -144,7 +147,8 @@ static void sleep_ms(uint32_t ms) {
 }
 
 /* --dropout: whether device u drops out of round r's secure aggregation, and when (1: after sharing its keys, before
- * its masked input; 2: after its masked input, before the unmasking). A hash of the seed, the device and the round. */
+ * its masked input; 2: after its masked input, before the consistency round). A hash of the seed, the device and the
+ * round. */
 static int dropout_of(const fleet *f, uint32_t u, unsigned r) {
     if (!(f->o->c.dropout > 0)) return 0;
     uint64_t h = f->o->c.seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)u << 20) ^ r;
@@ -158,7 +162,7 @@ static int dropout_of(const fleet *f, uint32_t u, unsigned r) {
 }
 
 unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n) {
-    double keep = (double)n * (1.0 - o->dropout / 2.0) * 0.95;
+    double keep = (double)n * (1.0 - o->dropout) * 0.95;
     unsigned m = (unsigned)floor(keep);
     return m < 3 ? 3 : m;
 }

@@ -31,6 +31,10 @@ static int start(fleet *f, worker *ws, unsigned nthreads, char **token) {
     }
     DPREC_STRUCT_INIT(&f->scfg); /* this build's layout: a zero struct_size would mean 0.2.0's, without its newer fields */
     f->scfg.release_key = fleet_conn_release_key(f->conn, &f->scfg.release_key_len);
+    if (f->o->enroll) { /* the app configured its enrollment key: secure rounds check their devices' tokens */
+        f->scfg.enrollment_key = f->o->conn.enrollment_key;
+        f->scfg.enrollment_key_len = f->o->conn.enrollment_key_len;
+    }
     if (!f->o->verify_each) {
         f->scfg.verified_seen = fleet_sig_memo_seen;
         f->scfg.verified_remember = fleet_sig_memo_remember;

@@ -103,7 +103,9 @@ const fleet_proto *fleet_proto_base_model(void);
 int fleet_proto_secure_agg(const fleet_proto *p);
 
 /* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the
- * devices --dropout leaves in the sum, at least 3. The devices' noise shares are sized for that many. */
+ * devices --dropout leaves through the consistency round (a round unmasks only once that many survivors attested the
+ * survivor set: the devices that drop after their masked input are in the sum but attest nothing), at least 3. The
+ * devices' noise shares are sized for that many. */
 unsigned fleet_secure_min_survivors(const fleet_common *o, unsigned n);
 
 /* For a protocol whose devices also talk to a service of its own (dpmf's relay), in the order run: job_begin before

@@ -177,11 +177,11 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         f->round = r;
         fleet_poison_round_begin(f);
         if (o->c.secure_agg) {
-            /* secure aggregation: four passes over the devices, one step each (advertise, share, masked input,
-             * unmask); a phase that did not close by itself (devices sat out or dropped) is closed as an operator
-             * would, and the last close unmasks the sum and finalizes the round */
-            static const char *const steps[4] = {"advertise", "share", "mask", "unmask"};
-            for (int st = 0; st < 4; st++) {
+            /* secure aggregation: five passes over the devices, one step each (advertise, share, masked input,
+             * consistency, unmask); a phase that did not close by itself (devices sat out or dropped) is closed as an
+             * operator would, and the last close unmasks the sum and finalizes the round */
+            static const char *const steps[5] = {"advertise", "share", "mask", "consistency", "unmask"};
+            for (int st = 0; st < 5; st++) {
                 f->secure_step = st;
                 fleet_run_phase(f, 1, steps[st], ws, nthreads);
                 snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)f->job);
@@ -198,7 +198,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
                 cJSON_Delete(j);
                 j = NULL;
                 if (rd >= (double)r) break;
-                if ((same || st == 3) && fleet_conn_close_round(f->conn, f->job, err, sizeof err) != 0) {
+                if ((same || st == 4) && fleet_conn_close_round(f->conn, f->job, err, sizeof err) != 0) {
                     fprintf(stderr, "dprec-fleet: round %u, secure aggregation's %s: %s\n", r, steps[st], err);
                     goto out;
                 }

@@ -103,7 +103,7 @@ typedef struct fleet {
     atomic_uint_fast64_t next, done, reported, errors;
     double mae; /* the last evaluation's mean absolute error */
     int phase; /* 0 load, 1 sync, 2 evaluate */
-    int secure_step; /* a secure round's pass: 0 advertise, 1 share, 2 mask, 3 unmask (-1: not secure) */
+    int secure_step; /* a secure round's pass: 0 advertise, 1 share, 2 mask, 3 consistency, 4 unmask (-1: not secure) */
     unsigned round;  /* the round being run */
     char first_error[512];
     pthread_mutex_t lock;

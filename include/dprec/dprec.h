@@ -58,10 +58,11 @@ DPREC_BEGIN_DECLS
 #define DPREC_CLIENT_FW_BYTES(d, xi) ((xi) ? 24u * (size_t)(xi) + 8u * (size_t)(d) + 80u : (size_t)0)
 
 /* The extra memory of a client that can take part in secure aggregation (cfg.secagg_max_len = n > 0; 0 costs
- * nothing): the round's secrets, the phase messages' buffer and the parsed inbox (40960 bytes, a _Static_assert in
- * sdk/secure.c), n doubles of input and 4 words of scratch per coordinate of the rotated vector, whose length is the
- * power of two D >= n (< 2n), 16 bytes of alignment. */
-#define DPREC_CLIENT_SECAGG_BYTES(n) ((n) ? 40960u + 8u * (size_t)(n) + 64u * (size_t)(n) + 32u : (size_t)0)
+ * nothing): the round's secrets, the phase messages' buffer, the parsed inbox, the neighbours' identities and the
+ * reader that checks the aggregator's lists as they stream in (43008 bytes, a _Static_assert in sdk/secure.c), n
+ * doubles of input and 4 words of scratch per coordinate of the rotated vector, whose length is the power of two
+ * D >= n (< 2n), 16 bytes of alignment. */
+#define DPREC_CLIENT_SECAGG_BYTES(n) ((n) ? 43008u + 8u * (size_t)(n) + 64u * (size_t)(n) + 32u : (size_t)0)
 
 /* The bound with the default ledger and report settings (8 jobs, 1 pending slot, 4096-byte reports). */
 #define DPREC_CLIENT_MEMORY_BOUND(d, cap, k) DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, 8u, 1u, 4096u)
@@ -101,6 +102,17 @@ typedef struct dprec_config {
      * m (d (d + 1) / 2 + d)). 0, the default: the device keeps no room for it and refuses such jobs
      * (DPREC_ERR_CONFIG). At most 2^24. The client then needs DPREC_CLIENT_SECAGG_BYTES(n) more memory. */
     uint32_t secagg_max_len;
+    /* Always 0 (added in 0.3, never read): it fills what was the tail padding of the 0.2 layout, so that the fields
+     * after it lie past every 0.2 app's struct_size and such an app gets their defaults. */
+    uint32_t reserved_0_3;
+    /* Secure aggregation against an active server (added in 0.3; docs/privacy.md "Secure aggregation"): the fewest
+     * colluding enrolled devices a secure round must tolerate before the server, with them, could recover both of
+     * this device's secrets and unmask its input. With k neighbours and threshold t a round tolerates 2t - k - 1
+     * (the server needs 2t shares, an honest neighbour reveals one): a job whose plan tolerates fewer is refused
+     * (DPREC_ERR_JOB_PARAMS), and so is a round whose neighbour list, as the server sends it, does. Default 1 (also
+     * for an app built with 0.2 headers); 0 accepts any plan whose threshold exceeds half the neighbours; at most 63.
+     * What a colluding device is, and why that count is exact: docs/privacy.md. */
+    uint32_t secagg_min_colluders;
 } dprec_config;
 
 /* Fills the size bytes at *cfg with defaults: d = 16, capacity = 1000, max_k = 100, scale [1, 5], lambda = 0.1,

@@ -60,7 +60,9 @@ typedef struct dprec_sync_config {
      * answer means this exact key, digest and signature verified before, and the check is skipped. After a
      * successful check it calls remember(ctx, tag). The digest of the streamed bytes is always recomputed and
      * compared with the header. Both NULL (the default): every release is verified. The memo lives in the
-     * host's memory, out of the network's reach. Called from the syncing thread (a shared memo must lock). */
+     * host's memory, out of the network's reach. Called from the syncing thread (a shared memo must lock). The same
+     * memo serves a secure round's signature checks (its neighbours' keys and tokens, the survivor set's attestations:
+     * tag = SHA-256("dprec secagg sig v1" || key || digest || signature)), which every device of a round repeats. */
     int (*verified_seen)(void *ctx, const unsigned char tag[32]);
     void (*verified_remember)(void *ctx, const unsigned char tag[32]);
     void *verified_ctx;
@@ -78,6 +80,16 @@ typedef struct dprec_sync_config {
      * it. The SDK keeps no copy: the app passes the token on every sync until the device is registered. */
     const unsigned char *enrollment_token;
     size_t enrollment_token_len;
+    /* Optional (added in 0.3): the app's enrollment public key (DER SubjectPublicKeyInfo, EC P-256): the key its
+     * backend signs enrollment tokens with. In a secure-aggregation round (docs/privacy.md "Secure aggregation") the
+     * device then shares its secrets only with neighbours whose enrollment token names their identity key and is
+     * signed by this key (not their expiry, which only gates registration), and reveals shares only when the survivor
+     * set was attested by that many such devices: a server cannot invent neighbours it did not enroll through the
+     * app's backend. NULL (the default): the neighbours' signatures are checked, their tokens are not, and a server
+     * can present devices of its own as neighbours. A key that is not an EC P-256 public key: DPREC_ERR_CONFIG when a
+     * secure round needs it. Borrowed for the call. */
+    const unsigned char *enrollment_key;
+    size_t enrollment_key_len;
 } dprec_sync_config;
 
 typedef enum dprec_sync_outcome {
@@ -135,9 +147,12 @@ typedef struct dprec_sync_result {
  *      data;
  *   6. sends it and, once acknowledged, marks it done -> REPORTED.
  * A secure-aggregation job (params.aggregation "secure", docs/protocol.md "Secure aggregation rounds") takes one step
- * of the round per call between 3 and 4, by the phase its job view shows: advertise its keys, send its shares,
- * fetch its inbox (then 4-6: the report is the masked, noised vector), reveal the shares the aggregator asks for;
- * each of those calls returns IN_PROGRESS with retry_after_ms = 1 s. The client needs cfg.secagg_max_len for it.
+ * of the round per call between 3 and 4, by the phase its job view shows: advertise its keys (signed with its
+ * identity key), send its shares (once every neighbour's signed keys, and with cfg->enrollment_key its token, passed),
+ * fetch its inbox (then 4-6: the report is the masked, noised vector), sign the survivor set, reveal the shares the
+ * aggregator asks for (once enough devices, t of them its neighbours, attested that set); each of those calls returns
+ * IN_PROGRESS with retry_after_ms = 1 s. A check that fails makes the device leave the round (logged) and returns
+ * DPREC_ERR_PROTOCOL (docs/privacy.md "Against an active server"). The client needs cfg.secagg_max_len for it.
  * Transient failures (no response, 408, 425, 429, 5xx, a release cut short, a release not yet published,
  * a token the aggregator no longer knows) return DPREC_OK with outcome RETRY_LATER, last_error set, and
  * retry_after_ms from an exponential backoff with full jitter from the CSPRNG (1 s doubling to 15 min),
