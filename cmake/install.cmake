@@ -7,6 +7,10 @@
 #   lib/pkgconfig/dprec.pc, dprec-port-posix.pc
 #   bin/                                   dprec-aggregator, dprec-device, dprec-mkrelease, dprec-fleet, if built
 # tests/consumer/ is a project of its own that CI builds against such a tree, both ways (tests/consumer.cmake).
+# A weakened test build (DPREC_AUDIT_WEAKEN, CMakeLists.txt) is never installed: its first install rule stops the step.
+if(DPREC_AUDIT_WEAKEN)
+  install(CODE "message(FATAL_ERROR \"DPREC_AUDIT_WEAKEN: this build's privacy mechanisms are weakened for a test; it is never installed\")")
+endif()
 include(CMakePackageConfigHelpers)
 set(DPREC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dprec)
 

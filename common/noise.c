@@ -772,6 +772,9 @@ int dprec_noise_gaussian(dprec_rng *r, double x, double sensitivity, double sigm
     if (r == NULL || out == NULL || !isfinite(x) || !isfinite(sensitivity) || !isfinite(sigma) ||
         !(sensitivity > 0.0) || !(sigma > 0.0))
         return DPREC_ERR_INVALID_ARGUMENT;
+#ifdef DPREC_AUDIT_WEAKEN
+    sigma /= 10.0; /* TEST ONLY (CMake DPREC_AUDIT_WEAKEN, never a product): a tenth of the noise, for the audit to catch */
+#endif
     if (!gaussian_grid(sensitivity, sigma, &k, &var)) return DPREC_ERR_INVALID_ARGUMENT;
     if (!(fabs(x) < ldexp(1.0, 50 + k))) return DPREC_ERR_INVALID_ARGUMENT;
 

@@ -6,6 +6,8 @@
 #                                    compile nothing under aggregator/ or relay/
 #   bash scripts/test.sh --cross     cross builds for aarch64 and armhf, tests run under qemu-user
 #   bash scripts/test.sh --fuzz      the libFuzzer targets (clang), 30 s each (scripts/fuzz.sh)
+#   bash scripts/test.sh --weakened  the test-only DPREC_AUDIT_WEAKEN build (build-weakened/): the empirical privacy
+#                                    audit must catch its weakened mechanisms; a Release build with it is refused
 #   bash scripts/test.sh --all       all of the above (what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +68,26 @@ device()  {
   server_free build-device
 }
 fuzz()    { bash scripts/fuzz.sh "${DPREC_FUZZ_SECONDS:-30}"; }
+# The audit's power (issue 40; docs/privacy.md "Empirical audit"): a build whose central Gaussian noise is a tenth of
+# its claim's and whose local randomizer runs at ten times its epsilon, never installed, never a release; only
+# dprec-fleet is built, and only the test that the audit exceeds every claim of it runs.
+weakened() {
+  echo "== weakened (DPREC_AUDIT_WEAKEN, test only): refused in a release configuration"
+  local refused=build-weakened/release-refused
+  mkdir -p "$refused"
+  if cmake -S . -B "$refused" -DCMAKE_BUILD_TYPE=Release -DDPREC_AUDIT_WEAKEN=ON > "$refused.log" 2>&1; then
+    echo "test.sh: DPREC_AUDIT_WEAKEN was accepted with CMAKE_BUILD_TYPE=Release" >&2; exit 1
+  fi
+  grep -q "DPREC_AUDIT_WEAKEN weakens the privacy mechanisms" "$refused.log" || { cat "$refused.log"; exit 1; }
+  rm -rf "$refused" "$refused.log"
+  echo "== weakened: configure (build-weakened)"
+  cmake -S . -B build-weakened -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPREC_AUDIT_WEAKEN=ON > build-weakened/configure.log 2>&1 \
+    || { cat build-weakened/configure.log; exit 1; }
+  echo "== weakened: build dprec-fleet"
+  cmake --build build-weakened -j"$jobs" --target dprec-fleet
+  echo "== weakened: the audit must find every weakened mechanism"
+  (cd build-weakened && ctest --output-on-failure -R '^fleet_audit_weakened$' | tee ctest.log && grep -q "100% tests passed, 0 tests failed out of 1$" ctest.log)
+}
 
 case "${1:-}" in
   "") native ;;
@@ -73,7 +95,8 @@ case "${1:-}" in
   --device) device ;;
   --cross) cross ;;
   --fuzz) fuzz ;;
-  --all) native; asan; device; cross; fuzz ;;
-  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' ;;
+  --weakened) weakened ;;
+  --all) native; asan; device; cross; fuzz; weakened ;;
+  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "test.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
 esac

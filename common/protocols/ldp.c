@@ -14,6 +14,9 @@ double dprec_ldp_magnitude(uint64_t cells, double eps) {
 
 int dprec_ldp_sign(dprec_rng *r, double x, double eps, int *plus) {
     if (r == NULL || plus == NULL || isnan(x) || !(eps > 0.0) || !isfinite(eps)) return DPREC_ERR_INVALID_ARGUMENT;
+#ifdef DPREC_AUDIT_WEAKEN
+    eps *= 10.0; /* TEST ONLY (CMake DPREC_AUDIT_WEAKEN, never a product): ten times the epsilon, for the audit to catch */
+#endif
     if (x > 1.0) x = 1.0; /* Algorithm 1 line 9: project onto [-1, 1] */
     if (x < -1.0) x = -1.0;
     int informative = 0, rc = dprec_sample_bernoulli(r, fabs(x), &informative);

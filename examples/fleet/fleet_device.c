@@ -73,6 +73,10 @@ static int device_load(fleet *f, uint32_t u) {
     const fleet_data *d = &f->data;
     device *dv = &f->dev[u];
     uint32_t ntrain = d->ntrain[u];
+    if (fleet_audit_absent(f, u)) { /* --audit-canaries: a canary its coin kept out of the run */
+        dv->absent = 1;
+        return DPREC_OK;
+    }
     dprec_config cfg;
     dprec_config_default(&cfg);
     cfg.num_items = d->num_items;
@@ -93,6 +97,7 @@ static int device_load(fleet *f, uint32_t u) {
     cfg.cap_user_delta = cfg.cap_rating_delta = o->total_delta;
     fleet_device_index = u;
     o->proto->device(&o->c, d, ntrain, &cfg); /* the protocol's report size and state */
+    fleet_audit_device_config(f, u, &cfg);     /* --audit-canaries: a canary's own configuration */
     if (o->bias_base > 0) { /* the base job's reports too (its own configuration otherwise is the protocol's) */
         dprec_config bc = cfg;
         fleet_common bcom = o->c;
@@ -138,6 +143,7 @@ static int device_load(fleet *f, uint32_t u) {
     }
     rc = dprec_store_put_many(dv->client, batch, ntrain);
     free(batch);
+    if (rc == DPREC_OK) rc = fleet_audit_device_load(f, u); /* a canary's ratings (--audit-canaries) */
     return rc;
 }
 
@@ -317,8 +323,10 @@ static void *worker_main(void *arg) {
                 dv->failed = 1;
                 note_error(f, (uint32_t)u, "load", rc);
             }
-        } else if (!dv->failed) {
-            if (f->phase == 1) device_sync(f, (uint32_t)u, w->poison_t.request != NULL ? &w->poison_t : &w->t, w->relay);
+        } else if (!dv->failed && !dv->absent) {
+            const dprec_transport *t = w->poison_t.request != NULL ? &w->poison_t
+                                       : w->audit_t.request != NULL ? &w->audit_t : &w->t;
+            if (f->phase == 1) device_sync(f, (uint32_t)u, t, w->relay);
             else device_eval(f, (uint32_t)u);
         }
         uint64_t done = atomic_fetch_add(&f->done, 1) + 1;
@@ -387,6 +395,7 @@ int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce) {
     if (!announce) return 0;
     uint32_t max_mem = 0;
     for (uint32_t u = 0; u < f->data.num_users; u++) {
+        if (f->dev[u].client == NULL) continue; /* a canary out of the run */
         size_t m = dprec_client_memory_used(f->dev[u].client);
         if (m > max_mem) max_mem = (uint32_t)m;
     }

@@ -61,6 +61,10 @@ int main(int argc, char **argv) {
     int prc = fleet_parse_args(argc, argv, &o);
     if (prc != 0) return prc == 1 ? 0 : prc;
     setvbuf(stdout, NULL, _IOLBF, 0);
+#ifdef DPREC_AUDIT_WEAKEN
+    printf("WARNING: a weakened test build (DPREC_AUDIT_WEAKEN): the central Gaussian noise is a tenth of the claims' and "
+           "the local sign randomizer runs at ten times its epsilon; no figure of this build is a guarantee\n");
+#endif
     double t_start = fleet_now_s();
     char err[1024] = "";
     static fleet f;
@@ -77,6 +81,7 @@ int main(int argc, char **argv) {
     fleet_baselines base;
     fleet_data_baselines(&f.data, &base.global_rmse, &base.item_rmse, &base.user_rmse, &base.mean, &base.ntest);
     fleet_print_data(&o, &f.data, &base);
+    if (fleet_audit_setup(&f) != 0) return 1; /* --audit-canaries: the canaries join the data (after its baselines) */
 
     if (o.store_dir != NULL && mkdir(o.store_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "dprec-fleet: cannot create %s: %s\n", o.store_dir, strerror(errno));
@@ -109,6 +114,13 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (start(&f, ws, nthreads, &fleet_token) != 0) goto out;
+    if (fleet_audit_start(&f, ws, nthreads) != 0) goto out;
+    if (o.audit_two_world > 0) { /* the multi-run audit instead of one job (fleet_audit.c) */
+        int exceeded = 0;
+        if (fleet_audit_two_world(&f, ws, nthreads, fleet_token, &exceeded) != 0) goto out;
+        exit_code = exceeded ? 1 : 0;
+        goto out;
+    }
 
     /* the devices and the job (after --bias-base's job, on the same devices) */
     if (fleet_load_devices(&f, ws, nthreads, 1) != 0) goto out;
@@ -132,16 +144,21 @@ int main(int argc, char **argv) {
     fleet_print_baselines(&base, fleet_now_s() - t_start);
     fleet_compare_print(&o, &main_res, base.user_rmse, &cmp);
     fleet_print_final(&o, &main_res);
+    int audit_failed = fleet_audit_print(&f); /* --audit-canaries: the bound beside the claim, its line last */
     /* a figure over part of the fleet is not the figure asked for: say so, and fail */
     if (failures > 0)
         fprintf(stderr, "dprec-fleet: %llu device failures over the run (see above); exit status 1\n", failures);
     if (poison_failed)
         fprintf(stderr, "dprec-fleet: --malicious: a bound was exceeded or none could be checked; exit status 1\n");
-    exit_code = isfinite(main_res.rmse) && failures == 0 && !poison_failed ? 0 : 1;
+    if (audit_failed)
+        fprintf(stderr, "dprec-fleet: --audit-canaries: the lower bound exceeds the claimed epsilon, or no bound could be "
+                        "computed; exit status 1\n");
+    exit_code = isfinite(main_res.rmse) && failures == 0 && !poison_failed && !audit_failed ? 0 : 1;
 
 out:
     free(fleet_token);
     fleet_poison_free(&f);
+    fleet_audit_free(&f);
     free(f.release);
     free(o.item_subset);
     if (f.dev != NULL) {

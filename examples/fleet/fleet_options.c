@@ -73,6 +73,20 @@ static const char help_head[] =
     "                           printed against the bound docs/privacy.md \"Poisoning\" states for k devices\n"
     "                           (exit status 1 past it): plain, ldp-gd, ldp-gddr, gauss-gd, dpals, bias; not\n"
     "                           with --secure-agg (the masked sum cannot be re-clipped)\n"
+    "  --audit-canaries N       an empirical privacy audit of the job in one run (docs/privacy.md \"Empirical\n"
+    "                           audit\"): N canary users, each in the run with probability 1/2 by a secret coin\n"
+    "                           (the fleet's seeded generator), with data as distinguishable as the protocol\n"
+    "                           allows; after the job the protocol's adversary scores each from what it sees\n"
+    "                           (the releases; the reports, for the local protocols), guesses the most confident\n"
+    "                           coins, and the fleet prints the lower bound on epsilon at 95%% confidence\n"
+    "                           (Steinke, Nasr, Jagielski 2023, at the job's delta) beside the claimed epsilon,\n"
+    "                           last `audit: protocol=P claimed_epsilon=E lower_bound=L canaries=N guesses=G\n"
+    "                           correct=C`; exit status 1 when the bound exceeds the claim (a privacy defect)\n"
+    "  --audit-confidence C     the audit's confidence (default 0.95)\n"
+    "  --audit-two-world T      the multi-run audit instead: the job T times with one canary in and T times\n"
+    "                           without, each on fresh devices and its own seed; the first half of the runs fixes\n"
+    "                           the score's threshold, the second half bounds epsilon by Clopper-Pearson on its\n"
+    "                           error rates (Jagielski, Ullman, Oprea 2020); small fleets\n"
     "  --bias-base F            first spend the share F (0 < F < 1) of --epsilon and --delta on the private bias\n"
     "                           model (a bias job at the protocol's d, params.factors false) on the same devices,\n"
     "                           then run the job from its item biases (base_job) at the rest; the guarantee is\n"
@@ -110,9 +124,10 @@ static const char help_tail[] =
     "\n"
     "Every epsilon printed is rounded up. The last line printed is\n"
     "`final: protocol=NAME rounds=N test_rmse=X epsilon=E delta=D`, E the job's guarantee after the rounds run\n"
-    "(the aggregator's accountant, checked against every device's own ledger). The exit status is 0 only if\n"
-    "every device synced and was evaluated in every round, no device charged more than the job's guarantee,\n"
-    "and the RMSE is finite.\n";
+    "(the aggregator's accountant, checked against every device's own ledger); with --audit-canaries the audit's\n"
+    "`audit: ...` line follows it, last. The exit status is 0 only if every device synced and was evaluated in\n"
+    "every round, no device charged more than the job's guarantee, the RMSE is finite, and no audit bound\n"
+    "exceeds its claim.\n";
 
 static void print_help(void) {
     char names[256] = "";
@@ -243,6 +258,19 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_double(v, &o->bias_base) || !(o->bias_base > 0.0 && o->bias_base < 1.0))
                 return fleet_flag_error("--bias-base must be in (0, 1):", v);
         }
+        else if (strcmp(a, "--audit-canaries") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_uint(v, 2, 1000000, &o->audit_canaries)) return fleet_flag_error("--audit-canaries must be in 2..1000000:", v);
+        }
+        else if (strcmp(a, "--audit-two-world") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_uint(v, 2, 100000, &o->audit_two_world)) return fleet_flag_error("--audit-two-world must be in 2..100000:", v);
+        }
+        else if (strcmp(a, "--audit-confidence") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_double(v, &o->audit_confidence) || !(o->audit_confidence > 0.5 && o->audit_confidence < 1.0))
+                return fleet_flag_error("--audit-confidence must be in (0.5, 1):", v);
+        }
         else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
         else if (strcmp(a, "--verify-each") == 0) o->verify_each = 1;
         else if (strcmp(a, "--release-encoding") == 0) {
@@ -358,6 +386,23 @@ int fleet_parse_args(int argc, char **argv, options *o) {
     }
     if (o->c.malicious > 0 && o->c.secure_agg)
         return fleet_flag_error("--malicious: not with --secure-agg (the aggregator cannot re-clip a masked sum: no bound to check)", NULL);
+    if (o->audit_canaries > 0 || o->audit_two_world > 0) { /* fleet_audit.c: the main job alone, as it is */
+        const char *what = o->audit_canaries > 0 ? "--audit-canaries" : "--audit-two-world";
+        if (o->audit_canaries > 0 && o->audit_two_world > 0)
+            return fleet_flag_error("give --audit-canaries or --audit-two-world, not both", NULL);
+        if (o->proto->audit == NULL) {
+            char names[160] = "";
+            size_t n = 0;
+            for (size_t i = 0; i < fleet_proto_count; i++)
+                if (fleet_protos[i]->audit != NULL)
+                    n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", fleet_protos[i]->name);
+            fprintf(stderr, "dprec-fleet: %s: protocol %s has no audit hooks (%s have)\n", what, o->proto->name, names);
+            return 2;
+        }
+        if (o->c.malicious > 0 || o->c.secure_agg || o->bias_base > 0)
+            return fleet_flag_error(what, "audits one job as the protocol runs it: not with --malicious, --secure-agg or --bias-base");
+        o->compare = ""; /* no comparison jobs: they would run without the canaries */
+    }
     o->total_epsilon = o->c.epsilon;
     o->total_delta = o->c.delta;
     if (o->bias_base > 0) {
@@ -381,7 +426,10 @@ int fleet_parse_args(int argc, char **argv, options *o) {
         while (o->base_epsilon + o->c.epsilon > o->total_epsilon) o->c.epsilon = nextafter(o->c.epsilon, 0.0);
         while (o->base_delta + o->c.delta > o->total_delta) o->c.delta = nextafter(o->c.delta, 0.0);
     }
-    return fleet_finish_proto(o->proto, &o->c);
+    int rc = fleet_finish_proto(o->proto, &o->c);
+    if (rc == 0 && (o->audit_canaries > 0 || o->audit_two_world > 0) && o->proto->audit->check != NULL)
+        rc = o->proto->audit->check(&o->c);
+    return rc;
 }
 
 /* ---- the data the flags name ----------------------------------------------------------------------------- */

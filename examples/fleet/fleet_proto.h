@@ -56,6 +56,55 @@ typedef struct fleet_worst_in {
     const dprec_release_info *info;
 } fleet_worst_in;
 
+/* ---- the empirical privacy audit (--audit-canaries; fleet_audit.c, docs/privacy.md "Empirical audit") ------------ */
+
+/* One canary as a protocol's audit hooks see it. */
+typedef struct fleet_canary {
+    uint32_t index; /* 0 .. N - 1 */
+    uint32_t item;  /* its own item, which no other user rates (fleet_audit_hooks.own_items), else UINT32_MAX */
+    int in;         /* the data set asked for: 1 the canary's ("in"), 0 the other one (the local model's replacement) */
+    /* the release: the one the round's reports are computed on (per_round data, report_score), or the job's last
+     * (release_score); NULL where the data does not depend on it */
+    const unsigned char *release;
+    size_t release_len;
+    const dprec_release_info *info;
+} fleet_canary;
+
+/* A protocol's part of the audit: what its canaries hold and what its adversary reads. The shared code draws the
+ * coins, adds the canaries to the fleet, runs the job and computes the bound; everything here is the protocol's. */
+typedef struct fleet_audit_hooks {
+    /* 1: the adversary reads each device's reports (the local model): a canary whose coin is "out" is still a device
+     * and reports, from its other data set (local DP holds for any two data sets of one device; whether a device
+     * reports is not protected, docs/privacy.md). 0: it reads the releases: a canary "out" is not in the run at all
+     * (add or remove one user, the central, joint and posterior-sampling guarantees) */
+    int local;
+    int own_items; /* 1: each canary gets an item of its own, appended to the catalogue */
+    int per_round; /* 1: its data depends on the round's release and is set again before each round */
+    /* After every flag: 0 if this run of the protocol can be audited, else an exit status with a message printed
+     * (NULL: always). */
+    int (*check)(const fleet_common *o);
+    /* The canary device's configuration, after the common one and the protocol's `device` (its capacity, its ridge). */
+    void (*config)(const fleet_common *o, const fleet_data *d, dprec_config *cfg);
+    /* Its ratings in the data set c->in (at most cap of them). 0, or -1 (it cannot be built: printed). */
+    int (*data)(const fleet_common *o, const fleet_data *d, const fleet_canary *c, dprec_rating *out, uint32_t cap,
+                uint32_t *n);
+    /* local: the score in favour of "in" of one report's payload, computed on c->release (added over the rounds) */
+    double (*report_score)(const fleet_common *o, const fleet_data *d, const fleet_canary *c, const unsigned char *payload,
+                           size_t len);
+    /* otherwise: the score in favour of "in" read off the job's last release (c->release) */
+    double (*release_score)(const fleet_common *o, const fleet_data *d, const fleet_canary *c);
+    const char *canary;    /* what a canary holds, in a few words (printed) */
+    const char *adversary; /* what its score reads (printed) */
+} fleet_audit_hooks;
+
+/* The central protocols' canary, for their hooks (fleet_audit.c): a device whose own ridge is so large that its u is 0
+ * (x = [0; 1]: every report spends its whole clip on the bias coordinate), rating its own item at the top of the
+ * scale; scored by that item's bias in the last release. */
+void fleet_audit_config_zero_u(const fleet_common *o, const fleet_data *d, dprec_config *cfg);
+int fleet_audit_data_own_item_top(const fleet_common *o, const fleet_data *d, const fleet_canary *c, dprec_rating *out,
+                                  uint32_t cap, uint32_t *n);
+double fleet_audit_score_own_bias(const fleet_common *o, const fleet_data *d, const fleet_canary *c);
+
 typedef struct fleet_proto {
     const char *name;
     const char *help; /* its flags, for --help (NULL: none) */
@@ -90,6 +139,8 @@ typedef struct fleet_proto {
      * NULL: the protocol refuses --malicious. 0, or -1 (cap too small, or an honest payload of another shape). */
     int (*worst_report)(const fleet_common *o, const fleet_data *d, const fleet_worst_in *in, unsigned char *out,
                         size_t cap, size_t *len);
+    /* --audit-canaries: the protocol's canaries and its adversary's score (NULL: the protocol refuses the audit) */
+    const fleet_audit_hooks *audit;
 } fleet_proto;
 
 /* --bias-base: 1 if protocol p takes it (its aggregator starts from a base job's item biases and its devices predict

@@ -129,6 +129,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         goto out;
     }
     f->scfg.job_id = f->job;
+    fleet_audit_job_begin(f);
     if (main_job && fleet_poison_job_begin(f, spec, err, sizeof err) != 0) {
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
@@ -176,6 +177,10 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         f->first_error[0] = '\0';
         f->round = r;
         fleet_poison_round_begin(f);
+        if (fleet_audit_round_begin(f, err, sizeof err) != 0) {
+            fprintf(stderr, "dprec-fleet: %s\n", err);
+            goto out;
+        }
         if (o->c.secure_agg) {
             /* secure aggregation: five passes over the devices, one step each (advertise, share, masked input,
              * consistency, unmask); a phase that did not close by itself (devices sat out or dropped) is closed as an
@@ -207,6 +212,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         } else {
             fleet_run_phase(f, 1, "syncing", ws, nthreads);
         }
+        fleet_audit_round_synced(f); /* --audit-canaries, local model: the canaries' reports of the round */
         unsigned long long reported = atomic_load(&f->reported), errors = atomic_load(&f->errors);
         res->failures += errors;
         if (errors > 0)
@@ -320,6 +326,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
     res->delta = g.delta;
     res->epsilon = g.model == DPREC_MODEL_NONE ? INFINITY : (isnan(res->epsilon) ? g.epsilon : res->epsilon);
     if (main_job) fleet_print_guarantee(o, &g, priv);
+    fleet_audit_job_end(f, &g, res);
     cJSON_Delete(j);
     j = NULL;
 

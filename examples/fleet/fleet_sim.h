@@ -65,6 +65,9 @@ typedef struct options {
      * main job's share) */
     double bias_base, base_epsilon, base_delta, total_epsilon, total_delta;
     uint64_t base_job; /* the finished base job the main job names as base_job (0: none) */
+    /* --audit-canaries N (0: no audit), --audit-confidence C, --audit-two-world T (fleet_audit.c) */
+    unsigned audit_canaries, audit_two_world;
+    double audit_confidence;
     fleet_conn_options conn;
 } options;
 
@@ -84,6 +87,7 @@ typedef struct device {
     double sse;       /* squared error over the test ratings of the last evaluation */
     double sae;       /* absolute error (the MAE: seed 004's metric compares it with the non-private model's) */
     int failed;       /* a permanent error: the device is out of the fleet */
+    int absent;       /* --audit-canaries: a canary whose coin kept it out of the run (no client) */
     unsigned char *token; /* --registration token: its enrollment token (fleet_enroll.c), malloc'd; else NULL */
     size_t token_len;
 } device;
@@ -110,6 +114,7 @@ typedef struct fleet {
     struct timespec phase_start;
     const char *phase_name;
     struct fleet_poison *poison; /* --malicious (fleet_poison.c), or NULL */
+    struct fleet_audit *audit;   /* --audit-canaries, --audit-two-world (fleet_audit.c), or NULL */
 } fleet;
 
 typedef struct worker {
@@ -118,6 +123,7 @@ typedef struct worker {
     dprec_transport t;
     const dprec_transport *relay; /* the job's protocol's relay transport for this worker (or NULL) */
     dprec_transport poison_t;     /* --malicious: t behind fleet_poison.c's report rewriting (request NULL: off) */
+    dprec_transport audit_t;      /* --audit-canaries, local model: t behind fleet_audit.c's report capture (NULL: off) */
 } worker;
 
 /* What a job gave: its RMSE after the last round, its guarantee (the aggregator's, checked against the devices'
@@ -202,6 +208,34 @@ int fleet_poison_round_end(fleet *f, unsigned r, char *err, size_t errcap);
 /* The closing lines (nothing without --malicious); 1 if a bound was exceeded or nothing could be checked, else 0. */
 int fleet_poison_print(const fleet *f);
 void fleet_poison_free(fleet *f);
+
+/* ---- fleet_audit.c: --audit-canaries N and --audit-two-world T, the empirical privacy audit ------------------ */
+
+/* After the data is loaded, split and its baselines printed: draws the canaries' coins and adds them to the data (their
+ * users, and their own items if the protocol's audit asks). Nothing without the flags. 0, or -1 (printed). */
+int fleet_audit_setup(fleet *f);
+/* Device u is a canary kept out of the run by its coin (central model): it gets no client. */
+int fleet_audit_absent(const fleet *f, uint32_t u);
+/* A canary device's configuration (the protocol's hook), and its ratings once its store is loaded (unless they are
+ * set before every round). DPREC_OK for any other device. */
+void fleet_audit_device_config(const fleet *f, uint32_t u, dprec_config *cfg);
+int fleet_audit_device_load(fleet *f, uint32_t u);
+/* After the devices' transports exist: puts each worker's behind the capture of the canaries' reports (local model). */
+int fleet_audit_start(fleet *f, worker *ws, unsigned nthreads);
+/* fleet_run_job's calls: the job's id is known; before a round's sync (the canaries' data of that round, from
+ * f->release); after it (the local model's scores of the round's reports); after the guarantee is read (the central
+ * scores from the last release, the guesses and the bound). 0, or -1 with a message in err. */
+void fleet_audit_job_begin(fleet *f);
+int fleet_audit_round_begin(fleet *f, char *err, size_t errcap);
+void fleet_audit_round_synced(fleet *f);
+void fleet_audit_job_end(fleet *f, const dprec_guarantee *g, const job_result *res);
+/* The audit's lines, its contract line last; 1 when the lower bound exceeds the claimed epsilon (a privacy defect) or
+ * the audit could not be made, else 0. */
+int fleet_audit_print(const fleet *f);
+/* --audit-two-world T: the job T times with the one canary and T times without, on fresh devices; prints its lines.
+ * 0, or -1 (printed); *exceeded gets 1 when its bound exceeds the claim. */
+int fleet_audit_two_world(fleet *f, worker *ws, unsigned nthreads, const char *token, int *exceeded);
+void fleet_audit_free(fleet *f);
 
 /* ---- fleet_compare.c: the comparisons and the verdict ---------------------------------------------------- */
 

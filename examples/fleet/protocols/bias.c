@@ -9,6 +9,7 @@
 #include "fleet_proto.h"
 
 extern const fleet_proto fleet_proto_dpals;
+extern const fleet_audit_hooks fleet_dpals_audit;
 
 static int bias_finish(fleet_common *o) {
     if (o->rank_set && o->rank != 1) return fleet_flag_error("bias is the model at d = 1: --rank must be 1 (or use dpals)", NULL);
@@ -50,5 +51,5 @@ const fleet_proto fleet_proto_bias = {
     "bias",
     "bias (the private bias model mu + b_j + c_i: dpals at d = 1; user-level joint DP; takes dpals's flags)\n",
     NULL, bias_arg, bias_finish, bias_spec, bias_device, NULL, bias_describe, NULL,
-    "the private bias model (dpals at d = 1), joint DP", bias_worst,
+    "the private bias model (dpals at d = 1), joint DP", bias_worst, &fleet_dpals_audit,
 };

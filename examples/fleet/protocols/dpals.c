@@ -168,6 +168,15 @@ static int dpals_worst(const fleet_common *o, const fleet_data *d, const fleet_w
     return 0;
 }
 
+/* --audit-canaries: a canary rates its own item at the top of the scale with u = 0 (w = 0, its own bias 0): one pair,
+ * reweighted by sqrt(k) to the report's whole norm, its target clamped to Gamma_r, all of it on that item's bias row;
+ * the adversary reads that item's bias in the last release. Also bias's (dpals at d = 1). */
+const fleet_audit_hooks fleet_dpals_audit = {
+    0, 1, 0, NULL, fleet_audit_config_zero_u, fleet_audit_data_own_item_top, NULL, fleet_audit_score_own_bias,
+    "a device with u = 0 rating its own item at the top of the scale (one pair, reweighted to the report's whole norm)",
+    "the canary item's bias in the last signed release",
+};
+
 static const char *const dpals_flags[] = {"--residual", "--reweight", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
                                           "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", "--gram-weight", NULL};
 
@@ -201,5 +210,5 @@ const fleet_proto fleet_proto_dpals = {
     "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
     "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
-    "private ALS (Chien et al. 2021), joint DP", dpals_worst,
+    "private ALS (Chien et al. 2021), joint DP", dpals_worst, &fleet_dpals_audit,
 };

@@ -218,6 +218,23 @@ static int dpmf_round_end(const fleet_common *o, fleet_conn *agg, const char *to
     return 0;
 }
 
+/* --audit-canaries (mode trusted: in the relay modes a round closes only with its whole cohort, which a canary left out
+ * of the run would never complete): a canary rates its own item at the top of the scale with u = 0, so x = [0; 1] and
+ * the loss's bounded derivative all on that item's bias; the adversary reads that bias in the last release. */
+static int dpmf_audit_check(const fleet_common *o) {
+    (void)o;
+    if (dm.mode != DPREC_DPMF_TRUSTED)
+        return fleet_flag_error("--audit-canaries: dpmf's audit is in mode trusted (a relay round needs its whole cohort)", NULL);
+    return 0;
+}
+
+static const fleet_audit_hooks dpmf_audit = {
+    0, 1, 0, dpmf_audit_check, fleet_audit_config_zero_u, fleet_audit_data_own_item_top, NULL, fleet_audit_score_own_bias,
+    "a device with u = 0 rating its own item at the top of the scale (the Huber loss's whole derivative on that item's "
+    "bias)",
+    "the canary item's bias in the last signed release",
+};
+
 static const char *const dpmf_flags[] = {"--dpmf-mode", "--max-items", "--noise-shares", "--u-clip", "--huber",
                                          "--item-lambda", "--lr", "--init-scale", NULL};
 
@@ -241,6 +258,7 @@ const fleet_proto fleet_proto_dpmf = {
     dpmf_flags, dpmf_arg, dpmf_finish, dpmf_spec, dpmf_device, NULL, dpmf_describe, "bias",
     "objective perturbation (Hua et al. 2015)",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning": no bound in the relay modes) */
+    &dpmf_audit,
 };
 
 const fleet_job_hooks fleet_dpmf_hooks = {dpmf_job_begin, dpmf_job_created, dpmf_worker_relay, dpmf_round_end,

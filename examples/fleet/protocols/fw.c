@@ -1,6 +1,7 @@
 /* dprec-fleet: `private-fw` (seed 002, Private Frank-Wolfe, joint DP; docs/privacy.md "private-fw"). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fleet_proto.h"
@@ -91,6 +92,83 @@ static void fw_describe(const fleet_common *o, const fleet_data *d) {
            fw.variant, o->items_top, fw.xi, o->rounds, fw.L);
 }
 
+/* --audit-canaries: the release is the top directions of the noisy covariance of the subset's residual rows, so a
+ * canary's rank-one term A_i'A_i tilts them towards its own row. A canary rates xi items of the public subset (all of
+ * them in its sample), half at the top of the scale and half at the bottom (a +-1 pattern p, centred on its own mean);
+ * the adversary reads how far the released directions lean towards p: sum_t (p . V_t)^2 / xi. The subset and the
+ * pattern come from --seed and the canary's index. */
+static uint64_t fw_hash(uint64_t seed, uint32_t k, uint32_t j) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k << 32 | j) ^ 0x6677ull;
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27, x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The canary's xi items (sorted by a hash of the canary) and their signs; *n gets how many (at most xi). malloc'd. */
+static uint32_t *fw_canary_items(const fleet_common *o, const fleet_data *d, uint32_t k, uint32_t *n) {
+    uint32_t *it = malloc(sizeof *it * (d->num_items > 0 ? d->num_items : 1)), c = 0;
+    if (it == NULL || o->item_subset == NULL) {
+        free(it);
+        return NULL;
+    }
+    for (uint32_t j = 0; j < d->num_items && o->item_subset[2 * (j / 8)] != '\0'; j++) {
+        char hex[3] = {o->item_subset[2 * (j / 8)], o->item_subset[2 * (j / 8) + 1], 0};
+        if ((strtoul(hex, NULL, 16) >> (j % 8)) & 1u) it[c++] = j;
+    }
+    for (uint32_t i = 0; i + 1 < c; i++) { /* a partial Fisher-Yates shuffle of the subset, by the canary's hash */
+        uint32_t r = i + (uint32_t)(fw_hash(o->seed, k, i) % (c - i)), t = it[i];
+        it[i] = it[r];
+        it[r] = t;
+        if (i + 1 >= fw.xi) break;
+    }
+    *n = c < fw.xi ? c : fw.xi;
+    return it;
+}
+
+static void fw_audit_config(const fleet_common *o, const fleet_data *d, dprec_config *cfg) {
+    (void)o, (void)d;
+    if (cfg->rating_capacity < fw.xi) cfg->rating_capacity = fw.xi;
+}
+
+static int fw_audit_data(const fleet_common *o, const fleet_data *d, const fleet_canary *c, dprec_rating *out,
+                         uint32_t cap, uint32_t *n) {
+    uint32_t cnt = 0, *it = fw_canary_items(o, d, c->index, &cnt);
+    if (it == NULL || cnt > cap) {
+        free(it);
+        return -1;
+    }
+    for (uint32_t i = 0; i < cnt; i++) out[i] = (dprec_rating){it[i], i % 2 == 0 ? d->rating_max : d->rating_min, 1};
+    *n = cnt;
+    free(it);
+    return 0;
+}
+
+static double fw_audit_score(const fleet_common *o, const fleet_data *d, const fleet_canary *c) {
+    uint32_t cnt = 0, *it = fw_canary_items(o, d, c->index, &cnt);
+    if (it == NULL || c->release == NULL || c->info->dim > DPREC_MAX_DIM) {
+        free(it);
+        return NAN;
+    }
+    double proj[DPREC_MAX_DIM] = {0}, s = 0.0;
+    float row[DPREC_MAX_DIM];
+    for (uint32_t i = 0; i < cnt; i++) {
+        if (dprec_release_row(c->release, c->info, it[i], row, NULL) != DPREC_OK) {
+            free(it);
+            return NAN;
+        }
+        for (uint32_t t = 0; t < c->info->dim; t++) proj[t] += (i % 2 == 0 ? 1.0 : -1.0) * (double)row[t];
+    }
+    for (uint32_t t = 0; t < c->info->dim; t++) s += proj[t] * proj[t];
+    free(it);
+    return cnt > 0 ? s / (double)cnt : 0.0;
+}
+
+static const fleet_audit_hooks fw_audit = {
+    0, 0, 0, NULL, fw_audit_config, fw_audit_data, NULL, fw_audit_score,
+    "a device rating xi items of the subset, half at the top of the scale and half at the bottom (a +-1 pattern)",
+    "how far the last release's directions lean towards the canary's pattern",
+};
+
 static const char *const fw_flags[] = {"--iterations", "--max-ratings", "--variant", "--fw-k", "--fw-L", "--fw-beta",
                                        "--oja-steps", NULL};
 
@@ -105,4 +183,5 @@ const fleet_proto fleet_proto_private_fw = {
     fw_flags, fw_arg, fw_finish, fw_spec, fw_device, fw_own_vector, fw_describe, "bias",
     "seed 002 private Frank-Wolfe, joint DP",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
+    &fw_audit,
 };

@@ -198,6 +198,21 @@ static int gauss_worst(const fleet_common *o, const fleet_data *d, const fleet_w
     return 0;
 }
 
+/* --audit-canaries: a canary rates its own item at the top of the scale with u = 0, so that its report is x = [0; 1]
+ * and a coefficient on that one item, clipped to C: the whole of a user's contribution on one bias; the adversary reads
+ * that item's bias in the last release. */
+static int gauss_audit_check(const fleet_common *o) {
+    (void)o;
+    if (strcmp(gp.unit, "user") != 0) return fleet_flag_error("--audit-canaries: gauss-gd's audit is at unit user", NULL);
+    return 0;
+}
+
+static const fleet_audit_hooks gauss_audit = {
+    0, 1, 0, gauss_audit_check, fleet_audit_config_zero_u, fleet_audit_data_own_item_top, NULL, fleet_audit_score_own_bias,
+    "a device with u = 0 rating its own item at the top of the scale (its clipped contribution C all on that item's bias)",
+    "the canary item's bias in the last signed release",
+};
+
 static const char *const gauss_flags[] = {"--unit", "--clip", "--sampling-rate", "--lr", "--u-update", "--u-lr",
                                           "--eps-i", "--delta-i", "--max-ratings", NULL};
 
@@ -220,5 +235,5 @@ const fleet_proto fleet_proto_gauss_gd = {
     "                           (default 1e-5), by the group bound over --max-ratings (u is fitted from all of a\n"
     "                           user's ratings); seed 001's eps_opt, far below it, is printed but does not hold\n",
     gauss_flags, gauss_arg, gauss_finish, gauss_spec, gauss_device, NULL, gauss_describe, "bias",
-    "seed 001 Gaussian gradient descent, central DP", gauss_worst,
+    "seed 001 Gaussian gradient descent, central DP", gauss_worst, &gauss_audit,
 };

@@ -74,6 +74,13 @@ static int plain_worst(const fleet_common *o, const fleet_data *d, const fleet_w
     return 0;
 }
 
+/* --audit-canaries: no privacy, so the audit's ceiling: a canary rates its own item at the top of the scale with u = 0;
+ * the exact bias step gives that item a bias only when the canary is in. */
+static const fleet_audit_hooks plain_audit = {
+    0, 1, 0, NULL, fleet_audit_config_zero_u, fleet_audit_data_own_item_top, NULL, fleet_audit_score_own_bias,
+    "a device with u = 0 rating its own item at the top of the scale", "the canary item's bias in the last release",
+};
+
 static const char *const plain_flags[] = {"--lambda-bias", NULL};
 
 const fleet_proto fleet_proto_plain = {
@@ -82,5 +89,5 @@ const fleet_proto fleet_proto_plain = {
     "  --lambda-bias L          ridge of the item biases (default: the aggregator's)\n",
     plain_flags,
     plain_arg, plain_finish, plain_spec, plain_device, NULL, NULL, NULL,
-    "ALS without privacy (the utility ceiling)", plain_worst,
+    "ALS without privacy (the utility ceiling)", plain_worst, &plain_audit,
 };

@@ -148,6 +148,14 @@ static void sgld_describe(const fleet_common *o, const fleet_data *d) {
            sg.tau, listed, o->epsilon, sg.kappa);
 }
 
+/* --audit-canaries: a canary uploads one rating, of its own item at the top of the scale (weighted tau, so that its
+ * bound is the whole B); the adversary reads that item's bias in the released sample. */
+static const fleet_audit_hooks sgld_audit = {
+    0, 1, 0, NULL, NULL, fleet_audit_data_own_item_top, NULL, fleet_audit_score_own_bias,
+    "a device uploading one rating, of its own item at the top of the scale (weight tau: the whole bound B)",
+    "the canary item's bias in the released sample",
+};
+
 static const char *const sgld_flags[] = {"--tau", "--kappa", "--max-weight", "--passes", "--prior-sd", "--bias-prior-sd", "--mu-prior-sd",
                                          "--step", "--personal-eps-file", NULL};
 
@@ -167,4 +175,5 @@ const fleet_proto fleet_proto_sgld = {
     sgld_flags, sgld_arg, sgld_finish, sgld_spec, sgld_device, NULL, sgld_describe, "bias",
     "one posterior sample (SGLD, seed 003), posterior-sampling heuristic",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
+    &sgld_audit,
 };
