@@ -3,14 +3,12 @@
  * as the aggregator writes it (tls-pin.txt, final newline included), error mapping (network, TLS, HTTP status), the
  * bearer, the sink and its stop, a release of several TLS records streamed, a kept connection the server closed
  * meanwhile (the server runs with --connection-timeout 1), a server that never answers. Then what only the mbedTLS
- * transport has: its set-up refusals, CAs in memory, IPv6 literals. The server binary comes from $DPREC_AGGREGATOR
- * (ctest sets it; cross builds to the native build's, scripts/test.sh); without it the server tests are skipped and
- * say so. */
+ * transport has: its set-up refusals, CAs in memory, IPv6 literals. ctest runs it inside tests/device_sync.py serve,
+ * which starts the server (the native one in cross builds, scripts/test.sh) and names its state directory in
+ * DPREC_TEST_STATE; without it the server tests are skipped and say so. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +17,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,10 +32,9 @@
 /* ---- the server ------------------------------------------------------------------------------------------ */
 
 typedef struct fixture {
-    pid_t pid;
+    int have_server;
     char dir[256];
-    char state[300];
-    char ca[340];
+    char ca[4200];
     char pin[128]; /* tls-pin.txt as it is, its newline kept */
     char admin_token[128];
     char device_url[64];
@@ -77,66 +73,37 @@ static long json_int(const char *json, const char *key) {
     return p != NULL ? strtol(p + strlen(pat), NULL, 10) : -1;
 }
 
+/* The server is started outside this process, by tests/device_sync.py serve, which names its state directory in
+ * DPREC_TEST_STATE: under qemu-user a fork and exec of the native server does not work. */
 static int start_server(void **state) {
     (void)state;
     memset(&fx, 0, sizeof fx);
-    fx.pid = -1;
     snprintf(fx.dir, sizeof fx.dir, "/tmp/dprec-https-test-XXXXXX");
     if (mkdtemp(fx.dir) == NULL) return -1;
     if (dprec_port_posix_init(&fx.port, &fx.posix, fx.dir) != DPREC_OK || dprec_net_posix_init(&fx.net, &fx.posix) != DPREC_OK)
         return -1;
-    const char *bin = getenv("DPREC_AGGREGATOR");
-    if (bin == NULL || *bin == '\0') {
-        printf("# the server tests are skipped: DPREC_AGGREGATOR (a native dprec-aggregator) is not set\n");
+    const char *st = getenv("DPREC_TEST_STATE");
+    if (st == NULL || *st == '\0') {
+        printf("# the server tests are skipped: no DPREC_TEST_STATE (tests/device_sync.py serve starts the server)\n");
         return 0;
     }
-    snprintf(fx.state, sizeof fx.state, "%s/state", fx.dir);
-    char log[300];
-    snprintf(log, sizeof log, "%s/server.log", fx.dir);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        if (freopen(log, "w", stderr) == NULL || freopen("/dev/null", "w", stdout) == NULL) _exit(127);
-        unsetenv("LD_LIBRARY_PATH"); /* under qemu-user: the target's libraries, not the native server's */
-        execl(bin, bin, "serve", "--state-dir", fx.state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-              "--threads", "2", "--connection-timeout", "1", (char *)NULL);
-        _exit(127);
-    }
-    fx.pid = pid;
-    char ports_path[340], ports[512];
-    snprintf(ports_path, sizeof ports_path, "%s/ports.json", fx.state);
-    for (int i = 0; i < 1200; i++) {
-        if (read_small(ports_path, ports, sizeof ports) == 0 && json_int(ports, "pid") == (long)pid) {
-            snprintf(fx.device_url, sizeof fx.device_url, "https://127.0.0.1:%ld", json_int(ports, "device"));
-            snprintf(fx.admin_url, sizeof fx.admin_url, "https://127.0.0.1:%ld", json_int(ports, "admin"));
-            snprintf(fx.ca, sizeof fx.ca, "%s/tls-cert.pem", fx.state);
-            char path[340];
-            snprintf(path, sizeof path, "%s/tls-pin.txt", fx.state);
-            if (read_small(path, fx.pin, sizeof fx.pin) != 0) return -1;
-            snprintf(path, sizeof path, "%s/admin-token", fx.state);
-            if (read_small(path, fx.admin_token, sizeof fx.admin_token) != 0) return -1;
-            fx.admin_token[strcspn(fx.admin_token, "\r\n")] = '\0';
-            return 0;
-        }
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            fprintf(stderr, "server exited early; see %s\n", log);
-            fx.pid = -1;
-            return -1;
-        }
-        sleep_ms(50);
-    }
-    return -1;
+    char path[4200], ports[512];
+    snprintf(path, sizeof path, "%s/ports.json", st);
+    if (read_small(path, ports, sizeof ports) != 0) return -1;
+    snprintf(fx.device_url, sizeof fx.device_url, "https://127.0.0.1:%ld", json_int(ports, "device"));
+    snprintf(fx.admin_url, sizeof fx.admin_url, "https://127.0.0.1:%ld", json_int(ports, "admin"));
+    snprintf(fx.ca, sizeof fx.ca, "%s/tls-cert.pem", st);
+    snprintf(path, sizeof path, "%s/tls-pin.txt", st);
+    if (read_small(path, fx.pin, sizeof fx.pin) != 0) return -1;
+    snprintf(path, sizeof path, "%s/admin-token", st);
+    if (read_small(path, fx.admin_token, sizeof fx.admin_token) != 0) return -1;
+    fx.admin_token[strcspn(fx.admin_token, "\r\n")] = '\0';
+    fx.have_server = 1;
+    return 0;
 }
 
 static int stop_server(void **state) {
     (void)state;
-    if (fx.pid > 0) {
-        kill(fx.pid, SIGTERM);
-        int status = 0;
-        waitpid(fx.pid, &status, 0);
-        fx.pid = -1;
-    }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx.dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -144,7 +111,7 @@ static int stop_server(void **state) {
 
 #define NEED_SERVER()                                                                                         \
     do {                                                                                                      \
-        if (fx.pid <= 0) skip();                                                                              \
+        if (!fx.have_server) skip();                                                                          \
     } while (0)
 
 /* ---- the transports behind one face ---------------------------------------------------------------------- */
@@ -443,7 +410,7 @@ static void test_transports_report_a_network_error_when_nothing_listens(void **s
     char url[64];
     snprintf(url, sizeof url, "https://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
     for (size_t i = 0; i < NKINDS; i++) {
-        opts o = {fx.pid > 0 ? fx.ca : NULL, NULL, 2000, 0};
+        opts o = {fx.have_server ? fx.ca : NULL, NULL, 2000, 0};
         collect c;
         dprec_http_response resp;
         int rc = one(&kinds[i], url, &o, "GET", "/healthz", NULL, NULL, &c, &resp);
