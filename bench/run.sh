@@ -25,14 +25,15 @@ echo "machine: $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinf
 echo
 "$build/dprec-bench-heap" "$(mktemp -d)"
 echo
-# Code size per target, refreshed in docs/benchmarks.md at every run (between its code-size markers): libdprec.a and
-# libdprec_port_posix.a alone (mbedTLS is the app's), Release (-O3) and MinSizeRel (-Os), for this machine and the
-# cross targets whose compilers are installed (scripts/setup.sh).
+# Code size per target, refreshed in docs/benchmarks.md at every run (between its code-size markers): libdprec.a,
+# libdprec_port_posix.a and the mbedTLS transport's libdprec_transport_mbedtls.a alone (mbedTLS is the app's; what its
+# TLS adds: bench/transport_size.sh), Release (-O3) and MinSizeRel (-Os), for this machine and the cross targets whose
+# compilers are installed (scripts/setup.sh).
 echo "## code size per target (size(1) totals of the static libraries, without mbedTLS)"
 table=$(mktemp)
 {
-  echo "| target | compiler | build | libdprec.a text | data + bss | libdprec_port_posix.a text |"
-  echo "|---|---|---|---|---|---|"
+  echo "| target | compiler | build | libdprec.a text | data + bss | libdprec_port_posix.a text | libdprec_transport_mbedtls.a text |"
+  echo "|---|---|---|---|---|---|---|"
   for target in native aarch64 armhf; do
     case $target in
       native)  tc=(); sz=size; cc=${CC:-cc}; arch=$(uname -m) ;;
@@ -46,12 +47,13 @@ table=$(mktemp)
       d="$build-size-$target-$type"
       cmake -S . -B "$d" "${tc[@]}" -DCMAKE_BUILD_TYPE=$type -DDPREC_BUILD_TESTS=OFF -DDPREC_BUILD_EXAMPLES=OFF \
             -DDPREC_BUILD_AGGREGATOR=OFF -DDPREC_BUILD_JNI=OFF > /dev/null
-      cmake --build "$d" -j2 --target dprec dprec_port_posix > /dev/null
+      cmake --build "$d" -j2 --target dprec dprec_port_posix dprec_transport_mbedtls > /dev/null
       read -r text data bss _ < <("$sz" -t "$d/libdprec.a" | tail -1)
       read -r ptext _ < <("$sz" -t "$d/libdprec_port_posix.a" | tail -1)
+      read -r ttext _ < <("$sz" -t "$d/platform/mbedtls/libdprec_transport_mbedtls.a" | tail -1)
       flag=$([ $type = Release ] && echo -O3 || echo -Os)
-      printf '| %s | %s | %s (%s) | %s | %s | %s |\n' "$arch" "$("$cc" -dumpfullversion 2>/dev/null || "$cc" -dumpversion)" \
-             "$type" "$flag" "$text" "$((data + bss))" "$ptext"
+      printf '| %s | %s | %s (%s) | %s | %s | %s | %s |\n' "$arch" "$("$cc" -dumpfullversion 2>/dev/null || "$cc" -dumpversion)" \
+             "$type" "$flag" "$text" "$((data + bss))" "$ptext" "$ttext"
     done
   done
 } > "$table"

@@ -1,12 +1,16 @@
-# Install rules: `cmake --install build --prefix DIR` puts the SDK where an app's build finds it (docs/sdk.md,
-# "Using the SDK"):
-#   include/dprec/*.h                      the public headers
-#   lib/libdprec.a, lib/libdprec_port_posix.a (and lib/libdprec_transport_curl.a where libcurl was found)
-#   lib/cmake/dprec/                       find_package(dprec CONFIG): dprec::dprec, dprec::port_posix
-#                                          (and dprec::transport_curl)
-#   lib/pkgconfig/dprec.pc, dprec-port-posix.pc
-#   bin/                                   dprec-aggregator, dprec-device, dprec-mkrelease, dprec-fleet, if built
-# tests/consumer/ is a project of its own that CI builds against such a tree, both ways (tests/consumer.cmake).
+# Install rules (docs/sdk.md, "Installing the SDK"), by component:
+#   sdk (the default; what a plain `cmake --install build --prefix DIR` installs):
+#     include/dprec/*.h                    the public headers (a transport's header only where it was built)
+#     lib/libdprec.a, lib/libdprec_port_posix.a, and each transport built: lib/libdprec_transport_mbedtls.a
+#                                          (every target), lib/libdprec_transport_curl.a (where libcurl was found)
+#     lib/cmake/dprec/                     find_package(dprec CONFIG): dprec::dprec, dprec::port_posix,
+#                                          dprec::transport_mbedtls, dprec::transport_curl
+#     lib/pkgconfig/                       dprec.pc, dprec-port-posix.pc, dprec-transport-mbedtls.pc,
+#                                          dprec-transport-curl.pc (each where its library was built)
+#     lib/libdprec_jni.so, share/java/dprec.jar   where a JDK was found (bindings/jvm)
+#   servers (only when asked for: --component servers): bin/dprec-aggregator, bin/dprec-relay, if built
+#   tools (only when asked for: --component tools): bin/dprec-device, dprec-mkrelease, dprec-enroll, dprec-fleet
+# tests/consumer/ is a project of its own that CI builds against an SDK-only install, both ways (tests/consumer.cmake).
 # A weakened test build (DPREC_AUDIT_WEAKEN, CMakeLists.txt) is never installed: its first install rule stops the step.
 if(DPREC_AUDIT_WEAKEN)
   install(CODE "message(FATAL_ERROR \"DPREC_AUDIT_WEAKEN: this build's privacy mechanisms are weakened for a test; it is never installed\")")
@@ -14,21 +18,39 @@ endif()
 include(CMakePackageConfigHelpers)
 set(DPREC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dprec)
 
-install(TARGETS dprec dprec_port_posix EXPORT dprecTargets
+install(TARGETS dprec dprec_port_posix EXPORT dprecTargets COMPONENT sdk
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/dprec DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
-install(EXPORT dprecTargets NAMESPACE dprec:: DESTINATION ${DPREC_INSTALL_CMAKEDIR})
+set(DPREC_HEADER_EXCLUDES "")
+foreach(transport mbedtls curl)
+  if(NOT TARGET dprec_transport_${transport})
+    list(APPEND DPREC_HEADER_EXCLUDES PATTERN "transport_${transport}.h" EXCLUDE)
+  endif()
+endforeach()
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/dprec DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT sdk
+        FILES_MATCHING PATTERN "*.h" ${DPREC_HEADER_EXCLUDES})
+install(EXPORT dprecTargets NAMESPACE dprec:: DESTINATION ${DPREC_INSTALL_CMAKEDIR} COMPONENT sdk)
+# Each transport in an export set of its own, which the package includes where it was installed.
+if(TARGET dprec_transport_mbedtls)
+  install(TARGETS dprec_transport_mbedtls EXPORT dprecMbedtlsTargets COMPONENT sdk ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT dprecMbedtlsTargets NAMESPACE dprec:: DESTINATION ${DPREC_INSTALL_CMAKEDIR} COMPONENT sdk)
+endif()
 if(TARGET dprec_transport_curl)
   set_target_properties(dprec_transport_curl PROPERTIES EXPORT_NAME transport_curl POSITION_INDEPENDENT_CODE ON)
-  install(TARGETS dprec_transport_curl EXPORT dprecCurlTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(EXPORT dprecCurlTargets NAMESPACE dprec:: DESTINATION ${DPREC_INSTALL_CMAKEDIR})
+  install(TARGETS dprec_transport_curl EXPORT dprecCurlTargets COMPONENT sdk ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT dprecCurlTargets NAMESPACE dprec:: DESTINATION ${DPREC_INSTALL_CMAKEDIR} COMPONENT sdk)
 endif()
-foreach(tool dprec-aggregator dprec-device dprec-mkrelease dprec-fleet)
+# The servers and the tools are not the SDK: installed only when their component is asked for.
+foreach(tool dprec-aggregator dprec-relay)
   if(TARGET ${tool})
-    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT servers EXCLUDE_FROM_ALL)
+  endif()
+endforeach()
+foreach(tool dprec-device dprec-mkrelease dprec-enroll dprec-fleet)
+  if(TARGET ${tool})
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools EXCLUDE_FROM_ALL)
   endif()
 endforeach()
 
@@ -45,10 +67,10 @@ endif()
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/dprecConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY ${DPREC_VERSION_COMPATIBILITY})
 install(FILES ${CMAKE_BINARY_DIR}/cmake/dprecConfig.cmake ${CMAKE_BINARY_DIR}/cmake/dprecConfigVersion.cmake
-        DESTINATION ${DPREC_INSTALL_CMAKEDIR})
+        DESTINATION ${DPREC_INSTALL_CMAKEDIR} COMPONENT sdk)
 
-# pkg-config: prefix relative to the .pc file, so that an installed tree can be moved. The library is static, so
-# its own dependencies are in Libs (a plain `pkg-config --libs` must link).
+# pkg-config: prefix relative to the .pc file, so that an installed tree can be moved. The libraries are static, so
+# their own dependencies are in Libs (a plain `pkg-config --libs` must link); a transport's .pc requires dprec's.
 set(DPREC_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 file(RELATIVE_PATH DPREC_PC_TO_PREFIX /root/${DPREC_PC_DIR} /root)
 string(REGEX REPLACE "/$" "" DPREC_PC_TO_PREFIX "${DPREC_PC_TO_PREFIX}")
@@ -61,7 +83,14 @@ set(DPREC_PC_MATH "")
 if(MATH_LIBRARY)
   set(DPREC_PC_MATH " -lm")
 endif()
-configure_file(${CMAKE_CURRENT_LIST_DIR}/dprec.pc.in ${CMAKE_BINARY_DIR}/pkgconfig/dprec.pc @ONLY)
-configure_file(${CMAKE_CURRENT_LIST_DIR}/dprec-port-posix.pc.in ${CMAKE_BINARY_DIR}/pkgconfig/dprec-port-posix.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/pkgconfig/dprec.pc ${CMAKE_BINARY_DIR}/pkgconfig/dprec-port-posix.pc
-        DESTINATION ${DPREC_PC_DIR})
+set(DPREC_PC_FILES dprec dprec-port-posix)
+if(TARGET dprec_transport_mbedtls)
+  list(APPEND DPREC_PC_FILES dprec-transport-mbedtls)
+endif()
+if(TARGET dprec_transport_curl)
+  list(APPEND DPREC_PC_FILES dprec-transport-curl)
+endif()
+foreach(pc ${DPREC_PC_FILES})
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/${pc}.pc.in ${CMAKE_BINARY_DIR}/pkgconfig/${pc}.pc @ONLY)
+  install(FILES ${CMAKE_BINARY_DIR}/pkgconfig/${pc}.pc DESTINATION ${DPREC_PC_DIR} COMPONENT sdk)
+endforeach()

@@ -9,7 +9,7 @@ case "${1:-}" in -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 secs=${1:-30}
 [[ "$secs" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a number (try --help)" >&2; exit 2; }
 dir=build-fuzz
-targets=(fuzz_release fuzz_store fuzz_json fuzz_sync fuzz_agg_report fuzz_agg_job)
+targets=(fuzz_release fuzz_store fuzz_json fuzz_sync fuzz_http1 fuzz_agg_report fuzz_agg_job)
 echo "== fuzz: configure ($dir, clang)"
 mkdir -p "$dir"
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPREC_FUZZ=ON \

@@ -24,6 +24,9 @@ native_pkgs=(build-essential cmake pkg-config ca-certificates python3 prometheus
 # The cross gcc packages bring their own libc sysroots; only the libraries we link come from multiarch.
 # Cross compilers plus their libc sysroots (only Recommends of gcc-*-linux-gnu*); the libraries we link
 # come from Debian multiarch (:arm64/:armhf), whose libc6 also gives qemu-user its dynamic loader.
+# The device's HTTPS transport on the targets is mbedTLS's own (platform/mbedtls), in libmbedtls-dev: libcurl's
+# :arm64/:armhf packages are not installed (they need every OpenSSL, Kerberos and SASL package in lockstep with the
+# native ones, which a security update out of step breaks; docs/sdk.md, "Transports").
 cross_pkgs=(gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf qemu-user libc6-dev-arm64-cross libc6-dev-armhf-cross
             libmbedtls-dev:arm64 libcmocka-dev:arm64
             libmbedtls-dev:armhf libcmocka-dev:armhf)

@@ -1,6 +1,11 @@
-# The SDK as an app developer consumes it: `cmake --install` of this build into a fresh prefix, then the project in
-# tests/consumer/ built against that prefix twice — with find_package(dprec CONFIG) and with pkg-config — and run.
-#   cmake -DBUILD=<dprec build dir> -DSRC=<tests/consumer> -DWORK=<scratch dir> -DCC=<C compiler> -P consumer.cmake
+# The SDK as an app developer consumes it: `cmake --install` of this build into a fresh prefix — the SDK alone, as a
+# plain install puts it (no servers, no tools) — then the project in tests/consumer/ built against that prefix with
+# find_package(dprec CONFIG) and with pkg-config, for each transport installed (mbedTLS's always, libcurl's where it
+# was built), and run: offline, and then syncing with the aggregator that tests/device_sync.py started (its address,
+# CA, pin file, job and release key in DPREC_TEST_*). Also checks that the servers and the tools install when their
+# component is asked for.
+#   cmake -DBUILD=<dprec build dir> -DSRC=<tests/consumer> -DWORK=<scratch dir> -DCC=<C compiler>
+#         [-DEXPECT_SERVERS=a,b] [-DEXPECT_TOOLS=c,d] -P consumer.cmake
 foreach(v BUILD SRC WORK CC)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "consumer.cmake: -D${v}=... is required")
@@ -17,44 +22,98 @@ function(run what)
   set(last_out "${out}" PARENT_SCOPE)
 endfunction()
 
+set(sync_args "")
+if(DEFINED ENV{DPREC_TEST_URL})
+  set(sync_args $ENV{DPREC_TEST_URL} $ENV{DPREC_TEST_CA} $ENV{DPREC_TEST_PIN_FILE} $ENV{DPREC_TEST_JOB}
+                $ENV{DPREC_TEST_RELEASE_KEY})
+  set(sync_expect " reported round 1")
+endif()
+
+# The SDK alone: a plain install.
 run("install" ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix})
-foreach(f include/dprec/dprec.h include/dprec/version.h)
+foreach(f include/dprec/dprec.h include/dprec/version.h include/dprec/transport_mbedtls.h)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "consumer: ${f} was not installed")
   endif()
 endforeach()
+if(EXISTS ${prefix}/bin)
+  file(GLOB extra ${prefix}/bin/*)
+  message(FATAL_ERROR "consumer: the SDK's install put programs in bin/: ${extra}")
+endif()
 file(GLOB_RECURSE pcs ${prefix}/*/dprec.pc)
 file(GLOB_RECURSE configs ${prefix}/*/dprecConfig.cmake)
 if(NOT pcs OR NOT configs)
   message(FATAL_ERROR "consumer: no dprec.pc or dprecConfig.cmake under ${prefix}")
 endif()
-
-# 1. CMake: find_package(dprec CONFIG), dprec::port_posix and dprec::dprec
-run("configure with find_package" ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/cmake-build -DCMAKE_PREFIX_PATH=${prefix}
-    -DCMAKE_C_COMPILER=${CC} -DCMAKE_BUILD_TYPE=Release)
-run("build with find_package" ${CMAKE_COMMAND} --build ${WORK}/cmake-build)
-run("the CMake-built consumer" ${WORK}/cmake-build/consumer ${WORK}/store-cmake)
-message(STATUS "find_package: ${last_out}")
-if(NOT last_out MATCHES "^consumer: ok ")
-  message(FATAL_ERROR "consumer: unexpected output ${last_out}")
-endif()
-
-# 2. pkg-config: the .pc files of the installed tree, found through PKG_CONFIG_PATH only
-find_program(PKG_CONFIG pkg-config REQUIRED)
 list(GET pcs 0 pc)
 get_filename_component(pcdir ${pc} DIRECTORY)
-set(ENV{PKG_CONFIG_PATH} ${pcdir})
-set(ENV{PKG_CONFIG_LIBDIR} ${pcdir})
-run("pkg-config --modversion" ${PKG_CONFIG} --modversion dprec-port-posix)
-string(STRIP "${last_out}" version)
-run("pkg-config --cflags" ${PKG_CONFIG} --cflags dprec-port-posix)
-separate_arguments(cflags UNIX_COMMAND "${last_out}")
-run("pkg-config --libs" ${PKG_CONFIG} --libs dprec-port-posix)
-separate_arguments(libs UNIX_COMMAND "${last_out}")
-run("compile with pkg-config" ${CC} -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror ${cflags}
-    ${SRC}/main.c -o ${WORK}/consumer-pc ${libs})
-run("the pkg-config-built consumer" ${WORK}/consumer-pc ${WORK}/store-pc)
-message(STATUS "pkg-config (${version}): ${last_out}")
-if(NOT last_out MATCHES "^consumer: ok ${version} ")
-  message(FATAL_ERROR "consumer: pkg-config says ${version}; the consumer printed ${last_out}")
+get_filename_component(libdir ${pcdir} DIRECTORY)
+set(transports mbedtls)
+if(EXISTS ${pcdir}/dprec-transport-curl.pc)
+  list(APPEND transports curl)
 endif()
+foreach(t ${transports})
+  string(REPLACE "_" "-" tpc ${t})
+  if(NOT EXISTS ${libdir}/libdprec_transport_${t}.a OR NOT EXISTS ${pcdir}/dprec-transport-${tpc}.pc)
+    message(FATAL_ERROR "consumer: the ${t} transport's library or .pc file was not installed")
+  endif()
+endforeach()
+
+# The servers and the tools: only when asked for.
+foreach(component servers tools)
+  run("install --component ${component}" ${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/${component}
+      --component ${component})
+endforeach()
+foreach(component servers tools)
+  string(TOUPPER ${component} upper)
+  string(REPLACE "," ";" expected "${EXPECT_${upper}}") # the programs this build has (tests/CMakeLists.txt)
+  foreach(program ${expected})
+    if(NOT EXISTS ${WORK}/${component}/bin/${program})
+      message(FATAL_ERROR "consumer: --component ${component} did not install ${program}")
+    endif()
+  endforeach()
+  if(EXISTS ${WORK}/${component}/include OR EXISTS ${WORK}/${component}/lib)
+    message(FATAL_ERROR "consumer: --component ${component} installed the SDK too")
+  endif()
+endforeach()
+
+find_program(PKG_CONFIG pkg-config REQUIRED)
+foreach(t ${transports})
+  # 1. CMake: find_package(dprec CONFIG COMPONENTS port_posix transport_<t>)
+  run("configure with find_package (${t})" ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/cmake-build-${t}
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${CC} -DCMAKE_BUILD_TYPE=Release -DCONSUMER_TRANSPORT=${t})
+  run("build with find_package (${t})" ${CMAKE_COMMAND} --build ${WORK}/cmake-build-${t})
+  run("the CMake-built consumer (${t})" ${WORK}/cmake-build-${t}/consumer ${WORK}/store-cmake-${t} ${sync_args})
+  message(STATUS "find_package, ${t}: ${last_out}")
+  if(NOT last_out MATCHES "^consumer: ok [0-9.]+ [0-9]+${sync_expect}\n")
+    message(FATAL_ERROR "consumer: unexpected output ${last_out}")
+  endif()
+
+  # 2. pkg-config: the .pc files of the installed tree, found through PKG_CONFIG_PATH; the transport's requires
+  #    dprec's (and libcurl's its own .pc, from the system: PKG_CONFIG_LIBDIR is left alone for it)
+  string(REPLACE "_" "-" tpc ${t})
+  set(ENV{PKG_CONFIG_PATH} ${pcdir})
+  if(t STREQUAL "curl")
+    unset(ENV{PKG_CONFIG_LIBDIR})
+  else()
+    set(ENV{PKG_CONFIG_LIBDIR} ${pcdir})
+  endif()
+  set(mods dprec-transport-${tpc} dprec-port-posix)
+  run("pkg-config --modversion" ${PKG_CONFIG} --modversion dprec-transport-${tpc})
+  string(STRIP "${last_out}" version)
+  run("pkg-config --cflags" ${PKG_CONFIG} --cflags ${mods})
+  separate_arguments(cflags UNIX_COMMAND "${last_out}")
+  run("pkg-config --libs" ${PKG_CONFIG} --libs ${mods})
+  separate_arguments(libs UNIX_COMMAND "${last_out}")
+  set(defs "")
+  if(t STREQUAL "curl")
+    set(defs -DCONSUMER_CURL=1)
+  endif()
+  run("compile with pkg-config (${t})" ${CC} -std=c11 -D_POSIX_C_SOURCE=200809L ${defs} -Wall -Wextra -Werror ${cflags}
+      ${SRC}/main.c -o ${WORK}/consumer-pc-${t} ${libs})
+  run("the pkg-config-built consumer (${t})" ${WORK}/consumer-pc-${t} ${WORK}/store-pc-${t} ${sync_args})
+  message(STATUS "pkg-config (${version}), ${t}: ${last_out}")
+  if(NOT last_out MATCHES "^consumer: ok ${version} [0-9]+${sync_expect}\n")
+    message(FATAL_ERROR "consumer: pkg-config says ${version}; the consumer printed ${last_out}")
+  endif()
+endforeach()

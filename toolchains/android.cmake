@@ -3,7 +3,8 @@
 #   cmake -S . -B build-android -DCMAKE_TOOLCHAIN_FILE=toolchains/android.cmake \
 #         -DANDROID_NDK=/path/to/ndk -DANDROID_ABI=arm64-v8a   (or armeabi-v7a) \
 #         -DDPREC_BUILD_TESTS=OFF -DDPREC_BUILD_EXAMPLES=OFF \
-#         -DMBEDTLS_INCLUDE_DIR=/path/to/mbedtls/include -DMBEDCRYPTO_LIBRARY=/path/to/android/libmbedcrypto.a
+#         -DMBEDTLS_INCLUDE_DIR=/path/to/mbedtls/include -DMBEDCRYPTO_LIBRARY=/path/to/android/libmbedcrypto.a \
+#         -DMBEDTLS_LIBRARY=/path/to/android/libmbedtls.a -DMBEDX509_LIBRARY=/path/to/android/libmbedx509.a
 # mbedTLS must be cross-built for the same ABI (its CMake project builds with this same NDK toolchain).
 if(NOT ANDROID_NDK)
   if(DEFINED ENV{ANDROID_NDK_HOME})

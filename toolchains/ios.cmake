@@ -2,7 +2,8 @@
 #   cmake -S . -B build-ios -G Xcode -DCMAKE_TOOLCHAIN_FILE=toolchains/ios.cmake \
 #         -DDPREC_IOS_PLATFORM=iphoneos   (or iphonesimulator) \
 #         -DDPREC_BUILD_TESTS=OFF -DDPREC_BUILD_EXAMPLES=OFF \
-#         -DMBEDTLS_INCLUDE_DIR=... -DMBEDCRYPTO_LIBRARY=.../libmbedcrypto.a
+#         -DMBEDTLS_INCLUDE_DIR=... -DMBEDCRYPTO_LIBRARY=.../libmbedcrypto.a \
+#         -DMBEDTLS_LIBRARY=.../libmbedtls.a -DMBEDX509_LIBRARY=.../libmbedx509.a   (the mbedTLS transport)
 # Builds the static SDK (libdprec.a) and the POSIX port, which works unchanged on iOS (files in the app's
 # sandbox directory, getentropy-free: /dev/urandom is available to apps).
 set(CMAKE_SYSTEM_NAME iOS)

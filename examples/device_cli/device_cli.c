@@ -1,7 +1,9 @@
 /* dprec-device — a small command-line app on the dprec SDK: keeps one user's ratings in a directory and
  * recommends from a release file. The release is verified once (its SHA-256 digest and the aggregator's ECDSA
  * signature, against the public key given with --key) and the store remembers it as its trusted release; the
- * file is memory-mapped, so a recommendation reads each row once and a prediction three places of it. */
+ * file is memory-mapped, so a recommendation reads each row once and a prediction three places of it. `sync`
+ * takes part in training: one step of dprec_client_sync against an aggregator over HTTPS, through the mbedTLS
+ * transport (dprec/transport_mbedtls.h) on the POSIX port's sockets. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,6 +18,9 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
+#ifdef DPREC_DEVICE_SYNC
+#include "dprec/transport_mbedtls.h"
+#endif
 
 static const char *usage_text =
     "usage: dprec-device [--dir DIR] [--key-file FILE] COMMAND [ARGS]\n"
@@ -36,6 +41,17 @@ static const char *usage_text =
     "                          fit the user vector on the release and print the K best unrated items\n"
     "  predict ITEM --release FILE [--key PUB | --insecure-unsigned] [--lambda L]\n"
     "                          print the predicted rating of one item\n"
+    "  sync --url URL --job J --key PUB [--ca-file PEM] [--pin PIN | --pin-file FILE] [--dim D]\n"
+    "       [--budget EPSILON DELTA] [--allow-non-private] [--report-bytes N] [--enrollment-token FILE]\n"
+    "                          one step of training with the aggregator at URL (https://host:port): register\n"
+    "                          the first time, re-send a pending report, fetch job J (of latent dimension D,\n"
+    "                          default 1: the private bias model) and its release, verify the release under\n"
+    "                          PUB, and report if the round's privacy cost fits the user's budget (EPSILON,\n"
+    "                          DELTA at user level, over all jobs; default 0 0: no private report). Prints the\n"
+    "                          outcome, the job's ledger line and when to sync again. The server must hold a\n"
+    "                          certificate from the CA in PEM (the aggregator's STATE/tls-cert.pem for its\n"
+    "                          self-signed one; default: the system's CAs) and, with --pin, the key pinned\n"
+    "                          (sha256//<base64>, as STATE/tls-pin.txt holds it; --pin-file reads that file)\n"
     "\n"
     "releases: a release is used only once verified. With --key, recommend and predict verify it first (as\n"
     "verify does); without it they use the release only if it is the store's trusted release, verified by an\n"
@@ -54,7 +70,8 @@ static const char *usage_text =
     "\n"
     "Only one command uses a store at a time: a second one waits up to 5 seconds for it, then gives up.\n"
     "\n"
-    "exit status: 0 success, 1 error (the message says which), 2 usage error\n";
+    "exit status: 0 success, 1 error (the message says which), 2 usage error, 3 sync: try again later (the\n"
+    "message says when and why)\n";
 
 typedef struct settings {
     const char *dir;
@@ -155,8 +172,10 @@ typedef struct app {
     dprec_client *client;
 } app;
 
-/* Opens the client for a catalogue; dim and max_k are only needed for recommendations. */
-static int app_open(app *a, const settings *st, const catalogue *cat, uint32_t dim, uint32_t max_k) {
+/* Opens the client for a catalogue; dim and max_k are only needed for recommendations, and the privacy caps and
+ * report size in *extra (NULL: the defaults) only for sync. */
+static int app_open_ex(app *a, const settings *st, const catalogue *cat, uint32_t dim, uint32_t max_k,
+                       const dprec_config *extra) {
     memset(a, 0, sizeof *a);
     int rc = dprec_port_posix_init(&a->port, &a->posix, st->dir);
     if (rc != DPREC_OK) {
@@ -165,6 +184,7 @@ static int app_open(app *a, const settings *st, const catalogue *cat, uint32_t d
     }
     dprec_config cfg;
     dprec_config_default(&cfg);
+    if (extra != NULL) cfg = *extra;
     cfg.num_items = (uint32_t)cat->items;
     cfg.rating_capacity = (uint32_t)cat->capacity;
     cfg.rating_min = cat->min;
@@ -210,6 +230,10 @@ static int app_open(app *a, const settings *st, const catalogue *cat, uint32_t d
         return report("load store", rc);
     }
     return 0;
+}
+
+static int app_open(app *a, const settings *st, const catalogue *cat, uint32_t dim, uint32_t max_k) {
+    return app_open_ex(a, st, cat, dim, max_k, NULL);
 }
 
 static void app_close(app *a) {
@@ -454,6 +478,184 @@ static int cmd_release(settings *st, int argc, char **argv, const char *cmd) {
     return status;
 }
 
+#ifdef DPREC_DEVICE_SYNC
+/* A small file (a pin, an enrollment token) read whole; trailing whitespace kept (the caller trims what it must). */
+static int read_small_file(const char *path, char *buf, size_t cap, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "dprec-device: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    size_t n = fread(buf, 1, cap - 1, f);
+    int more = fgetc(f) != EOF;
+    fclose(f);
+    if (more) {
+        fprintf(stderr, "dprec-device: %s is larger than %zu bytes\n", path, cap - 1);
+        return 1;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return 0;
+}
+
+static const char *outcome_name(dprec_sync_outcome o) {
+    switch (o) {
+    case DPREC_SYNC_REPORTED: return "reported";
+    case DPREC_SYNC_NOTHING_TO_DO: return "nothing to do";
+    case DPREC_SYNC_RETRY_LATER: return "retry later";
+    case DPREC_SYNC_IN_PROGRESS: return "in progress";
+    }
+    return "?";
+}
+
+static void print_ledger(const app *a, unsigned long long job) {
+    dprec_ledger_entry e;
+    if (dprec_ledger_job(a->client, job, &e) != DPREC_OK) {
+        printf("ledger job %llu: nothing charged\n", job);
+        return;
+    }
+    char eps[32], delta[32], ueps[32], udelta[32];
+    if (dprec_format_up(e.epsilon, eps, sizeof eps) != DPREC_OK) strcpy(eps, "?");
+    if (dprec_format_up(e.delta, delta, sizeof delta) != DPREC_OK) strcpy(delta, "?");
+    if (dprec_format_up(e.user_epsilon, ueps, sizeof ueps) != DPREC_OK) strcpy(ueps, "?");
+    if (dprec_format_up(e.user_delta, udelta, sizeof udelta) != DPREC_OK) strcpy(udelta, "?");
+    printf("ledger job %llu: %u report(s), %u round(s) charged: epsilon = %s, delta = %s at %s level (%s); at user "
+           "level epsilon = %s, delta = %s\n",
+           job, e.reports, e.rounds, eps, delta, dprec_unit_name(e.unit), dprec_model_name(e.model), ueps, udelta);
+}
+
+static int cmd_sync(const settings *st, int argc, char **argv) {
+    const char *url = NULL, *ca_file = NULL, *pin = NULL, *pin_file = NULL, *token_file = NULL;
+    unsigned long job = 0, dim = 1, report_bytes = 65536;
+    double budget_eps = 0, budget_delta = 0;
+    int have_job = 0, allow_non_private = 0;
+    settings opts = *st;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (strcmp(a, "--url") == 0 && has) {
+            url = argv[++i];
+        } else if (strcmp(a, "--job") == 0 && has) {
+            if (parse_ulong(argv[++i], UINT32_MAX, &job) != 0) return die_usage("--job takes a job id");
+            have_job = 1;
+        } else if (strcmp(a, "--key") == 0 && has) {
+            opts.release_key = argv[++i];
+        } else if (strcmp(a, "--ca-file") == 0 && has) {
+            ca_file = argv[++i];
+        } else if (strcmp(a, "--pin") == 0 && has) {
+            pin = argv[++i];
+        } else if (strcmp(a, "--pin-file") == 0 && has) {
+            pin_file = argv[++i];
+        } else if (strcmp(a, "--dim") == 0 && has) {
+            if (parse_ulong(argv[++i], 256, &dim) != 0 || dim == 0) return die_usage("--dim takes 1..256");
+        } else if (strcmp(a, "--report-bytes") == 0 && has) {
+            if (parse_ulong(argv[++i], 16u << 20, &report_bytes) != 0 || report_bytes < 16)
+                return die_usage("--report-bytes takes 16..16777216");
+        } else if (strcmp(a, "--budget") == 0 && i + 2 < argc) {
+            char *end1, *end2;
+            budget_eps = strtod(argv[i + 1], &end1);
+            budget_delta = strtod(argv[i + 2], &end2);
+            if (*end1 != '\0' || *end2 != '\0' || !(budget_eps >= 0) || !(budget_delta >= 0) || !(budget_delta < 1))
+                return die_usage("--budget takes EPSILON >= 0 and 0 <= DELTA < 1");
+            i += 2;
+        } else if (strcmp(a, "--allow-non-private") == 0) {
+            allow_non_private = 1;
+        } else if (strcmp(a, "--enrollment-token") == 0 && has) {
+            token_file = argv[++i];
+        } else {
+            return die_usage("usage: sync --url URL --job J --key PUB [--ca-file PEM] [--pin PIN | --pin-file FILE] "
+                             "[--dim D] [--budget EPSILON DELTA] [--allow-non-private] [--report-bytes N] "
+                             "[--enrollment-token FILE]");
+        }
+    }
+    if (url == NULL || !have_job || opts.release_key == NULL) return die_usage("sync needs --url, --job and --key");
+    if (pin != NULL && pin_file != NULL) return die_usage("--pin or --pin-file, not both");
+    char pin_buf[1024];
+    size_t n = 0;
+    if (pin_file != NULL) {
+        if (read_small_file(pin_file, pin_buf, sizeof pin_buf, &n) != 0) return 1;
+        pin = pin_buf; /* the transport ignores the whitespace around a pin: tls-pin.txt ends with a newline */
+    }
+    static unsigned char token[4096];
+    size_t token_len = 0;
+    if (token_file != NULL) {
+        if (read_small_file(token_file, (char *)token, sizeof token, &token_len) != 0) return 1;
+        while (token_len > 0 && (token[token_len - 1] == '\n' || token[token_len - 1] == '\r')) token_len--;
+    }
+    unsigned char key_der[512];
+    size_t key_len = 0;
+    if (load_release_key(opts.release_key, key_der, sizeof key_der, &key_len) != 0) return 1;
+
+    catalogue cat;
+    if (read_catalogue(st, &cat) != 0) return 1;
+    app a;
+    /* the SDK reads the caps and sizes from the configuration: open the client with them */
+    dprec_config extra;
+    dprec_config_default(&extra);
+    extra.cap_user_epsilon = extra.cap_rating_epsilon = budget_eps;
+    extra.cap_user_delta = extra.cap_rating_delta = budget_delta;
+    extra.allow_non_private = allow_non_private;
+    extra.max_report_bytes = (uint32_t)report_bytes;
+    if (app_open_ex(&a, &opts, &cat, (uint32_t)dim, 1, &extra) != 0) return 1;
+
+    dprec_net net;
+    dprec_transport t;
+    dprec_transport_mbedtls tls;
+    dprec_mbedtls_options topt;
+    memset(&tls, 0, sizeof tls);
+    DPREC_STRUCT_INIT(&topt);
+    topt.ca_file = ca_file;
+    topt.pinned_public_key = pin;
+    int rc = dprec_net_posix_init(&net, &a.posix);
+    if (rc == DPREC_OK) rc = dprec_transport_mbedtls_init(&t, &tls, url, &a.port, &net, &topt);
+    if (rc != DPREC_OK) {
+        fprintf(stderr, "dprec-device: HTTPS transport to %s: %s (%s)%s%s\n", url, dprec_strerror(rc),
+                dprec_status_name(rc), tls.errbuf[0] ? ": " : "", dprec_transport_mbedtls_last_error(&tls));
+        app_close(&a);
+        return 1;
+    }
+    dprec_sync_config sc;
+    DPREC_STRUCT_INIT(&sc);
+    sc.job_id = job;
+    sc.release_key = key_der;
+    sc.release_key_len = key_len;
+    if (token_len > 0) {
+        sc.enrollment_token = token;
+        sc.enrollment_token_len = token_len;
+    }
+    dprec_sync_result res;
+    memset(&res, 0, sizeof res);
+    rc = dprec_client_sync(a.client, &t, &sc, &res);
+    int status = 0;
+    if (rc != DPREC_OK) {
+        fprintf(stderr, "dprec-device: sync job %lu: %s (%s)", job, dprec_strerror(rc), dprec_status_name(rc));
+        if (dprec_transport_mbedtls_last_error(&tls)[0] != '\0')
+            fprintf(stderr, "; transport: %s", dprec_transport_mbedtls_last_error(&tls));
+        fputc('\n', stderr);
+        status = 1;
+    } else {
+        printf("sync job %lu: %s (round %llu, release v%llu%s)\n", job, outcome_name(res.outcome),
+               (unsigned long long)res.round, (unsigned long long)res.release_version,
+               res.job_done ? ", job done" : "");
+        if (res.outcome == DPREC_SYNC_REPORTED)
+            printf("release v%llu of job %lu verified (digest and ECDSA P-256 signature under %s); report "
+                   "acknowledged\n", (unsigned long long)res.release_version, job, opts.release_key);
+        print_ledger(&a, job);
+        if (res.outcome == DPREC_SYNC_RETRY_LATER) {
+            fprintf(stderr, "dprec-device: sync job %lu: try again in %.1f s (%s%s%s)\n", job,
+                    res.retry_after_ms / 1000.0, dprec_status_name(res.last_error),
+                    dprec_transport_mbedtls_last_error(&tls)[0] ? ": " : "", dprec_transport_mbedtls_last_error(&tls));
+            status = 3;
+        } else {
+            printf("next sync in %.1f s\n", res.retry_after_ms / 1000.0);
+        }
+    }
+    dprec_transport_mbedtls_cleanup(&tls);
+    app_close(&a);
+    return status;
+}
+#endif
+
 int main(int argc, char **argv) {
     settings st = {"./dprec-device", NULL, NULL, NULL, 0, 0.1f, 0};
     int i = 1;
@@ -484,5 +686,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "list") == 0) return cmd_list(&st, rest);
     if (strcmp(cmd, "verify") == 0 || strcmp(cmd, "recommend") == 0 || strcmp(cmd, "predict") == 0)
         return cmd_release(&st, rest, args, cmd);
+#ifdef DPREC_DEVICE_SYNC
+    if (strcmp(cmd, "sync") == 0) return cmd_sync(&st, rest, args);
+#else
+    if (strcmp(cmd, "sync") == 0) return die_usage("this dprec-device was built without a transport (no sync)");
+#endif
     return die_usage("unknown command");
 }

@@ -80,6 +80,25 @@ typedef struct dprec_port {
     void (*unlock)(void *ctx, void *handle);
 } dprec_port;
 
+/* The sockets a transport runs over: TCP connections, blocking with a timeout on each call. Only the mbedTLS
+ * transport uses them (dprec/transport_mbedtls.h: TLS and HTTP in the app's process, over these); the SDK itself
+ * never does. POSIX: dprec_net_posix_init (dprec/port_posix.h); an RTOS port fills them over its own stack (lwIP's
+ * sockets or netconn; platform/template/port_template.c). Every function returns a dprec_status: DPREC_OK or
+ * DPREC_ERR_NETWORK (no route, refused, reset, timed out); the native cause may be kept for last_cause. */
+typedef struct dprec_net {
+    uint32_t struct_size; /* sizeof(dprec_net) as the app was compiled (DPREC_STRUCT_INIT) */
+    void *ctx;            /* passed back to every function; owned by the app */
+    /* Connects to host (a name or a numeric IPv4/IPv6 address, without brackets) on port within timeout_ms, and
+     * returns the connection's handle (never NULL) in *sock. */
+    int (*connect)(void *ctx, const char *host, uint16_t port, uint32_t timeout_ms, void **sock);
+    /* Sends between 1 and len bytes of buf, waiting at most timeout_ms for room; *sent says how many. */
+    int (*send)(void *ctx, void *sock, const unsigned char *buf, size_t len, uint32_t timeout_ms, size_t *sent);
+    /* Receives between 1 and len bytes into buf, waiting at most timeout_ms for the first; *got says how many, and
+     * 0 when the peer closed the connection. */
+    int (*recv)(void *ctx, void *sock, unsigned char *buf, size_t len, uint32_t timeout_ms, size_t *got);
+    void (*close)(void *ctx, void *sock); /* NULL sock: nothing */
+} dprec_net;
+
 DPREC_END_DECLS
 
 #endif /* DPREC_PLATFORM_H */

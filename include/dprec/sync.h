@@ -2,8 +2,9 @@
  * build and store a report, send it, and mark it done. No threads and no sleeping: a sync call does at most
  * one round's worth of work and tells the app when to call again.
  *
- * The transport is a port: the app supplies one function that performs an HTTPS request. dprec ships a libcurl
- * transport (platform/curl, dprec/transport_curl.h) with certificate or public-key pinning; tests and large
+ * The transport is a port: the app supplies one function that performs an HTTPS request. dprec ships two, both
+ * with certificate and public-key pinning: mbedTLS's own TLS over the port's sockets, on every target
+ * (platform/mbedtls, dprec/transport_mbedtls.h), and libcurl's (platform/curl, dprec/transport_curl.h); tests and large
  * simulated fleets use an in-process transport that calls the aggregator's handler directly. */
 #ifndef DPREC_SYNC_H
 #define DPREC_SYNC_H

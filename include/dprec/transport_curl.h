@@ -21,8 +21,9 @@ typedef struct dprec_curl_options {
      * STATE/tls-cert.pem. NULL: the system CA store. */
     const char *ca_file;
     /* Pinned server public key, as libcurl's CURLOPT_PINNEDPUBLICKEY takes it: "sha256//<base64>" (several
-     * joined with ';'), or the path of a PEM/DER public key file. The aggregator logs its pin at start.
-     * NULL: no pinning. Pinning is checked in addition to (not instead of) certificate verification. */
+     * joined with ';'), or the path of a PEM/DER public key file. The aggregator logs its pin at start and writes
+     * it to STATE/tls-pin.txt; whitespace around each pin (that file's final newline) is ignored. NULL: no
+     * pinning. Pinning is checked in addition to (not instead of) certificate verification. */
     const char *pinned_public_key;
     long connect_timeout_ms; /* 0: 10 s */
     long timeout_ms;         /* whole request; 0: 60 s */

@@ -30,9 +30,9 @@ DPREC_API const char *dprec_version(void);
 DPREC_API unsigned dprec_version_number(void);
 
 /* ---- structs an app fills carry their size ------------------------------------------------------------------
- * dprec_config, dprec_allocator, dprec_port, dprec_verify_config, dprec_sync_config, dprec_transport,
- * dprec_curl_options and dprec_release_reader start with `uint32_t struct_size`: the sizeof the app was compiled
- * with. A library then reads only the fields the app knows (the others take their defaults), and refuses
+ * dprec_config, dprec_allocator, dprec_port, dprec_net, dprec_verify_config, dprec_sync_config, dprec_transport,
+ * dprec_curl_options, dprec_mbedtls_options and dprec_release_reader start with `uint32_t struct_size`: the sizeof
+ * the app was compiled with. A library then reads only the fields the app knows (the others take their defaults), and refuses
  * (DPREC_ERR_STRUCT_SIZE) a struct from newer headers in which the app set a field this library does not have.
  * struct_size 0 means the layout of 0.2.0, the first with the member (so a struct zeroed with memset keeps
  * working); set it, with the init functions or DPREC_STRUCT_INIT, to use a field added later. docs/sdk.md,

@@ -49,6 +49,30 @@ static int is_tls_failure(CURLcode rc)
     }
 }
 
+/* The pin(s) as libcurl takes them, without the whitespace around each ("sha256//a; sha256//b\n" becomes
+ * "sha256//a;sha256//b"): the aggregator's tls-pin.txt ends with a newline, which libcurl would take as part of the
+ * pin and then match no key. Returns -1 if it does not fit. */
+static int trim_pins(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    while (*in != '\0') {
+        while (*in == ' ' || *in == '\t' || *in == '\r' || *in == '\n') in++;
+        const char *end = in;
+        while (*end != '\0' && *end != ';') end++;
+        size_t n = (size_t)(end - in);
+        while (n > 0 && (in[n - 1] == ' ' || in[n - 1] == '\t' || in[n - 1] == '\r' || in[n - 1] == '\n')) n--;
+        if (n > 0) {
+            if (o + (o > 0) + n + 1 > cap) return -1;
+            if (o > 0) out[o++] = ';';
+            memcpy(out + o, in, n);
+            o += n;
+        }
+        in = *end == ';' ? end + 1 : end;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
 /* Header values go on one line: refuse CR and LF so a token cannot inject headers. */
 static int header_safe(const char *s)
 {
@@ -225,7 +249,9 @@ int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_tra
         bad |= curl_easy_setopt(easy, CURLOPT_CAINFO, opt->ca_file) != CURLE_OK;
     }
     if (opt->pinned_public_key != NULL) {
-        bad |= curl_easy_setopt(easy, CURLOPT_PINNEDPUBLICKEY, opt->pinned_public_key) != CURLE_OK;
+        char pins[1024]; /* libcurl copies it */
+        bad |= trim_pins(opt->pinned_public_key, pins, sizeof pins) != 0 || pins[0] == '\0' ||
+               curl_easy_setopt(easy, CURLOPT_PINNEDPUBLICKEY, pins) != CURLE_OK;
     }
     if (opt->allow_insecure_for_tests) {
         bad |= curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L) != CURLE_OK;

@@ -1,11 +1,17 @@
-/* dprec — the POSIX port: files in one directory, getrandom(2)/urandom entropy, clock_gettime. */
+/* dprec — the POSIX port: files in one directory, getrandom(2)/urandom entropy, clock_gettime, and TCP sockets for
+ * the mbedTLS transport (getaddrinfo, non-blocking connect, poll). */
 #include "dprec/port_posix.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -249,5 +255,145 @@ int dprec_port_posix_init_sized(dprec_port *port, size_t port_size, dprec_port_p
     port->get_storage_key = posix_get_key;
     port->lock = posix_lock;
     port->unlock = posix_unlock;
+    return DPREC_OK;
+}
+
+/* ---- sockets (dprec_net, platform.h) -------------------------------------------------------------------------
+ * Every socket is non-blocking and every wait is a poll(2) with the caller's timeout, so that no call can hang past
+ * it. A connection's handle is its descriptor + 1 (never NULL). A peer that closes while we write must not kill the
+ * app with SIGPIPE: MSG_NOSIGNAL where the system has it (Linux, Android, the BSDs), SO_NOSIGPIPE on the socket
+ * where it has that instead (macOS, iOS). */
+#ifdef MSG_NOSIGNAL
+#define NET_SEND_FLAGS MSG_NOSIGNAL
+#else
+#define NET_SEND_FLAGS 0
+#endif
+
+static int net_wait(int fd, short events, uint32_t timeout_ms) {
+    struct pollfd pfd = {fd, events, 0};
+    int n;
+    do n = poll(&pfd, 1, timeout_ms > (uint32_t)INT32_MAX ? INT32_MAX : (int)timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n == 0) errno = ETIMEDOUT;
+    return n > 0 ? 0 : -1;
+}
+
+static int net_connect_one(const struct addrinfo *ai, uint32_t timeout_ms, int *out) {
+#ifdef SOCK_CLOEXEC
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+#else /* macOS, iOS */
+    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+#endif
+    if (fd < 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) goto fail;
+#if !defined(MSG_NOSIGNAL) && defined(SO_NOSIGPIPE)
+    int one_nosig = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one_nosig, sizeof one_nosig);
+#endif
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS && errno != EINTR) goto fail;
+        if (net_wait(fd, POLLOUT, timeout_ms) != 0) goto fail;
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) goto fail;
+        if (err != 0) {
+            errno = err;
+            goto fail;
+        }
+    }
+    int one = 1; /* requests are small and answered at once: do not hold them back (Nagle) */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *out = fd;
+    return 0;
+fail:;
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+}
+
+static int net_connect(void *ctx, const char *host, uint16_t port, uint32_t timeout_ms, void **sock) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    if (host == NULL || host[0] == '\0' || port == 0 || sock == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    char service[8];
+    snprintf(service, sizeof service, "%u", (unsigned)port);
+    struct addrinfo hints, *list = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    int g = getaddrinfo(host, service, &hints, &list);
+    if (g != 0) {
+#ifdef EAI_SYSTEM
+        p->last_errno = g == EAI_SYSTEM ? errno : EHOSTUNREACH;
+#else
+        p->last_errno = EHOSTUNREACH;
+#endif
+        return DPREC_ERR_NETWORK;
+    }
+    /* each address in turn (IPv6 and IPv4 of one name), each with the whole timeout: a name with many dead
+     * addresses takes longer, as with any resolver's list */
+    int fd = -1;
+    for (const struct addrinfo *ai = list; ai != NULL && fd < 0; ai = ai->ai_next)
+        if (net_connect_one(ai, timeout_ms, &fd) != 0) fd = -1;
+    int saved = errno;
+    freeaddrinfo(list);
+    if (fd < 0) {
+        p->last_errno = saved;
+        return DPREC_ERR_NETWORK;
+    }
+    *sock = (void *)(intptr_t)(fd + 1);
+    return DPREC_OK;
+}
+
+static int net_send(void *ctx, void *sock, const unsigned char *buf, size_t len, uint32_t timeout_ms, size_t *sent) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    int fd = fd_of(sock);
+    for (;;) {
+        ssize_t n = send(fd, buf, len, NET_SEND_FLAGS);
+        if (n > 0) {
+            *sent = (size_t)n;
+            return DPREC_OK;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && net_wait(fd, POLLOUT, timeout_ms) == 0) continue;
+        p->last_errno = errno;
+        return DPREC_ERR_NETWORK;
+    }
+}
+
+static int net_recv(void *ctx, void *sock, unsigned char *buf, size_t len, uint32_t timeout_ms, size_t *got) {
+    dprec_port_posix *p = (dprec_port_posix *)ctx;
+    int fd = fd_of(sock);
+    for (;;) {
+        ssize_t n = recv(fd, buf, len, 0);
+        if (n >= 0) {
+            *got = (size_t)n;
+            return DPREC_OK;
+        }
+        if (errno == EINTR) continue;
+        if ((errno == EAGAIN || errno == EWOULDBLOCK) && net_wait(fd, POLLIN, timeout_ms) == 0) continue;
+        p->last_errno = errno;
+        return DPREC_ERR_NETWORK;
+    }
+}
+
+static void net_close(void *ctx, void *sock) {
+    (void)ctx;
+    if (sock != NULL) close(fd_of(sock));
+}
+
+int dprec_net_posix_init_sized(dprec_net *net, size_t net_size, dprec_port_posix *posix) {
+    if (net == NULL || posix == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (net_size < sizeof *net || net_size > sizeof *net + 1024u) return DPREC_ERR_STRUCT_SIZE;
+    memset(net, 0, net_size);
+    net->struct_size = (uint32_t)net_size;
+    net->ctx = posix;
+    net->connect = net_connect;
+    net->send = net_send;
+    net->recv = net_recv;
+    net->close = net_close;
     return DPREC_OK;
 }

@@ -100,3 +100,42 @@ void dprec_port_template_init(dprec_port *port, void *ctx) {
     port->lock = tpl_lock;
     port->unlock = tpl_unlock;
 }
+
+/* ---- sockets (dprec_net), only for the mbedTLS transport (dprec/transport_mbedtls.h) -----------------------------
+ * A firmware that brings its own dprec_transport (its modem's HTTPS stack, say) needs none of these. */
+
+/* PORT: open a TCP connection to host (a name, or a numeric address) on port within timeout_ms (lwIP:
+ * lwip_getaddrinfo, lwip_socket, a non-blocking lwip_connect and lwip_select). *sock must not be NULL. */
+static int tpl_net_connect(void *ctx, const char *host, uint16_t port, uint32_t timeout_ms, void **sock) {
+    (void)ctx; (void)host; (void)port; (void)timeout_ms; (void)sock;
+    return DPREC_ERR_NETWORK;
+}
+
+/* PORT: send 1..len bytes, waiting at most timeout_ms for room; *sent = the count. */
+static int tpl_net_send(void *ctx, void *sock, const unsigned char *buf, size_t len, uint32_t timeout_ms,
+                        size_t *sent) {
+    (void)ctx; (void)sock; (void)buf; (void)len; (void)timeout_ms; (void)sent;
+    return DPREC_ERR_NETWORK;
+}
+
+/* PORT: receive 1..len bytes, waiting at most timeout_ms for the first; *got = 0 when the peer closed. */
+static int tpl_net_recv(void *ctx, void *sock, unsigned char *buf, size_t len, uint32_t timeout_ms, size_t *got) {
+    (void)ctx; (void)sock; (void)buf; (void)len; (void)timeout_ms; (void)got;
+    return DPREC_ERR_NETWORK;
+}
+
+/* PORT: close the connection (NULL: nothing). */
+static void tpl_net_close(void *ctx, void *sock) {
+    (void)ctx; (void)sock;
+}
+
+/* Fills a socket table with the template functions. */
+void dprec_net_template_init(dprec_net *net, void *ctx);
+void dprec_net_template_init(dprec_net *net, void *ctx) {
+    net->struct_size = (uint32_t)sizeof *net;
+    net->ctx = ctx;
+    net->connect = tpl_net_connect;
+    net->send = tpl_net_send;
+    net->recv = tpl_net_recv;
+    net->close = tpl_net_close;
+}

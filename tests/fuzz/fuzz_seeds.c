@@ -295,6 +295,25 @@ static void agg_seeds(void) {
 }
 #endif
 
+/* ---- HTTP/1.1 answers, as the aggregator's front end and other servers send them (fuzz_http1) ---------------- */
+
+static void http_seeds(void) {
+    static const char *const answers[] = {
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 28\r\n\r\n{\"token\":\"00\",\"device_id\":7}",
+        "HTTP/1.1 201 Created\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\n{}",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nDPRV\r\n3\r\nabc\r\n0\r\nT: 1\r\n\r\n",
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nRetry-After: 12\r\nConnection: close\r\n"
+        "Content-Length: 16\r\n\r\n{\"error\":\"busy\"}",
+        "HTTP/1.0 200 OK\r\n\r\nto the end of the connection",
+        "HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n",
+        "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 21\r\nContent-Length: 21\r\n\r\n{\"error\":\"too_large\"}",
+    };
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++) {
+        unsigned char step = (unsigned char)(i * 41u);
+        put("fuzz_http1", (int)i, &step, 1, answers[i], strlen(answers[i]));
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2 || argv[1][0] == '-') {
         fprintf(stderr, "usage: fuzz_seeds DIR   (writes the fuzz targets' seed corpora into DIR/<target>/)\n");
@@ -318,6 +337,7 @@ int main(int argc, char **argv) {
               "{\"unit\": \"user\", \"model\": \"local\", \"epsilon\": 1, \"delta\": 0, \"round_epsilon\": 0.5}", 2, 2,
               &json);
     fake_signer_free(&key);
+    http_seeds();
 #ifdef DPREC_FUZZ_AGG
     agg_seeds();
 #endif
