@@ -170,7 +170,7 @@ int dprec_enroll_parse(const unsigned char *buf, size_t len, dprec_enroll_token 
     if (len < 5 || len > DPREC_ENROLL_TOKEN_MAX || memcmp(buf, DPREC_ENROLL_MAGIC, 4) != 0) return DPREC_ERR_ENROLLMENT;
     size_t n = buf[4];
     size_t body = 4u + 1u + n + DPREC_IDENTITY_PK_SIZE + 8u + DPREC_ENROLL_NONCE_SIZE;
-    if (!app_id_ok((const char *)buf + 5, n) || len < body + 1u) return DPREC_ERR_ENROLLMENT;
+    if (len < body + 1u || !app_id_ok((const char *)buf + 5, n)) return DPREC_ERR_ENROLLMENT; /* length first */
     size_t sig_len = buf[body];
     if (sig_len < DPREC_ENROLL_SIG_MIN || sig_len > DPREC_ENROLL_SIG_MAX || len != body + 1u + sig_len)
         return DPREC_ERR_ENROLLMENT;

@@ -880,6 +880,9 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     if (rc != DPREC_OK) {
         /* Stored and charged, but the mirror copy failed: the next call writes it and sends the report. */
         if (has_pending(c, job.job_id, job.round)) return dprec_sync_retry_later(c, result, rc, 0);
+        /* nothing stored, nothing charged: a secure round's masked input was built (the device is past its
+         * shares), so the device leaves the round rather than attest and reveal for an input it never sent */
+        if (pol.secure) dprec_sync_secure_abandon(c, job.job_id, job.round, rc);
         return rc;
     }
 

@@ -68,5 +68,9 @@ int dprec_sync_send_tail(dprec_client *c, const dprec_transport *relay, const dp
 int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job,
                            const dprec_job_policy *pol, dprec_sync_result *result, int *retry, int *report_now,
                            int *in_progress);
+/* The device leaves a secure round whose masked input was built but never stored (the ledger's line undone): its
+ * secrets are wiped and it sends nothing more in the round, so it never attests or reveals for an input that was
+ * not charged, and a later sync cannot take part in the round a second time under one identity. */
+void dprec_sync_secure_abandon(dprec_client *c, uint64_t job, uint64_t round, int rc);
 
 #endif /* DPREC_SYNC_PRIV_H */

@@ -156,6 +156,12 @@ static int leave_round(dprec_client *c, int rc, const char *why) {
     return rc;
 }
 
+void dprec_sync_secure_abandon(dprec_client *c, uint64_t job, uint64_t round, int rc) {
+    dprec_secure_state *s = dprec_secure_of(c);
+    if (s->job == job && s->round == round && s->dev.state != DPREC_SECAGG_ABORTED)
+        (void)leave_round(c, rc, dprec_status_name(rc));
+}
+
 /* GETs a list answer through the checking reader (sdk/secure_check.c). DPREC_OK with *retry clear: a 200 whose
  * every record passed; a 200 that failed a check: the device leaves the round and the refusal is returned. */
 static int secure_read(dprec_client *c, const dprec_transport *t, const dprec_sync_job *job, const char *what, int kind,
@@ -250,6 +256,14 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
         rc = secure_read(c, t, job, "neighbours", DPREC_SECURE_READ_NEIGHBOURS, pol, result, retry);
         if (rc != DPREC_OK || *retry) return rc;
         uint32_t k = s->rd.count;
+        /* Without the app's enrollment key the device cannot tell an enrolled neighbour from one of the server's own
+         * identities: against an active server the tolerance below then holds nothing (docs/privacy.md "Sybils and
+         * enrollment"). Said in the log each round, not refused: against a server that follows the protocol the
+         * guarantee stands, and that is the caveat the ledger prints. */
+        if (c->sync_cfg->enrollment_key == NULL || c->sync_cfg->enrollment_key_len == 0)
+            dprec_client_log(c, DPREC_LOG_WARN, "sync: secure aggregation: ",
+                             "no enrollment key configured: against an active server every neighbour may be its own "
+                             "and no colluder is tolerated");
         /* the tolerance the device asks for, with the neighbours it was actually given: 2t - k - 1 colluders */
         if (2u * sj->threshold < k + 1u + c->cfg.secagg_min_colluders)
             return leave_round(c, DPREC_ERR_JOB_PARAMS, "a neighbour list that tolerates fewer colluders than asked");

@@ -100,7 +100,7 @@ typedef struct device {
     char left[160]; /* why it left the round, as it logged it */
     int last_rc;
     /* what the server saw it send, by step */
-    int posted_shares, posted_consistency, posted_reveals;
+    int posted_shares, posted_consistency, posted_reveals, posted_reports;
 } device;
 
 typedef struct proxy {
@@ -361,6 +361,7 @@ static int proxy_request(void *ctx, const dprec_http_request *req, dprec_http_si
     if (post && ends_with(req->path, "/secagg/shares")) dv->posted_shares++;
     if (post && ends_with(req->path, "/secagg/consistency")) dv->posted_consistency++;
     if (post && ends_with(req->path, "/secagg/reveals")) dv->posted_reveals++;
+    if (post && strstr(req->path, "/reports") != NULL) dv->posted_reports++;
     if (victim && post && ends_with(req->path, "/secagg/consistency") &&
         (w->attack == SURV_OTHER || w->attack == SURV_OTHER_HASH)) {
         /* the server keeps the victim's signature of the other set to itself */
@@ -556,6 +557,53 @@ static void test_an_honest_round_of_enrolled_devices_that_check_each_other_compl
         assert_int_equal(dprec_ledger_job(w.dev[i].c, 1, &line), DPREC_OK);
         assert_int_equal(line.reports, 1);
     }
+    world_close(&w);
+}
+
+/* A masked input built but never stored (the device's storage failed as the ledger charged it: the charge undone,
+ * nothing sent): the device leaves the round. Its later syncs neither attest a survivor set nor reveal a share for an
+ * input it was never charged for and never sent, so it cannot take part in the round a second time under one
+ * identity (a second key advert and a second attestation would break the one-attestation-a-round premise of
+ * docs/privacy.md "Against an active server"); the round completes without it. */
+static void test_a_device_whose_storage_failed_at_its_masked_input_leaves_the_round(void **state) {
+    (void)state;
+    static const char *const steps[5] = {"advertise", "share", "mask", "consistency", "unmask"};
+    world w;
+    world_open(&w, HONEST, 1);
+    char phase[16], out[8192];
+    int victim_rc = DPREC_OK;
+    for (int st = 0; st < 5; st++) {
+        if (strcmp(phase_of(&w, phase, sizeof phase, NULL), steps[st]) != 0) break;
+        for (int i = 0; i < NDEV; i++) {
+            int fail_now = i == VICTIM && st == 2;
+            if (fail_now) fake_port_arm(&w.dev[i].fake, 0, 1, 0, 0); /* its first write in this sync fails */
+            int rc = sync_once(&w, i);
+            if (fail_now) {
+                fake_port_arm(&w.dev[i].fake, 0, 0, 0, 0);
+                victim_rc = rc;
+                /* it left at once, for its storage's failure: not later, when a survivor set without it came (an
+                 * active server could list it among the survivors and collect its attestation) */
+                if (strstr(w.dev[i].left, dprec_status_name(DPREC_ERR_IO)) == NULL)
+                    fail_msg("the device did not leave the round when its masked input was not stored: '%s'",
+                             w.dev[i].left);
+            } else if (rc != DPREC_OK) {
+                fail_msg("device %d, step %s: %s", i, steps[st], dprec_status_name(rc));
+            }
+        }
+        if (strcmp(phase_of(&w, phase, sizeof phase, NULL), steps[st]) == 0)
+            assert_int_equal(admin(&w, "POST", "/v1/admin/jobs/1/round/close", out, sizeof out), 200);
+    }
+    assert_int_equal(victim_rc, DPREC_ERR_IO);
+    assert_int_equal(w.dev[VICTIM].posted_shares, 1);
+    assert_int_equal(w.dev[VICTIM].posted_reports, 0);
+    assert_int_equal(w.dev[VICTIM].posted_consistency, 0);
+    assert_int_equal(w.dev[VICTIM].posted_reveals, 0);
+    dprec_ledger_entry line;
+    if (dprec_ledger_job(w.dev[VICTIM].c, 1, &line) == DPREC_OK) assert_int_equal(line.reports, 0);
+    uint64_t release = 0;
+    phase_of(&w, phase, sizeof phase, &release);
+    assert_int_equal(release, 2); /* the others' round was unmasked and finalized, the victim a dropout */
+    for (int i = 0; i < VICTIM; i++) assert_int_equal(w.dev[i].posted_reveals, 1);
     world_close(&w);
 }
 
@@ -946,6 +994,7 @@ static void test_a_server_that_says_a_devices_neighbours_dropped_needs_their_nei
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_an_honest_round_of_enrolled_devices_that_check_each_other_completes),
+        cmocka_unit_test(test_a_device_whose_storage_failed_at_its_masked_input_leaves_the_round),
         cmocka_unit_test(test_a_server_that_replaces_a_neighbours_keys_gets_no_share),
         cmocka_unit_test(test_sybil_neighbours_without_a_token_of_the_apps_key_get_no_share),
         cmocka_unit_test(test_a_device_reveals_nothing_for_a_survivor_set_that_was_not_attested),
