@@ -504,6 +504,7 @@ static const char *outcome_name(dprec_sync_outcome o) {
     case DPREC_SYNC_NOTHING_TO_DO: return "nothing to do";
     case DPREC_SYNC_RETRY_LATER: return "retry later";
     case DPREC_SYNC_IN_PROGRESS: return "in progress";
+    case DPREC_SYNC_FAILED: return "failed";
     }
     return "?";
 }
@@ -628,9 +629,11 @@ static int cmd_sync(const settings *st, int argc, char **argv) {
     rc = dprec_client_sync(a.client, &t, &sc, &res);
     int status = 0;
     if (rc != DPREC_OK) {
+        char detail[512];
         fprintf(stderr, "dprec-device: sync job %lu: %s (%s)", job, dprec_strerror(rc), dprec_status_name(rc));
-        if (dprec_transport_mbedtls_last_error(&tls)[0] != '\0')
-            fprintf(stderr, "; transport: %s", dprec_transport_mbedtls_last_error(&tls));
+        if (dprec_client_last_error_detail(a.client, detail, sizeof detail) > 0) fprintf(stderr, "; %s", detail);
+        if (res.outcome == DPREC_SYNC_FAILED) fputs("; not worth retrying as it is", stderr);
+        else fprintf(stderr, "; try again in %.1f s", res.retry_after_ms / 1000.0);
         fputc('\n', stderr);
         status = 1;
     } else {
@@ -642,9 +645,10 @@ static int cmd_sync(const settings *st, int argc, char **argv) {
                    "acknowledged\n", (unsigned long long)res.release_version, job, opts.release_key);
         print_ledger(&a, job);
         if (res.outcome == DPREC_SYNC_RETRY_LATER) {
+            char detail[512];
+            size_t dn = dprec_client_last_error_detail(a.client, detail, sizeof detail);
             fprintf(stderr, "dprec-device: sync job %lu: try again in %.1f s (%s%s%s)\n", job,
-                    res.retry_after_ms / 1000.0, dprec_status_name(res.last_error),
-                    dprec_transport_mbedtls_last_error(&tls)[0] ? ": " : "", dprec_transport_mbedtls_last_error(&tls));
+                    res.retry_after_ms / 1000.0, dprec_status_name(res.last_error), dn > 0 ? ": " : "", detail);
             status = 3;
         } else {
             printf("next sync in %.1f s\n", res.retry_after_ms / 1000.0);
