@@ -195,6 +195,8 @@ int dprec_diag_stream(const dprec_client *c);
 /* DPREC_ERR_STATE because the store takes no writes (!loaded): never loaded, held by another client, a load
  * refused, a rename failed. */
 int dprec_diag_unloaded(const dprec_client *c);
+/* DPREC_ERR_RELEASE_MISMATCH, the text saying what differs: the release's m and d (and scale) against the client's. */
+int dprec_diag_mismatch(const dprec_client *c, const dprec_release_info *info);
 /* DPREC_ERR_STATE because there is no user vector yet. */
 int dprec_diag_unfitted(const dprec_client *c);
 /* Sync: a request starts (its line, "relay " prefixed when relay), the tee emptied. */

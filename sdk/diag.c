@@ -113,6 +113,24 @@ int dprec_diag_unloaded(const dprec_client *c) {
     }
 }
 
+int dprec_diag_mismatch(const dprec_client *cc, const dprec_release_info *info) {
+    dprec_client *c = writable(cc);
+    char *m = c->diag.message;
+    size_t cap = sizeof c->diag.message, n = 0;
+    m[0] = '\0';
+    put(m, cap, &n, "the release has m = ");
+    put_int(m, cap, &n, (long)info->num_items);
+    put(m, cap, &n, ", d = ");
+    put_int(m, cap, &n, (long)info->dim);
+    put(m, cap, &n, "; the client is configured for m = ");
+    put_int(m, cap, &n, (long)c->cfg.num_items);
+    put(m, cap, &n, ", d = ");
+    put_int(m, cap, &n, (long)c->cfg.dim);
+    if (info->rating_min != c->cfg.rating_min || info->rating_max != c->cfg.rating_max)
+        put(m, cap, &n, ", and another rating scale");
+    return DPREC_ERR_RELEASE_MISMATCH;
+}
+
 int dprec_diag_unfitted(const dprec_client *c) {
     return dprec_diag_fail(c, DPREC_ERR_STATE,
                            "no user vector yet (none since the ratings last changed): call dprec_fit or "

@@ -60,7 +60,7 @@ static int trusted_buffer(const dprec_client *c, const unsigned char *p, size_t 
         memcmp(stored, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0)
         return DPREC_ERR_RELEASE_UNVERIFIED;
     memcpy(info->digest, stored, DPREC_RELEASE_DIGEST_SIZE);
-    return release_matches(c, info) ? DPREC_OK : DPREC_ERR_RELEASE_MISMATCH;
+    return release_matches(c, info) ? DPREC_OK : dprec_diag_mismatch(c, info);
 }
 
 /* The first byte of row j of a trusted buffer. j < m and the whole release fits the buffer's size_t length,
@@ -267,7 +267,7 @@ static int fit_end(dprec_client *c, int trusted_only) {
     int rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
     const dprec_release_info *info = &c->reader.info;
-    if (!release_matches(c, info)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (!release_matches(c, info)) return dprec_diag_mismatch(c, info);
     if (trusted_only &&
         (c->trusted.how == 0 || memcmp(info->digest, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0))
         return DPREC_ERR_RELEASE_UNVERIFIED;

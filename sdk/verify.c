@@ -165,7 +165,7 @@ int dprec_release_verify(dprec_client *c, const void *release, size_t len, const
     dprec_release_info got;
     rc = dprec_release_check(release, len, &got);
     if (rc != DPREC_OK) return rc;
-    if (!matches_client(c, &got)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (!matches_client(c, &got)) return dprec_diag_mismatch(c, &got);
     const unsigned char *sig = (const unsigned char *)release + (size_t)(got.total_size - got.sig_len);
     uint32_t how = 0;
     rc = dprec_release_origin(c, vc, &got, sig, &how);
@@ -212,7 +212,7 @@ int dprec_verify_end(dprec_client *c, const dprec_verify_config *app_vc, dprec_r
     if (rc == DPREC_OK) rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
     const dprec_release_info *got = &c->reader.info;
-    if (!matches_client(c, got)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (!matches_client(c, got)) return dprec_diag_mismatch(c, got);
     uint32_t how = 0;
     rc = dprec_release_origin(c, vc, got, c->release_sig, &how);
     if (rc == DPREC_OK) rc = trust(c, c->release_head, got, how);

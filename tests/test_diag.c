@@ -236,6 +236,18 @@ static void test_a_topk_feed_that_fails_ends_its_stream_and_writes_go_on(void **
     assert_int_equal(dprec_topk_end(f->c, out, &n), DPREC_ERR_STATE);
 }
 
+static void test_a_release_of_another_d_says_both_ds(void **state) {
+    fixture *f = *state;
+    size_t len = 0;
+    unsigned char *other = test_make_release(M, D + 3, 1, 9, &len, NULL, NULL);
+    dprec_verify_config vc;
+    dprec_verify_config_init(&vc);
+    vc.flags = DPREC_VERIFY_INSECURE_UNSIGNED;
+    assert_int_equal(dprec_release_verify(f->c, other, len, &vc, NULL), DPREC_ERR_RELEASE_MISMATCH);
+    assert_detail_has(f->c, "the release has m = 30, d = 7; the client is configured for m = 30, d = 4");
+    free(other);
+}
+
 /* ---- the getters ---------------------------------------------------------------------------------------------- */
 
 static void test_the_error_info_is_read_by_its_struct_size_and_the_text_is_cut_safely(void **state) {
@@ -290,6 +302,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_verify_feed_that_fails_ends_its_stream_and_writes_go_on, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_topk_feed_that_fails_ends_its_stream_and_writes_go_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_release_of_another_d_says_both_ds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_error_info_is_read_by_its_struct_size_and_the_text_is_cut_safely,
                                         setup, teardown),
     };
