@@ -24,9 +24,9 @@
 
 DPREC_BEGIN_DECLS
 
-/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, and the sync
- * state: a 4 KiB JSON response buffer and its tokens), rounded up. A test holds sizeof of the real fixed
- * part under this constant. */
+/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, the sync state: a
+ * 4 KiB JSON response buffer and its tokens, and the last failure's detail), rounded up. A test holds sizeof of the
+ * real fixed part under this constant. */
 #define DPREC_CLIENT_FIXED_BYTES 13312u
 
 /* An upper bound on a client's memory, in bytes, for latent dimension d, rating capacity cap, largest
@@ -305,7 +305,9 @@ DPREC_API int dprec_release_verify(dprec_client *c, const void *release, size_t 
                                    dprec_release_info *info);
 
 /* The same over a stream (a download or a file read in chunks of any size): begin, feed, end. The trusted
- * release changes only if end succeeds. */
+ * release changes only if end succeeds. A feed that returns an error ends the stream (the release is refused;
+ * writes, which a stream in progress refuses with DPREC_ERR_STATE, go on); an app that abandons a stream for its
+ * own reasons (the download failed) ends it with dprec_verify_end, whose error it may ignore. */
 DPREC_API int dprec_verify_begin(dprec_client *c);
 DPREC_API int dprec_verify_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_verify_end(dprec_client *c, const dprec_verify_config *vc, dprec_release_info *info);
@@ -329,7 +331,8 @@ DPREC_API int dprec_fit(dprec_client *c, const void *release, size_t len);
 
 /* The same, streaming: begin, feed chunks of any size, end. Every byte is hashed again (a stream cannot be
  * bound to the trusted release otherwise): end refuses a stream whose SHA-256 digest is not the trusted
- * release's (DPREC_ERR_RELEASE_UNVERIFIED). The user vector changes only if end succeeds. */
+ * release's (DPREC_ERR_RELEASE_UNVERIFIED). The user vector changes only if end succeeds. A feed that returns an
+ * error ends the stream, as for verify (a later feed or end: DPREC_ERR_STATE). */
 DPREC_API int dprec_fit_begin(dprec_client *c);
 DPREC_API int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_fit_end(dprec_client *c);
@@ -350,7 +353,7 @@ DPREC_API int dprec_recommend(dprec_client *c, const void *release, size_t len, 
                               dprec_recommendation *out, uint32_t *n);
 
 /* Top-K streaming, after a successful fit on the same release (checked by its SHA-256 digest at end:
- * DPREC_ERR_RELEASE_MISMATCH for another release). */
+ * DPREC_ERR_RELEASE_MISMATCH for another release). A feed that returns an error ends the stream, as for verify. */
 DPREC_API int dprec_topk_begin(dprec_client *c, uint32_t k);
 DPREC_API int dprec_topk_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n);
