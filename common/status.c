@@ -16,7 +16,7 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_NO_MEMORY, "not enough memory in the arena or under the allocator cap"),
     E(DPREC_ERR_BUFFER_TOO_SMALL, "output buffer too small"),
     E(DPREC_ERR_CONFIG, "inconsistent configuration"),
-    E(DPREC_ERR_STATE, "call not valid in the current state"),
+    E(DPREC_ERR_STATE, "call not valid in the current state (the client's error detail says why)"),
     E(DPREC_ERR_CRYPTO, "cryptographic library error"),
     E(DPREC_ERR_INTERNAL, "internal error (please report)"),
     E(DPREC_ERR_STRUCT_SIZE, "struct_size of a struct the app filled does not match this library (built against other headers?)"),

@@ -296,6 +296,7 @@ int dprec_client_last_cause(const dprec_client *c) {
 }
 
 int dprec_client_random(dprec_client *c, void *out, size_t len) {
+    dprec_diag_begin(c);
     if (c == NULL || (out == NULL && len > 0)) return DPREC_ERR_INVALID_ARGUMENT;
     return dprec_rng_bytes(&c->rng, out, len);
 }

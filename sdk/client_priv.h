@@ -69,12 +69,31 @@ typedef struct trusted_release {
     unsigned char digest[DPREC_RELEASE_DIGEST_SIZE];
 } trusted_release;
 
+/* The last call's failure detail (diag.c; dprec_client_last_error_info). tee keeps the first bytes of the answer
+ * to the request in flight (sync), whatever its sink does with them, so that an error body's code and message can
+ * be read whichever buffer the answer went to. */
+#define DPREC_DIAG_TEE 512u
+typedef struct dprec_diag {
+    int http_status;
+    char request[DPREC_ERROR_REQUEST_MAX];
+    char code[DPREC_ERROR_CODE_MAX];
+    char message[DPREC_ERROR_MESSAGE_MAX];
+    int hold;       /* inside dprec_client_sync: the SDK's own calls of public functions do not start over */
+    size_t tee_len;
+    unsigned char tee[DPREC_DIAG_TEE];
+} dprec_diag;
+
+/* Why writes are refused (!loaded), for DPREC_ERR_STATE's text: 0 no load yet, a load's refusal (its status), or: */
+#define DPREC_UNLOADED_RENAME 1 /* a save failed at its rename: storage may hold either generation */
+
 struct dprec_client {
     dprec_heap heap; /* first: dprec_client_free copies it out before releasing */
     dprec_config cfg;
     char store_name[DPREC_STORE_NAME_MAX];
     dprec_port port;
     int last_cause;
+    dprec_diag diag;
+    int unloaded_why;
 
     dprec_rng rng;
     dprec_gcm gcm; /* keyed only when cfg.encrypt_at_rest */
@@ -159,6 +178,34 @@ struct dprec_client {
     uint32_t release_sig_len;
     int release_head_ok;
 };
+
+struct dprec_transport;
+
+/* ---- diagnostics (diag.c) ---------------------------------------------------------------------------------
+ * Every public function that takes a client and returns a status calls dprec_diag_begin first: the previous call's
+ * cause and detail are forgotten (not inside a sync, whose own calls of public functions keep the sync's). The
+ * detail is written through a const client too (diag.c says why that is sound). */
+void dprec_diag_begin(const dprec_client *c);
+/* Forgets the detail and the cause, whatever the hold. */
+void dprec_diag_clear(const dprec_client *c);
+/* Sets the detail's message to a, b and c joined (NULL parts skipped) and returns status. */
+int dprec_diag_fail(const dprec_client *c, int status, const char *a, const char *b, const char *d);
+/* DPREC_ERR_STATE because a stream is open (or the wrong one): the text names it and how to end it. */
+int dprec_diag_stream(const dprec_client *c);
+/* DPREC_ERR_STATE because the store takes no writes (!loaded): never loaded, held by another client, a load
+ * refused, a rename failed. */
+int dprec_diag_unloaded(const dprec_client *c);
+/* DPREC_ERR_RELEASE_MISMATCH, the text saying what differs: the release's m and d (and scale) against the client's. */
+int dprec_diag_mismatch(const dprec_client *c, const dprec_release_info *info);
+/* DPREC_ERR_STATE because there is no user vector yet. */
+int dprec_diag_unfitted(const dprec_client *c);
+/* Sync: a request starts (its line, "relay " prefixed when relay), the tee emptied. */
+void dprec_diag_request(dprec_client *c, const char *method, const char *path, int relay);
+/* Sync: the sink wrapper's copy of an answer's first bytes. */
+void dprec_diag_tee(dprec_client *c, const unsigned char *chunk, size_t len);
+/* Sync: the request ended with transport status rc and HTTP status http (when rc is DPREC_OK): a refusal (>= 300)
+ * keeps its status and the error body's code and message; no answer keeps the transport's text. */
+void dprec_diag_answer(dprec_client *c, const struct dprec_transport *t, int rc, int http);
 
 /* Sets c->last_cause from the port (for I/O errors) and passes status through. */
 int dprec_client_port_error(dprec_client *c, int status);

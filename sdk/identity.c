@@ -60,7 +60,7 @@ int dprec_identity_ensure(dprec_client *c) {
         c->identity_pk_ready = 1;
         return DPREC_OK;
     }
-    if (!c->loaded) return DPREC_ERR_STATE;
+    if (!c->loaded) return dprec_diag_unloaded(c);
     int rc = dprec_identity_generate(&c->rng, c->identity_sk, c->identity_pk);
     if (rc != DPREC_OK) return rc;
     c->has_identity = 1;
@@ -71,6 +71,7 @@ int dprec_identity_ensure(dprec_client *c) {
 }
 
 int dprec_identity_key(dprec_client *c, unsigned char out[DPREC_IDENTITY_KEY_SIZE]) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     int rc = dprec_identity_ensure(c);
     if (rc == DPREC_OK) memcpy(out, c->identity_pk, DPREC_IDENTITY_KEY_SIZE);

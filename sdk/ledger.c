@@ -305,7 +305,8 @@ static int admit(const dprec_client *c, const dprec_charge *ch, int charging, un
                  ledger_line *next) {
     int rc = check_charge(c, ch);
     if (rc != DPREC_OK) return rc;
-    if (c->stream != STREAM_NONE || !c->loaded) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
+    if (!c->loaded) return dprec_diag_unloaded(c);
     if (c->ledger_lost) return DPREC_ERR_LEDGER_LOST;
     ledger_line *l = find_job(c, ch->job_id);
     if (l != NULL) {
@@ -401,6 +402,7 @@ int dprec_ledger_decide(dprec_client *c, const dprec_charge *ch, unsigned decisi
 
 int dprec_report_prepare(dprec_client *c, const dprec_charge *ch, dprec_report_build_fn build, void *user,
                          unsigned char report_id[DPREC_REPORT_ID_SIZE]) {
+    dprec_diag_begin(c);
     if (c == NULL || ch == NULL || build == NULL || report_id == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     ledger_line *line, next;
     int rc = admit(c, ch, 1, DPREC_LINE_REPORTED, &line, &next);
@@ -448,8 +450,12 @@ uint32_t dprec_report_pending_count(const dprec_client *c) {
 }
 
 int dprec_report_pending_at(const dprec_client *c, uint32_t index, dprec_pending_report *out) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL || index >= c->pending_count) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->mirror_needed) return DPREC_ERR_STATE; /* call dprec_store_flush first */
+    if (c->mirror_needed) /* the bytes are withheld until both generations hold the charge */
+        return dprec_diag_fail(c, DPREC_ERR_STATE,
+                               "the report's charge is in one store generation only: call dprec_store_flush first",
+                               NULL, NULL);
     const unsigned char *s = slot(c, index);
     memcpy(out->report_id, s, DPREC_REPORT_ID_SIZE);
     out->job_id = dprec_ld64(s + 16);
@@ -460,8 +466,10 @@ int dprec_report_pending_at(const dprec_client *c, uint32_t index, dprec_pending
 }
 
 int dprec_report_ack(dprec_client *c, const unsigned char report_id[DPREC_REPORT_ID_SIZE]) {
+    dprec_diag_begin(c);
     if (c == NULL || report_id == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE || !c->loaded) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
+    if (!c->loaded) return dprec_diag_unloaded(c);
     uint32_t i = 0;
     while (i < c->pending_count && memcmp(slot(c, i), report_id, DPREC_REPORT_ID_SIZE) != 0) i++;
     if (i == c->pending_count) return DPREC_ERR_NOT_FOUND;
@@ -478,6 +486,7 @@ int dprec_report_ack(dprec_client *c, const unsigned char report_id[DPREC_REPORT
 }
 
 int dprec_ledger_job(const dprec_client *c, uint64_t job_id, dprec_ledger_entry *out) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     const ledger_line *l = find_job(c, job_id);
     if (l == NULL) return DPREC_ERR_NOT_FOUND;
@@ -490,20 +499,24 @@ uint32_t dprec_ledger_count(const dprec_client *c) {
 }
 
 int dprec_ledger_at(const dprec_client *c, uint32_t index, dprec_ledger_entry *out) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL || index >= c->ledger_count) return DPREC_ERR_INVALID_ARGUMENT;
     to_entry(&c->ledger[index], out);
     return DPREC_OK;
 }
 
 int dprec_ledger_total(const dprec_client *c, dprec_unit unit, double *epsilon, double *delta) {
+    dprec_diag_begin(c);
     if (c == NULL || epsilon == NULL || delta == NULL || !valid_unit((unsigned)unit)) return DPREC_ERR_INVALID_ARGUMENT;
     unit_totals(c, unit, NULL, NULL, epsilon, delta);
     return DPREC_OK;
 }
 
 int dprec_ledger_reset_after_loss(dprec_client *c) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (!c->ledger_lost) return DPREC_ERR_STATE;
+    if (!c->ledger_lost)
+        return dprec_diag_fail(c, DPREC_ERR_STATE, "the ledger is not lost: there is nothing to reset", NULL, NULL);
     c->ledger_lost = 0;
     c->ledger_count = 0;
     c->pending_count = 0;

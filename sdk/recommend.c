@@ -60,7 +60,7 @@ static int trusted_buffer(const dprec_client *c, const unsigned char *p, size_t 
         memcmp(stored, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0)
         return DPREC_ERR_RELEASE_UNVERIFIED;
     memcpy(info->digest, stored, DPREC_RELEASE_DIGEST_SIZE);
-    return release_matches(c, info) ? DPREC_OK : DPREC_ERR_RELEASE_MISMATCH;
+    return release_matches(c, info) ? DPREC_OK : dprec_diag_mismatch(c, info);
 }
 
 /* The first byte of row j of a trusted buffer. j < m and the whole release fits the buffer's size_t length,
@@ -235,6 +235,7 @@ static int fit_row(void *user, uint32_t item, float bias, const float *row, uint
 }
 
 int dprec_fit_begin(dprec_client *c) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     dprec_release_reader_init(&c->reader, fit_row, c);
     c->cursor = 0;
@@ -242,21 +243,31 @@ int dprec_fit_begin(dprec_client *c) {
     return DPREC_OK;
 }
 
+/* A feed that fails ends its stream (fit, top-K, verify alike): the release is refused whatever comes next, and a
+ * stream left open would refuse every write (store, reports, sync) until the app called _end, which nothing told it
+ * to do. A second failure of the same stream says the stream was ended. */
+static int feed_failed(dprec_client *c, int rc, const char *name) {
+    c->stream = STREAM_NONE;
+    return dprec_diag_fail(c, rc, "the release was refused (", dprec_status_name(rc), name);
+}
+
 int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len) {
+    dprec_diag_begin(c);
     if (c == NULL || (chunk == NULL && len > 0)) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_FIT) return DPREC_ERR_STATE;
-    return dprec_release_reader_feed(&c->reader, chunk, len);
+    if (c->stream != STREAM_FIT) return dprec_diag_stream(c);
+    int rc = dprec_release_reader_feed(&c->reader, chunk, len);
+    return rc == DPREC_OK ? rc : feed_failed(c, rc, "): the fit stream is ended; the user vector is unchanged");
 }
 
 /* Ends a fit stream; trusted_only: the stream's digest must be the trusted release's. */
 static int fit_end(dprec_client *c, int trusted_only) {
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_FIT) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_FIT) return dprec_diag_stream(c);
     c->stream = STREAM_NONE;
     int rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
     const dprec_release_info *info = &c->reader.info;
-    if (!release_matches(c, info)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (!release_matches(c, info)) return dprec_diag_mismatch(c, info);
     if (trusted_only &&
         (c->trusted.how == 0 || memcmp(info->digest, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0))
         return DPREC_ERR_RELEASE_UNVERIFIED;
@@ -264,6 +275,7 @@ static int fit_end(dprec_client *c, int trusted_only) {
 }
 
 int dprec_fit_end(dprec_client *c) {
+    dprec_diag_begin(c);
     return fit_end(c, 1);
 }
 
@@ -284,6 +296,7 @@ static int fit_buffer(dprec_client *c, const unsigned char *p, const dprec_relea
 }
 
 int dprec_fit(dprec_client *c, const void *release, size_t len) {
+    dprec_diag_begin(c);
     if (c == NULL || release == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     c->stream = STREAM_NONE; /* as before: a fit on a buffer abandons an open stream */
     dprec_release_info info;
@@ -293,9 +306,10 @@ int dprec_fit(dprec_client *c, const void *release, size_t len) {
 }
 
 int dprec_user_vector(const dprec_client *c, float *out, uint32_t dim) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (dim < c->cfg.dim) return DPREC_ERR_BUFFER_TOO_SMALL;
-    if (!c->fitted) return DPREC_ERR_STATE;
+    if (!c->fitted) return dprec_diag_unfitted(c);
     memcpy(out, c->u, c->cfg.dim * sizeof(float));
     return DPREC_OK;
 }
@@ -314,8 +328,9 @@ static int topk_row(void *user, uint32_t item, float bias, const float *row, uin
 }
 
 int dprec_topk_begin(dprec_client *c, uint32_t k) {
+    dprec_diag_begin(c);
     if (c == NULL || k == 0 || k > c->cfg.max_k) return DPREC_ERR_INVALID_ARGUMENT;
-    if (!c->fitted) return DPREC_ERR_STATE;
+    if (!c->fitted) return dprec_diag_unfitted(c);
     dprec_release_reader_init(&c->reader, topk_row, c);
     dprec_topk_reset(&c->topk, c->topk_slots, k);
     c->cursor = 0;
@@ -324,9 +339,11 @@ int dprec_topk_begin(dprec_client *c, uint32_t k) {
 }
 
 int dprec_topk_feed(dprec_client *c, const void *chunk, size_t len) {
+    dprec_diag_begin(c);
     if (c == NULL || (chunk == NULL && len > 0)) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_TOPK) return DPREC_ERR_STATE;
-    return dprec_release_reader_feed(&c->reader, chunk, len);
+    if (c->stream != STREAM_TOPK) return dprec_diag_stream(c);
+    int rc = dprec_release_reader_feed(&c->reader, chunk, len);
+    return rc == DPREC_OK ? rc : feed_failed(c, rc, "): the top-K stream is ended");
 }
 
 static void topk_out(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
@@ -339,8 +356,9 @@ static void topk_out(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
 }
 
 int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL || n == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_TOPK) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_TOPK) return dprec_diag_stream(c);
     c->stream = STREAM_NONE;
     *n = 0;
     int rc = dprec_release_reader_finish(&c->reader);
@@ -386,6 +404,7 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
 
 int dprec_recommend(dprec_client *c, const void *release, size_t len, uint32_t k, dprec_recommendation *out,
                     uint32_t *n) {
+    dprec_diag_begin(c);
     if (c == NULL || release == NULL || out == NULL || n == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     *n = 0;
     if (k == 0 || k > c->cfg.max_k) return DPREC_ERR_INVALID_ARGUMENT;
@@ -401,9 +420,10 @@ int dprec_recommend(dprec_client *c, const void *release, size_t len, uint32_t k
 /* ---- one prediction -------------------------------------------------------------------------------- */
 
 int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32_t item, float *score) {
+    dprec_diag_begin(c);
     if (c == NULL || release == NULL || score == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
-    if (!c->fitted) return DPREC_ERR_STATE;
+    if (!c->fitted) return dprec_diag_unfitted(c);
     const unsigned char *p = (const unsigned char *)release;
     dprec_release_info info;
     int rc = trusted_buffer(c, p, len, &info);

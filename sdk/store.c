@@ -317,7 +317,7 @@ static int store_write_file(dprec_client *c, const char *name, size_t len, int *
 /* Writes the in-memory state as generation c->generation + 1. After a failure at the rename stage the
  * storage may hold either state, so writes are blocked until dprec_store_load re-reads it. */
 int dprec_store_save(dprec_client *c) {
-    if (!c->loaded) return DPREC_ERR_STATE;
+    if (!c->loaded) return dprec_diag_unloaded(c);
     uint64_t next = c->generation + 1;
     int status = DPREC_OK;
     size_t len = store_encode(c, next, &status);
@@ -332,6 +332,7 @@ int dprec_store_save(dprec_client *c) {
         c->mirror_needed = 0; /* this generation and the previous one both hold every charge made before */
     } else if (at_rename) {
         c->loaded = 0;
+        c->unloaded_why = DPREC_UNLOADED_RENAME;
         dprec_client_log(c, DPREC_LOG_ERROR, "store rename failed; reload before writing: ", dprec_status_name(status));
     }
     return status;
@@ -355,6 +356,7 @@ static int store_lock(dprec_client *c) {
     if (rc == DPREC_ERR_STORE_LOCKED) {
         dprec_client_log(c, DPREC_LOG_WARN, "store in use by another client: ", c->store_name);
         c->last_cause = 0;
+        if (!c->loaded) c->unloaded_why = rc;
         return rc;
     }
     if (rc != DPREC_OK) return dprec_client_port_error(c, rc);
@@ -364,8 +366,9 @@ static int store_lock(dprec_client *c) {
 }
 
 int dprec_store_load(dprec_client *c) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
     int lrc = store_lock(c);
     if (lrc != DPREC_OK) return lrc; /* nothing read; writes stay refused (DPREC_ERR_STATE) */
     int status[2];
@@ -428,6 +431,7 @@ int dprec_store_load(dprec_client *c) {
             dprec_sync_reset(c);
             dprec_identity_reset(c);
             memset(&c->trusted, 0, sizeof c->trusted);
+            c->unloaded_why = rc;
             return rc;
         }
     } else if (damaged) {
@@ -435,12 +439,14 @@ int dprec_store_load(dprec_client *c) {
         c->ledger_lost = 1;
     }
     c->loaded = writable;
+    c->unloaded_why = writable ? 0 : blocking;
     return result;
 }
 
 int dprec_store_flush(dprec_client *c) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
     return dprec_store_save(c);
 }
 
@@ -452,11 +458,12 @@ static int check_rating(const dprec_client *c, uint32_t item, float value) {
 }
 
 int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timestamp) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
     int rc = check_rating(c, item, value);
     if (rc != DPREC_OK) return rc;
-    if (!c->loaded) return DPREC_ERR_STATE;
+    if (!c->loaded) return dprec_diag_unloaded(c);
     if (timestamp == DPREC_TIMESTAMP_NOW) {
         if (c->port.wall_clock_s == NULL) return DPREC_ERR_PORT_MISSING;
         timestamp = c->port.wall_clock_s(c->port.ctx);
@@ -487,8 +494,9 @@ int dprec_store_put(dprec_client *c, uint32_t item, float value, int64_t timesta
 }
 
 int dprec_store_put_many(dprec_client *c, const dprec_rating *ratings, uint32_t n) {
+    dprec_diag_begin(c);
     if (c == NULL || (n > 0 && ratings == NULL)) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
     int64_t now = 0;
     int need_now = 0;
     for (uint32_t i = 0; i < n; i++) { /* every rating checked before anything changes */
@@ -497,7 +505,7 @@ int dprec_store_put_many(dprec_client *c, const dprec_rating *ratings, uint32_t 
         if (ratings[i].timestamp == DPREC_TIMESTAMP_NOW) need_now = 1;
         else if (ratings[i].timestamp < 0) return DPREC_ERR_BAD_TIMESTAMP;
     }
-    if (!c->loaded) return DPREC_ERR_STATE;
+    if (!c->loaded) return dprec_diag_unloaded(c);
     if (need_now) {
         if (c->port.wall_clock_s == NULL) return DPREC_ERR_PORT_MISSING;
         now = c->port.wall_clock_s(c->port.ctx);
@@ -530,12 +538,13 @@ int dprec_store_put_many(dprec_client *c, const dprec_rating *ratings, uint32_t 
 }
 
 int dprec_store_remove(dprec_client *c, uint32_t item) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
     int64_t at = dprec_store_find(c, item);
     if (at < 0) return DPREC_ERR_NOT_RATED;
-    if (!c->loaded) return DPREC_ERR_STATE;
+    if (!c->loaded) return dprec_diag_unloaded(c);
     size_t pos = (size_t)at;
     dprec_rating old = c->ratings[pos];
     c->count--;
@@ -552,6 +561,7 @@ int dprec_store_remove(dprec_client *c, uint32_t item) {
 }
 
 int dprec_store_get(const dprec_client *c, uint32_t item, dprec_rating *out) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (item >= c->cfg.num_items) return DPREC_ERR_ITEM_OUT_OF_RANGE;
     int64_t at = dprec_store_find(c, item);
@@ -565,6 +575,7 @@ uint32_t dprec_store_count(const dprec_client *c) {
 }
 
 int dprec_store_at(const dprec_client *c, uint32_t index, dprec_rating *out) {
+    dprec_diag_begin(c);
     if (c == NULL || out == NULL || index >= c->count) return DPREC_ERR_INVALID_ARGUMENT;
     *out = c->ratings[index];
     return DPREC_OK;

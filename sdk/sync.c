@@ -231,6 +231,31 @@ static uint32_t until_deadline_ms(const dprec_client *c, int64_t deadline) {
 
 /* ---- HTTP exchanges ---------------------------------------------------------------------------------- */
 
+typedef struct tee_sink {
+    dprec_client *c;
+    dprec_http_sink sink;
+    void *user;
+    int stopped; /* the sink's own refusal, which the transport hands back: not the transport's failure */
+} tee_sink;
+
+static int tee(void *user, const unsigned char *chunk, size_t len) {
+    tee_sink *x = (tee_sink *)user;
+    dprec_diag_tee(x->c, chunk, len);
+    int rc = x->sink(x->user, chunk, len);
+    if (rc != 0) x->stopped = rc;
+    return rc;
+}
+
+int dprec_sync_request(dprec_client *c, const dprec_transport *t, const dprec_http_request *req, dprec_http_sink sink,
+                       void *sink_user, dprec_http_response *resp, int relay) {
+    tee_sink x = {c, sink, sink_user, 0};
+    memset(resp, 0, sizeof *resp);
+    dprec_diag_request(c, req->method, req->path, relay);
+    int rc = t->request(t->ctx, req, tee, &x, resp);
+    dprec_diag_answer(c, x.stopped != 0 ? NULL : t, rc, resp->status);
+    return rc;
+}
+
 /* Collects a JSON response into c->resp; refuses (and so aborts the request) past DPREC_SYNC_RESPONSE_MAX. */
 static int json_sink(void *user, const unsigned char *chunk, size_t len) {
     dprec_client *c = (dprec_client *)user;
@@ -256,9 +281,9 @@ static int exchange(dprec_client *c, const dprec_transport *t, const char *metho
     req.body_len = body_len;
     c->resp_len = 0;
     c->resp_overflow = 0;
-    memset(resp, 0, sizeof *resp);
-    int rc = t->request(t->ctx, &req, json_sink, c, resp);
-    if (c->resp_overflow) return DPREC_ERR_PROTOCOL;
+    int rc = dprec_sync_request(c, t, &req, json_sink, c, resp, 0);
+    if (c->resp_overflow)
+        return dprec_diag_fail(c, DPREC_ERR_PROTOCOL, "the answer is larger than the 4 KiB the SDK reads", NULL, NULL);
     return rc;
 }
 
@@ -611,8 +636,7 @@ static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_
     dprec_release_capture_reset(c);
     dprec_http_request req = {"GET", path.s, c->token, NULL, NULL, 0};
     dprec_http_response resp;
-    memset(&resp, 0, sizeof resp);
-    rc = t->request(t->ctx, &req, release_sink, &x, &resp);
+    rc = dprec_sync_request(c, t, &req, release_sink, &x, &resp, 0);
     if (rc == DPREC_OK && x.error == 0 && resp.status == 200 && x.mode == 1) {
         rc = dprec_release_reader_finish(&c->reader);
         if (rc == DPREC_ERR_RELEASE_TRUNCATED) { /* the connection ended early */
@@ -623,10 +647,17 @@ static int fetch_and_fit(dprec_client *c, const dprec_transport *t, const dprec_
         const dprec_release_info *info = &c->reader.info;
         if (rc == DPREC_OK && (info->job_id != job->job_id || info->release_version != job->release_version))
             rc = DPREC_ERR_RELEASE_MISMATCH; /* a good signature on another release: a replay */
+        if (rc == DPREC_ERR_RELEASE_MISMATCH)
+            (void)dprec_diag_fail(c, rc, "the release is not the one the job names (its job or version differ): a replay",
+                                  NULL, NULL);
         if (rc == DPREC_OK) rc = verify_signature(c, cfg, info);
         if (rc != DPREC_OK) {
             c->stream = STREAM_NONE; /* the normal equations are dropped; c->u and c->fitted are untouched */
-            if (rc == DPREC_ERR_RELEASE_SIGNATURE) dprec_client_log(c, DPREC_LOG_ERROR, "sync: release signature does not verify", "");
+            if (rc == DPREC_ERR_RELEASE_SIGNATURE) {
+                dprec_client_log(c, DPREC_LOG_ERROR, "sync: release signature does not verify", "");
+                (void)dprec_diag_fail(c, rc, "the release's signature does not verify under the pinned release key",
+                                      NULL, NULL);
+            }
             return rc;
         }
         return dprec_fit_end_verified(c); /* this stream's digest and signature verified just above */
@@ -750,9 +781,8 @@ static void done_ok(dprec_client *c, dprec_sync_result *result, dprec_sync_outco
 static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sync_config *cfg,
                        dprec_sync_result *result) {
     if (t->request == NULL || cfg->release_key == NULL || cfg->release_key_len == 0) return DPREC_ERR_INVALID_ARGUMENT;
-    memset(result, 0, sizeof *result);
-    result->outcome = DPREC_SYNC_RETRY_LATER;
-    if (c->stream != STREAM_NONE || !c->loaded) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
+    if (!c->loaded) return dprec_diag_unloaded(c);
     int retry = 0, rc;
 
     /* 1 + 2. registration, then reports stored earlier (same bytes) */
@@ -777,10 +807,20 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
         return DPREC_OK;
     }
     const dprec_proto *proto = dprec_proto_find(job.protocol);
-    if (proto == NULL) return DPREC_ERR_UNSUPPORTED;
+    if (proto == NULL)
+        return dprec_diag_fail(c, DPREC_ERR_UNSUPPORTED, "the job's protocol \"", job.protocol,
+                               "\" is not built into this SDK");
     dprec_job_policy pol;
     rc = job_policy(c, proto, &job, &pol);
-    if (rc == DPREC_OK && pol.relay && (cfg->relay == NULL || cfg->relay->request == NULL)) rc = DPREC_ERR_CONFIG;
+    if (rc == DPREC_OK && pol.relay && (cfg->relay == NULL || cfg->relay->request == NULL)) {
+        rc = dprec_diag_fail(c, DPREC_ERR_CONFIG, "the job reports through a relay: set dprec_sync_config.relay",
+                             NULL, NULL);
+    } else if (rc == DPREC_ERR_RELEASE_MISMATCH) {
+        (void)dprec_diag_fail(c, rc, "the job's d, m or rating scale differ from the client's configuration", NULL,
+                              NULL);
+    } else if (rc != DPREC_OK) {
+        (void)dprec_diag_fail(c, rc, "the device's own policy refused the job: ", dprec_strerror(rc), NULL);
+    }
     if (rc != DPREC_OK) {
         dprec_client_log(c, DPREC_LOG_ERROR, "sync: job refused by the device's policy: ", dprec_status_name(rc));
         return rc;
@@ -813,6 +853,8 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     dprec_charge ch;
     rc = round_charge(&job, &pol, line != NULL ? line->rounds : 0u, &ch);
     if (rc == DPREC_OK) rc = dprec_ledger_check(c, &ch); /* fingerprint, rounds, caps: before anything is drawn */
+    if (rc != DPREC_OK && c->diag.message[0] == '\0')
+        (void)dprec_diag_fail(c, rc, "the device's ledger refused this round's charge: ", dprec_strerror(rc), NULL);
     if (rc != DPREC_OK) return rc;
 
     /* participation: drawn once per (job, round) from the CSPRNG and recorded in the ledger before it is acted
@@ -893,13 +935,34 @@ static int client_sync(dprec_client *c, const dprec_transport *t, const dprec_sy
     return DPREC_OK;
 }
 
+/* Whether a failure of the call is one of the device itself that may pass (sync.h): retried after a backoff. Every
+ * other failure is FAILED: calling again would fail the same way until something changes. */
+static int local_transient(int status) {
+    return status == DPREC_ERR_IO || status == DPREC_ERR_NO_SPACE || status == DPREC_ERR_NO_MEMORY ||
+           status == DPREC_ERR_ENTROPY || status == DPREC_ERR_CRYPTO || status == DPREC_ERR_PENDING_FULL;
+}
+
+/* The result of a call that returns a failure: RETRY_LATER with a backoff, or FAILED (never RETRY_LATER with a wait
+ * of 0, which an app scheduling on it would turn into a hot loop). */
+static void failed(dprec_client *c, dprec_sync_result *result, int status) {
+    if (local_transient(status)) {
+        (void)dprec_sync_retry_later(c, result, status, 0);
+        return;
+    }
+    result->outcome = DPREC_SYNC_FAILED;
+    result->retry_after_ms = 0;
+    result->last_error = status;
+    dprec_client_log(c, DPREC_LOG_WARN, "sync: failed, not to be retried as it is: ", dprec_status_name(status));
+}
+
 /* The transport and the configuration are read by the size the app compiled them with (abi.h). */
-int dprec_client_sync(dprec_client *c, const dprec_transport *app_t, const dprec_sync_config *app_cfg,
-                      dprec_sync_result *result) {
-    if (c == NULL || app_t == NULL || app_cfg == NULL || result == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+static int sync_call(dprec_client *c, const dprec_transport *app_t, const dprec_sync_config *app_cfg,
+                     dprec_sync_result *result) {
+    if (app_t == NULL || app_cfg == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     dprec_transport t;
     dprec_sync_config cfg;
-    int rc = DPREC_ABI_COPY_IN(&t, app_t);
+    /* the transport's last_error came in 0.3: a 0.2 transport is read as far as it goes, and has none (abi.h) */
+    int rc = dprec_abi_copy_in(&t, sizeof t, app_t, offsetof(dprec_transport, last_error));
     /* enrollment_token and enrollment_key came in 0.3: a 0.2 app's smaller struct is read as far as it goes (abi.h) */
     if (rc == DPREC_OK)
         rc = dprec_abi_copy_in(&cfg, sizeof cfg, app_cfg, offsetof(dprec_sync_config, enrollment_token));
@@ -910,9 +973,22 @@ int dprec_client_sync(dprec_client *c, const dprec_transport *app_t, const dprec
     c->enroll_token = cfg.enrollment_token; /* borrowed for this call only (registration with the aggregator or a relay) */
     c->enroll_token_len = cfg.enrollment_token_len;
     c->sync_cfg = &cfg; /* and the rest of it, for a secure round's checks (the app's key, the host's memo) */
+    c->diag.hold = 1;   /* the public calls sync makes itself (fit, store flush, report ack) keep this call's detail */
     rc = client_sync(c, &t, &cfg, result);
+    c->diag.hold = 0;
     c->enroll_token = NULL;
     c->enroll_token_len = 0;
     c->sync_cfg = NULL;
+    return rc;
+}
+
+int dprec_client_sync(dprec_client *c, const dprec_transport *app_t, const dprec_sync_config *app_cfg,
+                      dprec_sync_result *result) {
+    if (c == NULL || result == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    dprec_diag_begin(c);
+    memset(result, 0, sizeof *result);
+    int rc = sync_call(c, app_t, app_cfg, result);
+    if (rc != DPREC_OK) failed(c, result, rc);
+    else if (result->outcome != DPREC_SYNC_RETRY_LATER) dprec_diag_clear(c); /* what went wrong on the way was dealt with */
     return rc;
 }

@@ -19,6 +19,11 @@ typedef struct path_buf {
 
 /* ---- sync.c: paths, refusals, backoff ----------------------------------------------------------------------- */
 
+/* Every request of a sync goes through here: t->request with the client's diagnostics around it (the request's
+ * line, the first bytes of the answer kept for an error body's code and message, the transport's text when no
+ * answer came). relay: the request goes to a relay. resp is zeroed first. */
+int dprec_sync_request(dprec_client *c, const dprec_transport *t, const dprec_http_request *req, dprec_http_sink sink,
+                       void *sink_user, dprec_http_response *resp, int relay);
 /* 1 if ch is an ASCII hex digit (a token's characters). */
 int dprec_sync_is_hex(unsigned char ch);
 /* Appends the string s to the path. */

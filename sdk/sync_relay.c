@@ -50,8 +50,7 @@ static int relay_exchange(dprec_client *c, const dprec_transport *t, const char 
     dprec_http_request req = {method, path, auth ? c->relay_token : NULL, content_type, body, body_len};
     rb->n = 0;
     rb->overflow = 0;
-    memset(resp, 0, sizeof *resp);
-    int rc = t->request(t->ctx, &req, relay_sink, rb, resp);
+    int rc = dprec_sync_request(c, t, &req, relay_sink, rb, resp, 1);
     if (rb->overflow) return DPREC_ERR_PROTOCOL;
     return rc;
 }

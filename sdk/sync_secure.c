@@ -79,9 +79,9 @@ static int secure_exchange(dprec_client *c, const dprec_transport *t, uint64_t j
     s->io_overflow = 0;
     if (body == NULL && rd == NULL) s->io_len = 0;
     *retry = 0;
-    int rc = body != NULL ? t->request(t->ctx, &req, small_sink_put, &drop, &resp)
-           : rd != NULL   ? t->request(t->ctx, &req, dprec_secure_reader_feed, rd, &resp)
-                          : t->request(t->ctx, &req, secure_sink, s, &resp);
+    int rc = body != NULL ? dprec_sync_request(c, t, &req, small_sink_put, &drop, &resp, 0)
+           : rd != NULL   ? dprec_sync_request(c, t, &req, dprec_secure_reader_feed, rd, &resp, 0)
+                          : dprec_sync_request(c, t, &req, secure_sink, s, &resp, 0);
     if (s->io_overflow) return DPREC_ERR_PROTOCOL;
     if (rd != NULL && rd->stopped) return rd->status; /* an answer past its largest size: whatever its status */
     if (rc != DPREC_OK) {

@@ -156,15 +156,16 @@ static int trust(dprec_client *c, const unsigned char *head, const dprec_release
 
 int dprec_release_verify(dprec_client *c, const void *release, size_t len, const dprec_verify_config *app_vc,
                          dprec_release_info *info) {
+    dprec_diag_begin(c);
     if (c == NULL || release == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE) return dprec_diag_stream(c);
     dprec_verify_config local, *vc = &local;
     int rc = config_in(app_vc, vc);
     if (rc != DPREC_OK) return rc;
     dprec_release_info got;
     rc = dprec_release_check(release, len, &got);
     if (rc != DPREC_OK) return rc;
-    if (!matches_client(c, &got)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (!matches_client(c, &got)) return dprec_diag_mismatch(c, &got);
     const unsigned char *sig = (const unsigned char *)release + (size_t)(got.total_size - got.sig_len);
     uint32_t how = 0;
     rc = dprec_release_origin(c, vc, &got, sig, &how);
@@ -178,8 +179,9 @@ int dprec_release_verify(dprec_client *c, const void *release, size_t len, const
 }
 
 int dprec_verify_begin(dprec_client *c) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_NONE && c->stream != STREAM_VERIFY) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_NONE && c->stream != STREAM_VERIFY) return dprec_diag_stream(c);
     dprec_release_reader_init(&c->reader, NULL, NULL);
     dprec_release_capture_reset(c);
     c->stream = STREAM_VERIFY;
@@ -187,23 +189,30 @@ int dprec_verify_begin(dprec_client *c) {
 }
 
 int dprec_verify_feed(dprec_client *c, const void *chunk, size_t len) {
+    dprec_diag_begin(c);
     if (c == NULL || (chunk == NULL && len > 0)) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_VERIFY) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_VERIFY) return dprec_diag_stream(c);
     int rc = dprec_release_reader_feed(&c->reader, chunk, len);
     if (rc == DPREC_OK && len > 0) dprec_release_capture(c, (const unsigned char *)chunk, len);
+    if (rc != DPREC_OK) { /* ends the stream, as a failed fit or top-K feed does (recommend.c) */
+        c->stream = STREAM_NONE;
+        return dprec_diag_fail(c, rc, "the release was refused (", dprec_status_name(rc),
+                               "): the verify stream is ended; the trusted release is unchanged");
+    }
     return rc;
 }
 
 int dprec_verify_end(dprec_client *c, const dprec_verify_config *app_vc, dprec_release_info *info) {
+    dprec_diag_begin(c);
     if (c == NULL) return DPREC_ERR_INVALID_ARGUMENT;
-    if (c->stream != STREAM_VERIFY) return DPREC_ERR_STATE;
+    if (c->stream != STREAM_VERIFY) return dprec_diag_stream(c);
     c->stream = STREAM_NONE;
     dprec_verify_config local, *vc = &local;
     int rc = config_in(app_vc, vc);
     if (rc == DPREC_OK) rc = dprec_release_reader_finish(&c->reader);
     if (rc != DPREC_OK) return rc;
     const dprec_release_info *got = &c->reader.info;
-    if (!matches_client(c, got)) return DPREC_ERR_RELEASE_MISMATCH;
+    if (!matches_client(c, got)) return dprec_diag_mismatch(c, got);
     uint32_t how = 0;
     rc = dprec_release_origin(c, vc, got, c->release_sig, &how);
     if (rc == DPREC_OK) rc = trust(c, c->release_head, got, how);
@@ -216,6 +225,7 @@ int dprec_verify_end(dprec_client *c, const dprec_verify_config *app_vc, dprec_r
 }
 
 int dprec_release_trusted(const dprec_client *c, dprec_release_info *info, int *insecure) {
+    dprec_diag_begin(c);
     if (c == NULL || info == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (c->trusted.how == 0) return DPREC_ERR_NOT_FOUND;
     int rc = dprec_release_parse_header(c->trusted.head, DPREC_RELEASE_HEADER_SIZE, info);

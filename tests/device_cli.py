@@ -6,7 +6,8 @@ usage: device_cli.py DPREC_DEVICE DPREC_MKRELEASE
 1. A release signed with a fresh key is accepted with --key, and afterwards without it (the store's trusted
    release); a forged copy (item 42's bias set to 100, digest recomputed, the old signature kept: valid digest,
    invalid signature) is refused by verify, recommend and predict, with or without --key, and item 42 is never
-   printed; an unsigned release is refused unless --insecure-unsigned says otherwise.
+   printed; an unsigned release is refused unless --insecure-unsigned says otherwise, every later use of it warns,
+   and --insecure-unsigned never takes a signed release (the forged one included) without --key.
 2. While another process holds the store's lock (flock on DIR/dprec-ratings.lock, as a running dprec-device
    would), a command waits, then fails with a clear message and changes nothing.
 Exits non-zero with a message on the first failed check."""
@@ -93,6 +94,19 @@ with tempfile.TemporaryDirectory() as tmp:
     out = run(*dev, "recommend", "3", "--release", unsigned, "--insecure-unsigned")
     if "WITHOUT a signature check" not in out or len(items_listed(out)) != 3:
         sys.exit(f"FAIL: --insecure-unsigned output:\n{out}")
+    # every later use of that release says it was never checked, not only the command that trusted it (issue 38)
+    for args in (["predict", "9", "--release", unsigned], ["recommend", "3", "--release", unsigned]):
+        out = run(*dev, *args)
+        if "WITHOUT a signature check" not in out:
+            sys.exit(f"FAIL: {args} on a release trusted without a signature check gave no warning:\n{out}")
+    # a signed release whose signature is invalid (the forged one) is never taken on --insecure-unsigned: without the
+    # key the flag would trust it on its digest, which anyone can recompute
+    for args in (["verify", "--release", forged, "--insecure-unsigned"],
+                 ["recommend", "100", "--release", forged, "--insecure-unsigned"],
+                 ["predict", "42", "--release", forged, "--insecure-unsigned"]):
+        out = run(*dev, *args, expect=1)
+        if "is signed" not in out or 42 in items_listed(out) or "predicted" in out:
+            sys.exit(f"FAIL: {args}: a forged signed release was taken on --insecure-unsigned:\n{out}")
 
     # 2. one command at a time
     fd = os.open(os.path.join(store, "dprec-ratings.lock"), os.O_RDWR | os.O_CREAT, 0o600)

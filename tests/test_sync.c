@@ -2,6 +2,7 @@
  * release signed with a real ECDSA P-256 key, report, acknowledge; pending reports re-sent byte for byte
  * after a crash; tampered and foreign signatures refused with nothing charged; Retry-After and backoff;
  * participation decided once per round; refusals that must not leak a report. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -508,6 +509,147 @@ static void test_sync_refuses_an_oversized_or_malformed_job(void **state) {
     assert_int_equal(f->srv.report_posts, 1);
 }
 
+/* ---- errors a developer can act on (issue 38) ------------------------------------------------------------- */
+
+static const char *detail_of(const dprec_client *c) {
+    static char buf[600];
+    (void)dprec_client_last_error_detail(c, buf, sizeof buf);
+    return buf;
+}
+
+static void test_sync_an_unknown_job_fails_for_good_with_the_servers_status_code_and_message(void **state) {
+    fixture *f = *state;
+    f->sc.job_id = 99; /* the aggregator has no job 99: 404 {"error": "not_found", "message": "test"} */
+    dprec_sync_result r;
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_PROTOCOL);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED); /* before: RETRY_LATER with retry_after_ms 0, a hot loop */
+    assert_int_equal(r.retry_after_ms, 0);
+    assert_int_equal(r.last_error, DPREC_ERR_PROTOCOL);
+    dprec_error_info info;
+    DPREC_STRUCT_INIT(&info);
+    assert_int_equal(dprec_client_last_error_info(f->c, &info), DPREC_OK);
+    assert_int_equal(info.http_status, 404);
+    assert_string_equal(info.server_code, "not_found");
+    assert_string_equal(info.message, "test");
+    assert_string_equal(info.request, "GET /v1/jobs/99");
+    assert_int_equal(info.cause, 0); /* not a stale errno */
+    assert_string_equal(detail_of(f->c), "GET /v1/jobs/99: HTTP 404 not_found: test");
+    /* the right job: the call succeeds and nothing of the failure is left */
+    f->sc.job_id = JOB;
+    assert_int_equal(sync_once(f, &r), DPREC_OK);
+    assert_int_equal(r.outcome, DPREC_SYNC_REPORTED);
+    assert_string_equal(detail_of(f->c), "");
+    assert_int_equal(dprec_client_last_error_info(f->c, &info), DPREC_OK);
+    assert_int_equal(info.http_status, 0);
+}
+
+static void test_sync_permanent_refusals_say_failed_and_never_retry_at_once(void **state) {
+    fixture *f = *state;
+    dprec_sync_result r;
+    /* a release whose signature does not verify */
+    f->srv.release[f->srv.release_len - 5] ^= 0x01;
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_RELEASE_SIGNATURE);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_int_equal(r.retry_after_ms, 0);
+    assert_int_equal(r.last_error, DPREC_ERR_RELEASE_SIGNATURE);
+    assert_non_null(strstr(detail_of(f->c), "signature does not verify"));
+    f->srv.release[f->srv.release_len - 5] ^= 0x01;
+    /* a protocol this SDK does not have */
+    f->srv.protocol = "quantum-gd";
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_UNSUPPORTED);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_non_null(strstr(detail_of(f->c), "\"quantum-gd\" is not built into this SDK"));
+    f->srv.protocol = "plain";
+    /* a non-private report the app does not allow (as a budget refusal: the device's own policy) */
+    f->cfg.allow_non_private = 0;
+    reopen(f);
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_NON_PRIVATE);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_int_equal(r.last_error, DPREC_ERR_NON_PRIVATE);
+    assert_int_equal(r.retry_after_ms, 0);
+    assert_true(strlen(detail_of(f->c)) > 0);
+    /* a job of another d */
+    f->cfg.allow_non_private = 1;
+    f->cfg.dim = D + 1;
+    reopen(f);
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_RELEASE_MISMATCH);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_non_null(strstr(detail_of(f->c), "d, m or rating scale"));
+    /* a client inside a stream: FAILED, and the text says which stream */
+    f->cfg.dim = D;
+    reopen(f);
+    assert_int_equal(dprec_fit_begin(f->c), DPREC_OK);
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_STATE);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_non_null(strstr(detail_of(f->c), "a fit stream is open"));
+}
+
+static void test_sync_a_failure_of_the_devices_storage_retries_later(void **state) {
+    fixture *f = *state;
+    fake_port_arm(&f->fake, 0, 1, 0, 0); /* the registration's save fails */
+    dprec_sync_result r;
+    assert_int_equal(sync_once(f, &r), DPREC_ERR_IO);
+    assert_int_equal(r.outcome, DPREC_SYNC_RETRY_LATER); /* with a backoff, not a hot loop at 0 */
+    assert_int_equal(r.last_error, DPREC_ERR_IO);
+    assert_true(r.retry_after_ms <= 1000);
+    assert_int_equal(dprec_client_last_cause(f->c), EIO);
+    fake_port_arm(&f->fake, 0, 0, 0, 0);
+    assert_int_equal(sync_once(f, &r), DPREC_OK);
+    assert_int_equal(r.outcome, DPREC_SYNC_REPORTED);
+    assert_int_equal(dprec_client_last_cause(f->c), 0);
+}
+
+static void test_sync_a_transient_refusal_keeps_its_detail_with_retry_later(void **state) {
+    fixture *f = *state;
+    f->srv.override_prefix = "/v1/jobs/";
+    f->srv.override_count = 1;
+    f->srv.override_status = 503;
+    dprec_sync_result r;
+    assert_int_equal(sync_once(f, &r), DPREC_OK);
+    assert_int_equal(r.outcome, DPREC_SYNC_RETRY_LATER);
+    assert_string_equal(detail_of(f->c), "GET /v1/jobs/7: HTTP 503 busy: test");
+}
+
+/* A transport that fails every request the way a pinned TLS connection to the wrong key does, with its text. */
+static int tls_refused(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *user,
+                       dprec_http_response *resp) {
+    (void)ctx, (void)req, (void)sink, (void)user, (void)resp;
+    return DPREC_ERR_TLS;
+}
+static const char *tls_text(void *ctx) {
+    (void)ctx;
+    return "the server's public key matches no pinned key\n\x1b[2J"; /* a control sequence never reaches the app */
+}
+static const char *must_not_be_called(void *ctx) {
+    (void)ctx;
+    fail_msg("the SDK read last_error past a 0.2 transport's struct_size");
+    return "";
+}
+
+static void test_sync_a_tls_failure_carries_the_transports_text_and_fails_for_good(void **state) {
+    fixture *f = *state;
+    dprec_transport t;
+    DPREC_STRUCT_INIT(&t);
+    t.request = tls_refused;
+    t.last_error = tls_text;
+    dprec_sync_result r;
+    assert_int_equal(dprec_client_sync(f->c, &t, &f->sc, &r), DPREC_ERR_TLS);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_int_equal(r.retry_after_ms, 0);
+    dprec_error_info info;
+    DPREC_STRUCT_INIT(&info);
+    assert_int_equal(dprec_client_last_error_info(f->c, &info), DPREC_OK);
+    assert_int_equal(info.http_status, 0);
+    assert_string_equal(info.request, "POST /v1/register");
+    assert_string_equal(info.message, "the server's public key matches no pinned key??[2J");
+    /* a transport of 0.2's headers has no last_error: nothing past its size is read */
+    t.struct_size = (uint32_t)offsetof(dprec_transport, last_error);
+    t.last_error = must_not_be_called;
+    assert_int_equal(dprec_client_sync(f->c, &t, &f->sc, &r), DPREC_ERR_TLS);
+    assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+    assert_string_equal(detail_of(f->c), "POST /v1/register");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sync_registers_fits_reports_and_acknowledges, setup, teardown),
@@ -531,6 +673,13 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sync_registers_again_when_the_token_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_rejects_bad_arguments_and_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_refuses_an_oversized_or_malformed_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_an_unknown_job_fails_for_good_with_the_servers_status_code_and_message,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_permanent_refusals_say_failed_and_never_retry_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_a_failure_of_the_devices_storage_retries_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_a_transient_refusal_keeps_its_detail_with_retry_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_a_tls_failure_carries_the_transports_text_and_fails_for_good, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
+#include "dprec/sync.h"
 #include "dprec/transport_mbedtls.h"
 #ifdef DPREC_TEST_CURL
 #include "dprec/transport_curl.h"
@@ -447,6 +448,66 @@ static void test_transports_give_up_on_a_server_that_never_answers(void **state)
     close(s);
 }
 
+/* A client syncing through each transport: the aggregator's refusal reaches the app as the HTTP status and the
+ * server's error code and message (the transport hands over the status and the body whatever the status), a pin
+ * that matches no key as the transport's own text; both are FAILED, not RETRY_LATER with a wait of 0. */
+static void test_transports_give_the_sdk_the_status_body_and_tls_text_of_a_failed_sync(void **state) {
+    (void)state;
+    NEED_SERVER();
+    for (size_t i = 0; i < NKINDS; i++) {
+        dprec_config cfg;
+        dprec_config_default(&cfg);
+        cfg.num_items = 10;
+        cfg.dim = 2;
+        char name[32];
+        snprintf(name, sizeof name, "diag-%s", kinds[i].name);
+        cfg.store_name = name;
+        size_t need = dprec_client_required_size(&cfg);
+        void *mem = malloc(need);
+        dprec_client *c = NULL;
+        assert_int_equal(dprec_client_init(&c, &cfg, &fx.port, mem, need), DPREC_OK);
+        assert_int_equal(dprec_store_load(c), DPREC_OK);
+        static const unsigned char key[1] = {0}; /* not reached: the job is refused first */
+        dprec_sync_config sc;
+        DPREC_STRUCT_INIT(&sc);
+        sc.job_id = 999999;
+        sc.release_key = key;
+        sc.release_key_len = sizeof key;
+        dprec_error_info info;
+        DPREC_STRUCT_INIT(&info);
+        dprec_sync_result r;
+
+        dprec_transport t;
+        any_state st;
+        opts o = {fx.ca, fx.pin, 0, 0};
+        assert_int_equal(kinds[i].open(&t, &st, fx.device_url, &o), DPREC_OK);
+        assert_non_null(t.last_error);
+        assert_int_equal(dprec_client_sync(c, &t, &sc, &r), DPREC_ERR_PROTOCOL);
+        assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+        assert_int_equal(r.retry_after_ms, 0);
+        assert_int_equal(dprec_client_last_error_info(c, &info), DPREC_OK);
+        printf("# %s: %s / %d %s: %s\n", kinds[i].name, info.request, info.http_status, info.server_code, info.message);
+        assert_int_equal(info.http_status, 404);
+        assert_string_equal(info.server_code, "not_found");
+        assert_string_equal(info.message, "unknown job");
+        assert_string_equal(info.request, "GET /v1/jobs/999999");
+        kinds[i].close(&st);
+
+        o.pin = "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+        assert_int_equal(kinds[i].open(&t, &st, fx.device_url, &o), DPREC_OK);
+        assert_int_equal(dprec_client_sync(c, &t, &sc, &r), DPREC_ERR_TLS);
+        assert_int_equal(r.outcome, DPREC_SYNC_FAILED);
+        assert_int_equal(dprec_client_last_error_info(c, &info), DPREC_OK);
+        printf("# %s: %s / %s\n", kinds[i].name, info.request, info.message);
+        assert_int_equal(info.http_status, 0);
+        assert_true(strlen(info.message) > 0);
+        assert_string_equal(info.message, kinds[i].last_error(&st)); /* the transport's text, as it gave it */
+        kinds[i].close(&st);
+        dprec_client_free(c);
+        free(mem);
+    }
+}
+
 /* ---- the mbedTLS transport alone --------------------------------------------------------------------------- */
 
 static void test_mbedtls_transport_refuses_bad_set_ups_and_needs_no_clean_up_then(void **state) {
@@ -493,7 +554,8 @@ static void test_mbedtls_transport_refuses_bad_set_ups_and_needs_no_clean_up_the
     no_recv.recv = NULL;
     assert_int_equal(dprec_transport_mbedtls_init(&t, &st, "https://h", &fx.port, &no_recv, NULL), DPREC_ERR_PORT_MISSING);
     /* structs of headers this library cannot read */
-    assert_int_equal(dprec_transport_mbedtls_init_sized(&t, sizeof t - 4, &st, "https://h", &fx.port, &fx.net, NULL),
+    assert_int_equal(dprec_transport_mbedtls_init_sized(&t, offsetof(dprec_transport, last_error) - 4, &st, "https://h",
+                                                        &fx.port, &fx.net, NULL),
                      DPREC_ERR_STRUCT_SIZE);
     dprec_net big[2];
     memset(big, 0, sizeof big);
@@ -562,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_transports_stream_a_release_of_many_records),
         cmocka_unit_test(test_transports_report_a_network_error_when_nothing_listens),
         cmocka_unit_test(test_transports_give_up_on_a_server_that_never_answers),
+        cmocka_unit_test(test_transports_give_the_sdk_the_status_body_and_tls_text_of_a_failed_sync),
         cmocka_unit_test(test_mbedtls_transport_refuses_bad_set_ups_and_needs_no_clean_up_then),
         cmocka_unit_test(test_mbedtls_transport_trusts_cas_in_memory),
         cmocka_unit_test(test_mbedtls_transport_takes_names_ipv6_literals_and_prefixes),

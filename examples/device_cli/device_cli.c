@@ -57,13 +57,14 @@ static const char *usage_text =
     "verify does); without it they use the release only if it is the store's trusted release, verified by an\n"
     "earlier command: then its bytes are not hashed again, so keep the file where only you can change it.\n"
     "A forged or unsigned release is refused; --insecure-unsigned trusts an unsigned one on its digest alone\n"
-    "(test data only: anyone can make such a release).\n"
+    "(test data only: anyone can make such a release), never a signed one without --key, and every later\n"
+    "recommend or predict on it warns.\n"
     "\n"
     "options:\n"
     "  --dir DIR               where the store lives\n"
     "  --key PUB               the aggregator's release public key (release-key.der from dprec-aggregator\n"
     "                          serve, or dprec-mkrelease --new-key; DER or PEM)\n"
-    "  --insecure-unsigned     accept an unsigned release (offline demos and tests)\n"
+    "  --insecure-unsigned     accept an unsigned release (offline demos and tests; not a signed one)\n"
     "  --key-file FILE         encrypt the store at rest (AES-256-GCM) with the 32-byte key in FILE\n"
     "                          (raw or 64 hex digits); every later command needs the same key\n"
     "  -h, --help              this text\n"
@@ -382,6 +383,13 @@ static int verify_if_asked(app *a, const settings *st, const mapped *m) {
         vc.release_key_len = der_len;
     }
     if (st->insecure) vc.flags |= DPREC_VERIFY_INSECURE_UNSIGNED;
+    if (st->insecure && st->release_key == NULL && !info_unsigned(m)) {
+        /* a signature is there to be checked: without the key, --insecure-unsigned would trust a forged one (the
+         * digest is anyone's to recompute), so it is for unsigned releases only */
+        fprintf(stderr, "dprec-device: %s is signed: --insecure-unsigned accepts unsigned releases only; pass --key "
+                        "PUB to check its signature\n", st->release);
+        return 1;
+    }
     dprec_release_info info;
     int rc = dprec_release_verify(a->client, m->p, m->len, &vc, &info);
     if (rc == DPREC_ERR_RELEASE_SIGNATURE && info_unsigned(m))
@@ -391,6 +399,15 @@ static int verify_if_asked(app *a, const settings *st, const mapped *m) {
     if (info.sig_len == 0 || st->release_key == NULL)
         fprintf(stderr, "dprec-device: warning: release trusted WITHOUT a signature check (--insecure-unsigned)\n");
     return 0;
+}
+
+/* Every use of a release the store trusts without a signature check says so, not only the command that trusted it. */
+static void warn_if_insecure(const app *a) {
+    dprec_release_info info;
+    int insecure = 0;
+    if (dprec_release_trusted(a->client, &info, &insecure) == DPREC_OK && insecure)
+        fprintf(stderr, "dprec-device: warning: the store's release v%llu was trusted WITHOUT a signature check "
+                        "(--insecure-unsigned): test data only\n", (unsigned long long)info.release_version);
 }
 
 /* Says why a release that is not the store's trusted one was refused, in the CLI's own words. */
@@ -460,6 +477,7 @@ static int cmd_release(settings *st, int argc, char **argv, const char *cmd) {
         if (rc == DPREC_OK) rc = dprec_predict(a.client, m.p, m.len, (uint32_t)arg, &score);
         if (rc != DPREC_OK) status = refused(st, "predict", rc);
         else printf("item %lu predicted %.3f\n", arg, (double)score);
+        if (rc == DPREC_OK && !st->insecure) warn_if_insecure(&a); /* verify_if_asked warned already */
     } else if (status == 0) {
         dprec_recommendation *out = malloc(sizeof *out * arg);
         uint32_t n = 0;
@@ -470,6 +488,7 @@ static int cmd_release(settings *st, int argc, char **argv, const char *cmd) {
             printf("# top %u of %u items for a user with %u ratings (release v%llu, d=%u)\n# rank item score\n", n,
                    info.num_items, dprec_store_count(a.client), (unsigned long long)info.release_version, info.dim);
             for (uint32_t i = 0; i < n; i++) printf("%u %u %.3f\n", i + 1, out[i].item, (double)out[i].score);
+            if (!st->insecure) warn_if_insecure(&a);
         }
         free(out);
     }
@@ -504,6 +523,7 @@ static const char *outcome_name(dprec_sync_outcome o) {
     case DPREC_SYNC_NOTHING_TO_DO: return "nothing to do";
     case DPREC_SYNC_RETRY_LATER: return "retry later";
     case DPREC_SYNC_IN_PROGRESS: return "in progress";
+    case DPREC_SYNC_FAILED: return "failed";
     }
     return "?";
 }
@@ -628,9 +648,11 @@ static int cmd_sync(const settings *st, int argc, char **argv) {
     rc = dprec_client_sync(a.client, &t, &sc, &res);
     int status = 0;
     if (rc != DPREC_OK) {
+        char detail[512];
         fprintf(stderr, "dprec-device: sync job %lu: %s (%s)", job, dprec_strerror(rc), dprec_status_name(rc));
-        if (dprec_transport_mbedtls_last_error(&tls)[0] != '\0')
-            fprintf(stderr, "; transport: %s", dprec_transport_mbedtls_last_error(&tls));
+        if (dprec_client_last_error_detail(a.client, detail, sizeof detail) > 0) fprintf(stderr, "; %s", detail);
+        if (res.outcome == DPREC_SYNC_FAILED) fputs("; not worth retrying as it is", stderr);
+        else fprintf(stderr, "; try again in %.1f s", res.retry_after_ms / 1000.0);
         fputc('\n', stderr);
         status = 1;
     } else {
@@ -642,9 +664,10 @@ static int cmd_sync(const settings *st, int argc, char **argv) {
                    "acknowledged\n", (unsigned long long)res.release_version, job, opts.release_key);
         print_ledger(&a, job);
         if (res.outcome == DPREC_SYNC_RETRY_LATER) {
+            char detail[512];
+            size_t dn = dprec_client_last_error_detail(a.client, detail, sizeof detail);
             fprintf(stderr, "dprec-device: sync job %lu: try again in %.1f s (%s%s%s)\n", job,
-                    res.retry_after_ms / 1000.0, dprec_status_name(res.last_error),
-                    dprec_transport_mbedtls_last_error(&tls)[0] ? ": " : "", dprec_transport_mbedtls_last_error(&tls));
+                    res.retry_after_ms / 1000.0, dprec_status_name(res.last_error), dn > 0 ? ": " : "", detail);
             status = 3;
         } else {
             printf("next sync in %.1f s\n", res.retry_after_ms / 1000.0);

@@ -24,10 +24,10 @@
 
 DPREC_BEGIN_DECLS
 
-/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, and the sync
- * state: a 4 KiB JSON response buffer and its tokens), rounded up. A test holds sizeof of the real fixed
- * part under this constant. */
-#define DPREC_CLIENT_FIXED_BYTES 12288u
+/* The fixed part of a client (its struct, the CSPRNG and AES-GCM contexts, the stream reader, the sync state: a
+ * 4 KiB JSON response buffer and its tokens, and the last failure's detail), rounded up. A test holds sizeof of the
+ * real fixed part under this constant. */
+#define DPREC_CLIENT_FIXED_BYTES 13312u
 
 /* An upper bound on a client's memory, in bytes, for latent dimension d, rating capacity cap, largest
  * top-K k, ledger lines jobs, pending-report slots slots and largest report rbytes (docs/sdk.md derives it):
@@ -156,8 +156,52 @@ DPREC_API void dprec_client_free(dprec_client *c);
 /* Bytes the client took from its arena or hooks (its peak; it never grows after init). */
 DPREC_API size_t dprec_client_memory_used(const dprec_client *c);
 
-/* The native cause of the last error (errno from the port, or an mbedTLS code), 0 if none. */
+/* ---- diagnostics: why the last call failed ------------------------------------------------------------------
+ *
+ * Every function that takes a client and returns a dprec_status starts by forgetting the previous call's
+ * diagnostics (its cause and detail), and on failure leaves what it knows: so after a call that failed they are
+ * that call's, and after one that succeeded they are empty (a sync whose outcome is DPREC_SYNC_RETRY_LATER keeps
+ * the transient failure's). Functions that return a count or a size, and the getters below, change nothing. The
+ * diagnostics are the one part of a client that a call through a const pointer writes (the client lives in the
+ * app's writable memory); a client is not thread-safe anyway. */
+
+/* The native cause of the last call's failure (errno from the port, or an mbedTLS code), 0 if none. */
 DPREC_API int dprec_client_last_cause(const dprec_client *c);
+
+#define DPREC_ERROR_REQUEST_MAX 96u  /* dprec_error_info.request, NUL included */
+#define DPREC_ERROR_CODE_MAX 48u     /* dprec_error_info.server_code, NUL included */
+#define DPREC_ERROR_MESSAGE_MAX 256u /* dprec_error_info.message, NUL included */
+
+/* The detail of the last call's failure (like SQLite's sqlite3_errmsg, libcurl's CURLOPT_ERRORBUFFER). Each
+ * string is NUL-terminated, cut to its array, printable ASCII only (a server's text is filtered), "" if unknown. */
+typedef struct dprec_error_info {
+    uint32_t struct_size; /* sizeof(dprec_error_info) as the app was compiled (DPREC_STRUCT_INIT) */
+    int cause;            /* as dprec_client_last_cause */
+    /* dprec_client_sync: the HTTP status of the answer that made the call fail or retry (>= 300), 0 if none did
+     * (no answer at all: see message) */
+    int http_status;
+    /* dprec_client_sync: the last request it made, "GET /v1/jobs/99" ("relay " in front for a relay's) */
+    char request[DPREC_ERROR_REQUEST_MAX];
+    /* the aggregator's (or relay's) error code from its answer {"error": code, "message": text}, e.g.
+     * "not_found", "budget_exhausted" (docs/protocol.md lists them) */
+    char server_code[DPREC_ERROR_CODE_MAX];
+    /* what went wrong, from whoever knows best: the server's message ("unknown job"), the transport's text for a
+     * request that got no answer (the TLS library's: "the server's public key matches no pinned key"), or the
+     * SDK's own reason, e.g. which of the causes of DPREC_ERR_STATE this is ("a fit stream is open ...") */
+    char message[DPREC_ERROR_MESSAGE_MAX];
+} dprec_error_info;
+
+/* Fills *out (its struct_size set by the app: DPREC_STRUCT_INIT) with the last call's failure detail. Returns
+ * DPREC_OK, DPREC_ERR_INVALID_ARGUMENT (NULL) or DPREC_ERR_STRUCT_SIZE. Changes nothing in the client. */
+DPREC_API int dprec_client_last_error_info(const dprec_client *c, dprec_error_info *out);
+
+/* The same detail as one line of text for a log or a bug report, e.g.
+ *   "GET /v1/jobs/99: HTTP 404 not_found: unknown job"
+ *   "GET /v1/jobs/7: the server's public key matches no pinned key"
+ *   "a fit stream is open (dprec_fit_begin): end it with dprec_fit_end"
+ * ("" if the last call did not fail), NUL-terminated into buf[0 .. len) and cut to fit. Returns the length the
+ * whole line has (as snprintf: a result >= len means it was cut). buf may be NULL when len is 0. */
+DPREC_API size_t dprec_client_last_error_detail(const dprec_client *c, char *buf, size_t len);
 
 /* Random bytes from the client's CSPRNG (mbedTLS CTR_DRBG, AES-256, reseeded by the library's policy). */
 DPREC_API int dprec_client_random(dprec_client *c, void *out, size_t len);
@@ -261,7 +305,9 @@ DPREC_API int dprec_release_verify(dprec_client *c, const void *release, size_t 
                                    dprec_release_info *info);
 
 /* The same over a stream (a download or a file read in chunks of any size): begin, feed, end. The trusted
- * release changes only if end succeeds. */
+ * release changes only if end succeeds. A feed that returns an error ends the stream (the release is refused;
+ * writes, which a stream in progress refuses with DPREC_ERR_STATE, go on); an app that abandons a stream for its
+ * own reasons (the download failed) ends it with dprec_verify_end, whose error it may ignore. */
 DPREC_API int dprec_verify_begin(dprec_client *c);
 DPREC_API int dprec_verify_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_verify_end(dprec_client *c, const dprec_verify_config *vc, dprec_release_info *info);
@@ -285,7 +331,8 @@ DPREC_API int dprec_fit(dprec_client *c, const void *release, size_t len);
 
 /* The same, streaming: begin, feed chunks of any size, end. Every byte is hashed again (a stream cannot be
  * bound to the trusted release otherwise): end refuses a stream whose SHA-256 digest is not the trusted
- * release's (DPREC_ERR_RELEASE_UNVERIFIED). The user vector changes only if end succeeds. */
+ * release's (DPREC_ERR_RELEASE_UNVERIFIED). The user vector changes only if end succeeds. A feed that returns an
+ * error ends the stream, as for verify (a later feed or end: DPREC_ERR_STATE). */
 DPREC_API int dprec_fit_begin(dprec_client *c);
 DPREC_API int dprec_fit_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_fit_end(dprec_client *c);
@@ -306,7 +353,7 @@ DPREC_API int dprec_recommend(dprec_client *c, const void *release, size_t len, 
                               dprec_recommendation *out, uint32_t *n);
 
 /* Top-K streaming, after a successful fit on the same release (checked by its SHA-256 digest at end:
- * DPREC_ERR_RELEASE_MISMATCH for another release). */
+ * DPREC_ERR_RELEASE_MISMATCH for another release). A feed that returns an error ends the stream, as for verify. */
 DPREC_API int dprec_topk_begin(dprec_client *c, uint32_t k);
 DPREC_API int dprec_topk_feed(dprec_client *c, const void *chunk, size_t len);
 DPREC_API int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n);

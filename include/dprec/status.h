@@ -17,7 +17,9 @@ typedef enum dprec_status {
     DPREC_ERR_NO_MEMORY = -2,        /* the arena or the allocator cap is too small */
     DPREC_ERR_BUFFER_TOO_SMALL = -3, /* an output buffer cannot hold the result */
     DPREC_ERR_CONFIG = -4,           /* the configuration is inconsistent (see the field's comment) */
-    DPREC_ERR_STATE = -5,            /* the call is not valid in the object's current state */
+    DPREC_ERR_STATE = -5,            /* the call is not valid in the object's current state (which state:
+                                      * dprec_client_last_error_detail, e.g. a stream left open, no fit yet, the
+                                      * store held by another client) */
     DPREC_ERR_CRYPTO = -6,           /* mbedTLS failed; dprec_client_last_cause() has its code */
     DPREC_ERR_INTERNAL = -7,         /* a broken internal invariant: please report it */
     DPREC_ERR_STRUCT_SIZE = -8,      /* a struct's struct_size is one this library cannot use (other headers) */

@@ -46,6 +46,11 @@ typedef struct dprec_transport {
      * did (connection, DNS, timeout), DPREC_ERR_TLS if the peer failed verification or pinning. */
     int (*request)(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *sink_user,
                    dprec_http_response *resp);
+    /* Optional (added in 0.3; NULL: none): why the last request got no answer, as text ("" if it got one), e.g.
+     * the TLS library's message or "the server's public key matches no pinned key". The SDK copies it into the
+     * client's error detail (dprec_client_last_error_info) after a request that returned an error; the text must
+     * stay valid until the next request. Both shipped transports set it. */
+    const char *(*last_error)(void *ctx);
 } dprec_transport;
 
 typedef struct dprec_sync_config {
@@ -99,7 +104,12 @@ typedef enum dprec_sync_outcome {
     DPREC_SYNC_RETRY_LATER = 2,   /* a transient failure: call again after retry_after_ms */
     /* a step of the open round's secure aggregation was done (or was done before), and the round needs more of the
      * device (params.aggregation "secure", docs/protocol.md): call again after retry_after_ms */
-    DPREC_SYNC_IN_PROGRESS = 3
+    DPREC_SYNC_IN_PROGRESS = 3,
+    /* (added in 0.3) the call failed for a reason that calling again cannot fix: do not schedule another call for
+     * this job until something changes (the app's configuration or pinned keys, the user's budget, an app update,
+     * an enrollment token); retry_after_ms is 0 and last_error the status the call returned. docs/sdk.md "Errors"
+     * says which statuses these are and what to show the user */
+    DPREC_SYNC_FAILED = 4
 } dprec_sync_outcome;
 
 typedef struct dprec_sync_result {
@@ -108,7 +118,7 @@ typedef struct dprec_sync_result {
     uint64_t round;          /* the job's open round as last seen */
     uint64_t release_version;
     int job_done;
-    int last_error;          /* the dprec_status behind a RETRY_LATER, or 0 */
+    int last_error;          /* the dprec_status behind a RETRY_LATER or a FAILED, or 0 */
 } dprec_sync_result;
 
 /* One step of the sync loop for one job. c must have been loaded (dprec_store_load) and not be inside a
@@ -158,8 +168,16 @@ typedef struct dprec_sync_result {
  * a token the aggregator no longer knows) return DPREC_OK with outcome RETRY_LATER, last_error set, and
  * retry_after_ms from an exponential backoff with full jitter from the CSPRNG (1 s doubling to 15 min),
  * never below the server's Retry-After; any other outcome resets the backoff. While a round is open,
- * retry_after_ms is the time to its deadline, clamped to [1 s, 60 s]. Permanent failures return their status
- * (a TLS failure: DPREC_ERR_TLS; any other 4xx or a malformed answer: DPREC_ERR_PROTOCOL; store I/O errors).
+ * retry_after_ms is the time to its deadline, clamped to [1 s, 60 s]. Every other failure returns its status, and
+ * result says whether to try again:
+ *   - outcome RETRY_LATER, last_error the status and retry_after_ms a backoff as above, for a failure of the
+ *     device itself that may pass (DPREC_ERR_IO, _NO_SPACE, _NO_MEMORY, _ENTROPY, _CRYPTO, _PENDING_FULL);
+ *   - outcome FAILED, last_error the status and retry_after_ms 0, for every other: calling again would fail the
+ *     same way until something changes (a TLS or pinning failure: DPREC_ERR_TLS; a 4xx refusal such as an unknown
+ *     job, or a malformed answer: DPREC_ERR_PROTOCOL; the device's policy, budget or ledger refusing the job; a
+ *     release that does not verify or belongs to another job; DPREC_ERR_ENROLLMENT; the client's own state).
+ * dprec_client_last_error_info then has the detail: the HTTP status and the aggregator's error code and message,
+ * or the transport's text (docs/sdk.md "Errors" has the whole table, and what to show the user).
  *
  * Memory: JSON answers are read into a fixed 4 KiB buffer inside the client (a larger one is refused with
  * DPREC_ERR_PROTOCOL) and releases are streamed. The exception to "no allocation after init": verifying the

@@ -187,6 +187,13 @@ static int curl_request(void *ctx, const dprec_http_request *req, dprec_http_sin
     return result;
 }
 
+/* libcurl's text for the last request that got no answer (dprec_transport.last_error). */
+static const char *curl_last_error(void *ctx)
+{
+    const dprec_transport_curl *st = ctx;
+    return st != NULL && st->last_curl_code != 0 ? st->errbuf : "";
+}
+
 /* t_size is the app's sizeof(dprec_transport), all of it written; the options are read by the size the app
  * compiled them with (common/abi.h). */
 int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_transport_curl *state,
@@ -195,7 +202,8 @@ int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_tra
     if (t == NULL || state == NULL || base_url == NULL) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
-    if (t_size < sizeof *t || t_size > sizeof *t + DPREC_ABI_MAX_GROWTH) {
+    /* an app of 0.2's headers has no last_error (added in 0.3): its smaller struct is filled as far as it goes */
+    if (t_size < offsetof(dprec_transport, last_error) || t_size > sizeof *t + DPREC_ABI_MAX_GROWTH) {
         return DPREC_ERR_STRUCT_SIZE;
     }
     dprec_curl_options options;
@@ -267,6 +275,9 @@ int dprec_transport_curl_init_sized(dprec_transport *t, size_t t_size, dprec_tra
     t->struct_size = (uint32_t)t_size;
     t->ctx = state;
     t->request = curl_request;
+    if (t_size >= offsetof(dprec_transport, last_error) + sizeof t->last_error) {
+        t->last_error = curl_last_error;
+    }
     return DPREC_OK;
 }
 

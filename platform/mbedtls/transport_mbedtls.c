@@ -532,6 +532,12 @@ static int tls_request(void *ctx, const dprec_http_request *req, dprec_http_sink
     }
 }
 
+/* dprec_transport.last_error: the text of the last request that got no answer ("" after one that got one). */
+static const char *tls_last_error(void *ctx) {
+    const dprec_transport_mbedtls *st = ctx;
+    return st != NULL ? st->errbuf : "";
+}
+
 /* ---- set-up ------------------------------------------------------------------------------------------------- */
 
 /* "https://host[:port][/prefix]" */
@@ -656,7 +662,9 @@ int dprec_transport_mbedtls_init_sized(dprec_transport *t, size_t t_size, dprec_
     if (t == NULL || state == NULL || base_url == NULL || app_port == NULL || app_net == NULL)
         return DPREC_ERR_INVALID_ARGUMENT;
     memset(state, 0, sizeof *state);
-    if (t_size < sizeof *t || t_size > sizeof *t + DPREC_ABI_MAX_GROWTH) return DPREC_ERR_STRUCT_SIZE;
+    /* an app of 0.2's headers has no last_error (added in 0.3): its smaller struct is filled as far as it goes */
+    if (t_size < offsetof(dprec_transport, last_error) || t_size > sizeof *t + DPREC_ABI_MAX_GROWTH)
+        return DPREC_ERR_STRUCT_SIZE;
     dprec_mbedtls_options opt;
     DPREC_STRUCT_INIT(&opt);
     if (app_opt != NULL && DPREC_ABI_COPY_IN(&opt, app_opt) != DPREC_OK) return DPREC_ERR_STRUCT_SIZE;
@@ -722,6 +730,7 @@ int dprec_transport_mbedtls_init_sized(dprec_transport *t, size_t t_size, dprec_
     t->struct_size = (uint32_t)t_size;
     t->ctx = state;
     t->request = tls_request;
+    if (t_size >= offsetof(dprec_transport, last_error) + sizeof t->last_error) t->last_error = tls_last_error;
     return DPREC_OK;
 }
 

@@ -145,6 +145,7 @@ static const dprec_proto_state fw_state_desc = {DPREC_SECTION_FW, 0, fw_memory, 
                                                 fw_encode, fw_decode};
 
 int dprec_fw_user_vector(const dprec_client *c, uint64_t job_id, float *g, uint32_t dim) {
+    dprec_diag_begin(c);
     if (c == NULL || g == NULL || dim != c->cfg.dim) return DPREC_ERR_INVALID_ARGUMENT;
     const fw_state *s = st(c);
     if (s == NULL || s->job == 0 || s->job != job_id) return DPREC_ERR_NOT_FOUND;
@@ -153,6 +154,7 @@ int dprec_fw_user_vector(const dprec_client *c, uint64_t job_id, float *g, uint3
 }
 
 int dprec_fw_user_offset(const dprec_client *c, uint64_t job_id, double *offset) {
+    dprec_diag_begin(c);
     if (c == NULL || offset == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     const fw_state *s = st(c);
     if (s == NULL || s->job == 0 || s->job != job_id || isnan(s->offset)) return DPREC_ERR_NOT_FOUND;

@@ -203,7 +203,7 @@ static void sync_seed(fake_signer *key, const char *protocol, const char *params
     recorder *r = calloc(1, sizeof *r);
     r->json_seeds = *json_seeds;
     fake_agg_transport(&agg, &r->inner);
-    dprec_transport t = {sizeof(dprec_transport), r, recording};
+    dprec_transport t = {sizeof(dprec_transport), r, recording, NULL};
     fake_port fp;
     dprec_port port;
     fake_port_init(&fp, &port);
@@ -257,7 +257,7 @@ static void agg_seeds(void) {
     report_tap t;
     memset(&t, 0, sizeof t);
     dprec_agg_transport_init(&t.inner, &state, e->a, 0);
-    dprec_transport tt = {sizeof(dprec_transport), &t, tap};
+    dprec_transport tt = {sizeof(dprec_transport), &t, tap, NULL};
     for (size_t i = 0; i < AGG_JOBS; i++) {
         if (!e->job_ok[i]) continue;
         cJSON *spec = cJSON_Parse(AGG_JOB_SPECS[i]);

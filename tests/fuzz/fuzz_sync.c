@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(dprec_store_put(c, items[i], (float)(1 + (i * 3) % 5), 100) == DPREC_OK);
 
     script s = {data, size, 0, {0}};
-    dprec_transport t = {sizeof(dprec_transport), &s, scripted};
+    dprec_transport t = {sizeof(dprec_transport), &s, scripted, NULL};
     dprec_sync_config sc;
     memset(&sc, 0, sizeof sc);
     sc.job_id = 7;

@@ -40,6 +40,7 @@ typedef struct jni_state {
     JNIEnv *env;
     jobject transport;
     jthrowable thrown; /* what the Java transport threw other than an IOException: rethrown when sync returns */
+    char transport_error[256]; /* the exception of the last request that got no answer (dprec_transport.last_error) */
 } jni_state;
 
 #define STATE_BYTES ((sizeof(jni_state) + 15u) & ~(size_t)15u)
@@ -47,9 +48,10 @@ typedef struct jni_state {
 /* The configuration arrays DprecClient passes (DprecClient.Config.ints() / doubles()); their order is a contract
  * with DprecClient.java. */
 enum { CI_NUM_ITEMS, CI_DIM, CI_CAPACITY, CI_MAX_K, CI_ENCRYPT, CI_ALLOW_NON_PRIVATE, CI_LEDGER_JOBS, CI_PENDING_SLOTS,
-       CI_MAX_REPORT_BYTES, CI_FW_MAX_RATINGS, CI_COUNT };
+       CI_MAX_REPORT_BYTES, CI_FW_MAX_RATINGS, CI_SGLD_MAX_RATINGS, CI_SECAGG_MAX_LEN, CI_SECAGG_MIN_COLLUDERS,
+       CI_COUNT };
 enum { CD_RATING_MIN, CD_RATING_MAX, CD_LAMBDA, CD_CAP_USER_EPS, CD_CAP_USER_DELTA, CD_CAP_RATING_EPS,
-       CD_CAP_RATING_DELTA, CD_COUNT };
+       CD_CAP_RATING_DELTA, CD_SGLD_EPSILON, CD_COUNT };
 #define STORE_NAME_MAX 48
 
 static int config_from(JNIEnv *env, jintArray ints, jdoubleArray dbls, jstring store_name, dprec_config *cfg,
@@ -74,6 +76,10 @@ static int config_from(JNIEnv *env, jintArray ints, jdoubleArray dbls, jstring s
     cfg->pending_slots = (uint32_t)i[CI_PENDING_SLOTS];
     cfg->max_report_bytes = (uint32_t)i[CI_MAX_REPORT_BYTES];
     cfg->fw_max_ratings = (uint32_t)i[CI_FW_MAX_RATINGS];
+    cfg->sgld_max_ratings = (uint32_t)i[CI_SGLD_MAX_RATINGS];
+    cfg->secagg_max_len = (uint32_t)i[CI_SECAGG_MAX_LEN];
+    cfg->secagg_min_colluders = (uint32_t)i[CI_SECAGG_MIN_COLLUDERS];
+    cfg->sgld_epsilon = d[CD_SGLD_EPSILON];
     cfg->rating_min = (float)d[CD_RATING_MIN];
     cfg->rating_max = (float)d[CD_RATING_MAX];
     cfg->lambda = (float)d[CD_LAMBDA];
@@ -194,6 +200,85 @@ JNIEXPORT jstring JNICALL Java_org_dprec_DprecException_nativeStrerror(JNIEnv *e
     return (*env)->NewStringUTF(env, dprec_strerror(status));
 }
 
+/* The direct buffer's address, so that Java can refuse a buffer (or a slice of one) that a live client uses. */
+JNIEXPORT jlong JNICALL Java_org_dprec_DprecClient_nativeAddress(JNIEnv *env, jclass cls, jobject buf) {
+    (void)cls;
+    void *p = buf != NULL ? (*env)->GetDirectBufferAddress(env, buf) : NULL;
+    return (jlong)(uintptr_t)p;
+}
+
+/* ---- diagnostics: the last call's failure (dprec_client_last_error_info) -------------------------------------- */
+
+/* nums gets {cause, http_status}; the answer is {detail line, request, server code, message}. */
+JNIEXPORT jobjectArray JNICALL Java_org_dprec_DprecClient_nativeLastError(JNIEnv *env, jclass cls, jlong h,
+                                                                          jintArray nums) {
+    (void)cls;
+    jni_state *st = state_of(h);
+    dprec_error_info info;
+    DPREC_STRUCT_INIT(&info);
+    char line[DPREC_ERROR_REQUEST_MAX + DPREC_ERROR_CODE_MAX + DPREC_ERROR_MESSAGE_MAX + 64];
+    line[0] = '\0';
+    if (st == NULL || st->client == NULL || dprec_client_last_error_info(st->client, &info) != DPREC_OK) return NULL;
+    (void)dprec_client_last_error_detail(st->client, line, sizeof line);
+    if (nums != NULL && (*env)->GetArrayLength(env, nums) >= 2) {
+        jint v[2] = {info.cause, info.http_status};
+        (*env)->SetIntArrayRegion(env, nums, 0, 2, v);
+    }
+    jclass scls = (*env)->FindClass(env, "java/lang/String");
+    jobjectArray out = scls != NULL ? (*env)->NewObjectArray(env, 4, scls, NULL) : NULL;
+    if (out == NULL) return NULL;
+    const char *parts[4] = {line, info.request, info.server_code, info.message}; /* printable ASCII: valid UTF-8 */
+    for (jsize i = 0; i < 4; i++) {
+        jstring s = (*env)->NewStringUTF(env, parts[i]);
+        if (s == NULL) return NULL;
+        (*env)->SetObjectArrayElement(env, out, i, s);
+        (*env)->DeleteLocalRef(env, s);
+    }
+    return out;
+}
+
+/* ---- the privacy ledger and the trusted release ---------------------------------------------------------------- */
+
+/* A ledger line as DprecClient.LedgerEntry reads it: n {job, unit, model, reports, rounds, last_round, max_rounds},
+ * d {epsilon, delta, user_epsilon, user_delta}. */
+static void ledger_out(JNIEnv *env, const dprec_ledger_entry *e, jlongArray n, jdoubleArray d) {
+    jlong nv[7] = {(jlong)e->job_id, e->unit, e->model, e->reports, e->rounds, (jlong)e->last_round,
+                   (jlong)e->max_rounds};
+    jdouble dv[4] = {e->epsilon, e->delta, e->user_epsilon, e->user_delta};
+    if (n != NULL && (*env)->GetArrayLength(env, n) >= 7) (*env)->SetLongArrayRegion(env, n, 0, 7, nv);
+    if (d != NULL && (*env)->GetArrayLength(env, d) >= 4) (*env)->SetDoubleArrayRegion(env, d, 0, 4, dv);
+}
+
+JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeLedgerCount(JNIEnv *env, jclass cls, jlong h) {
+    (void)env;
+    (void)cls;
+    return (jint)dprec_ledger_count(state_of(h)->client);
+}
+
+/* index >= 0: the index-th line; index < 0: the line of job. */
+JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeLedgerLine(JNIEnv *env, jclass cls, jlong h, jint index,
+                                                                   jlong job, jlongArray n, jdoubleArray d) {
+    (void)cls;
+    dprec_ledger_entry e;
+    int rc = index >= 0 ? dprec_ledger_at(state_of(h)->client, (uint32_t)index, &e)
+                        : dprec_ledger_job(state_of(h)->client, (uint64_t)job, &e);
+    if (rc == DPREC_OK) ledger_out(env, &e, n, d);
+    return rc;
+}
+
+JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeLedgerTotal(JNIEnv *env, jclass cls, jlong h, jint unit,
+                                                                    jdoubleArray out) {
+    (void)cls;
+    double eps = 0.0, delta = 0.0;
+    if (out == NULL || (*env)->GetArrayLength(env, out) < 2) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = dprec_ledger_total(state_of(h)->client, (dprec_unit)unit, &eps, &delta);
+    if (rc == DPREC_OK) {
+        jdouble v[2] = {eps, delta};
+        (*env)->SetDoubleArrayRegion(env, out, 0, 2, v);
+    }
+    return rc;
+}
+
 /* ---- the rating store --------------------------------------------------------------------------------------- */
 
 JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeRate(JNIEnv *env, jclass cls, jlong h, jint item, jfloat value,
@@ -275,6 +360,22 @@ JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeVerify(JNIEnv *env, jcla
     dprec_release_info info;
     int rc = dprec_release_verify(state_of(h)->client, rel, (size_t)len, &vc, &info);
     if (rc == DPREC_OK) info_out(env, &info, out, digest);
+    return rc;
+}
+
+/* The client's trusted release: info and digest as for nativeVerify, insecure[0] 1 if trusted without a signature check. */
+JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeTrusted(JNIEnv *env, jclass cls, jlong h, jlongArray out,
+                                                                jbyteArray digest, jintArray insecure) {
+    (void)cls;
+    dprec_release_info info;
+    int ins = 0;
+    int rc = dprec_release_trusted(state_of(h)->client, &info, &ins);
+    if (rc == DPREC_OK) {
+        info_out(env, &info, out, digest);
+        jint v = ins;
+        if (insecure != NULL && (*env)->GetArrayLength(env, insecure) >= 1)
+            (*env)->SetIntArrayRegion(env, insecure, 0, 1, &v);
+    }
     return rc;
 }
 
@@ -401,6 +502,28 @@ static jstring utf_or_null(JNIEnv *env, const char *s) {
     return s != NULL ? (*env)->NewStringUTF(env, s) : NULL;
 }
 
+/* Keeps ex.toString() ("javax.net.ssl.SSLHandshakeException: ...") as the text of a request that got no answer. */
+static void keep_error_text(JNIEnv *env, jni_state *st, jthrowable ex) {
+    st->transport_error[0] = '\0';
+    jclass ocls = (*env)->FindClass(env, "java/lang/Object");
+    jmethodID to_string = ocls != NULL ? (*env)->GetMethodID(env, ocls, "toString", "()Ljava/lang/String;") : NULL;
+    jstring s = to_string != NULL ? (jstring)(*env)->CallObjectMethod(env, ex, to_string) : NULL;
+    if ((*env)->ExceptionCheck(env)) (*env)->ExceptionClear(env);
+    if (s == NULL) return;
+    const char *u = (*env)->GetStringUTFChars(env, s, NULL);
+    if (u != NULL) {
+        size_t n = strlen(u);
+        if (n >= sizeof st->transport_error) n = sizeof st->transport_error - 1;
+        memcpy(st->transport_error, u, n); /* the SDK keeps printable ASCII of it */
+        st->transport_error[n] = '\0';
+        (*env)->ReleaseStringUTFChars(env, s, u);
+    }
+}
+
+static const char *java_last_error(void *ctx) {
+    return ((jni_state *)ctx)->transport_error;
+}
+
 /* dprec_transport.request over Transport.request(method, path, bearer, contentType, body, sink), which returns a
  * Transport.Response {status, retryAfterSeconds}. An IOException is "no response" (DPREC_ERR_NETWORK; javax.net.ssl.SSLException:
  * DPREC_ERR_TLS); a sink that aborted returns its own status. */
@@ -409,6 +532,7 @@ static int java_request(void *ctx, const dprec_http_request *req, dprec_http_sin
     jni_state *st = ctx;
     JNIEnv *env = st->env;
     int rc = DPREC_ERR_NETWORK;
+    st->transport_error[0] = '\0';
     if ((*env)->PushLocalFrame(env, 16) != 0) return DPREC_ERR_NO_MEMORY;
     jclass tcls = (*env)->GetObjectClass(env, st->transport);
     jmethodID mid = (*env)->GetMethodID(env, tcls, "request",
@@ -441,6 +565,7 @@ static int java_request(void *ctx, const dprec_http_request *req, dprec_http_sin
     jthrowable ex = (*env)->ExceptionOccurred(env);
     if (ex != NULL) {
         (*env)->ExceptionClear(env);
+        keep_error_text(env, st, ex);
         jclass ssl = (*env)->FindClass(env, "javax/net/ssl/SSLException");
         jclass io = (*env)->FindClass(env, "java/io/IOException");
         if (call.aborted != 0) rc = call.aborted;
@@ -493,6 +618,7 @@ JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeSync(JNIEnv *env, jclass
     DPREC_STRUCT_INIT(&t);
     t.ctx = st;
     t.request = java_request;
+    t.last_error = java_last_error;
     dprec_sync_config sc;
     DPREC_STRUCT_INIT(&sc);
     sc.job_id = (uint64_t)job;
@@ -504,6 +630,7 @@ JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeSync(JNIEnv *env, jclass
     st->transport = transport;
     st->thrown = NULL;
     dprec_sync_result res;
+    memset(&res, 0, sizeof res);
     int rc = dprec_client_sync(st->client, &t, &sc, &res);
     st->env = NULL;
     st->transport = NULL;
@@ -513,10 +640,9 @@ JNIEXPORT jint JNICALL Java_org_dprec_DprecClient_nativeSync(JNIEnv *env, jclass
         st->thrown = NULL;
         return DPREC_ERR_INTERNAL;
     }
-    if (rc == DPREC_OK) {
-        jlong v[6] = {res.outcome, res.retry_after_ms, (jlong)res.round, (jlong)res.release_version, res.job_done,
-                      res.last_error};
-        (*env)->SetLongArrayRegion(env, out, 0, 6, v);
-    }
+    /* filled on a failure too: its outcome says whether to retry (RETRY_LATER with a backoff, or FAILED) */
+    jlong v[6] = {res.outcome, res.retry_after_ms, (jlong)res.round, (jlong)res.release_version, res.job_done,
+                  res.last_error};
+    (*env)->SetLongArrayRegion(env, out, 0, 6, v);
     return rc;
 }

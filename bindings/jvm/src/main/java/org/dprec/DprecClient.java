@@ -46,23 +46,39 @@ public final class DprecClient implements AutoCloseable {
         double capUserEpsilon, capUserDelta, capRatingEpsilon, capRatingDelta;
         boolean allowNonPrivate;
         int ledgerJobs = 8, pendingSlots = 1, maxReportBytes = 4096, fwMaxRatings;
+        int sgldMaxRatings, secaggMaxLen, secaggMinColluders = 1;
+        double sgldEpsilon;
+
+        private static int notNegative(String what, int n) {
+            if (n < 0) {
+                throw new IllegalArgumentException(what + " must not be negative, not " + n);
+            }
+            return n;
+        }
 
         /** m, the catalogue size: items are 0 .. m-1 (required). */
-        public Config numItems(int m) { numItems = m; return this; }
+        public Config numItems(int m) { numItems = notNegative("numItems", m); return this; }
         /** d, the latent dimension of the releases (default 16). */
-        public Config dim(int d) { dim = d; return this; }
+        public Config dim(int d) { dim = notNegative("dim", d); return this; }
         /** The most ratings the store holds (default 1000). */
-        public Config ratingCapacity(int n) { ratingCapacity = n; return this; }
+        public Config ratingCapacity(int n) { ratingCapacity = notNegative("ratingCapacity", n); return this; }
         /** The largest k of {@link #recommend} (default 100). */
-        public Config maxK(int k) { maxK = k; return this; }
+        public Config maxK(int k) { maxK = notNegative("maxK", k); return this; }
         /** The rating scale (default 1 .. 5); releases must have the same. */
         public Config ratingScale(double min, double max) { ratingMin = min; ratingMax = max; return this; }
         /** The ridge of the user vector's least squares (default 0.1). */
         public Config lambda(double l) { lambda = l; return this; }
         /** The prefix of the store's files (default "dprec-ratings"). */
         public Config storeName(String name) { storeName = name; return this; }
-        /** Encrypts the store at rest (AES-256-GCM) under this 32-byte key, e.g. from the Android Keystore. */
-        public Config storageKey(byte[] key32) { storageKey = key32 == null ? null : key32.clone(); return this; }
+        /** Encrypts the store at rest (AES-256-GCM) under this 32-byte key, e.g. from the Android Keystore (null: a
+         *  plaintext store). IllegalArgumentException for a key of another length. */
+        public Config storageKey(byte[] key32) {
+            if (key32 != null && key32.length != 32) {
+                throw new IllegalArgumentException("storageKey needs 32 bytes (AES-256), not " + key32.length);
+            }
+            storageKey = key32 == null ? null : key32.clone();
+            return this;
+        }
         /** The user's privacy cap at user level over all jobs (default 0: no private report leaves the device). */
         public Config userBudget(double epsilon, double delta) { capUserEpsilon = epsilon; capUserDelta = delta; return this; }
         /** The cap at rating level (default 0). */
@@ -70,23 +86,37 @@ public final class DprecClient implements AutoCloseable {
         /** Lets non-private ("plain" protocol) reports leave the device (default false). */
         public Config allowNonPrivate(boolean allow) { allowNonPrivate = allow; return this; }
         /** Ledger lines, one per job ever reported to (default 8). */
-        public Config ledgerJobs(int n) { ledgerJobs = n; return this; }
+        public Config ledgerJobs(int n) { ledgerJobs = notNegative("ledgerJobs", n); return this; }
         /** Reports stored until acknowledged (default 1). */
-        public Config pendingSlots(int n) { pendingSlots = n; return this; }
+        public Config pendingSlots(int n) { pendingSlots = notNegative("pendingSlots", n); return this; }
         /** The largest report in bytes (default 4096). */
-        public Config maxReportBytes(int n) { maxReportBytes = n; return this; }
+        public Config maxReportBytes(int n) { maxReportBytes = notNegative("maxReportBytes", n); return this; }
         /** private-fw: the most ratings a job may ask the device to sample (default 0: none). */
-        public Config fwMaxRatings(int n) { fwMaxRatings = n; return this; }
+        public Config fwMaxRatings(int n) { fwMaxRatings = notNegative("fwMaxRatings", n); return this; }
+        /** sgld (a trusted curator receives the ratings themselves): the most ratings the device uploads to one
+         *  (default 0: sgld jobs are refused; at most 65535), and its own epsilon for them (0: the job's). */
+        public Config sgld(int maxRatings, double epsilon) {
+            sgldMaxRatings = notNegative("sgld maxRatings", maxRatings);
+            sgldEpsilon = epsilon;
+            return this;
+        }
+        /** Secure aggregation: the longest vector a job may ask the device to mask (default 0: such jobs are
+         *  refused; gauss-gd needs m (d + 1), dpals m (d (d + 1) / 2 + d)); the client's memory grows with it. */
+        public Config secaggMaxLen(int n) { secaggMaxLen = notNegative("secaggMaxLen", n); return this; }
+        /** Secure aggregation against an active server: the fewest colluding devices a round must tolerate (default
+         *  1; docs/sdk.md). */
+        public Config secaggMinColluders(int n) { secaggMinColluders = notNegative("secaggMinColluders", n); return this; }
 
         /* the order is a contract with bindings/jvm/c/dprec_jni.c (CI_* and CD_*) */
         int[] ints() {
             return new int[] {numItems, dim, ratingCapacity, maxK, storageKey != null ? 1 : 0, allowNonPrivate ? 1 : 0,
-                              ledgerJobs, pendingSlots, maxReportBytes, fwMaxRatings};
+                              ledgerJobs, pendingSlots, maxReportBytes, fwMaxRatings, sgldMaxRatings, secaggMaxLen,
+                              secaggMinColluders};
         }
 
         double[] doubles() {
             return new double[] {ratingMin, ratingMax, lambda, capUserEpsilon, capUserDelta, capRatingEpsilon,
-                                 capRatingDelta};
+                                 capRatingDelta, sgldEpsilon};
         }
     }
 
@@ -131,10 +161,12 @@ public final class DprecClient implements AutoCloseable {
     public static final class ReleaseInfo {
         private final long[] v;
         private final byte[] digest;
+        private final boolean unchecked;
 
-        ReleaseInfo(long[] v, byte[] digest) {
+        ReleaseInfo(long[] v, byte[] digest, boolean unchecked) {
             this.v = v;
             this.digest = digest;
+            this.unchecked = unchecked;
         }
 
         /** 1, or 2 for a compact release (16- or 8-bit factors, docs/release-format.md). */
@@ -149,7 +181,42 @@ public final class DprecClient implements AutoCloseable {
         public long getTotalSize() { return v[7]; }
         /** The SHA-256 digest of header and body (a copy). */
         public byte[] getDigest() { return digest.clone(); }
+        /** Whether it is trusted without a signature check ({@link DprecClient#verifyInsecureUnsigned}: test data only). */
+        public boolean isTrustedWithoutSignature() { return unchecked; }
     }
+
+    /** A job's line in the privacy ledger (dprec_ledger_entry): what this user has spent on it. */
+    public static final class LedgerEntry {
+        private final long[] n;
+        private final double[] d;
+
+        LedgerEntry(long[] n, double[] d) {
+            this.n = n;
+            this.d = d;
+        }
+
+        public long getJobId() { return n[0]; }
+        /** The unit the job's epsilon protects: {@link #UNIT_RATING} or {@link #UNIT_USER}. */
+        public int getUnit() { return (int) n[1]; }
+        /** The privacy model (dprec_model: 0 none, 1 local, 2 central, 3 joint, 4 posterior heuristic, 5 distributed,
+         *  6 secure aggregation). */
+        public int getModel() { return (int) n[2]; }
+        public long getReports() { return n[3]; }
+        /** Rounds charged: the reports, and the rounds sat out of a Poisson-sampled job. */
+        public long getRounds() { return n[4]; }
+        public long getLastRound() { return n[5]; }
+        /** The most rounds the job may charge (0: no limit). */
+        public long getMaxRounds() { return n[6]; }
+        /** The job's cumulative epsilon and delta at its unit. */
+        public double getEpsilon() { return d[0]; }
+        public double getDelta() { return d[1]; }
+        /** The same at user level (what the user budget bounds). */
+        public double getUserEpsilon() { return d[2]; }
+        public double getUserDelta() { return d[3]; }
+    }
+
+    /** Ledger units (dprec_unit): neighbouring data sets differ in one rating, or in all the ratings of one user. */
+    public static final int UNIT_RATING = 1, UNIT_USER = 2;
 
     /** What one {@link #sync} step did (dprec_sync_result). */
     public static final class SyncResult {
@@ -157,7 +224,11 @@ public final class DprecClient implements AutoCloseable {
          *  RETRY_LATER: a transient failure, call again after {@link #getRetryAfterMillis()}; IN_PROGRESS: a step of
          *  the round's secure aggregation was done and the round needs more of the device, call again after
          *  {@link #getRetryAfterMillis()} (jobs with params.aggregation "secure"). In the SDK's order. */
-        public enum Outcome { REPORTED, NOTHING_TO_DO, RETRY_LATER, IN_PROGRESS }
+        public enum Outcome { REPORTED, NOTHING_TO_DO, RETRY_LATER, IN_PROGRESS,
+            /** The sync failed for a reason calling again cannot fix (a TLS or pin failure, a refused job, the
+             *  device's policy or budget, a release that does not verify): do not retry on a timer. Carried by the
+             *  {@link DprecException} such a sync throws ({@link DprecException#syncResult()}). */
+            FAILED }
 
         private final long[] v;
 
@@ -171,14 +242,19 @@ public final class DprecClient implements AutoCloseable {
         public long getRound() { return v[2]; }
         public long getReleaseVersion() { return v[3]; }
         public boolean isJobDone() { return v[4] != 0; }
-        /** The status behind a RETRY_LATER, or 0. */
+        /** The status behind a RETRY_LATER or a FAILED, or 0. */
         public int getLastError() { return (int) v[5]; }
     }
 
     /** Verify without a signature check: for unsigned test data only (DPREC_VERIFY_INSECURE_UNSIGNED). */
     public static final int VERIFY_INSECURE_UNSIGNED = 1;
 
+    /* The memory of every live client, as [address, address + capacity) ranges: two clients over one buffer (or over
+     * overlapping slices of one) would write each other's state, and one user's rating would land in another's store. */
+    private static final List<long[]> LIVE = new ArrayList<long[]>();
+
     private final ByteBuffer memory; /* the SDK's: kept alive as long as this client */
+    private long[] range;            /* its entry in LIVE while open */
     private final ByteBuffer topk;   /* the top-K's output, 8 bytes an item */
     private final ByteBuffer chunk;  /* a streamed verification's chunks */
     private final int loadStatus;
@@ -220,12 +296,35 @@ public final class DprecClient implements AutoCloseable {
         if (memory == null || !memory.isDirect()) {
             throw new IllegalArgumentException("the SDK's memory must be a direct ByteBuffer (ByteBuffer.allocateDirect)");
         }
-        int[] load = new int[1];
-        long h = nativeOpen(memory, cfg.ints(), cfg.doubles(), cfg.storeName, dir.getPath(), cfg.storageKey, load);
-        if (h < 0) {
-            throw new DprecException((int) h, "open " + dir);
+        long[] range = {nativeAddress(memory), 0};
+        range[1] = range[0] + memory.capacity();
+        synchronized (LIVE) {
+            for (long[] r : LIVE) {
+                if (range[0] < r[1] && r[0] < range[1]) {
+                    throw new IllegalArgumentException("this buffer is (or overlaps) the memory of a client that is "
+                                                       + "still open: give each client its own, or close the other");
+                }
+            }
+            LIVE.add(range);
         }
-        return new DprecClient(memory, cfg.maxK, h, load[0]);
+        boolean opened = false;
+        try {
+            int[] load = new int[1];
+            long h = nativeOpen(memory, cfg.ints(), cfg.doubles(), cfg.storeName, dir.getPath(), cfg.storageKey, load);
+            if (h < 0) {
+                throw new DprecException((int) h, "open " + dir);
+            }
+            DprecClient c = new DprecClient(memory, cfg.maxK, h, load[0]);
+            c.range = range;
+            opened = true;
+            return c;
+        } finally {
+            if (!opened) {
+                synchronized (LIVE) {
+                    LIVE.remove(range);
+                }
+            }
+        }
     }
 
     /** {@link Status#OK}, or {@link Status#STORE_CORRUPT} / {@link Status#STORE_TRUNCATED} if the newest store
@@ -241,9 +340,19 @@ public final class DprecClient implements AutoCloseable {
         return handle;
     }
 
-    private static int check(int rc, String what) {
+    /* The failure as a DprecException with the SDK's detail of it (dprec_client_last_error_info). */
+    private DprecException failure(int rc, String what, SyncResult sync) {
+        int[] nums = new int[2];
+        String[] text = handle != 0 ? nativeLastError(handle, nums) : null;
+        if (text == null) {
+            return new DprecException(rc, what, "", 0, "", sync);
+        }
+        return new DprecException(rc, what, text[0], nums[1], text[2], sync);
+    }
+
+    private int check(int rc, String what) {
         if (rc < 0) {
-            throw new DprecException(rc, what);
+            throw failure(rc, what, null);
         }
         return rc;
     }
@@ -317,7 +426,7 @@ public final class DprecClient implements AutoCloseable {
         long[] v = new long[8];
         byte[] digest = new byte[32];
         check(nativeVerify(h(), release, releaseLength(release), key, flags, v, digest), "verify");
-        return new ReleaseInfo(v, digest);
+        return new ReleaseInfo(v, digest, key == null || v[6] == 0);
     }
 
     /**
@@ -326,22 +435,81 @@ public final class DprecClient implements AutoCloseable {
      * (this checks them; it does not keep them).
      */
     public synchronized ReleaseInfo verify(InputStream in, byte[] releaseKey) throws IOException {
-        check(nativeVerifyBegin(h()), "verify");
-        byte[] buf = new byte[chunk.capacity()];
-        int n;
-        while ((n = in.read(buf)) >= 0) {
-            chunk.clear();
-            chunk.put(buf, 0, n);
-            int rc = nativeVerifyFeed(h(), chunk, n);
-            if (rc < 0) {
-                nativeVerifyEnd(h(), releaseKey, 0, null, null); /* ends the stream */
-                throw new DprecException(rc, "verify");
+        if (in == null || releaseKey == null || releaseKey.length == 0) {
+            throw new IllegalArgumentException("a stream and the aggregator's release key are required");
+        }
+        long h = h();
+        check(nativeVerifyBegin(h), "verify");
+        boolean open = true; /* the SDK's verify stream: ended on every way out, or every later write would fail */
+        try {
+            byte[] buf = new byte[chunk.capacity()];
+            int n;
+            while ((n = in.read(buf)) >= 0) {
+                chunk.clear();
+                chunk.put(buf, 0, n);
+                int rc = nativeVerifyFeed(h, chunk, n);
+                if (rc < 0) {
+                    open = false; /* a feed that fails ends the stream (the SDK's rule) */
+                    throw failure(rc, "verify", null);
+                }
+            }
+            long[] v = new long[8];
+            byte[] digest = new byte[32];
+            open = false;
+            check(nativeVerifyEnd(h, releaseKey, 0, v, digest), "verify");
+            return new ReleaseInfo(v, digest, false);
+        } finally {
+            if (open) { /* the stream threw (an interrupted download), or anything else did: the release is refused */
+                nativeVerifyEnd(h, null, 0, null, null);
             }
         }
+    }
+
+    /** The client's trusted release (the one {@link #recommend} and {@link #predict} accept), as it was verified;
+     *  null if there is none. */
+    public synchronized ReleaseInfo trustedRelease() {
         long[] v = new long[8];
         byte[] digest = new byte[32];
-        check(nativeVerifyEnd(h(), releaseKey, 0, v, digest), "verify");
-        return new ReleaseInfo(v, digest);
+        int[] insecure = new int[1];
+        int rc = nativeTrusted(h(), v, digest, insecure);
+        if (rc == Status.NOT_FOUND) {
+            return null;
+        }
+        check(rc, "trusted release");
+        return new ReleaseInfo(v, digest, insecure[0] != 0);
+    }
+
+    /** What this user has spent on job {@code jobId} (its privacy ledger line), or null if the job never charged. */
+    public synchronized LedgerEntry ledger(long jobId) {
+        long[] n = new long[7];
+        double[] d = new double[4];
+        int rc = nativeLedgerLine(h(), -1, jobId, n, d);
+        if (rc == Status.NOT_FOUND) {
+            return null;
+        }
+        check(rc, "ledger job " + jobId);
+        return new LedgerEntry(n, d);
+    }
+
+    /** Every job of the privacy ledger, in the ledger's order. */
+    public synchronized List<LedgerEntry> ledger() {
+        int count = nativeLedgerCount(h());
+        List<LedgerEntry> out = new ArrayList<LedgerEntry>(count);
+        for (int i = 0; i < count; i++) {
+            long[] n = new long[7];
+            double[] d = new double[4];
+            check(nativeLedgerLine(h(), i, 0, n, d), "ledger line " + i);
+            out.add(new LedgerEntry(n, d));
+        }
+        return Collections.unmodifiableList(out);
+    }
+
+    /** The total {epsilon, delta} spent at {@code unit} ({@link #UNIT_USER}: every job's user-level figures, what
+     *  {@link Config#userBudget} bounds; {@link #UNIT_RATING}: the rating-level jobs'), over all jobs. */
+    public synchronized double[] spent(int unit) {
+        double[] out = new double[2];
+        check(nativeLedgerTotal(h(), unit, out), "ledger total");
+        return out;
     }
 
     /** The {@code k} best items the user has not rated, best first, from the trusted release in {@code release}. */
@@ -398,7 +566,14 @@ public final class DprecClient implements AutoCloseable {
             throw new IllegalArgumentException("a transport and the aggregator's release key are required");
         }
         long[] v = new long[6];
-        check(nativeSync(h(), transport, jobId, releaseKey, enrollmentToken, v), "sync job " + jobId);
+        v[0] = SyncResult.Outcome.FAILED.ordinal(); /* what a refusal before the SDK's call means */
+        int rc = nativeSync(h(), transport, jobId, releaseKey, enrollmentToken, v);
+        if (rc < 0) {
+            if (v[5] == 0) {
+                v[5] = rc;
+            }
+            throw failure(rc, "sync job " + jobId, new SyncResult(v));
+        }
         return new SyncResult(v);
     }
 
@@ -423,6 +598,9 @@ public final class DprecClient implements AutoCloseable {
         if (handle != 0) {
             nativeClose(handle);
             handle = 0;
+            synchronized (LIVE) {
+                LIVE.remove(range); /* the buffer may serve another client now */
+            }
         }
     }
 
@@ -476,4 +654,10 @@ public final class DprecClient implements AutoCloseable {
     private static native int nativeSync(long h, Transport transport, long jobId, byte[] key, byte[] token,
                                          long[] out);
     private static native int nativeIdentityKey(long h, byte[] out);
+    private static native long nativeAddress(ByteBuffer buffer);
+    private static native String[] nativeLastError(long h, int[] nums);
+    private static native int nativeTrusted(long h, long[] info, byte[] digest, int[] insecure);
+    private static native int nativeLedgerCount(long h);
+    private static native int nativeLedgerLine(long h, int index, long jobId, long[] n, double[] d);
+    private static native int nativeLedgerTotal(long h, int unit, double[] out);
 }

@@ -454,6 +454,60 @@ public class DprecClientTest {
                 /* and the client still works */
                 DprecClient.SyncResult again = c.sync(t, jobId, releaseKey);
                 assertTrue(again.getOutcome() != DprecClient.SyncResult.Outcome.RETRY_LATER);
+
+                /* the ledger says what this user spent, per job */
+                DprecClient.LedgerEntry line = c.ledger(jobId);
+                assertNotNull(line);
+                assertEquals(jobId, line.getJobId());
+                assertTrue(line.getReports() >= 1); /* round 1, and maybe round 2 just above */
+                assertEquals(0, line.getModel()); /* plain: no privacy, and the ledger says so */
+                assertEquals(1, c.ledger().size());
+                assertEquals(null, c.ledger(jobId + 1000));
+                assertEquals(2, c.spent(DprecClient.UNIT_USER).length);
+                /* the trusted release: the one verified above, with its signature checked */
+                DprecClient.ReleaseInfo trusted = c.trustedRelease();
+                assertNotNull(trusted);
+                assertArrayEquals(info.getDigest(), trusted.getDigest());
+                assertFalse(trusted.isTrustedWithoutSignature());
+
+                /* an unknown job: the aggregator's 404 and its code and message reach the app, and the outcome says
+                 * not to retry it (issue 38) */
+                DprecException unknown = null;
+                try {
+                    c.sync(t, 999999, releaseKey);
+                } catch (DprecException e) {
+                    unknown = e;
+                }
+                assertNotNull(unknown);
+                assertEquals(Status.PROTOCOL, unknown.status());
+                assertEquals(404, unknown.httpStatus());
+                assertEquals("not_found", unknown.serverCode());
+                assertTrue(unknown.getMessage(), unknown.getMessage().contains("HTTP 404 not_found: unknown job"));
+                assertEquals(DprecClient.SyncResult.Outcome.FAILED, unknown.syncResult().getOutcome());
+                assertEquals(0, unknown.syncResult().getRetryAfterMillis());
+
+                /* the key pinned as the C transports pin it, tls-pin.txt as it is (its newline too) */
+                String pin = new String(read(new File(state, "tls-pin.txt")), StandardCharsets.UTF_8);
+                HttpsTransport pinned = HttpsTransport.pinned(agg.deviceUrl(), agg.cert, pin);
+                assertTrue(c.sync(pinned, jobId, releaseKey).getOutcome() != DprecClient.SyncResult.Outcome.RETRY_LATER);
+                HttpsTransport wrong = HttpsTransport.pinned(agg.deviceUrl(), agg.cert,
+                                                             "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=");
+                DprecException tls = null;
+                try {
+                    c.sync(wrong, jobId, releaseKey);
+                } catch (DprecException e) {
+                    tls = e;
+                }
+                assertNotNull(tls);
+                assertEquals(Status.TLS, tls.status());
+                assertTrue(tls.detail(), tls.detail().contains("matches no pinned key"));
+                assertEquals(DprecClient.SyncResult.Outcome.FAILED, tls.syncResult().getOutcome());
+                try {
+                    HttpsTransport.pinned(agg.deviceUrl(), agg.cert, "sha256//short=");
+                    fail("a malformed pin was accepted");
+                } catch (IllegalArgumentException expected) {
+                    assertTrue(expected.getMessage().contains("sha256//"));
+                }
             }
         }
     }
@@ -512,8 +566,129 @@ public class DprecClientTest {
             assertEquals(Status.RELEASE_SIGNATURE, statusOf(() -> c.verify(unsigned, key)));
             DprecClient.ReleaseInfo info = c.verifyInsecureUnsigned(unsigned);
             assertEquals(0, info.getSignatureLength());
+            assertTrue(info.isTrustedWithoutSignature());
+            assertTrue(c.trustedRelease().isTrustedWithoutSignature());
             assertEquals(32, info.getDigest().length);
             assertEquals(3, c.recommend(unsigned, 3).size());
+        }
+    }
+
+    /* A download that breaks off: the stream throws, verify ends the SDK's stream, and the user's ratings can still be
+     * saved (before: every later rate, remove and sync failed with STATE until another verify completed). */
+    @Test
+    public void aVerifyStreamThatThrowsIsEndedAndTheClientGoesOn() throws Exception {
+        byte[] rel = read(signedRel);
+        try (DprecClient c = DprecClient.open(config(), tmp.newFolder("broken-download"))) {
+            InputStream broken = new InputStream() {
+                private int at;
+
+                @Override
+                public int read() throws IOException {
+                    if (at >= rel.length / 2) {
+                        throw new IOException("connection reset");
+                    }
+                    return rel[at++] & 0xff;
+                }
+            };
+            try {
+                c.verify(broken, read(pub));
+                fail("a broken download verified");
+            } catch (IOException expected) {
+                assertEquals("connection reset", expected.getMessage());
+            }
+            c.rate(4, 4.0f);
+            c.remove(4);
+            assertEquals(null, c.trustedRelease());
+            /* a stream the SDK refuses (garbage) ends too, with its status */
+            assertEquals(Status.RELEASE_MAGIC,
+                         statusOf(() -> {
+                             try {
+                                 c.verify(new java.io.ByteArrayInputStream(new byte[4096]), read(pub));
+                             } catch (IOException e) {
+                                 throw new IllegalStateException(e);
+                             }
+                         }));
+            c.rate(5, 4.0f);
+            /* and a whole download verifies */
+            try (InputStream in = new FileInputStream(signedRel)) {
+                assertEquals(rel.length, c.verify(in, read(pub)).getTotalSize());
+            }
+            assertNotNull(c.trustedRelease());
+        }
+    }
+
+    @Test
+    public void failuresCarryTheSdksDetail() throws Exception {
+        ByteBuffer rel = map(signedRel);
+        try (DprecClient c = DprecClient.open(config(), tmp.newFolder("detail"))) {
+            c.verify(rel, read(pub));
+            DprecException e = null;
+            try {
+                c.predict(rel, 3);
+            } catch (DprecException x) {
+                e = x;
+            }
+            assertNotNull(e);
+            assertEquals(Status.STATE, e.status());
+            assertTrue(e.detail(), e.detail().contains("no user vector yet"));
+            assertTrue(e.getMessage(), e.getMessage().contains("no user vector yet"));
+            assertEquals(null, e.syncResult());
+            /* a release of another d: both d's in the detail */
+            DprecException mismatch = null;
+            try (DprecClient other = DprecClient.open(config().dim(9), tmp.newFolder("detail9"))) {
+                other.verify(rel, read(pub));
+            } catch (DprecException x) {
+                mismatch = x;
+            }
+            assertNotNull(mismatch);
+            assertEquals(Status.RELEASE_MISMATCH, mismatch.status());
+            assertTrue(mismatch.detail(), mismatch.detail().contains("d = 8") && mismatch.detail().contains("d = 9"));
+        }
+    }
+
+    @Test
+    public void theConfigTakesSecureAggregationAndSgldAndSaysWhatIsWrong() throws Exception {
+        long base = DprecClient.requiredSize(config());
+        assertTrue("secure aggregation takes its memory", DprecClient.requiredSize(config().secaggMaxLen(2000)) > base);
+        assertTrue(DprecClient.requiredSize(config().sgld(100, 1.0)) >= base);
+        try (DprecClient c = DprecClient.open(config().secaggMaxLen(2000).secaggMinColluders(2).sgld(100, 1.0),
+                                              tmp.newFolder("secagg"))) {
+            c.rate(1, 3.0f);
+        }
+        assertEquals(Status.CONFIG, statusOf(() -> DprecClient.requiredSize(config().sgld(70000, 0))));
+        try {
+            config().storageKey(new byte[16]);
+            fail("a 16-byte storage key was accepted");
+        } catch (IllegalArgumentException expected) {
+            assertTrue(expected.getMessage(), expected.getMessage().contains("32 bytes"));
+        }
+        try {
+            config().dim(-1);
+            fail("a negative d was accepted");
+        } catch (IllegalArgumentException expected) {
+            assertTrue(expected.getMessage(), expected.getMessage().contains("dim"));
+        }
+    }
+
+    /* Two live clients over one buffer would write each other's state: the second is refused, a slice of it too. */
+    @Test
+    public void aBufferALiveClientUsesIsRefused() throws Exception {
+        DprecClient.Config cfg = config();
+        ByteBuffer mem = ByteBuffer.allocateDirect((int) DprecClient.requiredSize(cfg) + 64);
+        try (DprecClient c = DprecClient.open(cfg, tmp.newFolder("one"), mem)) {
+            c.rate(1, 5.0f);
+            for (ByteBuffer again : new ByteBuffer[] {mem, mem.duplicate()}) {
+                try {
+                    DprecClient.open(cfg, tmp.newFolder(), again);
+                    fail("a buffer in use was accepted");
+                } catch (IllegalArgumentException expected) {
+                    assertTrue(expected.getMessage(), expected.getMessage().contains("still open"));
+                }
+            }
+            assertEquals(1, c.ratingCount());
+        }
+        try (DprecClient c = DprecClient.open(cfg, tmp.newFolder("two"), mem)) { /* free once the first closed */
+            assertEquals(0, c.ratingCount());
         }
     }
 
