@@ -12,6 +12,7 @@
 
 /* The engines, in the order they are asked whether the configured state is theirs; the last takes the rest (a path). */
 static const agg_store_engine *const engines[] = {
+    &agg_store_engine_postgresql,
     &agg_store_engine_sqlite,
 };
 

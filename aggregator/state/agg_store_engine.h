@@ -2,8 +2,8 @@
  * state (state/ only; not API).
  *
  * agg_store.h is what the layers above ask of the state; agg_store.c chooses an engine by the configured state
- * (a->cfg.state_path: each engine is asked whether it claims it; the last, SQLite, takes a file path) and hands each
- * call to the engine's table, like curl's TLS backends (lib/vtls/vtls_int.h: one const struct Curl_ssl per backend) and
+ * (a->cfg.state_path: a postgresql:// or postgres:// URI is PostgreSQL's, anything else a SQLite file path) and hands
+ * each call to the engine's table, like curl's TLS backends (lib/vtls/vtls_int.h: one const struct Curl_ssl per backend) and
  * SQLite's sqlite3_io_methods (a versioned table, and the handle whose first member points at it). Adding an engine
  * adds a folder under state/ and one line in agg_store.c's list; no other engine, and nothing above state/, changes.
  *
@@ -24,7 +24,7 @@
 
 typedef struct agg_store_engine {
     int version;      /* AGG_STORE_ENGINE_VERSION */
-    const char *name; /* "sqlite": the logs */
+    const char *name; /* "sqlite", "postgresql": the logs */
     /* 1 when the configured state names this engine (a URI scheme); the last engine of the list takes the rest. */
     int (*claims)(const char *state);
     /* Opens the state: allocates the engine's store, whose first member is struct agg_store with engine set, into
@@ -66,7 +66,8 @@ struct agg_store {
     const agg_store_engine *engine;
 };
 
-extern const agg_store_engine agg_store_engine_sqlite; /* state/sqlite/ */
+extern const agg_store_engine agg_store_engine_postgresql; /* state/postgresql/ */
+extern const agg_store_engine agg_store_engine_sqlite;     /* state/sqlite/ */
 
 /* ---- what the engines share (agg_store.c) -------------------------------------------------------------------- */
 
