@@ -7,7 +7,7 @@
  * SQLite's sqlite3_io_methods (a versioned table, and the handle whose first member points at it). Adding an engine
  * adds a folder under state/ and one line in agg_store.c's list; no other engine, and nothing above state/, changes.
  *
- * What every engine guarantees: a commit is durable when it returns; the
+ * What every engine guarantees (tests/test_agg_store.c checks each): a commit is durable when it returns; the
  * uniqueness rules of agg_store_report_insert hold in the database itself (a conflict is answered
  * AGG_STORE_CONFLICT and leaves the writer's transaction usable); agg_store_round_commit re-checks, in its own
  * transaction, that the round is still the job's open round, so a round is finalized at most once and releases are

@@ -244,6 +244,17 @@ static void reader_put(agg_pg_conn *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* One statement of its own on a reader (its result; the reader held in *held for reader_put, or NULL when none could
+ * be had). A session found lost by this statement is made again and the statement run once more: a read outside a
+ * transaction changes nothing, so running it again is safe. */
+static PGresult *reader_run(dprec_agg *a, const char *sql, const agg_pg_params *p, agg_pg_conn **held) {
+    agg_pg_conn *c = *held = reader_get(a);
+    if (c == NULL) return NULL;
+    PGresult *r = agg_pg_run(c, sql, p);
+    if (r == NULL && PQstatus(c->db) != CONNECTION_OK && agg_pg_conn_check(c) == 0) r = agg_pg_run(c, sql, p);
+    return r;
+}
+
 /* ---- the jobs' rows (open only) ---------------------------------------------------------------------------------- */
 
 int agg_pg_job_row(agg_pg_conn *c, int64_t id, agg_job *out) {
@@ -298,44 +309,44 @@ static int copy_bytes(const PGresult *r, int col, unsigned char **out, size_t *l
 }
 
 static int release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **out, size_t *len) {
-    agg_pg_conn *c = reader_get(a);
-    if (c == NULL) return -1;
     agg_pg_params p = {0};
     agg_pg_p_i64(&p, job);
     if (version > 0) agg_pg_p_i64(&p, version);
-    PGresult *r = version > 0 ? agg_pg_run(c, "SELECT bytes FROM releases WHERE job = $1 AND version = $2", &p)
-                              : agg_pg_run(c, "SELECT bytes FROM releases WHERE job = $1 ORDER BY version DESC LIMIT 1", &p);
+    agg_pg_conn *c;
+    PGresult *r = version > 0 ? reader_run(a, "SELECT bytes FROM releases WHERE job = $1 AND version = $2", &p, &c)
+                              : reader_run(a, "SELECT bytes FROM releases WHERE job = $1 ORDER BY version DESC LIMIT 1", &p,
+                                           &c);
     int result = -1;
     if (r != NULL) result = PQntuples(r) == 0 ? 0 : copy_bytes(r, 0, out, len) == 0 ? 1 : -1;
     PQclear(r);
-    reader_put(c);
+    if (c != NULL) reader_put(c);
     return result;
 }
 
 static int64_t device_by_token(dprec_agg *a, const unsigned char h[32]) {
-    agg_pg_conn *c = reader_get(a);
-    if (c == NULL) return -1;
     agg_pg_params p = {0};
     agg_pg_p_bytes(&p, h, 32);
-    int64_t id = agg_pg_query_i64(c, "SELECT id FROM devices WHERE token_sha256 = $1", &p, 0);
-    reader_put(c);
+    agg_pg_conn *c;
+    PGresult *r = reader_run(a, "SELECT id FROM devices WHERE token_sha256 = $1", &p, &c);
+    int64_t id = r == NULL ? -1 : PQntuples(r) > 0 ? agg_pg_col_i64(r, 0, 0) : 0;
+    PQclear(r);
+    if (c != NULL) reader_put(c);
     return id;
 }
 
 static int health(dprec_agg *a) {
-    agg_pg_conn *c = reader_get(a);
-    if (c == NULL) return -1;
-    int64_t v = agg_pg_query_i64(c, "SELECT count(*) FROM dprec_schema", NULL, 0);
-    reader_put(c);
-    return v >= 0 ? 0 : -1;
+    agg_pg_conn *c;
+    PGresult *r = reader_run(a, "SELECT count(*) FROM dprec_schema", NULL, &c);
+    PQclear(r);
+    if (c != NULL) reader_put(c);
+    return r != NULL ? 0 : -1;
 }
 
 static int device_enrollment(dprec_agg *a, int64_t device, agg_enrollment *out) {
-    agg_pg_conn *c = reader_get(a);
-    if (c == NULL) return -1;
     agg_pg_params p = {0};
     agg_pg_p_i64(&p, device);
-    PGresult *r = agg_pg_run(c, "SELECT identity, token, token_sha256 FROM enrollments WHERE device = $1", &p);
+    agg_pg_conn *c;
+    PGresult *r = reader_run(a, "SELECT identity, token, token_sha256 FROM enrollments WHERE device = $1", &p, &c);
     int result = -1;
     if (r != NULL && PQntuples(r) == 0) {
         result = 0;
@@ -355,7 +366,7 @@ static int device_enrollment(dprec_agg *a, int64_t device, agg_enrollment *out) 
         }
     }
     PQclear(r);
-    reader_put(c);
+    if (c != NULL) reader_put(c);
     return result;
 }
 
@@ -433,9 +444,12 @@ static void writer_unlock(dprec_agg *a) {
     pthread_mutex_unlock(&PG_STORE(a)->w.mu);
 }
 
-/* BEGIN on the writer's connection, made again first if it was lost. */
+/* BEGIN on the writer's connection, made again if it was lost: known lost before, or found lost by this BEGIN (nothing
+ * was done in the lost session's transaction, so beginning again on a new one is safe). */
 static int writer_begin(agg_pg_conn *w) {
-    return agg_pg_conn_check(w) == 0 && agg_pg_exec(w, "BEGIN") == 0 ? 0 : -1;
+    if (agg_pg_conn_check(w) != 0) return -1;
+    if (agg_pg_exec(w, "BEGIN") == 0) return 0;
+    return PQstatus(w->db) != CONNECTION_OK && agg_pg_conn_check(w) == 0 && agg_pg_exec(w, "BEGIN") == 0 ? 0 : -1;
 }
 
 static int begin(dprec_agg *a) {

@@ -126,7 +126,7 @@ int agg_pg_conn_check(agg_pg_conn *c) {
             return -1;
         }
     }
-    return session_setup(c, 5);
+    return session_setup(c, 2);
 }
 
 static int conn_open(agg_pg_store *s, agg_pg_conn *c, int writer, const char *uri, char *err, size_t errcap) {
@@ -141,7 +141,7 @@ static int conn_open(agg_pg_store *s, agg_pg_conn *c, int writer, const char *ur
         snprintf(err, errcap, "cannot connect to the PostgreSQL state: %s", c->err);
         return -1;
     }
-    if (session_setup(c, writer ? 5 : 0) != 0) {
+    if (session_setup(c, writer ? 2 : 0) != 0) {
         snprintf(err, errcap, "%s", c->err);
         return -1;
     }
