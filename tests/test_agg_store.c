@@ -26,24 +26,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <libpq-fe.h>
-#include <sqlite3.h>
-
 #include "base/agg_base.h"
 #include "crypto.h"
 #include "dprec/release.h"
 #include "report.h"
 #include "state/agg_store.h"
+#include "test_state.h"
 
-enum { ENGINE_SQLITE = 0, ENGINE_PG = 1 };
-static int engine = ENGINE_SQLITE;
-static char pg_host[512], pg_user[64];
-static unsigned db_counter;
+#define ENGINE_PG (test_state_engine == TEST_STATE_PG)
 
 typedef struct env {
-    char dir[64];         /* SQLite: the state's directory */
-    char db[64];          /* PostgreSQL: the database's name */
-    char state[700];      /* what the core is configured with */
+    test_state st;        /* the state: a SQLite file, or a PostgreSQL database */
     dprec_agg *a;
     agg_job jobs[8];      /* what open handed to job_loaded */
     int64_t in_round[8];
@@ -52,59 +45,12 @@ typedef struct env {
     char log[4096];       /* the last db_error line */
 } env;
 
-/* ---- the two engines' raw access, for what the store's interface does not show ------------------------------------ */
-
-static void pg_uri(char *out, size_t cap, const char *db) {
-    snprintf(out, cap, "postgresql://%s@/%s?host=%s", pg_user, db, pg_host);
-}
-
-static PGconn *pg_connect(const char *db) {
-    char uri[700];
-    pg_uri(uri, sizeof uri, db);
-    PGconn *c = PQconnectdb(uri);
-    if (PQstatus(c) != CONNECTION_OK) fail_msg("cannot connect to the test cluster (%s): %s", uri, PQerrorMessage(c));
-    return c;
-}
-
-/* Runs sql on the state: 0 ok, -1 refused (an error of the database). */
 static int raw_exec(env *e, const char *sql) {
-    if (engine == ENGINE_SQLITE) {
-        sqlite3 *db;
-        assert_int_equal(sqlite3_open(e->state, &db), SQLITE_OK);
-        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-        sqlite3_close(db);
-        return rc == SQLITE_OK ? 0 : -1;
-    }
-    PGconn *c = pg_connect(e->db);
-    PGresult *r = PQexec(c, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-    PQclear(r);
-    PQfinish(c);
-    return ok ? 0 : -1;
+    return test_state_exec(&e->st, sql);
 }
 
-/* One integer from a query on the state. */
 static int64_t raw_int(env *e, const char *sql) {
-    int64_t v = -1;
-    if (engine == ENGINE_SQLITE) {
-        sqlite3 *db;
-        sqlite3_stmt *st;
-        assert_int_equal(sqlite3_open(e->state, &db), SQLITE_OK);
-        assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        v = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-        sqlite3_close(db);
-        return v;
-    }
-    PGconn *c = pg_connect(e->db);
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        fail_msg("%s: %s", sql, PQresultErrorMessage(r));
-    v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    PQfinish(c);
-    return v;
+    return test_state_int(&e->st, sql);
 }
 
 /* ---- a bare handle on the store ------------------------------------------------------------------------------------- */
@@ -133,7 +79,7 @@ static int store_open(env *e, char *err, size_t errcap) {
     dprec_agg *a = calloc(1, sizeof *a);
     assert_non_null(a);
     dprec_agg_config_default(&a->cfg);
-    a->cfg.state_path = e->state;
+    a->cfg.state_path = e->st.path;
     a->cfg.log = log_sink;
     a->cfg.log_user = e;
     err[0] = '\0';
@@ -158,24 +104,7 @@ static void reopen(env *e) {
 
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
-    if (e == NULL) return -1;
-    if (engine == ENGINE_SQLITE) {
-        snprintf(e->dir, sizeof e->dir, "/tmp/dprec-store-XXXXXX");
-        if (mkdtemp(e->dir) == NULL) return -1;
-        snprintf(e->state, sizeof e->state, "%s/state.db", e->dir);
-    } else {
-        snprintf(e->db, sizeof e->db, "dprec_store_%ld_%u", (long)getpid(), ++db_counter);
-        PGconn *c = pg_connect("postgres");
-        char sql[128];
-        snprintf(sql, sizeof sql, "CREATE DATABASE %s", e->db);
-        PGresult *r = PQexec(c, sql);
-        int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        if (!ok) fprintf(stderr, "%s: %s", sql, PQresultErrorMessage(r));
-        PQclear(r);
-        PQfinish(c);
-        if (!ok) return -1;
-        pg_uri(e->state, sizeof e->state, e->db);
-    }
+    if (e == NULL || test_state_new(&e->st, "store") != 0) return -1;
     char err[256];
     if (store_open(e, err, sizeof err) != 0) {
         fprintf(stderr, "open: %s\n", err);
@@ -190,19 +119,9 @@ static int teardown(void **state) {
     agg_store_close(e->a);
     free(e->a);
     forget_jobs(e);
-    if (engine == ENGINE_SQLITE) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
-        if (system(cmd) != 0) return -1;
-    } else {
-        PGconn *c = pg_connect("postgres");
-        char sql[128];
-        snprintf(sql, sizeof sql, "DROP DATABASE %s", e->db);
-        PQclear(PQexec(c, sql));
-        PQfinish(c);
-    }
+    int rc = test_state_remove(&e->st);
     free(e);
-    return 0;
+    return rc;
 }
 
 /* ---- what the tests store ------------------------------------------------------------------------------------------ */
@@ -296,8 +215,8 @@ static void test_store_creates_its_schema_and_opens_it_again(void **state) {
     assert_int_equal(e->njobs, 0);
     assert_int_equal(e->last_id, 0);
     assert_int_equal(agg_store_health(e->a), 0);
-    assert_string_equal(agg_store_engine_name(e->a), engine == ENGINE_PG ? "postgresql" : "sqlite");
-    if (engine == ENGINE_PG) assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 1);
+    assert_string_equal(agg_store_engine_name(e->a), ENGINE_PG ? "postgresql" : "sqlite");
+    if (ENGINE_PG) assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 1);
     else assert_int_equal(raw_int(e, "PRAGMA user_version"), 2);
     reopen(e);
     assert_int_equal(agg_store_health(e->a), 0);
@@ -309,12 +228,12 @@ static void test_store_refuses_a_state_of_a_newer_schema(void **state) {
     agg_store_close(e->a);
     free(e->a);
     e->a = NULL;
-    assert_int_equal(raw_exec(e, engine == ENGINE_PG ? "UPDATE dprec_schema SET version = 99" : "PRAGMA user_version = 99"),
+    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 99" : "PRAGMA user_version = 99"),
                      0);
     char err[256];
     assert_int_not_equal(store_open(e, err, sizeof err), 0);
     assert_non_null(strstr(err, "newer than this build"));
-    assert_int_equal(raw_exec(e, engine == ENGINE_PG ? "UPDATE dprec_schema SET version = 1" : "PRAGMA user_version = 2"),
+    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 1" : "PRAGMA user_version = 2"),
                      0);
     assert_int_equal(store_open(e, err, sizeof err), 0);
 }
@@ -589,7 +508,7 @@ static int batch_with_a_failed_statement(env *e, int64_t *good) {
     /* refused (SQLite says AGG_STORE_CONFLICT for any constraint, a foreign key's too; PostgreSQL -1) */
     assert_int_not_equal(agg_store_report_insert(e->a, 1, 1, 777, bad, b, blen, 1001), 0);
     agg_store_log_error(e->a, "report_insert");
-    assert_non_null(strstr(e->log, engine == ENGINE_PG ? "\"postgresql\":" : "\"sqlite\":"));
+    assert_non_null(strstr(e->log, ENGINE_PG ? "\"postgresql\":" : "\"sqlite\":"));
     assert_non_null(strstr(e->log, "\"what\":\"report_insert\""));
     int rc = agg_store_commit(e->a);
     if (rc != 0) assert_int_equal(agg_store_rollback(e->a), 0);
@@ -649,11 +568,15 @@ static void test_pg_connects_again_after_its_sessions_were_lost(void **state) {
     add_job(e, 1);
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
-             " AND application_name = 'dprec-aggregator'", e->db);
+             " AND application_name = 'dprec-aggregator'", e->st.db);
     assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
     struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
     nanosleep(&ts, NULL);
-    /* a read, and a batch's BEGIN, that find their session lost make it again and go on */
+    /* a read, a round's load and a batch's BEGIN that find their session lost make it again and go on */
+    agg_model prev;
+    char lerr[160] = "";
+    assert_int_equal(agg_store_round_load(e->a, 1, 1, &prev, NULL, lerr, sizeof lerr), 0);
+    agg_model_free(&prev);
     for (int i = 0; i < 4; i++) assert_int_equal(agg_store_health(e->a), 0); /* every reader */
     assert_int_equal(agg_store_begin(e->a), 0);
     int64_t d = add_device(e, "token-one");
@@ -668,19 +591,6 @@ static void test_pg_connects_again_after_its_sessions_were_lost(void **state) {
 }
 
 /* ---- main ------------------------------------------------------------------------------------------------------------ */
-
-static void read_line(const char *dir, const char *name, char *out, size_t cap) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL || fgets(out, (int)cap, f) == NULL) {
-        fprintf(stderr, "test_agg_store: cannot read %s: is the cluster started (tests/pg_cluster.py start %s)?\n", path,
-                dir);
-        exit(1);
-    }
-    fclose(f);
-    out[strcspn(out, "\n")] = '\0';
-}
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
@@ -706,22 +616,10 @@ int main(int argc, char **argv) {
         T(test_pg_refuses_a_release_that_skips_a_version),
         T(test_pg_connects_again_after_its_sessions_were_lost),
     };
-    if (argc > 1 && strcmp(argv[1], "postgresql") == 0) {
-        const char *dir = getenv("DPREC_TEST_PG_DIR");
-        if (dir == NULL || dir[0] == '\0') {
-            fprintf(stderr, "test_agg_store postgresql: DPREC_TEST_PG_DIR is not set; run it through ctest (the "
-                            "pg_cluster fixture) or: python3 tests/pg_cluster.py run DIR -- %s postgresql\n", argv[0]);
-            return 1;
-        }
-        read_line(dir, "host", pg_host, sizeof pg_host);
-        read_line(dir, "user", pg_user, sizeof pg_user);
-        engine = ENGINE_PG;
+    test_state_engine_from_args(argc, argv);
+    if (ENGINE_PG) {
         int failed = cmocka_run_group_tests_name("store on postgresql", every_engine, NULL, NULL);
         return failed + cmocka_run_group_tests_name("postgresql's own", pg_only, NULL, NULL);
-    }
-    if (argc > 1 && strcmp(argv[1], "sqlite") != 0) {
-        fprintf(stderr, "usage: %s [sqlite|postgresql]\n", argv[0]);
-        return 2;
     }
     int failed = cmocka_run_group_tests_name("store on sqlite", every_engine, NULL, NULL);
     return failed + cmocka_run_group_tests_name("sqlite's own", sqlite_only, NULL, NULL);

@@ -255,6 +255,14 @@ static PGresult *reader_run(dprec_agg *a, const char *sql, const agg_pg_params *
     return r;
 }
 
+/* `begin` (a BEGIN statement) on c, made again if its session was lost: known lost before, or found lost by this
+ * BEGIN (nothing was done in the lost session's transaction, so beginning again on a new one is safe). 0 or -1. */
+static int begin_on(agg_pg_conn *c, const char *begin) {
+    if (agg_pg_conn_check(c) != 0) return -1;
+    if (agg_pg_exec(c, begin) == 0) return 0;
+    return PQstatus(c->db) != CONNECTION_OK && agg_pg_conn_check(c) == 0 && agg_pg_exec(c, begin) == 0 ? 0 : -1;
+}
+
 /* ---- the jobs' rows (open only) ---------------------------------------------------------------------------------- */
 
 int agg_pg_job_row(agg_pg_conn *c, int64_t id, agg_job *out) {
@@ -411,7 +419,7 @@ static int round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev,
     }
     int rc = -1;
     /* one snapshot for the release and the reports */
-    if (agg_pg_exec(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") == 0) {
+    if (begin_on(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") == 0) {
         agg_pg_params p = {0};
         agg_pg_p_i64(&p, job);
         agg_pg_p_i64(&p, round);
@@ -444,12 +452,8 @@ static void writer_unlock(dprec_agg *a) {
     pthread_mutex_unlock(&PG_STORE(a)->w.mu);
 }
 
-/* BEGIN on the writer's connection, made again if it was lost: known lost before, or found lost by this BEGIN (nothing
- * was done in the lost session's transaction, so beginning again on a new one is safe). */
 static int writer_begin(agg_pg_conn *w) {
-    if (agg_pg_conn_check(w) != 0) return -1;
-    if (agg_pg_exec(w, "BEGIN") == 0) return 0;
-    return PQstatus(w->db) != CONNECTION_OK && agg_pg_conn_check(w) == 0 && agg_pg_exec(w, "BEGIN") == 0 ? 0 : -1;
+    return begin_on(w, "BEGIN");
 }
 
 static int begin(dprec_agg *a) {
