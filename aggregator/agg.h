@@ -24,7 +24,7 @@ typedef struct dprec_agg_config {
     size_t max_report_body;       /* default 16 MiB */
     uint64_t seed;                /* 0: the OS's entropy; else deterministic (tests only) */
     int sync_full;                /* 1 (default; durable before acknowledging): SQLite's synchronous=FULL,
-                                   * PostgreSQL's synchronous_commit on */
+                                   * PostgreSQL's synchronous_commit never off */
     int group_commit_us;          /* reserved (default 2000; not used yet): reports arriving while a commit runs are
                                    * batched into the next commit, with no timer */
     int keep_report_payloads;     /* 0 (default): a round's report payloads are dropped in the transaction that

@@ -22,7 +22,7 @@
 
 /* Opens (or creates) the state a->cfg.state_path names, with the engine that claims it: a SQLite file (readable by
  * its owner only, WAL mode, synchronous=FULL when a->cfg.sync_full; a state without durability keeps one connection),
- * or a PostgreSQL database (synchronous_commit on when a->cfg.sync_full; one aggregator per database). Its schema is
+ * or a PostgreSQL database (synchronous_commit never off when a->cfg.sync_full; one aggregator per database). Its schema is
  * created, or brought to this build's version; a newer one is refused. Every stored job is handed to job_loaded, in ascending ids, with its open round's report count (0 for
  * a finished job): the row's fields, proto NULL (proto_id set), base_job and release_encoding from its spec; the store
  * frees the job afterwards. A non-zero return fails the open. *last_id gets the largest job id ever given (a job whose

@@ -2,7 +2,7 @@
  * write the layers above ask of the state (agg_store.h), each a function with its SQL, and the engine's table.
  *
  * The same guarantees as the SQLite engine, kept by the database itself. Durable before the 200: the writer's session
- * runs with synchronous_commit on, so COMMIT returns once the WAL is flushed, and the round engine acknowledges a
+ * never runs with synchronous_commit off, so COMMIT returns once the WAL is flushed, and the round engine acknowledges a
  * report only after the COMMIT of its batch. Exactly once per (job, report id) and per (job, round, device): unique
  * constraints, met with INSERT ... ON CONFLICT DO NOTHING, so that a retry or a second report is told apart without
  * failing the batch's transaction (in PostgreSQL any error fails the whole transaction: a batch in which a statement

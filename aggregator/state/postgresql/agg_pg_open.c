@@ -4,8 +4,8 @@
  * The state is a database the operator names with a libpq URI (state = postgresql://user@host/db?...; docs/
  * operations.md, "PostgreSQL"). Its password, if the URI holds one, is never logged: errors carry libpq's messages,
  * which do not repeat it. Each session is set up when it connects, and again whenever it is made anew after it was
- * lost: synchronous_commit on when the state is durable (a COMMIT returns once its WAL is flushed on the server), and
- * the readers' transactions read-only.
+ * lost: synchronous_commit never off when the state is durable (a COMMIT returns once its WAL is flushed on the
+ * server), and the readers' transactions read-only.
  *
  * One aggregator serves one database: the writer's session holds an advisory lock for its life (the server drops it
  * when the session ends, a kill -9 included), and a second aggregator on the same database is refused at open, as a
@@ -97,13 +97,26 @@ static int take_lock(agg_pg_conn *c, int seconds) {
     }
 }
 
+/* A durable state's session commits with synchronous_commit at least `local` (every value but off waits for the local
+ * flush of the WAL): the server's or the role's setting is kept when it is one of those (on, remote_write,
+ * remote_apply: the operator's choice of what synchronous standbys must have), and raised to on when it is off. A state
+ * without durability sets off. 0 or -1. */
+static int set_sync(agg_pg_conn *c) {
+    if (!c->store->a->cfg.sync_full) return agg_pg_exec(c, "SET synchronous_commit = off");
+    PGresult *r = PQexec(c->db, "SHOW synchronous_commit");
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    int off = ok && strcmp(PQgetvalue(r, 0, 0), "off") == 0;
+    if (!ok) agg_pg_fail(c, r);
+    PQclear(r);
+    return !ok ? -1 : off ? agg_pg_exec(c, "SET synchronous_commit = on") : 0;
+}
+
 /* A new (or renewed) session's settings; the writer's also its lock. 0, or -1 with c->err set. */
 static int session_setup(agg_pg_conn *c, int lock_seconds) {
     c->nstmts = 0; /* prepared statements belong to a session */
     c->locked = 0;
     PQsetNoticeProcessor(c->db, notice_drop, NULL);
-    const char *sync = c->store->a->cfg.sync_full ? "SET synchronous_commit = on" : "SET synchronous_commit = off";
-    if (agg_pg_exec(c, "SET client_min_messages = warning") != 0 || agg_pg_exec(c, sync) != 0) return -1;
+    if (agg_pg_exec(c, "SET client_min_messages = warning") != 0 || set_sync(c) != 0) return -1;
     if (!c->writer) return agg_pg_exec(c, "SET default_transaction_read_only = on");
     int got = take_lock(c, lock_seconds);
     if (got == 0)
@@ -185,10 +198,12 @@ static int migrate(agg_pg_conn *w, char *err, size_t errcap) {
         goto fail;
     for (int64_t v = version; v < AGG_PG_SCHEMA_VERSION; v++)
         if (agg_pg_exec(w, migrations[v]) != 0) goto fail;
-    agg_pg_params p = {0};
-    agg_pg_p_i64(&p, AGG_PG_SCHEMA_VERSION);
-    if ((r = agg_pg_run(w, "UPDATE dprec_schema SET version = $1", &p)) == NULL) goto fail;
-    PQclear(r);
+    if (version < AGG_PG_SCHEMA_VERSION) {
+        agg_pg_params p = {0};
+        agg_pg_p_i64(&p, AGG_PG_SCHEMA_VERSION);
+        if ((r = agg_pg_run(w, "UPDATE dprec_schema SET version = $1", &p)) == NULL) goto fail;
+        PQclear(r);
+    }
     if (agg_pg_commit(w) != 0) goto fail;
     return 0;
 fail:
