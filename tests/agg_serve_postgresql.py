@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """End to end on PostgreSQL: `dprec-aggregator serve --state postgresql://...` over real HTTPS on loopback.
 
+0. `state` is read from the config file ({"state_dir": ..., "state": "postgresql://..."}); a state that is not a
+   postgresql:// URI is a usage error.
 1. A plain job that closes at 3 reports: devices register and report (one twice: a duplicate), the server is killed
    with SIGKILL after two reports were acknowledged and started again on the same database: both are still counted and
    their retries are duplicates; the third report closes the round, and release 2 is served, signed (its ECDSA
@@ -70,8 +72,10 @@ def sql(db, query):
 
 
 class Server:
-    def __init__(self, state_dir, state_uri):
-        self.state, self.uri, self.proc = state_dir, state_uri, None
+    """serve on state_uri: given in a config file ({"state": URI}, what an operator writes), or with --state."""
+
+    def __init__(self, state_dir, state_uri, flag=False):
+        self.state, self.uri, self.flag, self.proc = state_dir, state_uri, flag, None
 
     def start(self, expect_ok=True):
         ports = os.path.join(self.state, "ports.json")
@@ -79,10 +83,16 @@ class Server:
             os.unlink(ports)
         self.logname = os.path.join(os.path.dirname(self.state), os.path.basename(self.state) + ".log")
         self.log = open(self.logname, "ab")
-        self.proc = subprocess.Popen([AGG, "serve", "--state-dir", self.state, "--state", self.uri, "--listen",
-                                      "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--threads", "2",
-                                      "--connections-per-address", "0", "--register-per-minute", "0"],
-                                     stdout=self.log, stderr=self.log)
+        if self.flag:
+            where = ["--state", self.uri]
+        else:
+            config = self.state + ".json"
+            with open(config, "w") as f:
+                json.dump({"state_dir": self.state, "state": self.uri}, f)
+            where = ["--config", config]
+        self.proc = subprocess.Popen([AGG, "serve"] + where + ["--state-dir", self.state, "--listen", "127.0.0.1:0",
+                                      "--admin-listen", "127.0.0.1:0", "--threads", "2", "--connections-per-address",
+                                      "0", "--register-per-minute", "0"], stdout=self.log, stderr=self.log)
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -197,7 +207,7 @@ def walk(srv, db, tmp):
         check(status == 200 and body.get("duplicate") is True, f"after restart device {i}'s retry is a duplicate "
               f"({status} {body})")
 
-    other = Server(os.path.join(tmp, "second"), srv.uri)
+    other = Server(os.path.join(tmp, "second"), srv.uri, flag=True)
     rc = other.start(expect_ok=False)
     with open(other.logname, "rb") as f:
         log = f.read().decode(errors="replace")
@@ -256,12 +266,23 @@ def fleet(srv, db, tmp):
           "no payload of a finalized round is left")
 
 
+def usage_errors(tmp):
+    out = subprocess.run([AGG, "serve", "--state-dir", os.path.join(tmp, "x"), "--state", "/var/lib/dprec/state.db"],
+                         capture_output=True, text=True)
+    check(out.returncode == 2 and "state must be a postgresql:// URI" in out.stderr,
+          f"a state that is not a postgresql:// URI is a usage error (exit {out.returncode})")
+    out = subprocess.run([AGG, "serve", "--state-dir", os.path.join(tmp, "x"), "--state", "host=/tmp dbname=x"],
+                         capture_output=True, text=True)
+    check(out.returncode == 2, f"so is a key=value connection string (exit {out.returncode})")
+
+
 def main():
     db = f"dprec_e2e_{os.getpid()}"
     sql("postgres", f"CREATE DATABASE {db}")
     tmp = tempfile.mkdtemp(prefix="dprec-pg-e2e-")
     srv = Server(os.path.join(tmp, "state"), uri(db))
     try:
+        usage_errors(tmp)
         srv.start()
         with open(srv.logname, "rb") as f:
             log = f.read().decode(errors="replace")
