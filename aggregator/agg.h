@@ -1,5 +1,5 @@
-/* dprec aggregator — the service core, independent of HTTP: state in SQLite, request handling, the round
- * engine and release signing. The HTTPS front end (server.c) and the in-process transport of tests and the
+/* dprec aggregator — the service core, independent of HTTP: state in SQLite or PostgreSQL, request handling, the
+ * round engine and release signing. The HTTPS front end (server.c) and the in-process transport of tests and the
  * fleet both call dprec_agg_handle; nothing here knows about sockets. Thread-safe: handle, tick and the
  * getters may be called from any number of threads at once. Every change to the state is made by one writer
  * thread of the core (a group commit per batch), and a round's global step runs on a finalizer thread of its own:
@@ -15,13 +15,16 @@
 typedef struct dprec_agg dprec_agg;
 
 typedef struct dprec_agg_config {
-    const char *state_path;       /* SQLite database file (created if missing; WAL mode) */
+    const char *state_path;       /* the state: a SQLite database file (created if missing; WAL mode), or a PostgreSQL
+                                   * database's libpq URI, postgresql://... or postgres://... (tables created if
+                                   * missing; one aggregator per database) */
     const char *signing_key_path; /* PEM EC P-256 private key; generated (0600) if missing */
     const char *admin_token;      /* bearer token for the admin listener (required, >= 16 chars) */
     size_t max_json_body;         /* default 4096 */
     size_t max_report_body;       /* default 16 MiB */
     uint64_t seed;                /* 0: the OS's entropy; else deterministic (tests only) */
-    int sync_full;                /* 1: PRAGMA synchronous=FULL (default; durable before acknowledging) */
+    int sync_full;                /* 1 (default; durable before acknowledging): SQLite's synchronous=FULL,
+                                   * PostgreSQL's synchronous_commit never off */
     int group_commit_us;          /* reserved (default 2000; not used yet): reports arriving while a commit runs are
                                    * batched into the next commit, with no timer */
     int keep_report_payloads;     /* 0 (default): a round's report payloads are dropped in the transaction that

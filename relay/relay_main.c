@@ -119,7 +119,7 @@ static char *relay_metrics(void *core)
 
 static const dprec_srv_backend relay_backend = {
     "dprec-relay", serve_help, "0.0.0.0:9443", "127.0.0.1:9444", relay_open, relay_close, relay_preflight,
-    relay_handle_async, relay_metrics, NULL,
+    relay_handle_async, relay_metrics, NULL, 0,
 };
 
 static const char usage_text[] =

@@ -30,11 +30,12 @@ run() { # name, build dir, cmake args...
 }
 
 # The SDK as apps take it (issue 20): the installed-tree consumer and the JVM binding must be among the native tests,
-# so that a missing JDK or JUnit fails CI instead of skipping them.
+# so that a missing JDK or JUnit fails CI instead of skipping them; and so must the state's tests on PostgreSQL.
 native_tests_ran() { # build dir
   local listed
   listed=$(cd "$1" && ctest -N)
-  for t in sdk_consumer_installed jvm_binding device_sync_https test_transport_https; do
+  for t in sdk_consumer_installed jvm_binding device_sync_https test_transport_https test_agg_store_postgresql \
+           test_agg_core_postgresql aggregator_serve_postgresql; do
     grep -q " $t\$" <<< "$listed" || { echo "test.sh: $t is not among $1's tests (bash scripts/setup.sh installs the JDK and JUnit)" >&2; exit 1; }
   done
 }

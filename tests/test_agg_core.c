@@ -1,6 +1,9 @@
 /* Tests for aggregator/core: the endpoints of docs/protocol.md through dprec_agg_handle, the group commit,
  * the round engine (exactly once, across close/reopen), signed releases, and the plain protocol's ALS
- * converging on synthetic low-rank data. Each test works in its own mkdtemp directory. */
+ * converging on synthetic low-rank data. Each test works in its own mkdtemp directory, with its state there
+ * (`test_agg_core`: SQLite) or in a database of its own (`test_agg_core postgresql`: PostgreSQL, the cluster of
+ * tests/pg_cluster.py; tests/test_state.h). The same tests run on both, but one that plays a SQLite state of an
+ * older layout (listed apart in main). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,7 +22,6 @@
 
 #include <cjson/cJSON.h>
 #include <mbedtls/pk.h>
-#include <sqlite3.h>
 
 #include "agg.h"
 #include "bytes.h"
@@ -30,12 +32,14 @@
 #include "identity.h"
 #include "report.h"
 #include "secagg.h"
+#include "test_state.h"
 
 #define ADMIN "admin-token-0123456789abcdef"
 
 typedef struct env {
     char dir[64];
-    char db[128];
+    test_state st;  /* the state: a SQLite file, or a PostgreSQL database */
+    const char *db; /* st.path */
     char key[128];
     dprec_agg *a;
 } env;
@@ -56,8 +60,8 @@ static int open_agg(env *e) {
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
     snprintf(e->dir, sizeof e->dir, "/tmp/dprec-agg-XXXXXX");
-    if (mkdtemp(e->dir) == NULL) return -1;
-    snprintf(e->db, sizeof e->db, "%s/state.db", e->dir);
+    if (mkdtemp(e->dir) == NULL || test_state_new(&e->st, "core") != 0) return -1;
+    e->db = e->st.path;
     snprintf(e->key, sizeof e->key, "%s/key.pem", e->dir);
     if (open_agg(e) != 0) return -1;
     *state = e;
@@ -69,7 +73,7 @@ static int teardown(void **state) {
     dprec_agg_close(e->a);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
-    if (system(cmd) != 0) return -1;
+    if (system(cmd) != 0 || test_state_remove(&e->st) != 0) return -1;
     free(e);
     return 0;
 }
@@ -203,15 +207,7 @@ static int post_report(dprec_agg *a, int64_t job, const char *token, const unsig
 }
 
 static int64_t count_rows(env *e, const char *sql) {
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open_v2(e->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int64_t n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return n;
+    return test_state_int(&e->st, sql);
 }
 
 static unsigned char *get_release(dprec_agg *a, int64_t job, const char *version, const char *token, size_t *len) {
@@ -418,7 +414,8 @@ static void test_agg_job_round_finalizes_once_at_min_reports(void **state) {
     /* the finalization dropped the round's payloads and kept its rows (for idempotency) */
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE round = 1"), 3);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0);
-    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 0);
+    if (test_state_engine == TEST_STATE_SQLITE) /* a row of an older SQLite state held its payload itself */
+        assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 0);
     assert_int_equal(job_field(a, job, "round"), 2);
     assert_int_equal(job_field(a, job, "rounds_done"), 1);
     rel = get_release(a, job, "latest", tok[0], &rl);
@@ -817,14 +814,9 @@ static void test_agg_finalizes_a_round_with_payloads_in_the_old_place(void **sta
     assert_int_equal(post_report(e->a, job, tok[0], b0, len, NULL), 200);
     dprec_agg_close(e->a);
     e->a = NULL;
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(e->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "UPDATE reports SET bytes = (SELECT bytes FROM report_payloads p WHERE p.id = reports.id);"
-                                  "DELETE FROM report_payloads;",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    assert_int_equal(test_state_exec(&e->st, "UPDATE reports SET bytes = (SELECT bytes FROM report_payloads p"
+                                             " WHERE p.id = reports.id); DELETE FROM report_payloads;"),
+                     0);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports WHERE length(bytes) > 0"), 1);
     assert_int_equal(open_agg(e), 0);
     unsigned char *b1 = make_report((uint64_t)job, 1, 2, 3, u, 2, items, r1, &len);
@@ -858,10 +850,7 @@ static void test_agg_open_resumes_an_unfinalized_full_round(void **state) {
     assert_int_equal(post_report(e->a, job, tok, b, len, NULL), 200);
     dprec_agg_close(e->a);
     e->a = NULL;
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(e->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "UPDATE jobs SET min_reports = 1", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    assert_int_equal(test_state_exec(&e->st, "UPDATE jobs SET min_reports = 1"), 0);
     assert_int_equal(open_agg(e), 0);
     assert_int_equal(job_field(e->a, job, "round"), 2);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
@@ -1065,24 +1054,16 @@ static void canary_run(env *e, int canary, canary_world *w) {
         expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", path, tok[i], b, len, 409, "round_closed");
         free(b);
     }
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open_v2(e->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT device FROM reports WHERE job = ? AND round = 1 ORDER BY device", -1,
-                                        &st, NULL),
-                     SQLITE_OK);
-    sqlite3_bind_int64(st, 1, job);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        int64_t dev = sqlite3_column_int64(st, 0);
+    char sql[128];
+    double devs[16];
+    snprintf(sql, sizeof sql, "SELECT device FROM reports WHERE job = %lld AND round = 1 ORDER BY device", (long long)job);
+    size_t ndevs = test_state_column(&e->st, sql, devs, 16);
+    for (size_t k = 0; k < ndevs; k++) {
+        int64_t dev = (int64_t)devs[k];
         if (dev != id[2] && w->nothers < sizeof w->others / sizeof w->others[0]) w->others[w->nothers++] = dev;
     }
-    sqlite3_finalize(st);
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT epsilon_spent FROM ledger WHERE job = ?", -1, &st, NULL), SQLITE_OK);
-    sqlite3_bind_int64(st, 1, job);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    w->ledger_eps = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    snprintf(sql, sizeof sql, "SELECT epsilon_spent FROM ledger WHERE job = %lld", (long long)job);
+    assert_int_equal(test_state_column(&e->st, sql, &w->ledger_eps, 1), 1);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM report_payloads"), 0); /* dropped, as in every round */
     w->unchanged = same_model(e->a, job, 1, 2, tok[0]);
     w->counted = metric_value(e->a, UNCHANGED_EMPTY);
@@ -1453,13 +1434,13 @@ static void test_agg_survives_mutated_reports_and_json(void **state) {
     (void)accepted;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_state_engine_from_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_starts_from_its_biases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_with_compact_releases_publishes_them_signed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),
@@ -1475,5 +1456,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_agg_plain_als_reduces_rmse_over_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_plain_als_with_user_bias_and_weighted_lambda, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* a SQLite state of an older layout (payloads in the report's row): SQLite's own; a PostgreSQL state never had it */
+    const struct CMUnitTest sqlite_only[] = {
+        cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
+    };
+    if (test_state_engine == TEST_STATE_PG) return cmocka_run_group_tests_name("core on postgresql", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("core on sqlite", tests, NULL, NULL) +
+           cmocka_run_group_tests_name("sqlite's own", sqlite_only, NULL, NULL);
 }

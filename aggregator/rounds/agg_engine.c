@@ -449,7 +449,9 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
         snprintf(err, errcap, "resuming the open rounds failed");
         return -1;
     }
-    agg_log(a, "info", "state_opened", NULL);
+    cJSON *f = cJSON_CreateObject();
+    if (f != NULL) cJSON_AddStringToObject(f, "engine", agg_store_engine_name(a));
+    agg_log(a, "info", "state_opened", f);
     return 0;
 }
 

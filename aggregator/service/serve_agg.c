@@ -1,5 +1,6 @@
-/* dprec-aggregator serve — the aggregator's backend of the HTTPS front end (server.h): its core (agg.h) opened in the
- * state directory, and the release-signing public key written where devices find it. */
+/* dprec-aggregator serve — the aggregator's backend of the HTTPS front end (server.h): its core (agg.h) opened on its
+ * state (STATE_DIR/state.db, or the PostgreSQL database `state` names), and the release-signing public key written
+ * where devices find it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@ static void *agg_open(const dprec_srv_config *cfg, const char *admin_token, void
     }
     dprec_agg_config ac;
     dprec_agg_config_default(&ac);
-    ac.state_path = db;
+    ac.state_path = cfg->state[0] != '\0' ? cfg->state : db; /* a PostgreSQL URI, or the SQLite file */
     ac.signing_key_path = sk;
     ac.admin_token = admin_token;
     ac.max_json_body = cfg->max_json_bytes;
@@ -80,7 +81,7 @@ static void agg_tick(void *core, int64_t now)
 
 const dprec_srv_backend dprec_srv_agg_backend = {
     "dprec-aggregator", dprec_srv_agg_help, "0.0.0.0:8443", "127.0.0.1:8444", agg_open, agg_close, agg_preflight,
-    agg_handle_async, agg_metrics, agg_tick,
+    agg_handle_async, agg_metrics, agg_tick, 1,
 };
 
 int dprec_serve_main(int argc, char **argv)

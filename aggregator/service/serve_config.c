@@ -24,6 +24,9 @@ const char dprec_srv_agg_help[] =
     "                           tls-cert.pem / tls-key.pem (when generated), admin-token (when generated),\n"
     "                           tls-pin.txt (the certificate's key pin, sha256//...), ports.json (the ports\n"
     "                           actually bound, rewritten at each start)\n"
+    "  --state URI              the state in PostgreSQL instead of STATE_DIR/state.db: a libpq URI,\n"
+    "                           postgresql://USER@HOST/DB?... (tables created on first start; keys and\n"
+    "                           certificates stay in the state directory; docs/operations.md \"PostgreSQL\")\n"
     "  --listen HOST:PORT       device listener (default 0.0.0.0:8443; port 0 picks a free port)\n"
     "  --admin-listen HOST:PORT admin listener (default 127.0.0.1:8444; port 0 picks a free port)\n"
     "  --admin-token-file FILE  file holding the admin bearer token (>= 16 chars); if neither this nor\n"
@@ -107,6 +110,7 @@ typedef struct str_key {
 #define SK(j, f, field) {j, f, offsetof(dprec_srv_config, field), sizeof(((dprec_srv_config *)0)->field)}
 static const str_key str_keys[] = {
     SK("state_dir", "--state-dir", state_dir),
+    SK("state", "--state", state),
     SK("listen", "--listen", listen),
     SK("admin_listen", "--admin-listen", admin_listen),
     SK("admin_token_file", "--admin-token-file", admin_token_file),
@@ -334,6 +338,15 @@ int dprec_srv_config_load(const dprec_srv_backend *b, dprec_srv_config *cfg, int
     }
     if (strcmp(cfg->registration, "token") == 0 && (cfg->enrollment_key[0] == '\0' || cfg->app_id[0] == '\0')) {
         snprintf(err, errcap, "--registration token needs --enrollment-key FILE and --app-id ID");
+        return 2;
+    }
+    if (cfg->state[0] != '\0' && !b->state_uri) {
+        snprintf(err, errcap, "%s keeps its state in its state directory: it takes no state setting", program);
+        return 2;
+    }
+    if (cfg->state[0] != '\0' && strncmp(cfg->state, "postgresql://", 13) != 0 &&
+        strncmp(cfg->state, "postgres://", 11) != 0) {
+        snprintf(err, errcap, "state must be a postgresql:// URI (without it the state is SQLite, STATE_DIR/state.db)");
         return 2;
     }
     if (cfg->state_dir[0] == '\0') {

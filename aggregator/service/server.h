@@ -18,6 +18,7 @@ int dprec_serve_main(int argc, char **argv);
 
 typedef struct dprec_srv_config {
     char state_dir[DPREC_SRV_PATH_MAX];
+    char state[DPREC_SRV_PATH_MAX]; /* "" (the default: SQLite, STATE_DIR/state.db) or a postgresql:// URI */
     char listen[256];          /* device listener HOST:PORT */
     char admin_listen[256];    /* admin listener HOST:PORT */
     char admin_token_file[DPREC_SRV_PATH_MAX];
@@ -60,6 +61,7 @@ typedef struct dprec_srv_backend {
                         dprec_agg_response *resp, dprec_agg_done_fn done, void *user);
     char *(*metrics)(void *core);
     void (*tick)(void *core, int64_t now); /* once a second; NULL: none */
+    int state_uri;                         /* 1: takes `state` (a PostgreSQL URI); 0: refuses it */
 } dprec_srv_backend;
 
 /* Runs `PROGRAM serve` for backend b (argv[0] is "serve"): exit status as dprec_serve_main. */

@@ -1,9 +1,10 @@
 /* dprec aggregator core — the store: the aggregator's durable state behind functions (not API).
  *
  * The state/ layer (docs/architecture.md): what the round engine (rounds/) and the request layer (core/) ask of
- * the database, as functions over the core's handle. No database type appears here, so that another backend can
- * implement this header; this build's is SQLite (agg_store.c: the statements; agg_store_open.c: the file, the
- * schema, the connections). The store decides nothing: which report is accepted, when a round closes, what a round
+ * the database, as functions over the core's handle. No database type appears here. Behind it sit engines, one table
+ * of functions each (agg_store_engine.h), chosen at open by the configured state (a->cfg.state_path): SQLite
+ * (state/sqlite/: a file path, the embedded default) or PostgreSQL (state/postgresql/: a postgresql:// URI, through
+ * libpq). The store decides nothing: which report is accepted, when a round closes, what a round
  * releases are the round engine's decisions, and the store writes them. It calls only the base (and back, through the
  * one pointer open is handed). Includes only the base.
  *
@@ -19,17 +20,20 @@
 
 #include "base/agg_base.h"
 
-/* Opens (or creates) the database at a->cfg.state_path, readable by its owner only, in WAL mode with
- * synchronous=FULL when a->cfg.sync_full (a state without durability keeps one connection), and starts the
- * checkpointer. Every stored job is handed to job_loaded, in ascending ids, with its open round's report count (0 for
+/* Opens (or creates) the state a->cfg.state_path names, with the engine that claims it: a SQLite file (readable by
+ * its owner only, WAL mode, synchronous=FULL when a->cfg.sync_full; a state without durability keeps one connection),
+ * or a PostgreSQL database (synchronous_commit never off when a->cfg.sync_full; one aggregator per database). Its schema is
+ * created, or brought to this build's version; a newer one is refused. Every stored job is handed to job_loaded, in ascending ids, with its open round's report count (0 for
  * a finished job): the row's fields, proto NULL (proto_id set), base_job and release_encoding from its spec; the store
  * frees the job afterwards. A non-zero return fails the open. *last_id gets the largest job id ever given (a job whose
  * creation failed leaves its id behind). 0, or -1 with a message. */
 int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
                    char *err, size_t errcap);
-/* Stops the checkpointer and closes every connection. Call after the writer and every reader stopped. NULL store
+/* Stops the engine's threads and closes every connection. Call after the writer and every reader stopped. NULL store
  * (open failed early, or never ran): no-op. */
 void agg_store_close(dprec_agg *a);
+/* The open engine's name ("sqlite", "postgresql"; "none" before open): for the logs. */
+const char *agg_store_engine_name(dprec_agg *a);
 
 /* The writer takes its connection for one pass over its queue (readers that share it, in a state without
  * durability, wait until it is given back). */
@@ -48,7 +52,7 @@ int agg_store_health(dprec_agg *a);
 typedef struct agg_store_reports {
     agg_report *r;
     unsigned char **bufs;
-    size_t n;
+    size_t n, cap;
 } agg_store_reports;
 
 void agg_store_reports_free(agg_store_reports *l);
@@ -61,11 +65,14 @@ int agg_store_round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *pr
 
 /* ---- writes: the writer only -------------------------------------------------------------------------------- */
 
-/* A transaction on the writer's connection (BEGIN IMMEDIATE, COMMIT, ROLLBACK). 0 or -1. */
+/* A transaction on the writer's connection (BEGIN, COMMIT, ROLLBACK). 0 or -1: a commit that fails wrote nothing (on
+ * PostgreSQL a statement that failed, other than by a uniqueness conflict, fails the whole transaction at its commit;
+ * on SQLite only that statement is undone). */
 int agg_store_begin(dprec_agg *a);
 int agg_store_commit(dprec_agg *a);
 int agg_store_rollback(dprec_agg *a);
-/* Logs the writer connection's last error as a db_error event (docs/operations.md) with what (the operation). */
+/* Logs the writer connection's last error as a db_error event (docs/operations.md) with what (the operation) and the
+ * engine's message. */
 void agg_store_log_error(dprec_agg *a, const char *what);
 
 /* The report id stored for job: 1 found (*device, *round: whose, in which round; digest: the SHA-256 of the envelope

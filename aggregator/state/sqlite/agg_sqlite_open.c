@@ -1,11 +1,11 @@
-/* dprec aggregator core — the store's database (agg_store.h): the file, its mode and pragmas, the schema, the
- * connections' lifetime (the writer's, the readers' pool, the checkpointer's) and the checkpoints.
+/* dprec aggregator core — the SQLite engine's database (state/agg_store_engine.h): the file, its mode and pragmas, the
+ * schema, the connections' lifetime (the writer's, the readers' pool, the checkpointer's) and the checkpoints.
  *
  * The database is SQLite in WAL mode, readable by its owner only (it holds every device's reports), with
  * synchronous=FULL by default: a commit is durable when it returns. The schema is versioned (PRAGMA user_version);
  * a database from a newer build is refused. WAL checkpoints run on a thread of their own, off the writer's commits.
  *
- * Its own file, apart from the statements (agg_store.c), because none of this is what the aggregator stores: it is
+ * Its own file, apart from the statements (agg_sqlite.c), because none of this is what the aggregator stores: it is
  * how this backend keeps it. */
 #define _GNU_SOURCE /* pthread_setname_np: the threads are named in top -H and perf */
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agg_store_priv.h"
+#include "agg_sqlite_priv.h"
 
 static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS jobs("
@@ -65,7 +65,7 @@ static const char schema_sql[] =
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
     (void)db;
     (void)name;
-    agg_store *s = arg;
+    agg_sqlite_store *s = arg;
     if (pages >= AGG_CKPT_PAGES) {
         pthread_mutex_lock(&s->c_mu);
         s->ckpt_wanted = 1;
@@ -77,7 +77,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
 
 static void *checkpointer_main(void *arg) {
     dprec_agg *a = arg;
-    agg_store *s = a->store;
+    agg_sqlite_store *s = SQLITE_STORE(a);
     pthread_setname_np(pthread_self(), "dprec-checkpt");
     pthread_mutex_lock(&s->c_mu);
     while (!s->ckpt_stopping) {
@@ -88,7 +88,7 @@ static void *checkpointer_main(void *arg) {
         int log = 0, done = 0;
         int rc = sqlite3_wal_checkpoint_v2(s->ckpt.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
         if (rc != SQLITE_OK && sqlite3_errcode(s->ckpt.db) != SQLITE_BUSY)
-            agg_conn_log_error(a, &s->ckpt, "checkpoint");
+            agg_sqlite_log_conn_error(a, &s->ckpt, "checkpoint");
         pthread_mutex_lock(&s->c_mu);
     }
     s->ckpt_running = 0;
@@ -119,7 +119,7 @@ static int make_private(const char *path, char *err, size_t errcap) {
     return rc;
 }
 
-static int conn_open(dprec_agg *a, agg_conn *c, int writer, char *err, size_t errcap) {
+static int conn_open(dprec_agg *a, agg_sqlite_conn *c, int writer, char *err, size_t errcap) {
     int flags = (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(a->cfg.state_path, &c->db, flags, NULL) != SQLITE_OK) {
         snprintf(err, errcap, "cannot open the state database %s: %s", a->cfg.state_path,
@@ -130,14 +130,15 @@ static int conn_open(dprec_agg *a, agg_conn *c, int writer, char *err, size_t er
     return 0;
 }
 
-int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
-                   char *err, size_t errcap) {
-    agg_store *s = calloc(1, sizeof *s);
+int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
+                    char *err, size_t errcap) {
+    agg_sqlite_store *s = calloc(1, sizeof *s);
     if (s == NULL) {
         snprintf(err, errcap, "out of memory");
         return -1;
     }
-    a->store = s;
+    s->base.engine = &agg_store_engine_sqlite;
+    a->store = &s->base;
     pthread_mutex_init(&s->c_mu, NULL);
     pthread_cond_init(&s->c_cv, NULL);
     for (int i = 0; i < AGG_READERS; i++) pthread_mutex_init(&s->readers[i].mu, NULL);
@@ -145,7 +146,7 @@ int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, i
     if (make_private(a->cfg.state_path, err, errcap) != 0 || conn_open(a, &s->w, 1, err, errcap) != 0) return -1;
     char sync_sql[64];
     snprintf(sync_sql, sizeof sync_sql, "PRAGMA synchronous=%s", a->cfg.sync_full ? "FULL" : "NORMAL");
-    sqlite3_stmt *st = agg_conn_prep_uncached(&s->w, "PRAGMA journal_mode=WAL");
+    sqlite3_stmt *st = agg_sqlite_prep_uncached(&s->w, "PRAGMA journal_mode=WAL");
     const unsigned char *mode = NULL;
     int wal = 0;
     if (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
@@ -155,57 +156,57 @@ int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, i
     sqlite3_finalize(st);
     /* a page cache that holds the indexes the group commit touches at random (report ids, token hashes): with
      * SQLite's default 2 MB, every batch re-read its index pages from the file */
-    if (!wal || agg_conn_exec(&s->w, sync_sql) != 0 || agg_conn_exec(&s->w, "PRAGMA foreign_keys=ON") != 0 ||
-        agg_conn_exec(&s->w, "PRAGMA cache_size=-65536") != 0) {
+    if (!wal || agg_sqlite_exec(&s->w, sync_sql) != 0 || agg_sqlite_exec(&s->w, "PRAGMA foreign_keys=ON") != 0 ||
+        agg_sqlite_exec(&s->w, "PRAGMA cache_size=-65536") != 0) {
         snprintf(err, errcap, "cannot configure the state database (WAL): %s", sqlite3_errmsg(s->w.db));
         return -1;
     }
-    int64_t version = agg_conn_query_int(&s->w, "PRAGMA user_version", 0, 0, 0, 0);
+    int64_t version = agg_sqlite_query_int(&s->w, "PRAGMA user_version", 0, 0, 0, 0);
     if (version < 0 || version > AGG_SCHEMA_VERSION) {
         snprintf(err, errcap, "state database schema version %lld is newer than this build (%d)", (long long)version,
                  AGG_SCHEMA_VERSION);
         return -1;
     }
     if (version == 1) {
-        /* version 1 had no digest: its rows keep NULL (agg_store_report_find then hashes the payload while it is
+        /* version 1 had no digest: its rows keep NULL (report_find then hashes the payload while it is
          * there); the column is added in place, nothing is rewritten */
-        if (agg_conn_exec(&s->w, "BEGIN IMMEDIATE") != 0 ||
-            agg_conn_exec(&s->w, "ALTER TABLE reports ADD COLUMN digest BLOB") != 0 ||
-            agg_conn_exec(&s->w, "PRAGMA user_version=2") != 0 || agg_conn_exec(&s->w, "COMMIT") != 0) {
+        if (agg_sqlite_exec(&s->w, "BEGIN IMMEDIATE") != 0 ||
+            agg_sqlite_exec(&s->w, "ALTER TABLE reports ADD COLUMN digest BLOB") != 0 ||
+            agg_sqlite_exec(&s->w, "PRAGMA user_version=2") != 0 || agg_sqlite_exec(&s->w, "COMMIT") != 0) {
             snprintf(err, errcap, "cannot bring the state database from schema 1 to 2: %s", sqlite3_errmsg(s->w.db));
-            agg_conn_exec(&s->w, "ROLLBACK");
+            agg_sqlite_exec(&s->w, "ROLLBACK");
             return -1;
         }
     }
     if (version == 0) {
         char sql[64];
         snprintf(sql, sizeof sql, "PRAGMA user_version=%d", AGG_SCHEMA_VERSION);
-        if (agg_conn_exec(&s->w, "BEGIN IMMEDIATE") != 0 || agg_conn_exec(&s->w, schema_sql) != 0 ||
-            agg_conn_exec(&s->w, sql) != 0 || agg_conn_exec(&s->w, "COMMIT") != 0) {
+        if (agg_sqlite_exec(&s->w, "BEGIN IMMEDIATE") != 0 || agg_sqlite_exec(&s->w, schema_sql) != 0 ||
+            agg_sqlite_exec(&s->w, sql) != 0 || agg_sqlite_exec(&s->w, "COMMIT") != 0) {
             snprintf(err, errcap, "cannot create the schema: %s", sqlite3_errmsg(s->w.db));
-            agg_conn_exec(&s->w, "ROLLBACK");
+            agg_sqlite_exec(&s->w, "ROLLBACK");
             return -1;
         }
     }
     /* the job table, with each open round's report count */
-    st = agg_conn_prep_uncached(&s->w, "SELECT id FROM jobs ORDER BY id");
+    st = agg_sqlite_prep_uncached(&s->w, "SELECT id FROM jobs ORDER BY id");
     int rc = st != NULL ? SQLITE_ROW : SQLITE_ERROR;
     while (st != NULL && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         agg_job j;
         int64_t id = sqlite3_column_int64(st, 0);
-        if (agg_store_job_row(&s->w, id, &j) != 1) {
+        if (agg_sqlite_job_row(&s->w, id, &j) != 1) {
             rc = SQLITE_ERROR;
             break;
         }
         int64_t n = j.done ? 0
-                           : agg_conn_query_int(&s->w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, id,
+                           : agg_sqlite_query_int(&s->w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, id,
                                                 j.round, 0);
         if (n < 0 || job_loaded(a, &j, n) != 0) rc = SQLITE_ERROR;
         agg_job_free(&j);
         if (rc == SQLITE_ERROR) break;
     }
     sqlite3_finalize(st);
-    int64_t seq = agg_conn_query_int(&s->w, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", 0, 0, 0, 0);
+    int64_t seq = agg_sqlite_query_int(&s->w, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", 0, 0, 0, 0);
     if (rc != SQLITE_DONE || seq < 0) {
         snprintf(err, errcap, "cannot read the jobs: %s", sqlite3_errmsg(s->w.db));
         return -1;
@@ -214,25 +215,25 @@ int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, i
     if (!a->cfg.sync_full) {
         /* a throw-away state (no durability; nothing else opens it): one connection, an exclusive lock kept for the
          * connection's life, SQLite's own checkpoints */
-        if (agg_conn_exec(&s->w, "PRAGMA locking_mode=EXCLUSIVE") != 0) {
+        if (agg_sqlite_exec(&s->w, "PRAGMA locking_mode=EXCLUSIVE") != 0) {
             snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(s->w.db));
             return -1;
         }
     } else {
         for (int i = 0; i < AGG_READERS; i++) {
             if (conn_open(a, &s->readers[i], 0, err, errcap) != 0) return -1;
-            agg_conn_exec(&s->readers[i], "PRAGMA query_only=1");
-            agg_conn_exec(&s->readers[i], "PRAGMA cache_size=-16384");
+            agg_sqlite_exec(&s->readers[i], "PRAGMA query_only=1");
+            agg_sqlite_exec(&s->readers[i], "PRAGMA cache_size=-16384");
         }
         /* the checkpointer's connection must have read the database once to know it is in WAL mode (until then a
          * checkpoint on it does nothing and says log = -1) */
-        if (conn_open(a, &s->ckpt, 1, err, errcap) != 0 || agg_conn_exec(&s->ckpt, "PRAGMA journal_mode=WAL") != 0 ||
-            agg_conn_query_int(&s->ckpt, "SELECT count(*) FROM sqlite_master", 0, 0, 0, 0) < 0) {
+        if (conn_open(a, &s->ckpt, 1, err, errcap) != 0 || agg_sqlite_exec(&s->ckpt, "PRAGMA journal_mode=WAL") != 0 ||
+            agg_sqlite_query_int(&s->ckpt, "SELECT count(*) FROM sqlite_master", 0, 0, 0, 0) < 0) {
             snprintf(err, errcap, "cannot open the checkpoint connection: %s", sqlite3_errmsg(s->ckpt.db));
             return -1;
         }
-        if (agg_conn_exec(&s->w, "PRAGMA wal_autocheckpoint=0") != 0 ||
-            agg_conn_exec(&s->w, "PRAGMA journal_size_limit=67108864") != 0) {
+        if (agg_sqlite_exec(&s->w, "PRAGMA wal_autocheckpoint=0") != 0 ||
+            agg_sqlite_exec(&s->w, "PRAGMA journal_size_limit=67108864") != 0) {
             snprintf(err, errcap, "cannot configure the state database: %s", sqlite3_errmsg(s->w.db));
             return -1;
         }
@@ -247,8 +248,8 @@ int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, i
     return 0;
 }
 
-void agg_store_close(dprec_agg *a) {
-    agg_store *s = a->store;
+void agg_sqlite_close(dprec_agg *a) {
+    agg_sqlite_store *s = SQLITE_STORE(a);
     if (s == NULL) return;
     pthread_mutex_lock(&s->c_mu);
     int c = s->ckpt_running;
@@ -256,11 +257,11 @@ void agg_store_close(dprec_agg *a) {
     pthread_cond_broadcast(&s->c_cv);
     pthread_mutex_unlock(&s->c_mu);
     if (c) pthread_join(s->checkpointer, NULL);
-    agg_conn_close(&s->ckpt);
-    agg_conn_close(&s->w);
+    agg_sqlite_conn_close(&s->ckpt);
+    agg_sqlite_conn_close(&s->w);
     pthread_mutex_destroy(&s->w.mu);
     for (int i = 0; i < AGG_READERS; i++) {
-        agg_conn_close(&s->readers[i]);
+        agg_sqlite_conn_close(&s->readers[i]);
         pthread_mutex_destroy(&s->readers[i].mu);
     }
     pthread_mutex_destroy(&s->c_mu);

@@ -1,0 +1,164 @@
+/* Shared test helpers for the aggregator's state on either engine (aggregator/state/): a fresh state per test (a
+ * SQLite file in a new directory, or a new database on the throw-away PostgreSQL cluster of tests/pg_cluster.py that
+ * DPREC_TEST_PG_DIR names) and SQL on it from outside the aggregator, for what its API does not show. A test program
+ * calls test_state_engine_from_args once; `PROGRAM postgresql` runs it on PostgreSQL, `PROGRAM` or `PROGRAM sqlite`
+ * on SQLite. Nothing is skipped: without the cluster the program fails, saying how to start it. */
+#ifndef DPREC_TEST_STATE_H
+#define DPREC_TEST_STATE_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+enum { TEST_STATE_SQLITE = 0, TEST_STATE_PG = 1 };
+static int test_state_engine = TEST_STATE_SQLITE;
+static char test_pg_host[512], test_pg_user[64];
+
+typedef struct test_state {
+    char dir[64];   /* SQLite: the state's directory */
+    char db[64];    /* PostgreSQL: the database's name */
+    char path[700]; /* what the aggregator is configured with (dprec_agg_config.state_path) */
+} test_state;
+
+static void test_state_read_line(const char *dir, const char *name, char *out, size_t cap) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL || fgets(out, (int)cap, f) == NULL) {
+        fprintf(stderr, "cannot read %s: is the cluster started (python3 tests/pg_cluster.py start %s)?\n", path, dir);
+        exit(1);
+    }
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* argv[1] "postgresql" (the cluster from DPREC_TEST_PG_DIR), "sqlite" or nothing. Exits on anything else, or when
+ * the cluster cannot be found. */
+static void test_state_engine_from_args(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "sqlite") == 0) return;
+    if (strcmp(argv[1], "postgresql") != 0) {
+        fprintf(stderr, "usage: %s [sqlite|postgresql]\n", argv[0]);
+        exit(2);
+    }
+    const char *dir = getenv("DPREC_TEST_PG_DIR");
+    if (dir == NULL || dir[0] == '\0') {
+        fprintf(stderr, "%s postgresql: DPREC_TEST_PG_DIR is not set; run it through ctest (the pg_cluster fixture) "
+                        "or: python3 tests/pg_cluster.py run DIR -- %s postgresql\n", argv[0], argv[0]);
+        exit(1);
+    }
+    test_state_read_line(dir, "host", test_pg_host, sizeof test_pg_host);
+    test_state_read_line(dir, "user", test_pg_user, sizeof test_pg_user);
+    test_state_engine = TEST_STATE_PG;
+}
+
+static void test_pg_uri(char *out, size_t cap, const char *db) {
+    snprintf(out, cap, "postgresql://%s@/%s?host=%s", test_pg_user, db, test_pg_host);
+}
+
+static PGconn *test_pg_connect(const char *db) {
+    char uri[700];
+    test_pg_uri(uri, sizeof uri, db);
+    PGconn *c = PQconnectdb(uri);
+    if (PQstatus(c) != CONNECTION_OK) fail_msg("cannot connect to the test cluster (%s): %s", uri, PQerrorMessage(c));
+    return c;
+}
+
+/* A command on the cluster's maintenance database: 0 or -1. */
+static int test_pg_admin(const char *sql) {
+    PGconn *c = test_pg_connect("postgres");
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) fprintf(stderr, "%s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
+}
+
+/* A fresh, empty state: 0 or -1. */
+static int test_state_new(test_state *s, const char *name) {
+    static unsigned counter;
+    memset(s, 0, sizeof *s);
+    if (test_state_engine == TEST_STATE_SQLITE) {
+        snprintf(s->dir, sizeof s->dir, "/tmp/dprec-%s-XXXXXX", name);
+        if (mkdtemp(s->dir) == NULL) return -1;
+        snprintf(s->path, sizeof s->path, "%s/state.db", s->dir);
+        return 0;
+    }
+    snprintf(s->db, sizeof s->db, "dprec_%s_%ld_%u", name, (long)getpid(), ++counter);
+    char sql[128];
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", s->db);
+    if (test_pg_admin(sql) != 0) return -1;
+    test_pg_uri(s->path, sizeof s->path, s->db);
+    return 0;
+}
+
+/* Removes the state (its aggregator closed first). 0 or -1. */
+static int test_state_remove(test_state *s) {
+    char cmd[128];
+    if (test_state_engine == TEST_STATE_SQLITE) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+        return system(cmd) == 0 ? 0 : -1;
+    }
+    snprintf(cmd, sizeof cmd, "DROP DATABASE IF EXISTS %s", s->db);
+    return test_pg_admin(cmd);
+}
+
+/* Runs sql on the state: 0, or -1 when the database refused it. */
+static int test_state_exec(const test_state *s, const char *sql) {
+    if (test_state_engine == TEST_STATE_SQLITE) {
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(s->path, &db), SQLITE_OK);
+        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        sqlite3_close(db);
+        return rc == SQLITE_OK ? 0 : -1;
+    }
+    PGconn *c = test_pg_connect(s->db);
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
+}
+
+/* The first column of up to cap rows of a query, as numbers (integers and reals alike); the row count. */
+static size_t test_state_column(const test_state *s, const char *sql, double *out, size_t cap) {
+    size_t n = 0;
+    if (test_state_engine == TEST_STATE_SQLITE) {
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_double(st, 0);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        return n;
+    }
+    PGconn *c = test_pg_connect(s->db);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    for (int i = 0; i < PQntuples(r) && n < cap; i++) out[n++] = strtod(PQgetvalue(r, i, 0), NULL);
+    PQclear(r);
+    PQfinish(c);
+    return n;
+}
+
+/* One integer from a query that answers one row. */
+static int64_t test_state_int(const test_state *s, const char *sql) {
+    double v = 0;
+    assert_int_equal(test_state_column(s, sql, &v, 1), 1);
+    return (int64_t)v;
+}
+
+#endif /* DPREC_TEST_STATE_H */
