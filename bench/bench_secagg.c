@@ -9,9 +9,10 @@
  * O(log n)); the plan is epsilon = 1, delta = 1e-6, 10 rounds, n_max = n, n_min = ceil(0.7 n).
  *
  * The round is the one the product runs against an active server (docs/privacy.md "Secure aggregation"): every
- * device signs its keys and the survivor set with its ECDSA P-256 identity key, the aggregator checks both signatures
- * of every device, and a device checks each neighbour's signed keys and, before it reveals, max(t, n_min)
- * attestations of the survivor set; with --tokens each neighbour and attester also carries an enrollment token
+ * device signs its keys, the neighbours it masked with and the survivor set with its ECDSA P-256 identity key, the
+ * aggregator checks the three signatures of every device, and a device checks each neighbour's signed keys and,
+ * before it reveals, max(t, n_min) attestations of the survivor set and each surviving neighbour's signed list of the
+ * neighbours it masked with; with --tokens each neighbour and attester also carries an enrollment token
  * (DET1, a DER ECDSA signature by the app's enrollment key) that the device checks. The device's checks are the ones
  * sdk/secure_check.c makes on the wire (the same calls: the statement's digest, dprec_identity_verify, and for a token
  * dprec_enroll_parse and dprec_enroll_check_signature). Every device of the simulation signs, and the aggregator checks
@@ -20,8 +21,9 @@
  * devices would take days for a figure that does not vary).
  *
  * Columns: "round ms/device" is the SecAgg+ state machine (X25519, envelopes, masks, Shamir); "checks ms/device"
- * what the active-server defences add (signing twice, checking k neighbours, hashing the survivor list, checking the
- * attestations); "KiB/device" what a device sends plus receives; "aggregator ms" all its calls, signature checks
+ * what the active-server defences add (signing three times, checking k neighbours, hashing the survivor list, checking
+ * the attestations and the neighbours' masked-with lists); "KiB/device" what a device sends plus receives;
+ * "aggregator ms" all its calls, signature checks
  * included. CPU times are per-thread CPU clocks (CLOCK_THREAD_CPUTIME_ID) around each party's calls, so simulating
  * the other devices in the same process does not count; on a shared machine they still vary from run to run. */
 #define _POSIX_C_SOURCE 200809L
@@ -162,7 +164,7 @@ static int run(unsigned n, unsigned d, double dropout, int tokens, unsigned samp
     unsigned char seed[32], digest[32], sig[DPREC_IDENTITY_SIG_SIZE], hash[32];
     memset(seed, 3, sizeof seed);
     double t_dev = 0, t_new = 0, t_chk = 0, t_enc = 0, t_agg = 0, t0;
-    double bytes_nb = 0, bytes_att = 0; /* what the variable-length answers carry, per device */
+    double bytes_nb = 0, bytes_att = 0, bytes_req = 0; /* what the variable-length answers carry, per device */
     dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
     const agg_secagg_ident *nbw[DPREC_SECAGG_MAX_NEIGHBOURS];
     dprec_secagg_envelope env[DPREC_SECAGG_MAX_NEIGHBOURS];
@@ -231,8 +233,14 @@ static int run(unsigned n, unsigned d, double dropout, int tokens, unsigned samp
         int mrc = rc == DPREC_OK ? dprec_secagg_mask(&dev[i], &rng, env, m, enc + (size_t)i * dim, masked) : rc;
         t_dev += now() - t0;
         if (mrc != DPREC_OK) continue;
+        t0 = now(); /* the neighbours it masked with, signed with its identity key, sent with the masked input */
+        uint32_t mw[DPREC_SECAGG_MAX_NEIGHBOURS], n_mw = 0;
+        rc = dprec_secagg_masked_with(&dev[i], mw, &n_mw);
+        if (rc == DPREC_OK) rc = dprec_secagg_masked_digest(JOB, ROUND, 1 + i, mw, n_mw, digest);
+        if (rc == DPREC_OK) rc = dprec_identity_sign(&rng, sk[i], digest, sig);
+        t_new += now() - t0;
         t0 = now();
-        rc = agg_secagg_put_masked(agg, 1 + i, masked);
+        if (rc == DPREC_OK) rc = agg_secagg_put_masked(agg, 1 + i, masked, mw, n_mw, sig);
         t_agg += now() - t0;
     }
     t0 = now();
@@ -290,6 +298,23 @@ static int run(unsigned n, unsigned d, double dropout, int tokens, unsigned samp
             rc = dprec_secagg_survivors_digest(JOB, ROUND, dev[i].survivors_hash, att[q].id, digest);
             if (rc == DPREC_OK && check_record(digest, att[q].who, att[q].sig, bp) != 0) rc = DPREC_ERR_PROTOCOL;
         }
+        /* each self-mask request's owner's statement of the neighbours it masked with: checked under the owner's
+         * identity (sampled devices), and whether it names this device */
+        uint8_t named[DPREC_SECAGG_MAX_NEIGHBOURS];
+        for (uint32_t q = 0; q < m && rc == DPREC_OK; q++) {
+            const uint32_t *mw;
+            const unsigned char *mw_sig;
+            uint32_t n_mw = 0;
+            named[q] = 0;
+            if (req[q].kind != DPREC_SECAGG_SELF_MASK) continue;
+            rc = agg_secagg_masked_with(agg, req[q].owner, &mw, &n_mw, &mw_sig);
+            if (rc == DPREC_OK && check) rc = dprec_secagg_masked_digest(JOB, ROUND, req[q].owner, mw, n_mw, digest);
+            if (rc == DPREC_OK && check && dprec_identity_verify(who[req[q].owner - 1].identity, digest, mw_sig) != DPREC_OK)
+                rc = DPREC_ERR_PROTOCOL;
+            for (uint32_t j = 0; j < n_mw; j++) named[q] |= mw[j] == 1 + i;
+            if (i == 0) bytes_req += 4.0 + 4.0 * n_mw + DPREC_IDENTITY_SIG_SIZE;
+        }
+        if (i == 0) bytes_req += 8.0 * m;
         if (check) t_chk += now() - t0;
         if (!check) /* the same count, from the simulation's state: its neighbours that attested */
             for (uint32_t j = 0; j < dev[i].k; j++) {
@@ -298,7 +323,7 @@ static int run(unsigned n, unsigned d, double dropout, int tokens, unsigned samp
             }
         t0 = now();
         if (rc == DPREC_OK)
-            rc = dprec_secagg_unmask(&dev[i], surv, dev[i].survivors_hash, m_att, nb_att, req, m, rv);
+            rc = dprec_secagg_unmask(&dev[i], surv, dev[i].survivors_hash, m_att, nb_att, req, named, m, rv);
         t_dev += now() - t0;
         t0 = now();
         if (rc == DPREC_OK) rc = agg_secagg_put_reveals(agg, 1 + i, rv, m);
@@ -315,13 +340,14 @@ static int run(unsigned n, unsigned d, double dropout, int tokens, unsigned samp
         return 1;
     }
     /* bytes per device and round (docs/protocol.md): sent: keys (140), k envelopes (136 each, with their 12-byte
-     * head), the masked input at b bits a coordinate (packed), the set's signature (76), k reveals (60 each);
-     * received: the neighbours (198 bytes each plus the token), up to k envelopes, the survivor list (4 n3), the
-     * requests (8 each) and the attestations (134 bytes each plus the token: the first max(t, n_min) by identity and
-     * its neighbours') */
-    double up = DPREC_SECURE_KEYS_WIRE + 12.0 + k * 136.0 + dim * plan.bits / 8.0 + DPREC_SECURE_CONSISTENCY_WIRE +
-                12.0 + k * 60.0;
-    double down = 12.0 + bytes_nb + 12.0 + k * 136.0 + 12.0 + 4.0 * n3 + 16.0 + k * 8.0 + 36.0 + bytes_att;
+     * head), the masked input at b bits a coordinate (packed) with the signed neighbours it masked with (4 + 4 k + 64),
+     * the set's signature (76), k reveals (60 each); received: the neighbours (198 bytes each plus the token), up to k
+     * envelopes, the survivor list (4 n3), the requests (8 each, a self-mask one with its owner's statement, 4 + 4 m +
+     * 64) and the attestations (134 bytes each plus the token: the first max(t, n_min) by identity and its
+     * neighbours') */
+    double up = DPREC_SECURE_KEYS_WIRE + 12.0 + k * 136.0 + dim * plan.bits / 8.0 + (double)DPREC_SECURE_MASKED_WIRE(k) +
+                DPREC_SECURE_CONSISTENCY_WIRE + 12.0 + k * 60.0;
+    double down = 12.0 + bytes_nb + 12.0 + k * 136.0 + 12.0 + 4.0 * n3 + 16.0 + bytes_req + 36.0 + bytes_att;
     size_t mem = sizeof(dprec_secagg_device) + dim * (sizeof(double) + sizeof(int64_t) + 2 * sizeof(uint64_t));
     double checks = 1e3 * (t_new / n + t_chk / sample);
     printf("| %6u | %3u | %5u | %2u/%2u | %2u | %5u | %3s | %8.3f | %8.1f | %8.1f | %6.1f | %7.1f | %9.1f | %8.2f |\n",

@@ -242,6 +242,17 @@ void dprec_secagg_survivors_statement(uint64_t job, uint64_t round, const unsign
     dprec_st32(out + 48, id);
 }
 
+size_t dprec_secagg_masked_statement(uint64_t job, uint64_t round, uint32_t id, const uint32_t *ids, uint32_t m,
+                                     unsigned char out[DPREC_SECAGG_MASKED_STATEMENT_MAX]) {
+    if (ids == NULL || out == NULL || m < 1 || m > DPREC_SECAGG_MAX_NEIGHBOURS) return 0;
+    dprec_st64(out, job);
+    dprec_st64(out + 8, round);
+    dprec_st32(out + 16, id);
+    dprec_st32(out + 20, m);
+    for (uint32_t j = 0; j < m; j++) dprec_st32(out + 24 + 4 * j, ids[j]);
+    return 24u + 4u * (size_t)m;
+}
+
 int dprec_secagg_keys_digest(uint64_t job, uint64_t round, const dprec_secagg_pub *pub, unsigned char digest[32]) {
     if (pub == NULL || digest == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     unsigned char m[DPREC_SECAGG_KEYS_STATEMENT];
@@ -255,6 +266,15 @@ int dprec_secagg_survivors_digest(uint64_t job, uint64_t round, const unsigned c
     unsigned char m[DPREC_SECAGG_SURVIVORS_STATEMENT];
     dprec_secagg_survivors_statement(job, round, set_hash, id, m);
     return dprec_identity_digest(DPREC_SECAGG_SURVIVORS_LABEL, m, sizeof m, digest);
+}
+
+int dprec_secagg_masked_digest(uint64_t job, uint64_t round, uint32_t id, const uint32_t *ids, uint32_t m,
+                               unsigned char digest[32]) {
+    if (digest == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    unsigned char msg[DPREC_SECAGG_MASKED_STATEMENT_MAX];
+    size_t len = dprec_secagg_masked_statement(job, round, id, ids, m, msg);
+    if (len == 0) return DPREC_ERR_INVALID_ARGUMENT;
+    return dprec_identity_digest(DPREC_SECAGG_MASKED_LABEL, msg, len, digest);
 }
 
 /* ---- the device ---------------------------------------------------------------------------------------- */
@@ -438,6 +458,23 @@ int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg
     return DPREC_OK;
 }
 
+int dprec_secagg_masked_with(const dprec_secagg_device *dev, uint32_t *ids, uint32_t *m) {
+    if (dev == NULL || ids == NULL || m == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    if (dev->state != DPREC_SECAGG_MASKED && dev->state != DPREC_SECAGG_ATTESTED) return DPREC_ERR_STATE;
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < dev->k; j++) { /* insertion sort: at most 64 */
+        if (!dev->shared[j]) continue;
+        uint32_t p = n++;
+        while (p > 0 && ids[p - 1] > dev->nb[j].id) {
+            ids[p] = ids[p - 1];
+            p--;
+        }
+        ids[p] = dev->nb[j].id;
+    }
+    *m = n;
+    return DPREC_OK;
+}
+
 static uint32_t floor_of(const dprec_secagg_device *dev) {
     return dev->p.threshold > dev->p.n_min ? dev->p.threshold : dev->p.n_min;
 }
@@ -463,8 +500,8 @@ int dprec_secagg_consistency(dprec_secagg_device *dev, uint32_t survivors, int h
 }
 
 int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsigned char set_hash[32],
-                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, uint32_t n_req,
-                        dprec_secagg_reveal *out) {
+                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, const uint8_t *named,
+                        uint32_t n_req, dprec_secagg_reveal *out) {
     if (dev == NULL || set_hash == NULL || (req == NULL && n_req > 0) || (out == NULL && n_req > 0))
         return DPREC_ERR_INVALID_ARGUMENT;
     if (dev->state != DPREC_SECAGG_ATTESTED) {
@@ -473,7 +510,9 @@ int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsi
     }
     /* the set it signed, attested by enough distinct identities (the caller checked each signature), t of them its
      * own neighbours (whose shares of its secrets, and its of theirs, then follow this same set), and requests that
-     * agree with it: b's share for a neighbour in the set, s_sk's share for one that is not */
+     * agree with it: b's share for a neighbour in the set, s_sk's share for one that is not. b's share only of a
+     * neighbour that signed it masked with this device: otherwise the pairwise mask the share is meant to leave in
+     * place is not in that neighbour's input (docs/privacy.md "Against an active server" 4) */
     int bad = survivors != dev->survivors || memcmp(set_hash, dev->survivors_hash, 32) != 0 ||
               attested < floor_of(dev) || nb_attested < dev->p.threshold || nb_attested > attested || n_req > dev->k;
     uint8_t asked[DPREC_SECAGG_MAX_NEIGHBOURS];
@@ -481,8 +520,10 @@ int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsi
     for (uint32_t q = 0; q < n_req && !bad; q++) {
         int j = nb_index(dev, req[q].owner);
         if (j < 0 || !dev->shared[j] || asked[j] ||
-            req[q].kind != (dev->in_u3[j] ? DPREC_SECAGG_SELF_MASK : DPREC_SECAGG_PAIR_KEY))
-            bad = 1; /* not a neighbour that shared, asked twice (both kinds, or the same twice), or not what U3 says */
+            req[q].kind != (dev->in_u3[j] ? DPREC_SECAGG_SELF_MASK : DPREC_SECAGG_PAIR_KEY) ||
+            (req[q].kind == DPREC_SECAGG_SELF_MASK && (named == NULL || !named[q])))
+            bad = 1; /* not a neighbour that shared, asked twice (both kinds, or the same twice), not what U3 says, or
+                      * b's share of a neighbour that did not say it masked with this device */
         else
             asked[j] = 1;
     }

@@ -12,8 +12,11 @@
  *                  b; Shamir shares (threshold t) of s_sk and of b, one pair per neighbour, each sealed with
  *                  AES-256-GCM under HKDF-SHA256(X25519(c_sk, c_pk_j)) -> k envelopes;
  *   2. mask:       given the envelopes addressed to it (from the neighbours that completed step 1, "U2"), the
- *                  masked input y = x + PRG(b) + sum_{j in N(i) n U2} +-PRG(HKDF(X25519(s_sk, s_pk_j))) mod 2^b
- *                  (+ if i < j, - otherwise); refuses (revealing nothing) if fewer than t neighbours shared;
+ *                  masked input y = x + PRG(b) + sum_{j in M} +-PRG(HKDF(X25519(s_sk, s_pk_j))) mod 2^b
+ *                  (+ if i < j, - otherwise), M the neighbours whose envelopes it opened; refuses (revealing
+ *                  nothing) if fewer than t neighbours shared. The caller signs M (dprec_secagg_masked_with, the
+ *                  digest dprec_secagg_masked_digest) and sends it with y: a holder reveals b's share only to a
+ *                  server that shows it that statement naming it (step 4);
  *   3. consistency: given the survivor set U3 the aggregator claims (its SHA-256, its size, whether it holds this
  *                  device, which of its neighbours it holds; the caller streams the list), records it once, for the
  *                  caller to sign (Bonawitz et al. Sec. 6, "ConsistencyCheck"). Refused, aborting the round, if the
@@ -26,10 +29,16 @@
  *                  attested it, if fewer than t of them are its neighbours (else a server could tell its neighbours
  *                  another story than it, and rebuild their pair keys while it reveals their self-mask shares:
  *                  docs/privacy.md), if a request disagrees with U3, if any neighbour is asked for twice (both shares
- *                  would let the aggregator remove that neighbour's masks from its input alone), or if a step is
- *                  repeated: each state is left once.
- * The signatures themselves (keys in step 0, the survivor set in step 3) are the caller's, with its identity key
- * (common/identity.h): the digests are dprec_secagg_keys_digest and dprec_secagg_survivors_digest below.
+ *                  would let the aggregator remove that neighbour's masks from its input alone), if b's share of a
+ *                  neighbour is asked for while that neighbour's signed statement of step 2 does not name this device
+ *                  (the server routes the envelopes: it could deliver the neighbour's envelope to this device and
+ *                  not this device's to the neighbour, which then did not mask with it, and b's share would unmask
+ *                  the neighbour's input against fewer honest devices' masks: docs/privacy.md "Against an active
+ *                  server" 4), or if a step is repeated: each state is left once.
+ * The signatures themselves (keys in step 0, the neighbours masked with in step 2, the survivor set in step 3) are the
+ * caller's, with its identity key (common/identity.h): the digests are dprec_secagg_keys_digest,
+ * dprec_secagg_masked_digest and dprec_secagg_survivors_digest below; the caller also checks a neighbour's statement
+ * of step 2 under that neighbour's identity before it tells step 4 whether it names this device.
  * PRG: AES-256-CTR keyed by the 32-byte seed, counter block = 16 zero bytes then the block index, every 64-bit
  * little-endian word reduced mod 2^b (uniform: 2^b divides 2^64). Shamir: over GF(p), p = 2^31 - 1, the
  * 32-byte secret in 11 chunks of 3 bytes, each its own polynomial of degree t - 1 with coefficients drawn
@@ -110,9 +119,11 @@ typedef struct dprec_secagg_pub {
 
 #define DPREC_SECAGG_KEYS_LABEL "dprec secagg keys v1"
 #define DPREC_SECAGG_SURVIVORS_LABEL "dprec secagg survivors v1"
+#define DPREC_SECAGG_MASKED_LABEL "dprec secagg masked v1"
 
 #define DPREC_SECAGG_KEYS_STATEMENT 84u
 #define DPREC_SECAGG_SURVIVORS_STATEMENT 52u
+#define DPREC_SECAGG_MASKED_STATEMENT_MAX (24u + 4u * DPREC_SECAGG_MAX_NEIGHBOURS)
 /* What a device signs with its identity key (dprec_identity_digest(label, statement)) when it advertises its round
  * keys: job LE64 || round LE64 || id LE32 || c_pk || s_pk. */
 void dprec_secagg_keys_statement(uint64_t job, uint64_t round, const dprec_secagg_pub *pub,
@@ -121,10 +132,19 @@ void dprec_secagg_keys_statement(uint64_t job, uint64_t round, const dprec_secag
  * LE32. */
 void dprec_secagg_survivors_statement(uint64_t job, uint64_t round, const unsigned char set_hash[32], uint32_t id,
                                       unsigned char out[DPREC_SECAGG_SURVIVORS_STATEMENT]);
+/* What a device signs with its masked input: the neighbours it masked with (those whose envelopes it opened):
+ * job LE64 || round LE64 || its id LE32 || m LE32 || the m ids LE32, strictly increasing (1 <= m <= 64). Returns the
+ * statement's length, 24 + 4 m (out: DPREC_SECAGG_MASKED_STATEMENT_MAX bytes); 0 if m is out of range. */
+size_t dprec_secagg_masked_statement(uint64_t job, uint64_t round, uint32_t id, const uint32_t *ids, uint32_t m,
+                                     unsigned char out[DPREC_SECAGG_MASKED_STATEMENT_MAX]);
 /* Their digests, with the labels above: what a verifier checks the signature against. */
 int dprec_secagg_keys_digest(uint64_t job, uint64_t round, const dprec_secagg_pub *pub, unsigned char digest[32]);
 int dprec_secagg_survivors_digest(uint64_t job, uint64_t round, const unsigned char set_hash[32], uint32_t id,
                                   unsigned char digest[32]);
+/* DPREC_ERR_INVALID_ARGUMENT unless 1 <= m <= DPREC_SECAGG_MAX_NEIGHBOURS (the order of ids is the verifier's to
+ * check: a signer names each neighbour once, in increasing order). */
+int dprec_secagg_masked_digest(uint64_t job, uint64_t round, uint32_t id, const uint32_t *ids, uint32_t m,
+                               unsigned char digest[32]);
 
 /* ---- a round's messages and state ------------------------------------------------------------------------ */
 
@@ -183,6 +203,10 @@ int dprec_secagg_share(dprec_secagg_device *dev, dprec_rng *r, const dprec_secag
  * r blinds the X25519 multiplications only. */
 int dprec_secagg_mask(dprec_secagg_device *dev, dprec_rng *r, const dprec_secagg_envelope *in, uint32_t n_in,
                       const uint64_t *x, uint64_t *y);
+/* After step 2 (and until step 4): the ids of the neighbours it masked with, strictly increasing, into ids (room for
+ * DPREC_SECAGG_MAX_NEIGHBOURS), *m of them (at least t). What the caller signs (dprec_secagg_masked_digest) and sends
+ * with the masked input. DPREC_ERR_STATE before step 2 or after step 4. */
+int dprec_secagg_masked_with(const dprec_secagg_device *dev, uint32_t *ids, uint32_t *m);
 /* Step 3. The survivor set the aggregator showed: its size, whether it holds this device, in_u3[j] for each of the
  * dev->k neighbours (in the order of step 1), and its SHA-256 (docs/protocol.md: of [n u32][n ids]). Recorded once:
  * the caller then signs dprec_secagg_survivors_digest(job, round, set_hash, id). DPREC_ERR_STATE if the device is
@@ -192,12 +216,14 @@ int dprec_secagg_consistency(dprec_secagg_device *dev, uint32_t survivors, int h
                              const unsigned char set_hash[32]);
 /* Step 4. survivors and set_hash: what the aggregator's requests name (they must be the recorded set's); attested:
  * how many distinct identities' signatures on that hash the caller verified, nb_attested how many of those are its
- * neighbours' (under the identities it checked in step 1); req: which share of which neighbour. out: n_req reveals.
- * DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach listed at the top of this
- * file. */
+ * neighbours' (under the identities it checked in step 1); req: which share of which neighbour; named (NULL: none):
+ * named[q] is 1 when req[q] asks for b's share and the owner's statement of the neighbours it masked with, whose
+ * signature the caller verified under the owner's identity, names this device (ignored for a pair-key request).
+ * out: n_req reveals. DPREC_ERR_PROTOCOL (and the device aborts the round, revealing nothing) on any breach listed at
+ * the top of this file. */
 int dprec_secagg_unmask(dprec_secagg_device *dev, uint32_t survivors, const unsigned char set_hash[32],
-                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, uint32_t n_req,
-                        dprec_secagg_reveal *out);
+                        uint32_t attested, uint32_t nb_attested, const dprec_secagg_request *req, const uint8_t *named,
+                        uint32_t n_req, dprec_secagg_reveal *out);
 /* Wipes every secret. */
 void dprec_secagg_wipe(dprec_secagg_device *dev);
 
@@ -207,7 +233,17 @@ void dprec_secagg_wipe(dprec_secagg_device *dev);
 /* The phase messages: the largest is the inbox, k envelopes of 136 bytes behind a 12-byte head. */
 #define DPREC_SECURE_ENVELOPE_WIRE (8u + DPREC_GCM_IV_SIZE + DPREC_SECAGG_SEALED_BYTES + DPREC_GCM_TAG_SIZE)
 #define DPREC_SECURE_IO_MAX (16u + DPREC_SECAGG_MAX_NEIGHBOURS * DPREC_SECURE_ENVELOPE_WIRE)
-#define DPREC_SECURE_PAYLOAD_MAGIC "DSA1"
+/* The masked input's payload (inside a report's envelope): [magic "DSA2"][id u32][dim u32][bits u32], dim residues
+ * u64, then the signed statement of the neighbours it masked with, in k slots (k: the plan's neighbours, so that every
+ * device's report of a job has one size): [m u32][k ids u32, the m it masked with strictly increasing, then zeros]
+ * [sig 64] (label DPREC_SECAGG_MASKED_LABEL). */
+#define DPREC_SECURE_PAYLOAD_MAGIC "DSA2"
+#define DPREC_SECURE_MASKED_WIRE(k) (4u + 4u * (size_t)(k) + DPREC_IDENTITY_SIG_SIZE)
+#define DPREC_SECURE_PAYLOAD_SIZE(dim, k) (16u + 8u * (size_t)(dim) + DPREC_SECURE_MASKED_WIRE(k))
+/* A request in the requests answer: [owner u32][kind u32]; a self-mask request is followed by its owner's statement
+ * [m u32][m ids u32][sig 64], as the owner sent it with its masked input. */
+#define DPREC_SECURE_REQUEST_FIXED 8u
+#define DPREC_SECURE_REQUEST_MAX (DPREC_SECURE_REQUEST_FIXED + 4u + 4u * DPREC_SECAGG_MAX_NEIGHBOURS + DPREC_IDENTITY_SIG_SIZE)
 /* The advertise body: [round u64][id u32][c_pk 32][s_pk 32][sig 64] (the keys' identity signature). */
 #define DPREC_SECURE_KEYS_WIRE (12u + 2u * DPREC_SECAGG_KEY_SIZE + DPREC_IDENTITY_SIG_SIZE)
 /* A neighbour record: [id u32][c_pk 32][s_pk 32][sig 64][identity 65][token_len u8] then the token. */

@@ -143,14 +143,14 @@ int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32
     pol->delta = conv;
     pol->rounds = job->rounds;
     pol->charge_sit_outs = 0;
-    pol->report_bytes = dprec_secure_report_size(p);
+    pol->report_bytes = dprec_secure_report_size(sj);
     pol->secure = 1;
     pol->secure_job = own;
     return DPREC_OK;
 }
 
-size_t dprec_secure_report_size(const dprec_ddg_plan *plan) {
-    return DPREC_ENVELOPE_HEADER + 16u + 8u * (size_t)plan->dim;
+size_t dprec_secure_report_size(const dprec_secure_job *sj) {
+    return DPREC_ENVELOPE_HEADER + DPREC_SECURE_PAYLOAD_SIZE(sj->plan.dim, sj->k);
 }
 
 int dprec_secure_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol, uint16_t wire_id,
@@ -159,7 +159,7 @@ int dprec_secure_build(dprec_client *c, const dprec_sync_job *job, const dprec_j
     const dprec_secure_job *sj = &pol->secure_job;
     if (!pol->secure) return DPREC_ERR_STATE;
     const dprec_ddg_plan *p = &sj->plan;
-    size_t want = dprec_secure_report_size(p);
+    size_t want = dprec_secure_report_size(sj);
     if (s == NULL || cap < want) return DPREC_ERR_REPORT_TOO_LARGE;
     if (s->job != job->job_id || s->round != job->round || s->dev.state != DPREC_SECAGG_SHARED ||
         s->dev.p.dim != p->dim || s->dev.p.bits != p->bits)
@@ -172,6 +172,14 @@ int dprec_secure_build(dprec_client *c, const dprec_sync_job *job, const dprec_j
     if (c->fallback) memset(x, 0, 8u * (size_t)p->d); /* a user with no ratings contributes 0 (plus its noise) */
     int rc = dprec_ddg_encode(&c->rng, p, sj->seed, x, work, NULL, y, res);
     if (rc == DPREC_OK) rc = dprec_secagg_mask(&s->dev, &c->rng, s->inbox, s->n_inbox, res, masked);
+    /* the neighbours it masked with, signed: a holder reveals its self-mask share only if named there */
+    uint32_t ids[DPREC_SECAGG_MAX_NEIGHBOURS], m = 0;
+    unsigned char stmt[DPREC_SECAGG_MASKED_STATEMENT_MAX];
+    size_t stmt_len = 0;
+    if (rc == DPREC_OK) rc = dprec_secagg_masked_with(&s->dev, ids, &m);
+    if (rc == DPREC_OK && (m > sj->k || (stmt_len = dprec_secagg_masked_statement(job->job_id, job->round, s->dev.p.id,
+                                                                                   ids, m, stmt)) == 0))
+        rc = DPREC_ERR_STATE; /* more than the plan's k: the share step refuses such a list */
     if (rc == DPREC_OK) {
         dprec_proto_write_header(job, wire_id, report_id, (uint32_t)(want - DPREC_ENVELOPE_HEADER), out);
         unsigned char *pl = out + DPREC_ENVELOPE_HEADER;
@@ -180,7 +188,12 @@ int dprec_secure_build(dprec_client *c, const dprec_sync_job *job, const dprec_j
         dprec_st32(pl + 8, p->dim);
         dprec_st32(pl + 12, p->bits);
         for (size_t j = 0; j < D; j++) dprec_st64(pl + 16 + 8 * j, masked[j]);
-        *len = want;
+        unsigned char *tr = pl + 16 + 8 * D;
+        memset(tr, 0, DPREC_SECURE_MASKED_WIRE(sj->k));
+        dprec_st32(tr, m);
+        for (uint32_t j = 0; j < m; j++) dprec_st32(tr + 4 + 4 * j, ids[j]);
+        rc = dprec_identity_sign_statement(c, DPREC_SECAGG_MASKED_LABEL, stmt, stmt_len, tr + 4 + 4 * (size_t)sj->k);
+        if (rc == DPREC_OK) *len = want;
     }
     /* the unmasked residues and the noise are secrets: nothing of them stays */
     dprec_wipe(x, 8u * (size_t)p->d);

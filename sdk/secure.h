@@ -69,9 +69,11 @@ typedef struct dprec_secure_reader {
     uint64_t total;                      /* bytes seen */
     uint32_t count, done;                /* records announced, records checked */
     /* neighbours: nothing more; survivors: the set's hash, whether it holds the device, which neighbours it holds;
-     * requests: the survivors count and hash they name, the requests, the distinct attesters verified and how many of
-     * them are its neighbours */
+     * requests: the survivors count and hash they name, the requests, whether each self-mask request's owner signed
+     * that it masked with this device (named), the distinct attesters verified and how many of them are its
+     * neighbours */
     uint32_t survivors, n_req, attested, nb_attested, prev_id;
+    uint8_t named[DPREC_SECAGG_MAX_NEIGHBOURS];
     int holds_self;
     unsigned char hash[32];
     unsigned char prev[DPREC_IDENTITY_PK_SIZE];
@@ -129,11 +131,14 @@ int dprec_secure_requested(const dprec_sync_job *job);
 int dprec_secure_policy(const dprec_client *c, const dprec_sync_job *job, uint32_t len, double clip,
                         dprec_job_policy *pol);
 
-/* The report of a secure job: the envelope header, then [magic "DSA1"][id u32][dim u32][bits u32] and dim masked
- * residues (u64 LE). The input is dprec_secure_input(c)[0 .. len), which the protocol filled: it is encoded (clip,
- * rotation, conditional rounding, the device's discrete Gaussian share, mod 2^b), then masked with the inbox
- * sync_secure.c fetched, and wiped. With c->fallback the input is taken as 0. */
-size_t dprec_secure_report_size(const dprec_ddg_plan *plan);
+/* The report of a secure job: the envelope header, then [magic "DSA2"][id u32][dim u32][bits u32], dim masked
+ * residues (u64 LE) and the statement of the neighbours it masked with, signed with its identity key, in the plan's k
+ * slots (DPREC_SECURE_PAYLOAD_SIZE, common/secagg.h). The input is dprec_secure_input(c)[0 .. len), which the protocol
+ * filled: it is encoded (clip, rotation, conditional rounding, the device's discrete Gaussian share, mod 2^b), then
+ * masked with the inbox sync_secure.c fetched, and wiped. With c->fallback the input is taken as 0. The statement
+ * travels in the report so that the aggregator holds it for every device whose masked input it holds, whenever the
+ * device drops later (its holders need it to reveal its self-mask share: docs/privacy.md "Against an active server"). */
+size_t dprec_secure_report_size(const dprec_secure_job *sj);
 int dprec_secure_build(dprec_client *c, const dprec_sync_job *job, const dprec_job_policy *pol, uint16_t wire_id,
                        const unsigned char report_id[DPREC_REPORT_ID_SIZE], unsigned char *out, size_t cap, size_t *len);
 

@@ -10,7 +10,11 @@
  *   - survivors: the set U3 as n ids, strictly increasing (so distinct, checked in O(1) memory), holding the device,
  *     max(t, n_min) <= n <= n_max; streamed through SHA-256 (the hash the device signs) while the device marks which of
  *     its k neighbours it holds: O(k) memory whatever n.
- *   - requests: the survivor count and set hash they name, at most k requests, then m attestations [id][identity]
+ *   - requests: the survivor count and set hash they name, at most k requests, each self-mask request with its owner's
+ *     statement of the neighbours it masked with [m][m ids][sig]: the owner one of the device's neighbours, 1 <= m <=
+ *     the plan's k, the ids strictly increasing, the signature valid for (job, round, owner, ids) under the identity
+ *     the device checked for that neighbour when it shared; whether the ids name the device is noted (named[]) for
+ *     common/secagg.c, which reveals b's share only then. Then m attestations [id][identity]
  *     [token_len][token][sig] whose identities strictly increase (distinct in O(1) memory), m >= max(t, n_min), each
  *     signature valid for (job, round, hash, id) under its identity and, with the app's key, each token the app's for
  *     that identity; those whose identity is a neighbour's are counted (under that neighbour's id, or refused). The
@@ -28,11 +32,13 @@
 #include "identity.h"
 #include "secure.h"
 
+_Static_assert(DPREC_SECURE_REQUEST_MAX <= DPREC_SECURE_RECORD_MAX, "a request with its statement fits the record buffer");
+
 enum {
     ST_HEAD = 0, /* the answer's head */
     ST_NB,       /* a neighbour record's fixed part, then (need grown) its token */
     ST_ID,       /* one survivor id */
-    ST_REQ,      /* one request */
+    ST_REQ,      /* one request, then (need grown, a self-mask request) its statement's count, then the statement */
     ST_ATT_HEAD, /* [hash 32][m u32] */
     ST_ATT,      /* an attestation's fixed part, then (need grown) its token and signature */
     ST_END       /* complete: any further byte is a refusal */
@@ -132,6 +138,32 @@ static int neighbour(dprec_secure_reader *rd) {
     return DPREC_OK;
 }
 
+/* A whole self-mask request in buf: [owner][kind][m][m ids][sig], the owner's signed statement of the neighbours it
+ * masked with. */
+static int masked_with(dprec_secure_reader *rd) {
+    struct dprec_secure_state *s = rd->s;
+    const unsigned char *b = rd->buf;
+    uint32_t owner = dprec_ld32(b), m = dprec_ld32(b + 8), ids[DPREC_SECAGG_MAX_NEIGHBOURS];
+    int j = -1, named = 0;
+    for (uint32_t q = 0; q < s->dev.k; q++)
+        if (s->dev.nb[q].id == owner) j = (int)q;
+    if (j < 0) return refuse(rd, DPREC_ERR_PROTOCOL, "a self-mask request about a device that is not its neighbour");
+    for (uint32_t q = 0; q < m; q++) {
+        ids[q] = dprec_ld32(b + 12 + 4 * q);
+        if (q > 0 && ids[q] <= ids[q - 1])
+            return refuse(rd, DPREC_ERR_PROTOCOL, "a masked-with statement whose ids do not strictly increase");
+        named |= ids[q] == rd->ck.id;
+    }
+    unsigned char digest[32];
+    if (dprec_secagg_masked_digest(rd->ck.job, rd->ck.round, owner, ids, m, digest) != DPREC_OK ||
+        signed_by(rd, s->nb_identity[j], digest, b + 12 + 4 * (size_t)m) != DPREC_OK)
+        return refuse(rd, DPREC_ERR_PROTOCOL, "a neighbour's masked-with statement that does not verify");
+    s->req[rd->done].owner = owner;
+    s->req[rd->done].kind = DPREC_SECAGG_SELF_MASK;
+    rd->named[rd->done] = (uint8_t)named;
+    return DPREC_OK;
+}
+
 /* A whole attestation in buf. */
 static int attestation(dprec_secure_reader *rd) {
     const unsigned char *b = rd->buf, *identity = b + 4, *tok = b + DPREC_SECURE_ATTEST_FIXED;
@@ -185,7 +217,7 @@ static int step(dprec_secure_reader *rd) {
             rd->n_req = dprec_ld32(b + 12);
             if (rd->n_req > s->dev.k) return refuse(rd, DPREC_ERR_PROTOCOL, "more requests than neighbours");
             rd->stage = rd->n_req > 0 ? ST_REQ : ST_ATT_HEAD;
-            rd->need = rd->n_req > 0 ? 8u : 36u;
+            rd->need = rd->n_req > 0 ? DPREC_SECURE_REQUEST_FIXED : 36u;
         }
         break;
     case ST_NB:
@@ -215,10 +247,26 @@ static int step(dprec_secure_reader *rd) {
     }
     case ST_REQ: {
         uint32_t kind = dprec_ld32(b + 4);
-        if (kind != DPREC_SECAGG_SELF_MASK && kind != DPREC_SECAGG_PAIR_KEY)
-            return refuse(rd, DPREC_ERR_PROTOCOL, "a request of an unknown kind");
-        s->req[rd->done].owner = dprec_ld32(b);
-        s->req[rd->done].kind = (dprec_secagg_kind)kind;
+        if (rd->need == DPREC_SECURE_REQUEST_FIXED) {
+            if (kind != DPREC_SECAGG_SELF_MASK && kind != DPREC_SECAGG_PAIR_KEY)
+                return refuse(rd, DPREC_ERR_PROTOCOL, "a request of an unknown kind");
+            if (kind == DPREC_SECAGG_SELF_MASK) { /* the owner's statement follows: its count first */
+                rd->need += 4;
+                return DPREC_OK;
+            }
+            s->req[rd->done].owner = dprec_ld32(b);
+            s->req[rd->done].kind = DPREC_SECAGG_PAIR_KEY;
+            rd->named[rd->done] = 0;
+        } else if (rd->need == DPREC_SECURE_REQUEST_FIXED + 4) {
+            uint32_t m = dprec_ld32(b + 8);
+            if (m < 1 || m > rd->ck.k_max || m > DPREC_SECAGG_MAX_NEIGHBOURS)
+                return refuse(rd, DPREC_ERR_PROTOCOL, "a masked-with statement of none or more than the plan's k");
+            rd->need += 4u * (size_t)m + DPREC_IDENTITY_SIG_SIZE; /* the ids and the signature */
+            return DPREC_OK;
+        } else if ((rc = masked_with(rd)) != DPREC_OK) {
+            return rc;
+        }
+        rd->need = DPREC_SECURE_REQUEST_FIXED;
         if (++rd->done == rd->n_req) {
             rd->stage = ST_ATT_HEAD;
             rd->need = 36;
@@ -259,7 +307,7 @@ static uint64_t answer_cap(const dprec_secure_reader *rd) {
     const uint64_t nb = DPREC_SECURE_RECORD_MAX, att = DPREC_SECURE_ATTEST_FIXED + DPREC_ENROLL_TOKEN_MAX + 64u;
     if (rd->kind == DPREC_SECURE_READ_NEIGHBOURS) return 12u + DPREC_SECAGG_MAX_NEIGHBOURS * nb;
     if (rd->kind == DPREC_SECURE_READ_SURVIVORS) return 12u + 4u * (uint64_t)rd->ck.n_max;
-    return 16u + 8u * DPREC_SECAGG_MAX_NEIGHBOURS + 36u + att * (uint64_t)rd->ck.n_max;
+    return 16u + (uint64_t)DPREC_SECURE_REQUEST_MAX * DPREC_SECAGG_MAX_NEIGHBOURS + 36u + att * (uint64_t)rd->ck.n_max;
 }
 
 int dprec_secure_reader_feed(void *user, const unsigned char *chunk, size_t len) {

@@ -5,8 +5,10 @@
  * keys, signed with the device's identity key), share (the encrypted key shares for the neighbours the aggregator
  * lists, once every neighbour's signed keys, identity and token passed), mask (the inbox of shares addressed to the
  * device: the masked input itself is then the round's report, fitted, charged and sent by sync.c like any other, the
- * protocol's build masking it), consistency (the survivor set, signed once) and unmask (the reveals the aggregator
- * asks for, once max(t, n_min) distinct identities attested the set the device signed). A failed check makes the
+ * protocol's build masking it and signing, in the same report, the neighbours it masked with), consistency (the
+ * survivor set, signed once) and unmask (the reveals the aggregator asks for, once max(t, n_min) distinct identities
+ * attested the set the device signed, a self-mask share only of a neighbour that signed it masked with this device). A
+ * failed check makes the
  * device leave the round: its secrets wiped, nothing more sent in it, the refusal logged and returned.
  * A step's message stays in the secure area until its answer arrives and is re-sent byte for byte, while its
  * phase lasts, if the answer was lost. The round's secrets are drawn once and wiped once spent, and
@@ -324,12 +326,17 @@ int dprec_sync_secure_step(dprec_client *c, const dprec_transport *t, const dpre
         uint32_t n = s->rd.n_req;
         dprec_secagg_reveal *rv = s->rv;
         /* another set, too few attesters or too few of them its neighbours, a request that disagrees with the set or
-         * asks twice: refused, and the device reveals nothing (common/secagg.c) */
-        rc = dprec_secagg_unmask(&s->dev, s->rd.survivors, s->rd.hash, s->rd.attested, s->rd.nb_attested, s->req, n, rv);
+         * asks twice, a self-mask share of a neighbour that did not sign that it masked with this device: refused, and
+         * the device reveals nothing (common/secagg.c) */
+        int unnamed = 0;
+        for (uint32_t q = 0; q < n; q++) unnamed |= s->req[q].kind == DPREC_SECAGG_SELF_MASK && !s->rd.named[q];
+        rc = dprec_secagg_unmask(&s->dev, s->rd.survivors, s->rd.hash, s->rd.attested, s->rd.nb_attested, s->req,
+                                 s->rd.named, n, rv);
         if (rc != DPREC_OK)
             return leave_round(c, rc,
                                s->rd.nb_attested < sj->threshold ? "fewer than t of its neighbours attested its survivor set"
-                                                                : "requests that disagree with the survivor set it signed");
+                               : unnamed ? "a self-mask share asked of a neighbour that did not mask with it"
+                                         : "requests that disagree with the survivor set it signed");
         const size_t item = 16u + 4u * DPREC_SECAGG_CHUNKS;
         dprec_st64(s->io, job->round);
         dprec_st32(s->io + 8, n);

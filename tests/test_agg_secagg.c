@@ -93,6 +93,33 @@ static int h_advertise(harness *h, uint32_t i) {
     return agg_secagg_advertise(h->agg, &pub, &h->who[i]);
 }
 
+/* Device i's masked input with its signed statement of the neighbours it masked with, as sdk/secure.c sends it. */
+static int h_put_masked(harness *h, uint32_t i, const uint64_t *y) {
+    uint32_t ids[DPREC_SECAGG_MAX_NEIGHBOURS], m = 0;
+    unsigned char digest[32], sig[DPREC_IDENTITY_SIG_SIZE];
+    assert_int_equal(dprec_secagg_masked_with(&h->dev[i], ids, &m), DPREC_OK);
+    assert_int_equal(dprec_secagg_masked_digest(5, h->round, id_of(i), ids, m, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_sign(&h->rng, h->sk[i], digest, sig), DPREC_OK);
+    return agg_secagg_put_masked(h->agg, id_of(i), y, ids, m, sig);
+}
+
+/* What the requests answer tells holder i of each self-mask request: the owner's statement, checked under the owner's
+ * identity as sdk/secure_check.c checks it, names i (named[q] = 1) or not. */
+static void h_named(harness *h, uint32_t i, const dprec_secagg_request *req, uint32_t n, uint8_t *named) {
+    for (uint32_t q = 0; q < n; q++) {
+        named[q] = 0;
+        if (req[q].kind != DPREC_SECAGG_SELF_MASK) continue;
+        const uint32_t *ids;
+        const unsigned char *sig;
+        uint32_t m = 0;
+        unsigned char digest[32];
+        assert_int_equal(agg_secagg_masked_with(h->agg, req[q].owner, &ids, &m, &sig), DPREC_OK);
+        assert_int_equal(dprec_secagg_masked_digest(5, h->round, req[q].owner, ids, m, digest), DPREC_OK);
+        assert_int_equal(dprec_identity_verify(h->who[(req[q].owner - 1000) / 7].identity, digest, sig), DPREC_OK);
+        for (uint32_t j = 0; j < m; j++) named[q] |= ids[j] == id_of(i);
+    }
+}
+
 /* The consistency phase as honest devices play it: each survivor reads U3, records it and signs it. */
 static int h_attest(harness *h) {
     uint32_t n3 = 0;
@@ -146,7 +173,7 @@ static int h_run_to_unmask(harness *h) {
         assert_int_equal(agg_secagg_inbox(h->agg, id_of(i), env, DPREC_SECAGG_MAX_NEIGHBOURS, &m), DPREC_OK);
         rc = dprec_secagg_mask(&h->dev[i], &h->rng, env, m, h->x[i], y);
         if (rc != DPREC_OK) continue; /* too few neighbours shared: the device sends nothing */
-        assert_int_equal(agg_secagg_put_masked(h->agg, id_of(i), y), DPREC_OK);
+        assert_int_equal(h_put_masked(h, i, y), DPREC_OK);
     }
     free(y);
     rc = agg_secagg_close_masked(h->agg);
@@ -172,9 +199,13 @@ static int h_unmask(harness *h, uint64_t *sum, uint32_t *survivors) {
     for (uint32_t i = 0; i < h->n; i++) {
         if (h->drop[i] != STAGE_NONE || h->dev[i].state != DPREC_SECAGG_ATTESTED) continue;
         uint32_t m = 0, surv = 0;
+        uint8_t named[DPREC_SECAGG_MAX_NEIGHBOURS];
         assert_int_equal(agg_secagg_requests(h->agg, id_of(i), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
+        h_named(h, i, req, m, named);
+        for (uint32_t q = 0; q < m; q++) /* an honest round: every survivor masked with every holder that survived */
+            if (req[q].kind == DPREC_SECAGG_SELF_MASK) assert_int_equal(named[q], 1);
         assert_int_equal(dprec_secagg_unmask(&h->dev[i], surv, h->dev[i].survivors_hash, h_att(h, i, 0), h_att(h, i, 1),
-                                             req, m, rv),
+                                             req, named, m, rv),
                          DPREC_OK);
         assert_int_equal(agg_secagg_put_reveals(h->agg, id_of(i), rv, m), DPREC_OK);
     }
@@ -305,6 +336,8 @@ static void test_secagg_device_refuses_both_shares_of_one_neighbour(void **state
     assert_int_equal(h_run_to_unmask(&h), DPREC_OK);
     dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
     dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS], before;
+    uint8_t named[DPREC_SECAGG_MAX_NEIGHBOURS + 1];
+    memset(named, 1, sizeof named); /* every owner named this holder: only the requests' shape is refused here */
     uint32_t m, surv;
     assert_int_equal(agg_secagg_requests(h.agg, id_of(0), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     /* both the self-mask share and the pairwise-key share of neighbour req[0].owner, in one short request */
@@ -312,24 +345,24 @@ static void test_secagg_device_refuses_both_shares_of_one_neighbour(void **state
     req[1].kind = DPREC_SECAGG_PAIR_KEY;
     memset(rv, 0xab, sizeof rv);
     before = rv[0];
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, 2, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, named, 2, rv), DPREC_ERR_PROTOCOL);
     assert_memory_equal(&rv[0], &before, sizeof before); /* nothing written */
     assert_int_equal(h.dev[0].state, DPREC_SECAGG_ABORTED);
-    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, m, rv), DPREC_ERR_STATE); /* and nothing later */
+    assert_int_equal(dprec_secagg_unmask(&h.dev[0], surv, h.dev[0].survivors_hash, h_att(&h, 0, 0), h_att(&h, 0, 1), req, named, m, rv), DPREC_ERR_STATE); /* and nothing later */
     /* in two requests: the first answered, the second (the other kind) refused */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(1), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
-    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, 1, rv), DPREC_OK);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, named, 1, rv), DPREC_OK);
     req[0].kind = DPREC_SECAGG_PAIR_KEY;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, 1, rv), DPREC_ERR_STATE);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[1], surv, h.dev[1].survivors_hash, h_att(&h, 1, 0), h_att(&h, 1, 1), req, named, 1, rv), DPREC_ERR_STATE);
     /* the full request plus a second share of one neighbour: more shares than neighbours */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(3), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[m] = req[0];
     req[m].kind = req[0].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, h.dev[3].survivors_hash, h_att(&h, 3, 0), h_att(&h, 3, 1), req, m + 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[3], surv, h.dev[3].survivors_hash, h_att(&h, 3, 0), h_att(&h, 3, 1), req, named, m + 1, rv), DPREC_ERR_PROTOCOL);
     /* a share of a device that is not its neighbour */
     assert_int_equal(agg_secagg_requests(h.agg, id_of(2), req, DPREC_SECAGG_MAX_NEIGHBOURS, &m, &surv), DPREC_OK);
     req[0].owner = 424242;
-    assert_int_equal(dprec_secagg_unmask(&h.dev[2], surv, h.dev[2].survivors_hash, h_att(&h, 2, 0), h_att(&h, 2, 1), req, 1, rv), DPREC_ERR_PROTOCOL);
+    assert_int_equal(dprec_secagg_unmask(&h.dev[2], surv, h.dev[2].survivors_hash, h_att(&h, 2, 0), h_att(&h, 2, 1), req, named, 1, rv), DPREC_ERR_PROTOCOL);
     h_free(&h);
 }
 

@@ -256,7 +256,7 @@ static void test_client_with_secure_aggregation_stays_under_the_bound_plus_secag
             cfg_for(&cfg, 300, ds[di], 50, 10);
             uint32_t dim = 1;
             while (dim < ns[ni]) dim <<= 1;
-            uint32_t rbytes = 56u + 16u + 8u * dim;
+            uint32_t rbytes = 56u + 16u + 8u * dim + 4u + 4u * 16u + 64u; /* with the masked-with statement, k = 16 */
             cfg.max_report_bytes = rbytes;
             size_t base = dprec_client_required_size(&cfg);
             cfg.secagg_max_len = ns[ni];

@@ -40,6 +40,7 @@
 #include "fake_port.h"
 #include "identity.h"
 #include "json.h"
+#include "report.h"
 #include "rounds/agg_secagg.h"
 #include "secagg.h"
 
@@ -130,7 +131,24 @@ struct world {
     unsigned char *att[2 * NDEV];
     size_t att_len[2 * NDEV];
     unsigned n_att;
+    /* each device's signed statement of the neighbours it masked with, from its report: [m][m ids][sig], as a
+     * self-mask request carries it (SURV_OTHER forges requests with them) */
+    unsigned char stmt[NDEV][4 + 4 * DPREC_SECAGG_MAX_NEIGHBOURS + DPREC_IDENTITY_SIG_SIZE];
+    size_t stmt_len[NDEV];
 };
+
+/* The end of a requests answer's requests (where [hash][m] starts): each [owner][kind], a self-mask one followed by its
+ * owner's statement [m][m ids][sig]. */
+static size_t requests_end(const unsigned char *p) {
+    uint32_t n = dprec_ld32(p + 12);
+    size_t off = 16;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t kind = dprec_ld32(p + off + 4);
+        off += 8;
+        if (kind == DPREC_SECAGG_SELF_MASK) off += 4 + 4 * (size_t)dprec_ld32(p + off) + DPREC_IDENTITY_SIG_SIZE;
+    }
+    return off;
+}
 
 static int admin(world *w, const char *method, const char *path, char *out, size_t cap) {
     dprec_agg_request r;
@@ -305,6 +323,11 @@ static void forge_requests(world *w, buf *b, dprec_http_response *resp) {
             dprec_st32(h, w->victim_nb[j]);
             dprec_st32(h + 4, in ? DPREC_SECAGG_SELF_MASK : DPREC_SECAGG_PAIR_KEY);
             buf_put(&out, h, 8);
+            for (int d = 0; in && d < NDEV; d++) /* the owner's statement, as it sent it with its masked input */
+                if (w->dev[d].id == w->victim_nb[j]) {
+                    assert_true(w->stmt_len[d] > 0);
+                    buf_put(&out, w->stmt[d], w->stmt_len[d]);
+                }
         }
         size_t at = out.n;
         buf_put(&out, w->tail.p, w->tail.n);
@@ -316,8 +339,7 @@ static void forge_requests(world *w, buf *b, dprec_http_response *resp) {
         }
         resp->status = 200;
     } else {
-        uint32_t n = dprec_ld32(b->p + 12);
-        size_t head = 16 + 8 * (size_t)n, att0 = head + 36;
+        size_t head = requests_end(b->p), att0 = head + 36;
         uint32_t m = dprec_ld32(b->p + head + 32);
         assert_true(m >= FLOOR);
         size_t r0 = DPREC_SECURE_ATTEST_FIXED + b->p[att0 + 69] + 64;
@@ -361,7 +383,19 @@ static int proxy_request(void *ctx, const dprec_http_request *req, dprec_http_si
     if (post && ends_with(req->path, "/secagg/shares")) dv->posted_shares++;
     if (post && ends_with(req->path, "/secagg/consistency")) dv->posted_consistency++;
     if (post && ends_with(req->path, "/secagg/reveals")) dv->posted_reveals++;
-    if (post && strstr(req->path, "/reports") != NULL) dv->posted_reports++;
+    if (post && strstr(req->path, "/reports") != NULL) {
+        dv->posted_reports++;
+        /* its statement of the neighbours it masked with: [m][k slots][sig] after the residues */
+        const unsigned char *pl = req->body + DPREC_ENVELOPE_HEADER;
+        size_t pl_len = req->body_len - DPREC_ENVELOPE_HEADER, dim = dprec_ld32(pl + 8);
+        size_t k = (pl_len - 16 - 8 * dim - 4 - DPREC_IDENTITY_SIG_SIZE) / 4;
+        const unsigned char *tr = pl + 16 + 8 * dim;
+        uint32_t m = dprec_ld32(tr);
+        assert_true(m <= k);
+        memcpy(w->stmt[px->who], tr, 4 + 4 * (size_t)m);
+        memcpy(w->stmt[px->who] + 4 + 4 * m, tr + 4 + 4 * k, DPREC_IDENTITY_SIG_SIZE);
+        w->stmt_len[px->who] = 4 + 4 * (size_t)m + DPREC_IDENTITY_SIG_SIZE;
+    }
     if (victim && post && ends_with(req->path, "/secagg/consistency") &&
         (w->attack == SURV_OTHER || w->attack == SURV_OTHER_HASH)) {
         /* the server keeps the victim's signature of the other set to itself */
@@ -372,7 +406,7 @@ static int proxy_request(void *ctx, const dprec_http_request *req, dprec_http_si
     buf b = {0};
     int rc = w->inner.request(w->inner.ctx, req, buf_sink, &b, resp);
     if (rc == DPREC_OK && !post && ends_with(req->path, "/secagg/requests") && !victim && resp->status == 200) {
-        size_t head = 16 + 8 * (size_t)dprec_ld32(b.p + 12), off = head + 36;
+        size_t head = requests_end(b.p), off = head + 36;
         if (w->tail.n == 0) buf_put(&w->tail, b.p + head, b.n - head); /* the attestations the others' set got */
         for (uint32_t a = 0, m = dprec_ld32(b.p + head + 32); a < m; a++) { /* each attestation seen, once, in order */
             size_t len = DPREC_SECURE_ATTEST_FIXED + b.p[off + 69] + 64;
@@ -454,7 +488,7 @@ static void world_open(world *w, int attack, int victim_has_key) {
         dv->cfg.cap_user_epsilon = 10.0;
         dv->cfg.cap_user_delta = 1e-5;
         dv->cfg.secagg_max_len = M * (D + 1u);
-        dv->cfg.max_report_bytes = 56u + 16u + 8u * 128u;
+        dv->cfg.max_report_bytes = 56u + DPREC_SECURE_PAYLOAD_SIZE(128u, 4u);
         dv->fake.entropy_counter = 0x3a1000u + (uint64_t)i;
         dv->fake.wall = (int64_t)time(NULL);
         size_t need = dprec_client_required_size(&dv->cfg);
@@ -688,12 +722,27 @@ typedef struct round3 {
     unsigned char sk[N3][32];
     agg_secagg_ident who[N3];
     uint64_t x[N3][4], y[N3][4];
+    /* each device's signed statement of the neighbours it masked with, sent with its masked input */
+    uint32_t mw[N3][DPREC_SECAGG_MAX_NEIGHBOURS], n_mw[N3];
+    unsigned char mw_sig[N3][DPREC_IDENTITY_SIG_SIZE];
 } round3;
 
 static uint32_t id3(uint32_t i) { return 10 + i; }
 
-/* The honest phases up to every masked input, with the aggregator's round; the victim is device 0. */
-static void round3_run(round3 *r) {
+/* One-way envelope routing (test 5 below): the victim's k = 10 neighbours in the order of its list split into
+ * H' (the first 3: they get the victim's envelope, the victim does not get theirs), O (the next 4: both ways) and
+ * M' (the last 3: the victim gets theirs, they do not get the victim's). |H' u O| = |O u M'| = 7 = t. */
+#define OW_H 3u
+#define OW_O 4u
+static int ow_part(const round3 *r, uint32_t id) { /* 0: not the victim's neighbour, 1: H', 2: O, 3: M' */
+    for (uint32_t j = 0; j < K3; j++)
+        if (r->dev[0].nb[j].id == id) return j < OW_H ? 1 : j < OW_H + OW_O ? 2 : 3;
+    return 0;
+}
+
+/* The honest phases up to every masked input, with the aggregator's round; the victim is device 0. With oneway, the
+ * server delivers the envelopes between the victim and its neighbours one way only, as ow_part says. */
+static void round3_run(round3 *r, int oneway) {
     unsigned char seed[] = "lying about dropouts";
     assert_int_equal(dprec_rng_init(&r->rng, NULL, seed, sizeof seed, "test"), DPREC_OK);
     agg_secagg_config c;
@@ -723,9 +772,33 @@ static void round3_run(round3 *r) {
     }
     assert_int_equal(agg_secagg_close_shares(r->agg), DPREC_OK);
     for (uint32_t i = 0; i < N3; i++) {
-        uint32_t m = 0;
+        uint32_t m = 0, kept = 0;
         assert_int_equal(agg_secagg_inbox(r->agg, id3(i), env, DPREC_SECAGG_MAX_NEIGHBOURS, &m), DPREC_OK);
-        assert_int_equal(dprec_secagg_mask(&r->dev[i], &r->rng, env, m, r->x[i], r->y[i]), DPREC_OK);
+        for (uint32_t e = 0; e < m; e++) {
+            int drop = oneway && ((i == 0 && ow_part(r, env[e].from) == 1) ||
+                                  (env[e].from == id3(0) && ow_part(r, id3(i)) == 3));
+            if (!drop) env[kept++] = env[e];
+        }
+        assert_int_equal(dprec_secagg_mask(&r->dev[i], &r->rng, env, kept, r->x[i], r->y[i]), DPREC_OK);
+        unsigned char digest[32]; /* the neighbours it masked with, signed, as sdk/secure.c sends them */
+        assert_int_equal(dprec_secagg_masked_with(&r->dev[i], r->mw[i], &r->n_mw[i]), DPREC_OK);
+        assert_int_equal(r->n_mw[i], kept);
+        assert_int_equal(dprec_secagg_masked_digest(1, 1, id3(i), r->mw[i], r->n_mw[i], digest), DPREC_OK);
+        assert_int_equal(dprec_identity_sign(&r->rng, r->sk[i], digest, r->mw_sig[i]), DPREC_OK);
+    }
+}
+
+/* What holder `holder` learns from the requests answer: each self-mask request's owner's statement, its signature
+ * checked under the owner's identity (as sdk/secure_check.c does), names it (named[q] = 1) or not. */
+static void named_of(const round3 *r, uint32_t holder, const dprec_secagg_request *req, uint32_t n, uint8_t *named) {
+    for (uint32_t q = 0; q < n; q++) {
+        named[q] = 0;
+        if (req[q].kind != DPREC_SECAGG_SELF_MASK) continue;
+        uint32_t o = req[q].owner - 10;
+        unsigned char digest[32];
+        assert_int_equal(dprec_secagg_masked_digest(1, 1, req[q].owner, r->mw[o], r->n_mw[o], digest), DPREC_OK);
+        assert_int_equal(dprec_identity_verify(r->who[o].identity, digest, r->mw_sig[o]), DPREC_OK);
+        for (uint32_t j = 0; j < r->n_mw[o]; j++) named[q] |= r->mw[o][j] == holder;
     }
 }
 
@@ -754,17 +827,20 @@ static int honest_reveal(round3 *r, int h, int with_victim, dprec_shamir_share *
     /* asking it for the other kind of the victim's share than its set says is refused, and it then reveals nothing */
     dprec_secagg_device twisted = d;
     dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
+    uint8_t named[DPREC_SECAGG_MAX_NEIGHBOURS], all[DPREC_SECAGG_MAX_NEIGHBOURS];
+    memset(all, 1, sizeof all);
     for (uint32_t j = 0; j < d.k; j++)
         if (d.nb[j].id == id3(0)) {
             req[j].kind = req[j].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
-            assert_int_equal(dprec_secagg_unmask(&twisted, n, hash, T3, T3, req, d.k, rv), DPREC_ERR_PROTOCOL);
+            assert_int_equal(dprec_secagg_unmask(&twisted, n, hash, T3, T3, req, all, d.k, rv), DPREC_ERR_PROTOCOL);
             req[j].kind = req[j].kind == DPREC_SECAGG_SELF_MASK ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK;
         }
+    named_of(r, d.p.id, req, d.k, named); /* the envelopes went both ways: every owner masked with it */
     /* the server can collect max(t, n_min) attestations of each story, t of them from the holder's own neighbours: it
      * chooses the graph, and can surround each holder with devices it tells the holder's story (the test grants it
      * that; test_a_server_that_says_a_devices_neighbours_dropped_needs_their_neighbours plays what it costs) */
     uint32_t k = d.k; /* the device wipes its state once it answered */
-    if (dprec_secagg_unmask(&d, n, hash, T3, T3, req, k, rv) != DPREC_OK) return 0;
+    if (dprec_secagg_unmask(&d, n, hash, T3, T3, req, named, k, rv) != DPREC_OK) return 0;
     for (uint32_t j = 0; j < k; j++)
         if (rv[j].owner == id3(0)) {
             *share = rv[j].share;
@@ -805,7 +881,7 @@ static int server_gathers(round3 *r, const int *colluder, const int *tell, unsig
 static void test_a_server_that_lies_about_dropouts_needs_2t_minus_k_colluders(void **state) {
     (void)state;
     round3 *r = calloc(1, sizeof *r);
-    round3_run(r);
+    round3_run(r, 0);
     unsigned char b_true[32], s_true[32], b[32], s[32];
     memcpy(b_true, r->dev[0].b, 32);
     memcpy(s_true, r->dev[0].s_sk, 32);
@@ -841,6 +917,129 @@ static void test_a_server_that_lies_about_dropouts_needs_2t_minus_k_colluders(vo
         assert_int_equal(dprec_secagg_prg_add(seed, 32, id3(0) < nb->id ? -1 : 1, x, 4), DPREC_OK);
     }
     assert_memory_equal(x, r->x[0], sizeof x);
+    agg_secagg_free(r->agg);
+    dprec_rng_free(&r->rng);
+    free(r);
+}
+
+/* ---- 5: one-way envelope routing ----------------------------------------------------------------------------------
+ * The server routes the envelopes, so it can deliver the victim's envelope to H' u O and let the victim open only those
+ * of O u M' (ow_part: 7 = t each way, so every check of the share and mask steps passes); the victim then masks with
+ * O u M' only. The server tells every device but M' one story, the survivor set S = all but M' (the victim survived,
+ * M' dropped). A holder that reveals b's share whenever it opened the owner's envelope (the code before the
+ * masked-with statement, played with every request taken as named) gives it t = 7 of the victim's b-shares from H' u O,
+ * and M''s other holders give it M''s s_sk: every mask of y_i but the pairwise ones with O comes off, so whatever the
+ * server computes from x_i carries O's inputs and noise besides the victim's only (2t - k = 4 honest devices: 2t - k +
+ * 1 noise shares, not the t + 1 a holder's reveal is meant to leave). With the statement checked, H''s holders find
+ * that the victim did not name them and leave the round, revealing nothing: 4 < t b-shares, and every honest holder
+ * that reveals the victim's b-share is one it masked with. The attestation counts are granted, as in 3. */
+
+#define OW_M (K3 - OW_H - OW_O)
+
+/* The story S told to every device but M', played on copies of the devices (the victim refuses S: it holds devices of
+ * H' whose envelopes it never got; the server needs nothing of it). check: the holders check each owner's statement
+ * (the product); 0: they take every request as named (the code before). The victim's b-shares go to bs (*nb), each
+ * M' device's s_sk shares to ss (ns); returns how many of H' revealed anything. */
+static uint32_t ow_story(round3 *r, int check, dprec_shamir_share *bs, uint32_t *nb,
+                         dprec_shamir_share ss[OW_M][DPREC_SECAGG_MAX_NEIGHBOURS], uint32_t *ns) {
+    uint32_t ids[N3], n = 0, h_revealed = 0;
+    for (uint32_t i = 0; i < N3; i++)
+        if (ow_part(r, id3(i)) != 3) ids[n++] = id3(i);
+    unsigned char list[4 + 4 * N3], hash[32];
+    dprec_st32(list, n);
+    for (uint32_t i = 0; i < n; i++) dprec_st32(list + 4 + 4 * i, ids[i]);
+    assert_int_equal(dprec_sha256(list, 4 + 4 * (size_t)n, hash), 0);
+    *nb = 0;
+    memset(ns, 0, sizeof *ns * OW_M);
+    for (uint32_t h = 0; h < N3; h++) {
+        int part = ow_part(r, id3(h));
+        if (part == 3) continue; /* "dropped" */
+        dprec_secagg_device d = r->dev[h];
+        uint8_t in_u3[DPREC_SECAGG_MAX_NEIGHBOURS], named[DPREC_SECAGG_MAX_NEIGHBOURS];
+        dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
+        dprec_secagg_reveal rv[DPREC_SECAGG_MAX_NEIGHBOURS];
+        for (uint32_t j = 0; j < d.k; j++) {
+            in_u3[j] = ow_part(r, d.nb[j].id) != 3;
+            req[j].owner = d.nb[j].id;
+            req[j].kind = in_u3[j] ? DPREC_SECAGG_SELF_MASK : DPREC_SECAGG_PAIR_KEY;
+        }
+        if (h == 0) { /* the victim will not sign a set holding neighbours whose envelopes never reached it */
+            assert_int_equal(dprec_secagg_consistency(&d, n, 1, in_u3, hash), DPREC_ERR_PROTOCOL);
+            continue;
+        }
+        assert_int_equal(dprec_secagg_consistency(&d, n, 1, in_u3, hash), DPREC_OK);
+        if (check) named_of(r, id3(h), req, d.k, named);
+        else memset(named, 1, sizeof named);
+        uint32_t k = d.k;
+        if (dprec_secagg_unmask(&d, n, hash, T3, T3, req, named, k, rv) != DPREC_OK) {
+            assert_int_equal(d.state, DPREC_SECAGG_ABORTED); /* it left the round: nothing revealed */
+            continue;
+        }
+        h_revealed += part == 1;
+        for (uint32_t q = 0; q < k; q++) {
+            if (rv[q].owner == id3(0) && rv[q].kind == DPREC_SECAGG_SELF_MASK) {
+                if (check) assert_int_equal(ow_part(r, id3(h)), 2); /* only a holder the victim masked with */
+                bs[(*nb)++] = rv[q].share;
+            }
+            for (uint32_t m = 0; m < OW_M; m++)
+                if (rv[q].owner == r->dev[0].nb[OW_H + OW_O + m].id && rv[q].kind == DPREC_SECAGG_PAIR_KEY)
+                    ss[m][ns[m]++] = rv[q].share;
+        }
+    }
+    return h_revealed;
+}
+
+static void test_a_server_that_routes_envelopes_one_way_gets_no_self_mask_share_from_holders_not_masked_with(void **state) {
+    (void)state;
+    round3 *r = calloc(1, sizeof *r);
+    round3_run(r, 1);
+    /* the victim masked with O u M' and signed that; H' holds its shares all the same */
+    assert_int_equal(r->n_mw[0], OW_O + OW_M);
+    for (uint32_t j = 0; j < r->n_mw[0]; j++) assert_true(ow_part(r, r->mw[0][j]) >= 2);
+    dprec_shamir_share bs[K3], ss[OW_M][DPREC_SECAGG_MAX_NEIGHBOURS];
+    uint32_t nb = 0, ns[OW_M];
+    unsigned char b[32], s_m[32], seed[32];
+    /* the holders before the statement: H' u O reveal, b is rebuilt, and with M''s keys only O's masks stay on y_i */
+    assert_int_equal(ow_story(r, 0, bs, &nb, ss, ns), OW_H);
+    assert_int_equal(nb, OW_H + OW_O);
+    assert_int_equal(dprec_shamir_combine(bs, nb, T3, b), DPREC_OK);
+    assert_memory_equal(b, r->dev[0].b, 32);
+    uint64_t x[4];
+    memcpy(x, r->y[0], sizeof x);
+    assert_int_equal(dprec_secagg_prg_add(b, 32, -1, x, 4), DPREC_OK);
+    for (uint32_t m = 0; m < OW_M; m++) {
+        const dprec_secagg_pub *pm = &r->dev[0].nb[OW_H + OW_O + m];
+        assert_true(ns[m] >= T3);
+        assert_int_equal(dprec_shamir_combine(ss[m], ns[m], T3, s_m), DPREC_OK);
+        assert_memory_equal(s_m, r->dev[pm->id - 10].s_sk, 32);
+        assert_int_equal(dprec_secagg_derive(&r->rng, s_m, r->dev[0].mine.s_pk, 1, DPREC_SECAGG_MASK_LABEL, pm->id, id3(0),
+                                             seed),
+                         DPREC_OK);
+        assert_int_equal(dprec_secagg_prg_add(seed, 32, id3(0) < pm->id ? -1 : 1, x, 4), DPREC_OK);
+    }
+    /* what the server holds is x_i under O's pairwise masks alone (removed here with the victim's own key, which the
+     * server does not have, to show that nothing else is left): H''s reveals left no mask of theirs in place */
+    assert_memory_not_equal(x, r->x[0], sizeof x);
+    for (uint32_t o = 0; o < OW_O; o++) {
+        const dprec_secagg_pub *po = &r->dev[0].nb[OW_H + o];
+        assert_int_equal(dprec_secagg_derive(&r->rng, r->dev[0].s_sk, po->s_pk, 1, DPREC_SECAGG_MASK_LABEL, id3(0), po->id,
+                                             seed),
+                         DPREC_OK);
+        assert_int_equal(dprec_secagg_prg_add(seed, 32, id3(0) < po->id ? -1 : 1, x, 4), DPREC_OK);
+    }
+    assert_memory_equal(x, r->x[0], sizeof x);
+    /* the product: H''s holders are not named in the victim's signed statement and leave the round, revealing nothing;
+     * O's 4 b-shares are below t */
+    assert_int_equal(ow_story(r, 1, bs, &nb, ss, ns), 0);
+    assert_int_equal(nb, OW_O);
+    assert_true(nb < T3);
+    /* a forged statement naming H' does not verify under the victim's identity */
+    uint32_t forged[K3];
+    for (uint32_t j = 0; j < K3; j++) forged[j] = r->dev[0].nb[j].id;
+    qsort(forged, K3, sizeof forged[0], by_u32);
+    unsigned char digest[32];
+    assert_int_equal(dprec_secagg_masked_digest(1, 1, id3(0), forged, K3, digest), DPREC_OK);
+    assert_int_not_equal(dprec_identity_verify(r->who[0].identity, digest, r->mw_sig[0]), DPREC_OK);
     agg_secagg_free(r->agg);
     dprec_rng_free(&r->rng);
     free(r);
@@ -942,7 +1141,8 @@ static int nb_reveal(nb_world *w, uint32_t d, uint32_t owner, uint32_t claim, dp
     assert_int_equal(dprec_secagg_consistency(&dv, n, 1, in_u3, hash), DPREC_OK);
     uint32_t k = dv.k, attested = w->list_b[d] ? 13u : 4u; /* every signer of its set: >= max(t, n_min) = 3 */
     dprec_secagg_reveal rv[4];
-    if (dprec_secagg_unmask(&dv, n, hash, attested, claim > 0 ? claim : same, req, k, rv) != DPREC_OK) return 0;
+    uint8_t named[4] = {1, 1, 1, 1}; /* the envelopes went both ways: every owner masked with it */
+    if (dprec_secagg_unmask(&dv, n, hash, attested, claim > 0 ? claim : same, req, named, k, rv) != DPREC_OK) return 0;
     for (uint32_t j = 0; j < k; j++)
         if (rv[j].owner == nb_id(owner)) {
             *share = rv[j].share;
@@ -1000,6 +1200,7 @@ int main(void) {
         cmocka_unit_test(test_a_device_reveals_nothing_for_a_survivor_set_that_was_not_attested),
         cmocka_unit_test(test_a_server_that_lies_about_dropouts_needs_2t_minus_k_colluders),
         cmocka_unit_test(test_a_server_that_says_a_devices_neighbours_dropped_needs_their_neighbours),
+        cmocka_unit_test(test_a_server_that_routes_envelopes_one_way_gets_no_self_mask_share_from_holders_not_masked_with),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

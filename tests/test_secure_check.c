@@ -171,16 +171,52 @@ static size_t survivors_answer(const uint32_t *ids, uint32_t n, unsigned char *o
     return 12 + 4 * (size_t)n;
 }
 
-/* The requests answer: its neighbours' requests, the set's hash and NATT attestations of it. */
+/* The device's neighbours for the requests answer (after its share step): 201 and 203, whose identities are two of the
+ * attesters', and 101. */
+static void requests_neighbours(world *w) {
+    w->s->dev.k = K;
+    w->s->dev.nb[0].id = 201;
+    memcpy(w->s->nb_identity[0], w->att[1].pk, 65);
+    w->s->dev.nb[1].id = 101;
+    memcpy(w->s->nb_identity[1], w->nb[1].pk, 65);
+    w->s->dev.nb[2].id = 203;
+    memcpy(w->s->nb_identity[2], w->att[3].pk, 65);
+}
+
+/* A self-mask request about owner, with its statement of the neighbours it masked with (ids, m of them) signed by sk. */
+static unsigned char *put_self_mask(world *w, unsigned char *q, uint32_t owner, const uint32_t *ids, uint32_t m,
+                                    const unsigned char *sk) {
+    unsigned char digest[32];
+    dprec_st32(q, owner);
+    dprec_st32(q + 4, DPREC_SECAGG_SELF_MASK);
+    dprec_st32(q + 8, m);
+    for (uint32_t i = 0; i < m; i++) dprec_st32(q + 12 + 4 * i, ids[i]);
+    assert_int_equal(dprec_secagg_masked_digest(JOB, ROUND, owner, ids, m, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_sign(&w->rng, sk, digest, q + 12 + 4 * m), DPREC_OK);
+    return q + 12 + 4 * m + 64;
+}
+
+/* The end of the requests (where [hash][m] starts). */
+static size_t requests_end(const unsigned char *p) {
+    size_t off = 16;
+    for (uint32_t j = 0, n = dprec_ld32(p + 12); j < n; j++) {
+        off += 8;
+        if (dprec_ld32(p + off - 4) == DPREC_SECAGG_SELF_MASK) off += 4 + 4 * (size_t)dprec_ld32(p + off) + 64;
+    }
+    return off;
+}
+
+/* The requests answer: its neighbours' requests (201's pair key; the self-mask shares of 101, whose statement names
+ * the device, and of 203, whose statement does not), the set's hash and NATT attestations of it. */
 static size_t requests_answer(world *w, const unsigned char hash[32], unsigned char *out) {
+    static const uint32_t names_it[3] = {OWN_ID, 150, 160}, not_it[2] = {60, 70};
     dprec_st64(out, ROUND);
     dprec_st32(out + 8, 10); /* survivors */
     dprec_st32(out + 12, K);
-    for (unsigned j = 0; j < K; j++) {
-        dprec_st32(out + 16 + 8 * j, 100 + j);
-        dprec_st32(out + 20 + 8 * j, j == 0 ? DPREC_SECAGG_PAIR_KEY : DPREC_SECAGG_SELF_MASK);
-    }
-    unsigned char *q = out + 16 + 8 * K;
+    dprec_st32(out + 16, 201);
+    dprec_st32(out + 20, DPREC_SECAGG_PAIR_KEY);
+    unsigned char *q = put_self_mask(w, out + 24, 101, names_it, 3, w->nb[1].sk);
+    q = put_self_mask(w, q, 203, not_it, 2, w->att[3].sk);
     memcpy(q, hash, 32);
     dprec_st32(q + 32, NATT);
     q += 36;
@@ -357,19 +393,15 @@ static void test_secure_check_hashes_the_survivor_set_and_refuses_a_bad_one(void
 
 static void test_secure_check_takes_attestations_of_its_set_only_and_refuses_every_cut_or_flip(void **state) {
     world *w = *state;
-    w->s->dev.k = K;
     unsigned char hash[32], other[32];
     memset(hash, 0x5a, sizeof hash);
     memset(other, 0xa5, sizeof other);
     memcpy(w->s->dev.survivors_hash, hash, 32); /* the set it signed */
-    size_t cap = 16 + 8 * K + 36 + NATT * (70 + DPREC_ENROLL_TOKEN_MAX + 64) + 64;
+    size_t cap = DPREC_SECURE_REQUEST_MAX * K + 16 + 36 + NATT * (70 + DPREC_ENROLL_TOKEN_MAX + 64) + 64;
     unsigned char *buf = malloc(cap), *m = malloc(cap);
-    size_t len = requests_answer(w, hash, buf), head = 16 + 8 * K, att0 = head + 36;
     /* two of the attesters are its neighbours (the identities it checked when it shared, under their ids) */
-    memcpy(w->s->nb_identity[0], w->att[1].pk, 65);
-    w->s->dev.nb[0].id = 201;
-    memcpy(w->s->nb_identity[2], w->att[3].pk, 65);
-    w->s->dev.nb[2].id = 203;
+    requests_neighbours(w);
+    size_t len = requests_answer(w, hash, buf), head = requests_end(buf), att0 = head + 36;
     for (size_t chunk = 0; chunk < 4; chunk++) {
         assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, buf, len, chunk * 5), DPREC_OK);
         assert_int_equal(w->rd->attested, NATT);
@@ -377,12 +409,16 @@ static void test_secure_check_takes_attestations_of_its_set_only_and_refuses_eve
         assert_int_equal(w->rd->n_req, K);
         assert_int_equal(w->rd->survivors, 10);
         assert_int_equal(w->s->req[0].kind, DPREC_SECAGG_PAIR_KEY);
+        assert_int_equal(w->s->req[1].kind, DPREC_SECAGG_SELF_MASK);
+        assert_int_equal(w->s->req[1].owner, 101);
+        assert_int_equal(w->rd->named[1], 1); /* 101 masked with it */
+        assert_int_equal(w->rd->named[2], 0); /* 203 did not: common/secagg.c then reveals nothing */
     }
     /* a neighbour's identity attesting under another id than the neighbour's */
-    w->s->dev.nb[2].id = 999;
+    w->s->dev.nb[0].id = 999;
     assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, buf, len, 0), DPREC_ERR_PROTOCOL);
     assert_string_equal(w->rd->why, "a neighbour's attestation under another id");
-    w->s->dev.nb[2].id = 203;
+    w->s->dev.nb[0].id = 201;
     /* attestations of another set (the server told others another story): its hash is not the one signed */
     len = requests_answer(w, other, m);
     assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
@@ -431,7 +467,64 @@ static void test_secure_check_takes_attestations_of_its_set_only_and_refuses_eve
         m[i] ^= 1;
         assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
     }
-    every_cut_and_flip_is_refused(w, DPREC_SECURE_READ_REQUESTS, buf, len, head);
+    /* every byte from the first self-mask request on (its owner, its statement: a flipped id or signature does not
+     * verify; the pair-key request's bytes are checked against the survivor set by common/secagg.c) */
+    every_cut_and_flip_is_refused(w, DPREC_SECURE_READ_REQUESTS, buf, len, 24);
+    free(buf);
+    free(m);
+}
+
+/* Each self-mask request carries its owner's signed statement of the neighbours it masked with (docs/privacy.md
+ * "Against an active server" 4): a statement that the owner did not sign, a list out of order or longer than the
+ * plan's k, or a request about a device that is not a neighbour is refused. */
+static void test_secure_check_refuses_self_mask_requests_without_the_owners_masked_with_statement(void **state) {
+    world *w = *state;
+    unsigned char hash[32];
+    memset(hash, 0x5a, sizeof hash);
+    memcpy(w->s->dev.survivors_hash, hash, 32);
+    requests_neighbours(w);
+    size_t cap = DPREC_SECURE_REQUEST_MAX * K + 16 + 36 + NATT * (70 + DPREC_ENROLL_TOKEN_MAX + 64) + 64;
+    unsigned char *buf = malloc(cap), *m = malloc(cap);
+    size_t len = requests_answer(w, hash, buf), head = requests_end(buf);
+    size_t r1 = 24, r2 = r1 + 12 + 4 * 3 + 64; /* 101's request, 203's */
+    static const uint32_t names_it[3] = {OWN_ID, 150, 160}, down[3] = {150, OWN_ID, 160}, four[4] = {OWN_ID, 1, 2, 3};
+    /* 101's statement signed by another identity (the server's own, naming the device) */
+    ident forger;
+    assert_int_equal(dprec_identity_generate(&w->rng, forger.sk, forger.pk), DPREC_OK);
+    memcpy(m, buf, len);
+    put_self_mask(w, m + r1, 101, names_it, 3, forger.sk);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
+    assert_string_equal(w->rd->why, "a neighbour's masked-with statement that does not verify");
+    /* 203's statement under 101's name: signed by 203, so not 101's */
+    memcpy(m, buf, len);
+    dprec_st32(m + r2, 101);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
+    /* a list out of order (signed as such) */
+    memcpy(m, buf, len);
+    put_self_mask(w, m + r1, 101, down, 3, w->nb[1].sk);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
+    assert_string_equal(w->rd->why, "a masked-with statement whose ids do not strictly increase");
+    /* more ids than the plan's k, or none */
+    size_t n4 = r1 + 12 + 16 + 64;
+    memcpy(m, buf, r1);
+    put_self_mask(w, m + r1, 101, four, 4, w->nb[1].sk);
+    memcpy(m + n4, buf + r2, len - r2);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len + 4, 0), DPREC_ERR_PROTOCOL);
+    assert_string_equal(w->rd->why, "a masked-with statement of none or more than the plan's k");
+    memcpy(m, buf, len);
+    dprec_st32(m + r1 + 8, 0);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
+    assert_string_equal(w->rd->why, "a masked-with statement of none or more than the plan's k");
+    /* a self-mask request about a device that is not its neighbour */
+    memcpy(m, buf, len);
+    dprec_st32(m + r1, 102);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
+    assert_string_equal(w->rd->why, "a self-mask request about a device that is not its neighbour");
+    /* the same requests as pair-key ones carry no statement: the bytes that follow are then not a request */
+    memcpy(m, buf, len);
+    dprec_st32(m + r1 + 4, DPREC_SECAGG_PAIR_KEY);
+    assert_int_equal(read_answer(w, DPREC_SECURE_READ_REQUESTS, 1, m, len, 0), DPREC_ERR_PROTOCOL);
+    assert_true(head > r2);
     free(buf);
     free(m);
 }
@@ -443,6 +536,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_secure_check_refuses_neighbour_lists_a_server_could_forge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secure_check_hashes_the_survivor_set_and_refuses_a_bad_one, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secure_check_takes_attestations_of_its_set_only_and_refuses_every_cut_or_flip,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secure_check_refuses_self_mask_requests_without_the_owners_masked_with_statement,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,6 +28,7 @@
 #include "dprec/sync.h"
 #include "fake_port.h"
 #include "json.h"
+#include "secagg.h"
 
 #define M 30u
 #define D 3u
@@ -70,7 +71,7 @@ static void device_open(device *dv, int seed) {
     dv->cfg.cap_user_epsilon = 10.0;
     dv->cfg.cap_user_delta = 1e-5;
     dv->cfg.secagg_max_len = M * 9u; /* dpals: m (d (d + 1) / 2 + d) = 270 numbers; gauss-gd m (d + 1) = 120 */
-    dv->cfg.max_report_bytes = 56u + 16u + 8u * 512u; /* padded to 512 */
+    dv->cfg.max_report_bytes = 56u + DPREC_SECURE_PAYLOAD_SIZE(512u, 6u); /* padded to 512, at most 6 neighbours */
     dv->fake.entropy_counter = 0x5ec0000u + (uint64_t)seed;
     size_t need = dprec_client_required_size(&dv->cfg);
     dv->mem = malloc(need);

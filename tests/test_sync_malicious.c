@@ -34,6 +34,7 @@
 #include "fake_agg.h"
 #include "fake_port.h"
 #include "ldp.h"
+#include "secagg.h"
 
 #define JOB 7u
 #define M 20u
@@ -731,7 +732,7 @@ static void test_secure_parameters_that_weaken_the_guarantee_are_refused(void **
     dprec_config cfg;
     base_config(&cfg);
     cfg.secagg_max_len = M * (D + 1u);
-    cfg.max_report_bytes = 56u + 16u + 8u * 128u;
+    cfg.max_report_bytes = 56u + DPREC_SECURE_PAYLOAD_SIZE(128u, DPREC_SECAGG_MAX_NEIGHBOURS); /* any k */
     play(attack_secure_parameters, &cfg);
 }
 
@@ -761,7 +762,7 @@ static void test_a_plan_that_tolerates_fewer_colluders_than_the_app_asks_is_refu
     dprec_config cfg;
     base_config(&cfg);
     cfg.secagg_max_len = M * (D + 1u);
-    cfg.max_report_bytes = 56u + 16u + 8u * 128u;
+    cfg.max_report_bytes = 56u + DPREC_SECURE_PAYLOAD_SIZE(128u, DPREC_SECAGG_MAX_NEIGHBOURS); /* any k */
     cfg.secagg_min_colluders = 2;
     play(attack_secure_too_few_colluders, &cfg);
 }

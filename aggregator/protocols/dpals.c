@@ -48,6 +48,7 @@
 
 #include "agg_protocol.h"
 #include "agg_secure_spec.h"
+#include "secagg.h"
 #include "bytes.h"
 #include "dpals.h"
 #include "dprec/status.h"
@@ -635,7 +636,7 @@ static uint64_t dpals_max_payload(const agg_job *job) {
     dpals_params p;
     char err[AGG_ERRMSG];
     agg_secure_spec sp;
-    if (dpals_secure_spec(job, &sp)) return 16u + 8u * (uint64_t)sp.plan.dim; /* a masked input (sdk/secure.h) */
+    if (dpals_secure_spec(job, &sp)) return DPREC_SECURE_PAYLOAD_SIZE(sp.plan.dim, sp.k); /* a masked input (sdk/secure.h) */
     return job_params(job, &p, err, sizeof err) == 0 ? (uint64_t)dprec_dpals_payload_size(job->d, p.max_items) : 0;
 }
 

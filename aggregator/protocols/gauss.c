@@ -26,6 +26,7 @@
 
 #include "agg_protocol.h"
 #include "agg_secure_spec.h"
+#include "secagg.h"
 #include "bytes.h"
 #include "dprec/status.h"
 #include "gauss.h"
@@ -534,7 +535,7 @@ static uint64_t gauss_max_payload(const agg_job *job) {
     char err[AGG_ERRMSG];
     if (job_params(job, &gp, err, sizeof err) != 0) return 0;
     agg_secure_spec sp;
-    if (gauss_secure_spec(job, &sp)) return 16u + 8u * (uint64_t)sp.plan.dim; /* a masked input (sdk/secure.h) */
+    if (gauss_secure_spec(job, &sp)) return DPREC_SECURE_PAYLOAD_SIZE(sp.plan.dim, sp.k); /* a masked input (sdk/secure.h) */
     return (uint64_t)dprec_gauss_payload_size(job->d, gp.max_ratings);
 }
 

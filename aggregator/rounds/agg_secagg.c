@@ -26,6 +26,8 @@ typedef struct dev_slot {
     int in_u2, in_u3, attested;
     unsigned char att_sig[DPREC_IDENTITY_SIG_SIZE]; /* its signature of U3 */
     uint64_t *masked;         /* its masked input (U3) */
+    uint32_t *mw, n_mw;       /* the neighbours it masked with (U3), as it signed them */
+    unsigned char mw_sig[DPREC_IDENTITY_SIG_SIZE];
     /* reveals about this device's secrets: by holder position in its neighbour list */
     dprec_shamir_share *rev_b, *rev_s;
     uint8_t *have_b, *have_s;
@@ -72,6 +74,7 @@ void agg_secagg_free(agg_secagg *s) {
         free(v->nb);
         free(v->env);
         free(v->masked);
+        free(v->mw);
         free(v->rev_b);
         free(v->rev_s);
         free(v->have_b);
@@ -253,8 +256,9 @@ int agg_secagg_inbox(const agg_secagg *s, uint32_t id, dprec_secagg_envelope *ou
     return DPREC_OK;
 }
 
-int agg_secagg_put_masked(agg_secagg *s, uint32_t id, const uint64_t *y) {
-    if (s == NULL || y == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+int agg_secagg_put_masked(agg_secagg *s, uint32_t id, const uint64_t *y, const uint32_t *ids, uint32_t m,
+                          const unsigned char sig[DPREC_IDENTITY_SIG_SIZE]) {
+    if (s == NULL || y == NULL || ids == NULL || sig == NULL) return DPREC_ERR_INVALID_ARGUMENT;
     if (s->phase != PH_MASK) return DPREC_ERR_STATE;
     int i = slot_of(s, id);
     if (i < 0 || !s->d[i].in_u2 || s->d[i].masked != NULL) return DPREC_ERR_PROTOCOL;
@@ -262,11 +266,45 @@ int agg_secagg_put_masked(agg_secagg *s, uint32_t id, const uint64_t *y) {
     for (uint32_t j = 0; j < s->c.dim; j++)
         if (y[j] > mask) return DPREC_ERR_PROTOCOL;
     dev_slot *v = &s->d[i];
+    /* it masked with exactly its neighbours in U2 (strictly increasing ids: each once), as the inbox gave them */
+    uint32_t want = 0;
+    for (uint32_t j = 0; j < v->k; j++) want += (uint32_t)s->d[v->nb[j]].in_u2;
+    if (m != want || m < 1 || m > DPREC_SECAGG_MAX_NEIGHBOURS) return DPREC_ERR_INVALID_ARGUMENT;
+    for (uint32_t q = 0; q < m; q++) {
+        int o = slot_of(s, ids[q]);
+        if ((q > 0 && ids[q] <= ids[q - 1]) || o < 0 || !s->d[o].in_u2 || nb_pos(s, (uint32_t)i, (uint32_t)o) < 0)
+            return DPREC_ERR_INVALID_ARGUMENT;
+    }
+    unsigned char digest[32];
+    int rc = dprec_secagg_masked_digest(s->c.job, s->c.round, id, ids, m, digest);
+    if (rc == DPREC_OK) rc = dprec_identity_verify(v->who->identity, digest, sig);
+    if (rc != DPREC_OK) return DPREC_ERR_CRYPTO;
     v->masked = malloc(sizeof *y * s->c.dim);
-    if (v->masked == NULL) return DPREC_ERR_NO_MEMORY;
+    v->mw = malloc(sizeof *ids * m);
+    if (v->masked == NULL || v->mw == NULL) {
+        free(v->masked);
+        free(v->mw);
+        v->masked = NULL;
+        v->mw = NULL;
+        return DPREC_ERR_NO_MEMORY;
+    }
     memcpy(v->masked, y, sizeof *y * s->c.dim);
+    memcpy(v->mw, ids, sizeof *ids * m);
+    v->n_mw = m;
+    memcpy(v->mw_sig, sig, DPREC_IDENTITY_SIG_SIZE);
     v->in_u3 = 1;
     s->n3++;
+    return DPREC_OK;
+}
+
+int agg_secagg_masked_with(const agg_secagg *s, uint32_t id, const uint32_t **ids, uint32_t *m,
+                           const unsigned char **sig) {
+    if (s == NULL || ids == NULL || m == NULL || sig == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    int i = slot_of(s, id);
+    if (i < 0 || s->d[i].masked == NULL) return DPREC_ERR_PROTOCOL;
+    *ids = s->d[i].mw;
+    *m = s->d[i].n_mw;
+    *sig = s->d[i].mw_sig;
     return DPREC_OK;
 }
 

@@ -62,8 +62,18 @@ int agg_secagg_close_shares(agg_secagg *s);
 /* The envelopes addressed to id by neighbours in U2. */
 int agg_secagg_inbox(const agg_secagg *s, uint32_t id, dprec_secagg_envelope *out, uint32_t room, uint32_t *n);
 
-/* Phase MASK: a U2 device's masked input (dim residues). */
-int agg_secagg_put_masked(agg_secagg *s, uint32_t id, const uint64_t *y);
+/* Phase MASK: a U2 device's masked input (dim residues) with its signed statement of the neighbours it masked with
+ * (dprec_secagg_masked_digest): ids, m of them, strictly increasing, and sig. Its holders reveal its self-mask share
+ * only when shown that statement naming them (agg_secagg_masked_with), so it is kept with the input. The list must be
+ * the neighbours in U2, whose envelopes the inbox gave it (else the sum could not be unmasked):
+ * DPREC_ERR_INVALID_ARGUMENT if not, DPREC_ERR_CRYPTO if the signature does not verify under its identity,
+ * DPREC_ERR_PROTOCOL for a device not in U2, a second input, or a residue not below 2^bits. */
+int agg_secagg_put_masked(agg_secagg *s, uint32_t id, const uint64_t *y, const uint32_t *ids, uint32_t m,
+                          const unsigned char sig[DPREC_IDENTITY_SIG_SIZE]);
+/* A U3 device's statement as it sent it: *ids (m of them) and *sig point into the round, valid while it lives.
+ * DPREC_ERR_PROTOCOL for a device that sent no masked input. */
+int agg_secagg_masked_with(const agg_secagg *s, uint32_t id, const uint32_t **ids, uint32_t *m,
+                           const unsigned char **sig);
 /* Closes MASK (U3 is then fixed) and opens CONSISTENCY. */
 int agg_secagg_close_masked(agg_secagg *s);
 
@@ -87,7 +97,8 @@ typedef struct agg_secagg_attestation {
 } agg_secagg_attestation;
 int agg_secagg_attestations(const agg_secagg *s, uint32_t id, agg_secagg_attestation *out, uint32_t room, uint32_t *n);
 /* What a survivor that attested is asked to reveal: for each neighbour in U2, its self-mask share if the neighbour
- * is in U3, its pairwise-key share otherwise; *survivors = |U3|. */
+ * is in U3 (its holder then needs the neighbour's statement, agg_secagg_masked_with), its pairwise-key share
+ * otherwise; *survivors = |U3|. */
 int agg_secagg_requests(const agg_secagg *s, uint32_t id, dprec_secagg_request *out, uint32_t room, uint32_t *n,
                         uint32_t *survivors);
 

@@ -288,9 +288,10 @@ static int answer_neighbours(secure_round *r, uint32_t id, dprec_agg_response *r
     return answer(resp, out, n);
 }
 
-/* The requests answer: [round u64][survivors u32][n u32] then n x [owner u32][kind u32], then [U3's hash 32][m u32] and
- * m attestations [id u32][identity 65][token_len u8][token][sig 64] (agg_secagg_attestations: the first max(t, n_min)
- * attesters by identity and the device's neighbours that attested). */
+/* The requests answer: [round u64][survivors u32][n u32] then n x [owner u32][kind u32], a self-mask request followed
+ * by its owner's signed statement of the neighbours it masked with [m u32][m ids u32][sig 64] (without it the holder
+ * reveals nothing), then [U3's hash 32][m u32] and m attestations [id u32][identity 65][token_len u8][token][sig 64]
+ * (agg_secagg_attestations: the first max(t, n_min) attesters by identity and the device's neighbours that attested). */
 static int answer_requests(secure_round *r, uint32_t id, dprec_agg_response *resp) {
     dprec_secagg_request req[DPREC_SECAGG_MAX_NEIGHBOURS];
     uint32_t n = 0, survivors = 0, m = 0, room = r->spec.plan.n_min + r->spec.threshold + DPREC_SECAGG_MAX_NEIGHBOURS;
@@ -301,7 +302,20 @@ static int answer_requests(secure_round *r, uint32_t id, dprec_agg_response *res
         free(att);
         return agg_respond_error(resp, 409, "not_in_round", "this device did not attest the survivor set in this round");
     }
-    size_t len_out = 16 + 8 * (size_t)n + 36;
+    size_t len_out = 16 + 36;
+    const uint32_t *mw[DPREC_SECAGG_MAX_NEIGHBOURS];
+    const unsigned char *mw_sig[DPREC_SECAGG_MAX_NEIGHBOURS];
+    uint32_t n_mw[DPREC_SECAGG_MAX_NEIGHBOURS];
+    for (uint32_t j = 0; j < n; j++) {
+        len_out += DPREC_SECURE_REQUEST_FIXED;
+        n_mw[j] = 0;
+        if (req[j].kind != DPREC_SECAGG_SELF_MASK) continue;
+        if (agg_secagg_masked_with(r->sa, req[j].owner, &mw[j], &n_mw[j], &mw_sig[j]) != DPREC_OK) { /* U3 has it */
+            free(att);
+            return agg_respond_error(resp, 500, "internal", "a survivor without its masked-with statement");
+        }
+        len_out += 4 + 4 * (size_t)n_mw[j] + DPREC_IDENTITY_SIG_SIZE;
+    }
     for (uint32_t i = 0; i < m; i++) len_out += DPREC_SECURE_ATTEST_FIXED + att[i].who->token_len + DPREC_IDENTITY_SIG_SIZE;
     unsigned char *out = malloc(len_out), *q;
     if (out == NULL) {
@@ -311,11 +325,18 @@ static int answer_requests(secure_round *r, uint32_t id, dprec_agg_response *res
     dprec_st64(out, (uint64_t)r->round);
     dprec_st32(out + 8, survivors);
     dprec_st32(out + 12, n);
+    q = out + 16;
     for (uint32_t j = 0; j < n; j++) {
-        dprec_st32(out + 16 + 8 * j, req[j].owner);
-        dprec_st32(out + 20 + 8 * j, (uint32_t)req[j].kind);
+        dprec_st32(q, req[j].owner);
+        dprec_st32(q + 4, (uint32_t)req[j].kind);
+        q += DPREC_SECURE_REQUEST_FIXED;
+        if (req[j].kind != DPREC_SECAGG_SELF_MASK) continue;
+        dprec_st32(q, n_mw[j]);
+        for (uint32_t i = 0; i < n_mw[j]; i++) dprec_st32(q + 4 + 4 * (size_t)i, mw[j][i]);
+        q += 4 + 4 * (size_t)n_mw[j];
+        memcpy(q, mw_sig[j], DPREC_IDENTITY_SIG_SIZE);
+        q += DPREC_IDENTITY_SIG_SIZE;
     }
-    q = out + 16 + 8 * (size_t)n;
     uint32_t n3 = 0;
     (void)agg_secagg_survivors(r->sa, NULL, 0, &n3, q);
     dprec_st32(q + 32, m);
@@ -491,10 +512,12 @@ int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dp
         rc = agg_respond_json(resp, 200, cJSON_CreateObject()); /* a re-sent report: taken already */
     else if (e->round != (uint64_t)r->round || r->phase != SP_MASK)
         rc = agg_respond_error(resp, 409, "round_closed", "the round takes no masked input now");
-    else if (e->payload_len != 16 + 8 * (size_t)r->spec.plan.dim || memcmp(p, DPREC_SECURE_PAYLOAD_MAGIC, 4) != 0 ||
-             dprec_ld32(p + 4) != (uint32_t)device || dprec_ld32(p + 8) != r->spec.plan.dim ||
-             dprec_ld32(p + 12) != r->spec.plan.bits)
-        rc = agg_respond_error(resp, 400, "bad_report", "a secure job's report is [\"DSA1\"][id][dim][bits] and dim residues");
+    else if (e->payload_len != DPREC_SECURE_PAYLOAD_SIZE(r->spec.plan.dim, r->spec.k) ||
+             memcmp(p, DPREC_SECURE_PAYLOAD_MAGIC, 4) != 0 || dprec_ld32(p + 4) != (uint32_t)device ||
+             dprec_ld32(p + 8) != r->spec.plan.dim || dprec_ld32(p + 12) != r->spec.plan.bits)
+        rc = agg_respond_error(resp, 400, "bad_report",
+                               "a secure job's report is [\"DSA2\"][id][dim][bits], dim residues and the signed "
+                               "neighbours it masked with [m][k ids][sig]");
     else {
         uint64_t *y = malloc(sizeof(uint64_t) * r->spec.plan.dim);
         uint64_t lim = ((uint64_t)1 << r->spec.plan.bits) - 1;
@@ -503,9 +526,28 @@ int agg_secure_report(dprec_agg *a, const agg_job *job, int64_t device, const dp
             y[j] = dprec_ld64(p + 16 + 8 * (size_t)j);
             if (y[j] > lim) ok = 0;
         }
+        /* the statement: m ids in the k slots, the rest zero (one encoding per statement), then the signature */
+        const unsigned char *tr = p + 16 + 8 * (size_t)r->spec.plan.dim;
+        uint32_t m = dprec_ld32(tr), ids[DPREC_SECAGG_MAX_NEIGHBOURS];
+        int st_ok = m >= 1 && m <= r->spec.k && m <= DPREC_SECAGG_MAX_NEIGHBOURS;
+        for (uint32_t j = 0; st_ok && j < r->spec.k; j++) {
+            uint32_t v = dprec_ld32(tr + 4 + 4 * (size_t)j);
+            if (j < m) ids[j] = v;
+            else st_ok = v == 0;
+        }
+        int prc = DPREC_ERR_INVALID_ARGUMENT;
+        if (y != NULL && ok && st_ok)
+            prc = agg_secagg_put_masked(r->sa, (uint32_t)device, y, ids, m, tr + 4 + 4 * (size_t)r->spec.k);
         if (y == NULL) rc = agg_respond_error(resp, 500, "internal", "out of memory");
         else if (!ok) rc = agg_respond_error(resp, 400, "bad_report", "a residue is not below 2^bits");
-        else if (agg_secagg_put_masked(r->sa, (uint32_t)device, y) != DPREC_OK)
+        else if (prc == DPREC_ERR_INVALID_ARGUMENT)
+            rc = agg_respond_error(resp, 400, "bad_report",
+                                   "the neighbours it masked with are not its neighbours that shared, in increasing order");
+        else if (prc == DPREC_ERR_CRYPTO)
+            rc = agg_respond_error(resp, 400, "bad_signature",
+                                   "the neighbours it masked with: the signature does not verify under its identity");
+        else if (prc == DPREC_ERR_NO_MEMORY) rc = agg_respond_error(resp, 500, "internal", "out of memory");
+        else if (prc != DPREC_OK)
             rc = agg_respond_error(resp, 409, "already_reported", "no masked input expected from this device");
         else {
             r->n_masked++;

@@ -8,6 +8,7 @@
 #include "dpals.h"
 #include "fleet_proto.h"
 #include "report.h"
+#include "secagg.h"
 
 static struct {
     int residual; /* 1 on, 0 off, -1 unset (the default) */
@@ -134,7 +135,7 @@ static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t nt
         uint32_t len = d->num_items * (o->rank * (o->rank + 1u) / 2u + o->rank), dim = 1;
         while (dim < len) dim <<= 1;
         cfg->secagg_max_len = len;
-        cfg->max_report_bytes = 56u + 16u + 8u * dim;
+        cfg->max_report_bytes = (uint32_t)(DPREC_ENVELOPE_HEADER + DPREC_SECURE_PAYLOAD_SIZE(dim, DPREC_SECAGG_MAX_NEIGHBOURS));
     }
 }
 

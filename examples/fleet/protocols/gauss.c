@@ -9,6 +9,7 @@
 #include "fleet_proto.h"
 #include "gauss.h"
 #include "report.h"
+#include "secagg.h"
 
 /* The default step (docs/results.md, "Defaults"): lr = min(GAUSS_LR_PER_RATER / n, GAUSS_LR_NOISE / (sigma sqrt(T)))
  * with n the average number of raters per item, sigma the noise on each summed coordinate and T the rounds. The
@@ -156,7 +157,7 @@ static void gauss_device(const fleet_common *o, const fleet_data *d, uint32_t nt
         uint32_t len = d->num_items * (o->rank + 1u), dim = 1;
         while (dim < len) dim <<= 1;
         cfg->secagg_max_len = len;
-        cfg->max_report_bytes = 56u + 16u + 8u * dim;
+        cfg->max_report_bytes = (uint32_t)(DPREC_ENVELOPE_HEADER + DPREC_SECURE_PAYLOAD_SIZE(dim, DPREC_SECAGG_MAX_NEIGHBOURS));
     }
 }
 
