@@ -4,8 +4,8 @@
  * Identity. Each device draws, once, an ECDSA P-256 key pair from its CSPRNG and keeps the private scalar in its
  * store. The public key (65 bytes: the uncompressed point 0x04 || X || Y) is its identity: it is bound at
  * enrollment, and the device signs with it what other devices must be able to attribute to it (its secure-
- * aggregation keys and its survivor statements), so that a server cannot pass its own keys off as an enrolled
- * device's. Signatures are ECDSA P-256 over SHA-256, deterministic (RFC 6979, blinded by the CSPRNG), encoded as r || s
+ * aggregation keys, the neighbours it masked with and its survivor statements), so that a server cannot pass its own
+ * keys off as an enrolled device's. Signatures are ECDSA P-256 over SHA-256, deterministic (RFC 6979, blinded by the CSPRNG), encoded as r || s
  * (64 bytes, big-endian each). Every signed statement is domain-separated: its digest is
  * SHA-256(label || 0x00 || message), with a label per kind of statement.
  *

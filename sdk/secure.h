@@ -11,12 +11,14 @@
  * the round's secrets (common/secagg.h) live in memory only: a restart mid-round makes the device a dropout, which
  * the protocol tolerates, and the report path (dprec_report_prepare) still allows one masked input per round.
  *
- * Against an active server (docs/privacy.md "Secure aggregation"): the device signs its round keys and the survivor
- * set with its identity key; it shares nothing unless every neighbour's keys carry a valid signature by a distinct
- * identity that is not its own (and, with the app's enrollment key, an enrollment token of the app's for that
- * identity: sdk/secure_check.c); it reveals nothing unless the survivor set it signed was attested by max(t, n_min)
- * distinct such identities and the requests agree with it; and it refuses a plan, or a neighbour list, that tolerates
- * fewer colluding devices (2t - k - 1) than cfg.secagg_min_colluders.
+ * Against an active server (docs/privacy.md "Secure aggregation"): the device signs its round keys, the neighbours it
+ * masked with (in its masked input's report) and the survivor set with its identity key; it shares nothing unless
+ * every neighbour's keys carry a valid signature by a distinct identity that is not its own (and, with the app's
+ * enrollment key, an enrollment token of the app's for that identity: sdk/secure_check.c); it reveals nothing unless
+ * the survivor set it signed was attested by max(t, n_min) distinct such identities and the requests agree with it,
+ * and no neighbour's self-mask share unless that neighbour's signed list of the neighbours it masked with names it;
+ * and it refuses a plan, or a neighbour list, that tolerates fewer colluding devices (2t - k - 1) than
+ * cfg.secagg_min_colluders.
  *
  * Memory (cfg.secagg_max_len = n > 0; 0: secure jobs are refused with DPREC_ERR_CONFIG): the state below
  * (DPREC_SECURE_FIXED_BYTES), n doubles of input and 4 D words of scratch (D = the power of two >= n: rotation,

@@ -8,8 +8,8 @@
  * protocol's build masking it and signing, in the same report, the neighbours it masked with), consistency (the
  * survivor set, signed once) and unmask (the reveals the aggregator asks for, once max(t, n_min) distinct identities
  * attested the set the device signed, a self-mask share only of a neighbour that signed it masked with this device). A
- * failed check makes the
- * device leave the round: its secrets wiped, nothing more sent in it, the refusal logged and returned.
+ * failed check makes the device leave the round: its secrets wiped, nothing more sent in it, the refusal logged and
+ * returned.
  * A step's message stays in the secure area until its answer arrives and is re-sent byte for byte, while its
  * phase lasts, if the answer was lost. The round's secrets are drawn once and wiped once spent, and
  * common/secagg.c refuses any step out of order. Nothing here reads the user's ratings.

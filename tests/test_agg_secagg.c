@@ -419,6 +419,74 @@ static void test_secagg_tampered_or_misrouted_envelopes_are_refused(void **state
     dprec_rng_free(&r);
 }
 
+/* A masked input comes with its signed list of the neighbours it masked with, which its holders are shown before they
+ * reveal its self-mask share (docs/privacy.md "Against an active server" 4): the aggregator takes only a list signed by
+ * the device's identity that is exactly its neighbours in U2, in increasing order, and serves it as sent. */
+static void test_secagg_masked_input_needs_its_signed_list_of_the_neighbours_it_masked_with(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 12, 10, 6, 6, 20, 8, "masked with");
+    for (uint32_t i = 0; i < 12; i++) assert_int_equal(h_advertise(&h, i), DPREC_OK);
+    assert_int_equal(agg_secagg_close_advertise(h.agg), DPREC_OK);
+    dprec_secagg_pub nb[DPREC_SECAGG_MAX_NEIGHBOURS];
+    dprec_secagg_envelope env[DPREC_SECAGG_MAX_NEIGHBOURS];
+    for (uint32_t i = 0; i < 12; i++) {
+        uint32_t k = 0;
+        assert_int_equal(agg_secagg_neighbours(h.agg, id_of(i), nb, NULL, DPREC_SECAGG_MAX_NEIGHBOURS, &k), DPREC_OK);
+        assert_int_equal(dprec_secagg_share(&h.dev[i], &h.rng, nb, k, env), DPREC_OK);
+        assert_int_equal(agg_secagg_put_shares(h.agg, id_of(i), env, k), DPREC_OK);
+    }
+    assert_int_equal(agg_secagg_close_shares(h.agg), DPREC_OK);
+    uint64_t y[8];
+    uint32_t m = 0, ids[DPREC_SECAGG_MAX_NEIGHBOURS], bad[DPREC_SECAGG_MAX_NEIGHBOURS], n = 0;
+    assert_int_equal(agg_secagg_inbox(h.agg, id_of(0), env, DPREC_SECAGG_MAX_NEIGHBOURS, &m), DPREC_OK);
+    assert_int_equal(dprec_secagg_masked_with(&h.dev[0], ids, &n), DPREC_ERR_STATE); /* not masked yet */
+    assert_int_equal(dprec_secagg_mask(&h.dev[0], &h.rng, env, m, h.x[0], y), DPREC_OK);
+    assert_int_equal(dprec_secagg_masked_with(&h.dev[0], ids, &n), DPREC_OK);
+    assert_int_equal(n, 10);
+    for (uint32_t q = 1; q < n; q++) assert_true(ids[q - 1] < ids[q]);
+    unsigned char digest[32], sig[DPREC_IDENTITY_SIG_SIZE];
+    /* signed by another identity */
+    assert_int_equal(dprec_secagg_masked_digest(5, h.round, id_of(0), ids, n, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_sign(&h.rng, h.sk[1], digest, sig), DPREC_OK);
+    assert_int_equal(agg_secagg_put_masked(h.agg, id_of(0), y, ids, n, sig), DPREC_ERR_CRYPTO);
+    /* a neighbour left out, two swapped, a device that is not its neighbour: each validly signed, each refused */
+    for (int v = 0; v < 3; v++) {
+        uint32_t bn = n;
+        memcpy(bad, ids, sizeof bad[0] * n);
+        if (v == 0) bn = n - 1;
+        if (v == 1) bad[0] = ids[1], bad[1] = ids[0];
+        if (v == 2) /* 10 neighbours of 11 others: the one it lacks in place of its last, the list kept increasing */
+            for (uint32_t i = 1; i < 12; i++) {
+                int is_nb = 0;
+                for (uint32_t q = 0; q < n; q++) is_nb |= ids[q] == id_of(i);
+                if (is_nb) continue;
+                uint32_t p = n - 1;
+                while (p > 0 && bad[p - 1] > id_of(i)) {
+                    bad[p] = bad[p - 1];
+                    p--;
+                }
+                bad[p] = id_of(i);
+            }
+        assert_int_equal(dprec_secagg_masked_digest(5, h.round, id_of(0), bad, bn, digest), DPREC_OK);
+        assert_int_equal(dprec_identity_sign(&h.rng, h.sk[0], digest, sig), DPREC_OK);
+        assert_int_equal(agg_secagg_put_masked(h.agg, id_of(0), y, bad, bn, sig), DPREC_ERR_INVALID_ARGUMENT);
+    }
+    /* its own, as sent; once */
+    assert_int_equal(h_put_masked(&h, 0, y), DPREC_OK);
+    assert_int_equal(h_put_masked(&h, 0, y), DPREC_ERR_PROTOCOL);
+    const uint32_t *kept;
+    const unsigned char *kept_sig;
+    uint32_t kn = 0;
+    assert_int_equal(agg_secagg_masked_with(h.agg, id_of(0), &kept, &kn, &kept_sig), DPREC_OK);
+    assert_int_equal(kn, n);
+    assert_memory_equal(kept, ids, sizeof ids[0] * n);
+    assert_int_equal(dprec_secagg_masked_digest(5, h.round, id_of(0), kept, kn, digest), DPREC_OK);
+    assert_int_equal(dprec_identity_verify(h.who[0].identity, digest, kept_sig), DPREC_OK);
+    assert_int_equal(agg_secagg_masked_with(h.agg, id_of(1), &kept, &kn, &kept_sig), DPREC_ERR_PROTOCOL); /* none yet */
+    h_free(&h);
+}
+
 static void test_secagg_carries_the_distributed_discrete_gaussian(void **state) {
     (void)state;
     /* 60 devices encode with the ddg plan (n_max 60, n_min 40), aggregate securely with 20% dropping before
@@ -461,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_secagg_single_masked_vector_is_uniform_mod_2b),
         cmocka_unit_test(test_secagg_device_refuses_both_shares_of_one_neighbour),
         cmocka_unit_test(test_secagg_tampered_or_misrouted_envelopes_are_refused),
+        cmocka_unit_test(test_secagg_masked_input_needs_its_signed_list_of_the_neighbours_it_masked_with),
         cmocka_unit_test(test_secagg_carries_the_distributed_discrete_gaussian),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
