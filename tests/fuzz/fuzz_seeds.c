@@ -302,8 +302,8 @@ static void http_seeds(void) {
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 28\r\n\r\n{\"token\":\"00\",\"device_id\":7}",
         "HTTP/1.1 201 Created\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\n{}",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nDPRV\r\n3\r\nabc\r\n0\r\nT: 1\r\n\r\n",
-        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nRetry-After: 12\r\nConnection: close\r\n"
-        "Content-Length: 16\r\n\r\n{\"error\":\"busy\"}",
+        ("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nRetry-After: 12\r\nConnection: close\r\n"
+         "Content-Length: 16\r\n\r\n{\"error\":\"busy\"}"),
         "HTTP/1.0 200 OK\r\n\r\nto the end of the connection",
         "HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n",
         "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 21\r\nContent-Length: 21\r\n\r\n{\"error\":\"too_large\"}",
