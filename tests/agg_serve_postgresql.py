@@ -211,8 +211,8 @@ def walk(srv, db, tmp):
     rc = other.start(expect_ok=False)
     with open(other.logname, "rb") as f:
         log = f.read().decode(errors="replace")
-    check(rc != 0 and "another dprec-aggregator is serving this PostgreSQL state" in log,
-          f"a second server on the same database is refused (exit {rc})")
+    check(rc != 0 and "signed with another key" in log,
+          f"a second server with another signing key on the same database is refused (exit {rc})")
     other.stop()
 
     status, body = srv.report(job, tokens[2], reports[2])

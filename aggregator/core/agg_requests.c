@@ -278,7 +278,8 @@ static void call_done(agg_op *op) {
         if (agg_job_get(a, op->job, &j, &in_round) != 1) {
             agg_respond_error(resp, 500, "internal", "state database error");
         } else {
-            agg_respond_json(resp, 200, job_view(&j, in_round, 1));
+            /* 202: a round close another instance carries out (it holds the job's lease) */
+            agg_respond_json(resp, op->status == 202 ? 202 : 200, job_view(&j, in_round, 1));
             agg_job_free(&j);
         }
     }
@@ -527,6 +528,10 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     /* release 1 is built and signed off the writer (a large m takes a while), the id reserved for it; a large one
      * off this thread too (agg_build.c), so that the admin listener's other requests are answered meanwhile */
     c->spec.id = agg_job_reserve_id(a);
+    if (c->spec.id < 0) {
+        call_free(c);
+        return agg_respond_error(resp, 500, "internal", "state database error");
+    }
     if ((uint64_t)c->spec.m * ((uint64_t)c->spec.d + 1) * 4 > BUILD_INLINE_MAX) {
         cJSON *f = cJSON_CreateObject();
         if (f != NULL) {
