@@ -103,6 +103,13 @@ size_t agg_job_report_cap(dprec_agg *a, int64_t id) {
     agg_slot *s = agg_jobs_find(a, id);
     size_t cap = s != NULL ? s->report_cap : 0;
     pthread_mutex_unlock(&a->jobs_mu);
+    if (s == NULL && agg_store_shared(a)) { /* a job another instance created since the last refresh */
+        agg_job j;
+        if (agg_job_get(a, id, &j, NULL) == 1) {
+            cap = report_cap_of(a, &j);
+            agg_job_free(&j);
+        }
+    }
     return cap;
 }
 
