@@ -80,5 +80,10 @@ void agg_multi_leases(dprec_agg *a);
 void agg_multi_release(dprec_agg *a);
 int agg_multi_may_finalize(dprec_agg *a, agg_slot *s);
 agg_slot *agg_multi_job(dprec_agg *a, int64_t id);
+/* Test only (the finalizer thread): with DPREC_TEST_FINALIZE_PAUSE_MS=N in the environment, a round's finalization
+ * sleeps N ms (1..600000) after its release is computed and signed and before the writer commits it, after logging
+ * `test_finalize_pause` (warn), so that a test can kill -9 an instance inside that window (the round marked closing,
+ * nothing committed). Unset: nothing. docs/operations.md, "Scaling out". */
+void agg_multi_test_pause(dprec_agg *a, int64_t job, int64_t round);
 
 #endif /* DPREC_AGG_ENGINE_PRIV_H */

@@ -132,6 +132,7 @@ static void fin_compute(dprec_agg *a, agg_fin *f) {
     }
     if (rc != 0 && f->err[0] == '\0') snprintf(f->err, sizeof f->err, "the global step failed");
     f->ok = rc == 0;
+    if (f->ok) agg_multi_test_pause(a, f->job.id, f->round); /* tests only: a window before the commit */
     agg_model_free(&prev);
     agg_model_free(&next);
 }
