@@ -343,6 +343,25 @@ static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg
     return PENDING;
 }
 
+/* Several instances on one state: the job's round, deadline and state as the database has them now, over the job
+ * table's copy, which the writer refreshes once a tick. A device that asked an instance one tick behind would be told
+ * the round it already reported in, and sit out the next (docs/operations.md, "Scaling out"). When the read fails the
+ * table's copy is served, at most a tick old. */
+static void fresh_state(dprec_agg *a, agg_job *j, int64_t *in_round) {
+    if (!agg_store_shared(a)) return;
+    agg_job row;
+    agg_store_job_state st;
+    if (agg_store_job_read(a, j->id, &row, &st) != 1) return;
+    if (st.round >= j->round) {
+        j->round = st.round;
+        j->deadline = st.deadline;
+        j->rounds = st.rounds;
+        j->done = st.done;
+        *in_round = st.in_round;
+    }
+    agg_job_free(&row);
+}
+
 static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dprec_agg_request *req,
                          dprec_agg_response *resp, const req_ctx *ctx) {
     dprec_envelope e;
@@ -734,6 +753,7 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
     if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
     if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
+        fresh_state(a, &j, &in_round);
         cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
         agg_secure_view(a, &j, v);
         agg_job_free(&j);
