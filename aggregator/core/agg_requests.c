@@ -504,6 +504,18 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         }
         cJSON_Delete(empty);
     }
+    /* secure aggregation keeps a round's keys, shares and masked inputs in the memory of the instance that took them
+     * (rounds/agg_secure.c), so on a state several instances may share, its devices would meet instances that know
+     * nothing of the round, and a killed instance would lose it: refused, and said why (docs/operations.md "Scaling
+     * out"). One instance on SQLite runs it. */
+    if (err[0] == '\0' && agg_store_shared(a) && agg_secure_job(&s, NULL)) {
+        cJSON_Delete(o);
+        free(s.params);
+        return agg_respond_error(resp, 409, "secure_needs_one_instance",
+                                 "secure aggregation keeps each round in one instance's memory: it is not run on a "
+                                 "PostgreSQL state, which several instances may share; run the job on an aggregator "
+                                 "with the SQLite state");
+    }
     /* a job built on another (docs/protocol.md, "Jobs built on another"): release 1 takes the global mean and item
      * biases of the base job's last release, a finished job of the same items and scale whose protocol's
      * releases carry a model's biases */
