@@ -1100,11 +1100,30 @@ static void test_agg_a_canary_never_decides_who_else_is_in_a_central_round(void 
  * deadlines stay: each deadline closes the open phase, and the next phase gets round_seconds of its own. */
 static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(void **state) {
     env *e = *state;
-    int64_t job = create_job_spec(
-        e->a, "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
-              "\"min_reports\":8,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
-              "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
-              "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
+    static const char spec[] =
+        "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+        "\"min_reports\":8,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
+        "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
+        "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}";
+    if (test_state_engine == TEST_STATE_PG) {
+        /* a state several instances may share: a secure job, whose rounds live in one instance's memory, is refused
+         * with its reason, and nothing is stored (docs/operations.md, "Scaling out") */
+        cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 409);
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(o, "error");
+        assert_true(cJSON_IsString(code) && strcmp(code->valuestring, "secure_needs_one_instance") == 0);
+        cJSON_Delete(o);
+        o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", "/v1/admin/jobs", ADMIN, NULL, 200);
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "jobs")), 0);
+        cJSON_Delete(o);
+        /* the same job with trusted aggregation is taken */
+        int64_t job = create_job_spec(e->a, "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,"
+                                            "\"rating_max\":5,\"rounds\":3,\"min_reports\":8,\"round_seconds\":600,"
+                                            "\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
+                                            "\"aggregation\":\"trusted\"},\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
+        assert_true(job > 0);
+        return;
+    }
+    int64_t job = create_job_spec(e->a, spec);
     char tok[5][65], path[96];
     int64_t id[5];
     unsigned char sk[5][32];
