@@ -12,9 +12,10 @@
  * names, and the pin, the SHA-256 of the leaf's SubjectPublicKeyInfo. A failed pin fails the handshake, so not a byte
  * of a request reaches a server that does not hold a pinned key.
  *
- * Failures: no connection, a reset, a close before the handshake ended, or a timeout -> DPREC_ERR_NETWORK; a handshake that fails for any other reason
- * (verification, pin, alert) -> DPREC_ERR_TLS; an answer that is not HTTP/1.x -> DPREC_ERR_NETWORK (as libcurl's
- * transport: retried later); the sink's own code when the sink stops the body. */
+ * Failures: no connection, a reset, a close before the handshake ended, or a timeout -> DPREC_ERR_NETWORK; a
+ * handshake that fails for any other reason (verification, pin, alert) -> DPREC_ERR_TLS; an answer that is not
+ * HTTP/1.x -> DPREC_ERR_NETWORK (as libcurl's transport: retried later); the sink's own code when the sink stops the
+ * body. */
 #include "dprec/transport_mbedtls.h"
 
 #include <string.h>
