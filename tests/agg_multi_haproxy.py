@@ -20,8 +20,9 @@ its addresses from the environment), a fleet of 2,000 SDK devices through a `dpa
    pause and never its round_finalized.
 3. RMSE: the run's final test RMSE is within the spread of one-instance runs of the same fleet (the same seed, so the
    same data and device noise; the aggregator's noise differs run to run): this test runs REFS references (the
-   fleet's own `serve` on SQLite over HTTPS) and accepts [min - 3 sd, max + 3 sd], sd the standard deviation over 10 one-instance runs measured once and stated
-   in docs/operations.md "Scaling out" (SD below), since three runs alone estimate a spread poorly.
+   fleet's own `serve` on SQLite over HTTPS) and accepts [min - 3 sd, max + 3 sd], sd the standard deviation over 10
+   one-instance runs measured once and stated in docs/operations.md "Scaling out" (SD below), since three runs alone
+   estimate a spread poorly.
 
 usage: agg_multi_haproxy.py PATH/TO/dprec-aggregator PATH/TO/dprec-fleet   (cluster: DPREC_TEST_PG_DIR, as
 agg_serve_postgresql.py). Exit 0 all checks passed, 1 a check failed, 77 skipped: haproxy is not installed (said on
