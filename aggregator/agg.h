@@ -17,7 +17,7 @@ typedef struct dprec_agg dprec_agg;
 typedef struct dprec_agg_config {
     const char *state_path;       /* the state: a SQLite database file (created if missing; WAL mode), or a PostgreSQL
                                    * database's libpq URI, postgresql://... or postgres://... (tables created if
-                                   * missing; one aggregator per database) */
+                                   * missing; several aggregators may share one: lease_seconds) */
     const char *signing_key_path; /* PEM EC P-256 private key; generated (0600) if missing */
     const char *admin_token;      /* bearer token for the admin listener (required, >= 16 chars) */
     size_t max_json_body;         /* default 4096 */
@@ -42,6 +42,13 @@ typedef struct dprec_agg_config {
     const unsigned char *enrollment_key; /* DER SubjectPublicKeyInfo of the app's EC P-256 key (registration_token) */
     size_t enrollment_key_len;
     const char *app_id;                  /* the app the tokens must name (registration_token) */
+    /* Several instances on one PostgreSQL state (docs/operations.md "PostgreSQL"): how long, in seconds of the
+     * database server's clock, a job's finalization lease lasts without renewal (renewed every tick; default 10):
+     * the time another instance waits before it finalizes the rounds of an instance that died. SQLite: unused. */
+    int lease_seconds;
+    /* This instance's name as a lease holder (at most 32 bytes; NULL: a random one each open). `serve` names it by host
+     * and state directory, so that an instance restarted after a crash holds its leases again at once. */
+    const char *instance_id;
 } dprec_agg_config;
 
 /* Fills *cfg with the defaults above (paths NULL). */

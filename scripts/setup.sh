@@ -20,6 +20,7 @@ native_pkgs=(build-essential cmake pkg-config ca-certificates python3 prometheus
              libmbedtls-dev libcjson-dev libcurl4-openssl-dev libcmocka-dev
              libmicrohttpd-dev libsqlite3-dev libgnutls28-dev liblapacke-dev binutils gnuplot-nox
              libpq-dev postgresql  # the aggregator's PostgreSQL engine (libpq) and the server its tests start (initdb, pg_ctl)
+             haproxy  # deploy/haproxy.cfg in front of several instances, and the test that runs it (tests/agg_multi_haproxy.py)
              clang libclang-rt-dev python3  # clang + libclang-rt-dev: the libFuzzer targets (scripts/fuzz.sh)
              openjdk-17-jdk-headless junit4)  # the Java/Kotlin binding (bindings/jvm) and its JUnit 4 test
 # The cross gcc packages bring their own libc sysroots; only the libraries we link come from multiarch.

@@ -7,7 +7,7 @@
    with SIGKILL after two reports were acknowledged and started again on the same database: both are still counted and
    their retries are duplicates; the third report closes the round, and release 2 is served, signed (its ECDSA
    signature checked with openssl against release-key.der), byte for byte the row the database holds. A second server
-   on the same database is refused.
+   on the same database with another signing key is refused (tests/agg_serve_multi.py runs two that share one).
 2. dprec-fleet (SDK devices, which verify every release against the pinned key before using it) runs a plain job
    of 2 rounds against the same server; the database then holds its 3 contiguous releases, the job done, one row per
    acknowledged report, and no payload of a finalized round.
@@ -92,7 +92,8 @@ class Server:
             where = ["--config", config]
         self.proc = subprocess.Popen([AGG, "serve"] + where + ["--state-dir", self.state, "--listen", "127.0.0.1:0",
                                       "--admin-listen", "127.0.0.1:0", "--threads", "2", "--connections-per-address",
-                                      "0", "--register-per-minute", "0"], stdout=self.log, stderr=self.log)
+                                      "0", "--register-per-minute", "0"] + getattr(self, "extra", []),
+                                     stdout=self.log, stderr=self.log)
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -211,8 +212,8 @@ def walk(srv, db, tmp):
     rc = other.start(expect_ok=False)
     with open(other.logname, "rb") as f:
         log = f.read().decode(errors="replace")
-    check(rc != 0 and "another dprec-aggregator is serving this PostgreSQL state" in log,
-          f"a second server on the same database is refused (exit {rc})")
+    check(rc != 0 and "signed with another key" in log,
+          f"a second server with another signing key on the same database is refused (exit {rc})")
     other.stop()
 
     status, body = srv.report(job, tokens[2], reports[2])
@@ -287,7 +288,7 @@ def main():
         with open(srv.logname, "rb") as f:
             log = f.read().decode(errors="replace")
         check('"event":"state_opened","engine":"postgresql"' in log, "the server says its state is PostgreSQL")
-        check(sql(db, "SELECT version FROM dprec_schema") == "1", "the schema is created, version 1")
+        check(sql(db, "SELECT version FROM dprec_schema") == "2", "the schema is created, version 2")
         walk(srv, db, tmp)
         fleet(srv, db, tmp)
         check(srv.stop() == 0, "SIGTERM stops the server cleanly")

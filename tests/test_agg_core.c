@@ -13,6 +13,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1100,11 +1102,30 @@ static void test_agg_a_canary_never_decides_who_else_is_in_a_central_round(void 
  * deadlines stay: each deadline closes the open phase, and the next phase gets round_seconds of its own. */
 static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(void **state) {
     env *e = *state;
-    int64_t job = create_job_spec(
-        e->a, "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
-              "\"min_reports\":8,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
-              "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
-              "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
+    static const char spec[] =
+        "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+        "\"min_reports\":8,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
+        "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
+        "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}";
+    if (test_state_engine == TEST_STATE_PG) {
+        /* a state several instances may share: a secure job, whose rounds live in one instance's memory, is refused
+         * with its reason, and nothing is stored (docs/operations.md, "Scaling out") */
+        cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 409);
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(o, "error");
+        assert_true(cJSON_IsString(code) && strcmp(code->valuestring, "secure_needs_one_instance") == 0);
+        cJSON_Delete(o);
+        o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", "/v1/admin/jobs", ADMIN, NULL, 200);
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "jobs")), 0);
+        cJSON_Delete(o);
+        /* the same job with trusted aggregation is taken */
+        int64_t job = create_job_spec(e->a, "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,"
+                                            "\"rating_max\":5,\"rounds\":3,\"min_reports\":8,\"round_seconds\":600,"
+                                            "\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
+                                            "\"aggregation\":\"trusted\"},\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
+        assert_true(job > 0);
+        return;
+    }
+    int64_t job = create_job_spec(e->a, spec);
     char tok[5][65], path[96];
     int64_t id[5];
     unsigned char sk[5][32];
@@ -1277,6 +1298,150 @@ static void test_agg_concurrent_reports_are_all_committed_and_finalize_once(void
     fprintf(stderr, "group commit: %d reports in %lld commits\n", THREADS * PER_THREAD,
             atoll(c + strlen("\ndprec_commits_total ")));
     free(metrics);
+}
+
+/* ---- two instances on one PostgreSQL state: the lease and the closing mark (docs/notes/multi-instance.md) ---- */
+
+#define RACE_DEVICES 96
+#define RACE_THREADS 4
+
+/* A log sink that keeps every round_finalized line's report count of one job and round. */
+typedef struct fin_log {
+    pthread_mutex_t mu;
+    int64_t job, round;
+    int lines;
+    long long reports;
+} fin_log;
+
+static void fin_log_line(void *user, const char *line) {
+    fin_log *l = user;
+    cJSON *o = cJSON_Parse(line);
+    const cJSON *ev = o != NULL ? cJSON_GetObjectItemCaseSensitive(o, "event") : NULL;
+    if (cJSON_IsString(ev) && strcmp(ev->valuestring, "round_finalized") == 0) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "job"), *r = cJSON_GetObjectItemCaseSensitive(o, "round"),
+                    *n = cJSON_GetObjectItemCaseSensitive(o, "reports");
+        pthread_mutex_lock(&l->mu);
+        if (cJSON_IsNumber(j) && cJSON_IsNumber(r) && cJSON_IsNumber(n) && (int64_t)j->valuedouble == l->job &&
+            (int64_t)r->valuedouble == l->round) {
+            l->lines++;
+            l->reports = (long long)n->valuedouble;
+        }
+        pthread_mutex_unlock(&l->mu);
+    }
+    cJSON_Delete(o);
+}
+
+static dprec_agg *open_instance(env *e, const char *instance_id, fin_log *log) {
+    dprec_agg_config cfg;
+    dprec_agg_config_default(&cfg);
+    cfg.state_path = e->db;
+    cfg.signing_key_path = e->key;
+    cfg.admin_token = ADMIN;
+    cfg.instance_id = instance_id;
+    cfg.lease_seconds = 2;
+    cfg.log = fin_log_line;
+    cfg.log_user = log;
+    char err[256] = "";
+    dprec_agg *a = NULL;
+    if (dprec_agg_open(&cfg, &a, err, sizeof err) != 0) fprintf(stderr, "open %s: %s\n", instance_id, err);
+    assert_non_null(a);
+    return a;
+}
+
+typedef struct racer {
+    dprec_agg *a;
+    int64_t job;
+    int first, n;
+    char (*tokens)[65];
+    int status[RACE_DEVICES];
+    _Atomic int *acked;
+} racer;
+
+static void *racer_main(void *arg) {
+    racer *r = arg;
+    float u[2] = {0.3f, 0.1f};
+    uint32_t items[2] = {2, 3};
+    float ratings[2] = {4.0f, 2.0f};
+    for (int i = r->first; i < r->first + r->n; i++) {
+        size_t len;
+        unsigned char *b = make_report((uint64_t)r->job, 1, (uint8_t)(i + 1), 2, u, 2, items, ratings, &len);
+        int dup = -1;
+        r->status[i] = post_report(r->a, r->job, r->tokens[i], b, len, &dup);
+        if (r->status[i] == 200 && dup != 0) r->status[i] = -200; /* a first report answered as a duplicate */
+        if (r->status[i] == 200) atomic_fetch_add(r->acked, 1);
+        free(b);
+    }
+    return NULL;
+}
+
+/* Two aggregators on one database, as two `serve` instances: A creates a job and holds its lease; devices report to B
+ * while A closes the round. Whatever the interleaving, every report B acknowledged is in the round A finalized (its
+ * count is A's global step's), every other is answered 409 round_closed and stored nowhere, and the round commits
+ * once. B's own close of a round A holds is answered 202; once A stops, B takes the lease and finalizes. */
+static void test_agg_two_instances_count_every_report_racing_a_closing_mark_once(void **state) {
+    env *e = *state;
+    dprec_agg_close(e->a);
+    static fin_log la = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0}, lb = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0};
+    e->a = open_instance(e, "instance-a", &la);
+    dprec_agg *b = open_instance(e, "instance-b", &lb);
+    int64_t job = create_job(e->a, 2, 5, 3, 100000, NULL);
+    la.job = lb.job = job;
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM leases WHERE holder = 'instance-a'"), 1);
+    static char tokens[RACE_DEVICES][65];
+    for (int i = 0; i < RACE_DEVICES; i++) register_device(i % 2 ? b : e->a, tokens[i]);
+
+    char path[96];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+
+    static _Atomic int acked;
+    atomic_store(&acked, 0);
+    static racer r[RACE_THREADS];
+    pthread_t th[RACE_THREADS];
+    for (int t = 0; t < RACE_THREADS; t++) {
+        r[t].a = b;
+        r[t].job = job;
+        r[t].first = t * (RACE_DEVICES / RACE_THREADS);
+        r[t].n = RACE_DEVICES / RACE_THREADS;
+        r[t].tokens = tokens;
+        r[t].acked = &acked;
+        assert_int_equal(pthread_create(&th[t], NULL, racer_main, &r[t]), 0);
+    }
+    while (atomic_load(&acked) < RACE_DEVICES / 4) sched_yield(); /* the close lands mid-stream */
+    assert_int_equal(status_of(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, "{}", 2), 200);
+    for (int t = 0; t < RACE_THREADS; t++) pthread_join(th[t], NULL);
+
+    int ok = 0, closed = 0;
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int i = r[t].first; i < r[t].first + r[t].n; i++) {
+            if (r[t].status[i] == 200) ok++;
+            else if (r[t].status[i] == 409) closed++;
+            else fail_msg("device %d's report: status %d", i, r[t].status[i]);
+        }
+    fprintf(stderr, "two instances: %d reports acknowledged in round 1, %d answered round_closed\n", ok, closed);
+    assert_int_equal(ok + closed, RACE_DEVICES);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM reports WHERE job = %lld AND round = 1", (long long)job);
+    assert_int_equal(count_rows(e, sql), ok);
+    assert_int_equal(la.lines + lb.lines, 1); /* finalized once, by A */
+    assert_int_equal(la.lines, 1);
+    assert_int_equal(la.reports, ok); /* its global step read every acknowledged report, and no other */
+    assert_int_equal(job_field(b, job, "round"), 2);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
+
+    /* round 2: B's close of a round A holds moves its deadline to now and is answered 202; A stops (a clean stop
+     * gives its leases up) before its tick; B's next tick takes the lease and closes the round that is due */
+    la.round = lb.round = 2;
+    assert_int_equal(status_of(b, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, "{}", 2), 202);
+    assert_int_equal(job_field(b, job, "round"), 2);
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM leases WHERE holder = 'instance-b'"), 0);
+    assert_int_equal(dprec_agg_tick(b, (int64_t)time(NULL) + 1), 1);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM leases WHERE holder = 'instance-b'"), 1);
+    assert_int_equal(job_field(b, job, "round"), 3);
+    assert_int_equal(lb.lines, 1);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 3);
+    e->a = b; /* teardown closes it */
 }
 
 /* ---- plain ALS converges on synthetic low-rank data --------------------------------------------------- */
@@ -1460,7 +1625,14 @@ int main(int argc, char **argv) {
     const struct CMUnitTest sqlite_only[] = {
         cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
     };
-    if (test_state_engine == TEST_STATE_PG) return cmocka_run_group_tests_name("core on postgresql", tests, NULL, NULL);
+    /* several instances on one state: PostgreSQL's own (a SQLite state has one aggregator, its directory locked) */
+    const struct CMUnitTest pg_only[] = {
+        cmocka_unit_test_setup_teardown(test_agg_two_instances_count_every_report_racing_a_closing_mark_once, setup,
+                                        teardown),
+    };
+    if (test_state_engine == TEST_STATE_PG)
+        return cmocka_run_group_tests_name("core on postgresql", tests, NULL, NULL) +
+               cmocka_run_group_tests_name("postgresql's own", pg_only, NULL, NULL);
     return cmocka_run_group_tests_name("core on sqlite", tests, NULL, NULL) +
            cmocka_run_group_tests_name("sqlite's own", sqlite_only, NULL, NULL);
 }

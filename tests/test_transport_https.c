@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -448,6 +449,55 @@ static void test_transports_give_up_on_a_server_that_never_answers(void **state)
     close(s);
 }
 
+/* A server that dies in the TLS handshake (it read the ClientHello, then closed or reset the connection), as a
+ * killed aggregator does to a device behind a proxy: a network failure to retry, never a TLS one (no certificate was
+ * refused), from each transport. A child process plays the server: each transport meets a close, then a reset. */
+static void test_transports_report_a_connection_cut_in_the_handshake_as_network_error(void **state) {
+    (void)state;
+    NEED_SERVER(); /* for a CA file to trust */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(s, 8), 0);
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &al), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (size_t k = 0; k < 2 * NKINDS; k++) {
+            int c = accept(s, NULL, NULL);
+            if (c < 0) _exit(1);
+            char hello[4096];
+            if (recv(c, hello, sizeof hello, 0) <= 0) _exit(1);
+            if (k % 2 == 1) { /* a reset: SO_LINGER 0 makes close send RST */
+                struct linger l = {1, 0};
+                setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+            }
+            close(c);
+        }
+        _exit(0);
+    }
+    close(s);
+    char url[64];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    for (size_t i = 0; i < NKINDS; i++)
+        for (int how = 0; how < 2; how++) {
+            opts o = {fx.ca, NULL, 5000, 0};
+            collect c;
+            dprec_http_response resp;
+            int rc = one(&kinds[i], url, &o, "GET", "/healthz", NULL, NULL, &c, &resp);
+            printf("# %s, server %s in the handshake: %d\n", kinds[i].name, how ? "reset" : "closed", rc);
+            assert_int_equal(rc, DPREC_ERR_NETWORK);
+        }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* A client syncing through each transport: the aggregator's refusal reaches the app as the HTTP status and the
  * server's error code and message (the transport hands over the status and the body whatever the status), a pin
  * that matches no key as the transport's own text; both are FAILED, not RETRY_LATER with a wait of 0. */
@@ -624,6 +674,7 @@ int main(void) {
         cmocka_unit_test(test_transports_stream_a_release_of_many_records),
         cmocka_unit_test(test_transports_report_a_network_error_when_nothing_listens),
         cmocka_unit_test(test_transports_give_up_on_a_server_that_never_answers),
+        cmocka_unit_test(test_transports_report_a_connection_cut_in_the_handshake_as_network_error),
         cmocka_unit_test(test_transports_give_the_sdk_the_status_body_and_tls_text_of_a_failed_sync),
         cmocka_unit_test(test_mbedtls_transport_refuses_bad_set_ups_and_needs_no_clean_up_then),
         cmocka_unit_test(test_mbedtls_transport_trusts_cas_in_memory),

@@ -146,6 +146,9 @@ struct dprec_agg {
     struct agg_fin *f_head, *f_tail;
     int stopping, writer_running, finalizer_running, fin_busy;
     pthread_t writer, finalizer;
+    /* rounds/agg_multi.c: several instances on one state (writer only) */
+    char instance_id[33];      /* this instance's lease holder id (random hex), in the logs */
+    int64_t lease_try_ms;      /* the last renewal outside the tick (monotonic ms) */
     /* rounds/agg_sign.c: the release-signing key */
     pthread_mutex_t sign_mu;   /* mbedTLS fills the curve's precomputed table on first use: one signer at a time */
     mbedtls_pk_context key;

@@ -20,6 +20,7 @@ void dprec_agg_config_default(dprec_agg_config *cfg) {
     cfg->max_report_body = (size_t)16 << 20;
     cfg->sync_full = 1;
     cfg->group_commit_us = 2000;
+    cfg->lease_seconds = 10;
 }
 
 static void set_err(char *err, size_t errcap, const char *msg) {

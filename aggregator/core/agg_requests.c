@@ -278,7 +278,8 @@ static void call_done(agg_op *op) {
         if (agg_job_get(a, op->job, &j, &in_round) != 1) {
             agg_respond_error(resp, 500, "internal", "state database error");
         } else {
-            agg_respond_json(resp, 200, job_view(&j, in_round, 1));
+            /* 202: a round close another instance carries out (it holds the job's lease) */
+            agg_respond_json(resp, op->status == 202 ? 202 : 200, job_view(&j, in_round, 1));
             agg_job_free(&j);
         }
     }
@@ -340,6 +341,25 @@ static int handle_register(dprec_agg *a, const dprec_agg_request *req, dprec_agg
     c->op.platform = platform;
     agg_submit(a, &c->op);
     return PENDING;
+}
+
+/* Several instances on one state: the job's round, deadline and state as the database has them now, over the job
+ * table's copy, which the writer refreshes once a tick. A device that asked an instance one tick behind would be told
+ * the round it already reported in, and sit out the next (docs/operations.md, "Scaling out"). When the read fails the
+ * table's copy is served, at most a tick old. */
+static void fresh_state(dprec_agg *a, agg_job *j, int64_t *in_round) {
+    if (!agg_store_shared(a)) return;
+    agg_job row;
+    agg_store_job_state st;
+    if (agg_store_job_read(a, j->id, &row, &st) != 1) return;
+    if (st.round >= j->round) {
+        j->round = st.round;
+        j->deadline = st.deadline;
+        j->rounds = st.rounds;
+        j->done = st.done;
+        *in_round = st.in_round;
+    }
+    agg_job_free(&row);
 }
 
 static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dprec_agg_request *req,
@@ -484,6 +504,18 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         }
         cJSON_Delete(empty);
     }
+    /* secure aggregation keeps a round's keys, shares and masked inputs in the memory of the instance that took them
+     * (rounds/agg_secure.c), so on a state several instances may share, its devices would meet instances that know
+     * nothing of the round, and a killed instance would lose it: refused, and said why (docs/operations.md "Scaling
+     * out"). One instance on SQLite runs it. */
+    if (err[0] == '\0' && agg_store_shared(a) && agg_secure_job(&s, NULL)) {
+        cJSON_Delete(o);
+        free(s.params);
+        return agg_respond_error(resp, 409, "secure_needs_one_instance",
+                                 "secure aggregation keeps each round in one instance's memory: it is not run on a "
+                                 "PostgreSQL state, which several instances may share; run the job on an aggregator "
+                                 "with the SQLite state");
+    }
     /* a job built on another (docs/protocol.md, "Jobs built on another"): release 1 takes the global mean and item
      * biases of the base job's last release, a finished job of the same items and scale whose protocol's
      * releases carry a model's biases */
@@ -527,6 +559,10 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     /* release 1 is built and signed off the writer (a large m takes a while), the id reserved for it; a large one
      * off this thread too (agg_build.c), so that the admin listener's other requests are answered meanwhile */
     c->spec.id = agg_job_reserve_id(a);
+    if (c->spec.id < 0) {
+        call_free(c);
+        return agg_respond_error(resp, 500, "internal", "state database error");
+    }
     if ((uint64_t)c->spec.m * ((uint64_t)c->spec.d + 1) * 4 > BUILD_INLINE_MAX) {
         cJSON *f = cJSON_CreateObject();
         if (f != NULL) {
@@ -729,6 +765,7 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
     if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
     if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
+        fresh_state(a, &j, &in_round);
         cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
         agg_secure_view(a, &j, v);
         agg_job_free(&j);

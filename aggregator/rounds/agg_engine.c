@@ -96,6 +96,8 @@ enum { REPORT_DONE = 0, REPORT_INSERTED = 1, REPORT_HELD = 2 };
 /* Checks and inserts one report inside the batch's transaction. */
 static int report_one(dprec_agg *a, agg_op *op, int64_t now) {
     agg_slot *s = agg_jobs_find(a, op->job);
+    /* a shared state: a job another instance created, or a round ahead of this table, is read from the state first */
+    if (agg_store_shared(a) && (s == NULL || op->round > (uint64_t)s->job.round)) s = agg_multi_job(a, op->job);
     if (s == NULL) {
         agg_engine_outcome(op, 404, "not_found", "unknown job");
         return REPORT_DONE;
@@ -121,6 +123,14 @@ static int report_one(dprec_agg *a, agg_op *op, int64_t now) {
         return REPORT_DONE;
     }
     int rc = agg_store_report_insert(a, op->job, round, op->device, op->report_id, op->bytes, op->len, now);
+    if (rc == AGG_STORE_ROUND_CLOSED) {
+        /* a shared state: the lease holder marked the round closing, or another instance finalized it */
+        int k = report_known(a, op);
+        if (k < 0) goto fail;
+        if (k == 0) agg_engine_outcome(op, 409, "round_closed", "the report's round is not the job's open round");
+        agg_multi_job(a, op->job);
+        return REPORT_DONE;
+    }
     if (rc == AGG_STORE_CONFLICT) {
         /* a stored report id (a retry, or another device's), else this device's other report of the round */
         int k = report_known(a, op);
@@ -260,6 +270,7 @@ static void job_create(dprec_agg *a, agg_op *op) {
     }
     agg_engine_outcome(op, 201, NULL, "");
     op->id = spec->id;
+    agg_multi_leases(a); /* a shared state: its lease at once, so that its rounds close without waiting for a tick */
     cJSON *f = cJSON_CreateObject();
     if (f != NULL) {
         cJSON_AddNumberToObject(f, "job", (double)spec->id);
@@ -431,6 +442,13 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
     int64_t seq = 0;
     if (agg_store_open(a, agg_jobs_load, &seq, err, errcap) != 0) return -1;
     if (seq + 1 > a->next_job_id) a->next_job_id = seq + 1;
+    /* a shared state: this instance's holder id, the table as the state has it, the leases it can take now */
+    if (agg_multi_init(a) != 0) {
+        snprintf(err, errcap, "random generator failure");
+        return -1;
+    }
+    agg_multi_refresh(a);
+    agg_multi_leases(a);
     a->writer_running = a->finalizer_running = 1;
     if (pthread_create(&a->writer, NULL, writer_main, a) != 0) {
         a->writer_running = a->finalizer_running = 0;
@@ -451,12 +469,14 @@ int agg_state_open(dprec_agg *a, char *err, size_t errcap) {
     }
     cJSON *f = cJSON_CreateObject();
     if (f != NULL) cJSON_AddStringToObject(f, "engine", agg_store_engine_name(a));
+    if (f != NULL && agg_store_shared(a)) cJSON_AddStringToObject(f, "instance", a->instance_id);
     agg_log(a, "info", "state_opened", f);
     return 0;
 }
 
 void agg_state_close(dprec_agg *a) {
     stop_threads(a);
+    if (a->store != NULL) agg_multi_release(a);
     agg_store_close(a);
     for (size_t i = 0; i < a->njobs; i++) {
         agg_job_free(&a->jobs[i]->job);

@@ -19,6 +19,9 @@ typedef struct agg_slot {
     int closing;               /* writer only: the open round is being finalized */
     agg_op *held;              /* writer only: operations that wait for that finalization */
     agg_op **held_tail;
+    /* writer only, a shared state (agg_multi.c) */
+    int64_t lease_until_ms;    /* this instance may finalize the job's rounds until then (monotonic ms); 0: not */
+    int db_closing;            /* the state has the open round marked closing (a holder died finalizing it) */
 } agg_slot;
 
 /* A round being finalized: decided by the writer, computed by the finalizer, committed by the writer. */
@@ -64,5 +67,23 @@ void *agg_fin_main(void *arg);
 void agg_fin_tick(dprec_agg *a, agg_op *op);
 void agg_fin_resume(dprec_agg *a, agg_op *op);
 void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail);
+
+/* agg_multi.c, the writer's part in a shared state (several instances on one PostgreSQL; nothing on SQLite): this
+ * instance's holder id; the job table refreshed from the state (jobs created, rounds finalized, jobs closed by other
+ * instances); every running job's lease taken or renewed; whether this instance may finalize s's rounds now (it holds
+ * the lease, renewing it at most twice a second if it does not); one job's slot refreshed (added if it is new; NULL when
+ * the state has no such job). Call the last three outside the writer's transactions except agg_multi_job. */
+int agg_multi_init(dprec_agg *a);
+void agg_multi_refresh(dprec_agg *a);
+void agg_multi_leases(dprec_agg *a);
+/* At close, after the writer stopped: this instance's leases given up. */
+void agg_multi_release(dprec_agg *a);
+int agg_multi_may_finalize(dprec_agg *a, agg_slot *s);
+agg_slot *agg_multi_job(dprec_agg *a, int64_t id);
+/* Test only (the finalizer thread): with DPREC_TEST_FINALIZE_PAUSE_MS=N in the environment, a round's finalization
+ * sleeps N ms (1..600000) after its release is computed and signed and before the writer commits it, after logging
+ * `test_finalize_pause` (warn), so that a test can kill -9 an instance inside that window (the round marked closing,
+ * nothing committed). Unset: nothing. docs/operations.md, "Scaling out". */
+void agg_multi_test_pause(dprec_agg *a, int64_t job, int64_t round);
 
 #endif /* DPREC_AGG_ENGINE_PRIV_H */

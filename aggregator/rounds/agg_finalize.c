@@ -45,6 +45,14 @@ agg_fin *agg_fin_new(dprec_agg *a, agg_slot *s) {
     int running = a->finalizer_running && !a->stopping;
     pthread_mutex_unlock(&a->q_mu);
     if (!running) return NULL;
+    /* a shared state (agg_multi.c): only the lease's holder finalizes, and only once the state has the round marked
+     * closing (every report acknowledged in it is then committed, and no other enters it) */
+    if (!agg_multi_may_finalize(a, s)) return NULL;
+    int marked = agg_store_round_closing(a, s->job.id, s->job.round);
+    if (marked != 1) {
+        if (marked == 0) agg_multi_job(a, s->job.id); /* finalized elsewhere: the slot catches up */
+        return NULL;
+    }
     agg_fin *f = calloc(1, sizeof *f);
     if (f == NULL || agg_jobs_copy(&s->job, &f->job) != 0) {
         free(f);
@@ -124,6 +132,7 @@ static void fin_compute(dprec_agg *a, agg_fin *f) {
     }
     if (rc != 0 && f->err[0] == '\0') snprintf(f->err, sizeof f->err, "the global step failed");
     f->ok = rc == 0;
+    if (f->ok) agg_multi_test_pause(a, f->job.id, f->round); /* tests only: a window before the commit */
     agg_model_free(&prev);
     agg_model_free(&next);
 }
@@ -283,9 +292,20 @@ void agg_fin_tick(dprec_agg *a, agg_op *op) {
     int64_t now = op->now;
     int64_t *phase = NULL;
     size_t nphase = 0;
+    int shared = agg_store_shared(a);
+    if (shared) { /* what other instances did, then this instance's leases (agg_multi.c) */
+        agg_multi_refresh(a);
+        agg_multi_leases(a);
+    }
     for (size_t i = 0; i < a->njobs; i++) {
         agg_slot *s = a->jobs[i];
-        if (s->job.done || s->closing || s->job.deadline > now) continue;
+        if (s->job.done || s->closing) continue;
+        int due = s->job.deadline <= now;
+        /* a shared state: a round that other instances' reports filled, or that a holder that died left marked
+         * closing, closes at the lease holder's tick (a report's own instance may not hold the lease) */
+        if (!due && shared && !agg_secure_job(&s->job, NULL))
+            due = s->db_closing || (agg_closes_early(&s->job) && s->in_round >= s->job.min_reports);
+        if (!due) continue;
         if (agg_secure_job(&s->job, NULL)) {
             /* unmasked, or with no sum: the finalizer takes what there is (agg_secure_take_sum) */
             if (agg_secure_deadline(a, &s->job)) {
@@ -328,14 +348,15 @@ void agg_fin_tick(dprec_agg *a, agg_op *op) {
 void agg_fin_resume(dprec_agg *a, agg_op *op) {
     for (size_t i = 0; i < a->njobs; i++) {
         agg_slot *s = a->jobs[i];
-        if (!s->job.done && !s->closing && agg_closes_early(&s->job) && s->in_round >= s->job.min_reports)
+        if (!s->job.done && !s->closing &&
+            ((agg_closes_early(&s->job) && s->in_round >= s->job.min_reports) || s->db_closing))
             agg_fin_start(a, s, op, AGG_ROUND_CHANGED);
     }
     agg_engine_outcome(op, 200, NULL, "");
 }
 
 void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail) {
-    agg_slot *s = agg_jobs_find(a, op->job);
+    agg_slot *s = agg_multi_job(a, op->job); /* a shared state: as the state has it now */
     if (s == NULL) agg_engine_outcome(op, 404, "not_found", "unknown job");
     else if (s->job.done) agg_engine_outcome(op, 409, "job_done", "the job has finished");
     else if (s->closing) { /* after the finalization under way: then this round is closed, or still open */
@@ -345,7 +366,21 @@ void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail) {
         return;
     } else if ((int64_t)op->round != s->job.round)
         agg_engine_outcome(op, 409, "round_closed", "the round was closed meanwhile");
-    else {
+    else if (!agg_multi_may_finalize(a, s)) {
+        /* another instance holds the job's lease: the round's deadline moves to now in the state, and the holder
+         * closes it at its next tick (answered 202: accepted, not yet closed) */
+        int64_t now = agg_now(a);
+        if (agg_store_begin(a) == 0 && agg_store_job_set_deadline(a, s->job.id, now) == 0 && agg_store_commit(a) == 0) {
+            pthread_mutex_lock(&a->jobs_mu);
+            s->job.deadline = now;
+            pthread_mutex_unlock(&a->jobs_mu);
+            agg_engine_outcome(op, 202, NULL, "");
+        } else {
+            agg_store_log_error(a, "round_close");
+            agg_store_rollback(a);
+            agg_engine_outcome(op, 500, "internal", "state database error");
+        }
+    } else {
         agg_fin *f = agg_fin_new(a, s);
         if (f != NULL && agg_fin_add_waiter(f, op) == 0) {
             agg_fin_queue(a, f);

@@ -10,6 +10,7 @@
 
 #include "agg_engine_priv.h"
 #include "protocols/agg_protocol.h"
+#include "state/agg_store.h"
 
 agg_slot *agg_jobs_find(dprec_agg *a, int64_t id) {
     size_t lo = 0, hi = a->njobs;
@@ -83,6 +84,17 @@ int agg_job_get(dprec_agg *a, int64_t id, agg_job *out, int64_t *in_round) {
         if (in_round != NULL) *in_round = s->in_round;
     }
     pthread_mutex_unlock(&a->jobs_mu);
+    if (s == NULL && agg_store_shared(a)) {
+        /* a job another instance created since the writer's last refresh: its row, not added here (the table is the
+         * writer's to change) */
+        agg_store_job_state st;
+        rc = agg_store_job_read(a, id, out, &st);
+        if (rc == 1 && (out->proto = agg_protocol_by_id(out->proto_id)) == NULL) {
+            agg_job_free(out);
+            rc = -1;
+        }
+        if (rc == 1 && in_round != NULL) *in_round = st.in_round;
+    }
     return rc;
 }
 
@@ -91,12 +103,22 @@ size_t agg_job_report_cap(dprec_agg *a, int64_t id) {
     agg_slot *s = agg_jobs_find(a, id);
     size_t cap = s != NULL ? s->report_cap : 0;
     pthread_mutex_unlock(&a->jobs_mu);
+    if (s == NULL && agg_store_shared(a)) { /* a job another instance created since the last refresh */
+        agg_job j;
+        if (agg_job_get(a, id, &j, NULL) == 1) {
+            cap = report_cap_of(a, &j);
+            agg_job_free(&j);
+        }
+    }
     return cap;
 }
 
 int64_t agg_job_reserve_id(dprec_agg *a) {
+    int64_t id = agg_store_job_id_next(a); /* a shared state's sequence: instances never give the same id */
+    if (id < 0) return -1;
     pthread_mutex_lock(&a->jobs_mu);
-    int64_t id = a->next_job_id++;
+    if (id == 0) id = a->next_job_id++;
+    else if (id >= a->next_job_id) a->next_job_id = id + 1;
     pthread_mutex_unlock(&a->jobs_mu);
     return id;
 }

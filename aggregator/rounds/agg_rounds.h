@@ -82,7 +82,7 @@ int agg_health(dprec_agg *a);
 int agg_job_get(dprec_agg *a, int64_t id, agg_job *out, int64_t *in_round);
 /* The largest report body job id accepts, envelope included; 0 if there is no such job. */
 size_t agg_job_report_cap(dprec_agg *a, int64_t id);
-/* The next job id (reserved: a job creation that fails leaves a gap). */
+/* The next job id (reserved: a job creation that fails leaves a gap); -1 when a shared state could not give one. */
 int64_t agg_job_reserve_id(dprec_agg *a);
 /* Job ids in ascending order (malloc'd array). -1 on error. */
 int agg_job_ids(dprec_agg *a, int64_t **ids, size_t *n);

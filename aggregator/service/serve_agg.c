@@ -1,11 +1,37 @@
 /* dprec-aggregator serve — the aggregator's backend of the HTTPS front end (server.h): its core (agg.h) opened on its
  * state (STATE_DIR/state.db, or the PostgreSQL database `state` names), and the release-signing public key written
  * where devices find it. */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agg.h"
+#include "crypto.h"
 #include "server.h"
+
+/* This instance's name as a lease holder on a shared (PostgreSQL) state: its host and state directory (hashed, 32 hex
+ * digits), so that an instance restarted on the same directory after a crash holds its leases again at once, and two
+ * instances (two directories or two hosts; one directory serves one process, its lock file) never share a name. */
+static void instance_name(const char *state_dir, char out[33])
+{
+    char host[256] = "", path[PATH_MAX], buf[sizeof host + sizeof path + 1];
+    unsigned char h[32];
+    gethostname(host, sizeof host - 1);
+    if (realpath(state_dir, path) == NULL) snprintf(path, sizeof path, "%s", state_dir);
+    int n = snprintf(buf, sizeof buf, "%s\n%s", host, path);
+    if (n < 0 || dprec_sha256((const unsigned char *)buf, strlen(buf), h) != 0) {
+        out[0] = '\0'; /* a random name (the core's) */
+        return;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[h[i] >> 4];
+        out[2 * i + 1] = hex[h[i] & 15];
+    }
+    out[32] = '\0';
+}
 
 static void *agg_open(const dprec_srv_config *cfg, const char *admin_token, void (*log)(void *, const char *))
 {
@@ -26,6 +52,10 @@ static void *agg_open(const dprec_srv_config *cfg, const char *admin_token, void
         ac.group_commit_us = cfg->group_commit_us;
     }
     ac.keep_report_payloads = cfg->keep_reports;
+    if (cfg->lease_seconds > 0) ac.lease_seconds = (int)cfg->lease_seconds;
+    char instance[33];
+    instance_name(cfg->state_dir, instance);
+    ac.instance_id = instance;
     unsigned char ekey[512];
     size_t ekey_len = 0;
     if (dprec_srv_enrollment(cfg, &ac.registration_token, ekey, sizeof ekey, &ekey_len, err, sizeof err) != 0) {

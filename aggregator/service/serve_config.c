@@ -142,6 +142,7 @@ static const num_key num_keys[] = {
     {"drain_seconds", "--drain-seconds", 0, 3600},
     {"group_commit_us", "--group-commit-us", 0, 1000000},
     {"keep_reports", "--keep-reports", 0, 1},
+    {"lease_seconds", "--lease-seconds", 2, 3600},
 };
 
 static void set_num(dprec_srv_config *cfg, const char *json, unsigned long long v)
@@ -172,6 +173,8 @@ static void set_num(dprec_srv_config *cfg, const char *json, unsigned long long 
         cfg->group_commit_us = (int)v;
     } else if (strcmp(json, "keep_reports") == 0) {
         cfg->keep_reports = (int)v;
+    } else if (strcmp(json, "lease_seconds") == 0) {
+        cfg->lease_seconds = (unsigned)v;
     }
 }
 

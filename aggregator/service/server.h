@@ -38,6 +38,7 @@ typedef struct dprec_srv_config {
     unsigned drain_seconds;      /* SIGTERM: how long in-flight requests may take to finish */
     int group_commit_us;         /* -1: the core's default */
     int keep_reports;            /* 1: keep the report payloads of finalized rounds (default 0: dropped) */
+    unsigned lease_seconds;      /* PostgreSQL, several instances: a job's finalization lease (0: the core's default) */
     int log_debug;               /* 1: one log line per request */
     char registration[16];       /* "open" (default) or "token" (docs/protocol.md "Enrollment") */
     char enrollment_key[DPREC_SRV_PATH_MAX]; /* the app's enrollment public key (PEM or DER), with "token" */

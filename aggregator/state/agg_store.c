@@ -170,3 +170,34 @@ int agg_store_job_set_rounds(dprec_agg *a, int64_t job, int64_t rounds) {
 int agg_store_round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_t errcap) {
     return ENGINE(a)->round_commit(a, r, err, errcap);
 }
+
+/* ---- several instances on one state -------------------------------------------------------------------------- */
+
+int agg_store_shared(dprec_agg *a) {
+    return a->store != NULL && ENGINE(a)->jobs_state != NULL;
+}
+
+int agg_store_job_read(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state *st) {
+    memset(out, 0, sizeof *out);
+    return agg_store_shared(a) ? ENGINE(a)->job_read(a, id, out, st) : 0;
+}
+
+int agg_store_jobs_state(dprec_agg *a, agg_store_job_state **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    return agg_store_shared(a) ? ENGINE(a)->jobs_state(a, out, n) : 0;
+}
+
+int agg_store_leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n) {
+    *jobs = NULL;
+    *n = 0;
+    return agg_store_shared(a) ? ENGINE(a)->leases_renew(a, holder, seconds, jobs, n) : 0;
+}
+
+int agg_store_round_closing(dprec_agg *a, int64_t job, int64_t round) {
+    return agg_store_shared(a) ? ENGINE(a)->round_closing(a, job, round) : 1;
+}
+
+int64_t agg_store_job_id_next(dprec_agg *a) {
+    return agg_store_shared(a) ? ENGINE(a)->job_id_next(a) : 0;
+}

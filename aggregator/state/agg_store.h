@@ -22,7 +22,7 @@
 
 /* Opens (or creates) the state a->cfg.state_path names, with the engine that claims it: a SQLite file (readable by
  * its owner only, WAL mode, synchronous=FULL when a->cfg.sync_full; a state without durability keeps one connection),
- * or a PostgreSQL database (synchronous_commit never off when a->cfg.sync_full; one aggregator per database). Its schema is
+ * or a PostgreSQL database (synchronous_commit never off when a->cfg.sync_full; several aggregators may share it). Its schema is
  * created, or brought to this build's version; a newer one is refused. Every stored job is handed to job_loaded, in ascending ids, with its open round's report count (0 for
  * a finished job): the row's fields, proto NULL (proto_id set), base_job and release_encoding from its spec; the store
  * frees the job afterwards. A non-zero return fails the open. *last_id gets the largest job id ever given (a job whose
@@ -83,8 +83,10 @@ int agg_store_report_find(dprec_agg *a, int64_t job, const unsigned char report_
 /* Stores one report of the round (its row with the envelope's SHA-256, which stays when a finalized round drops the
  * payload, and its payload, the whole envelope, apart). 0 stored; AGG_STORE_CONFLICT:
  * refused by a uniqueness rule (the report id is stored already, or the device has a report in this round), nothing
- * stored; -1 failed, nothing stored. */
+ * stored; AGG_STORE_ROUND_CLOSED (a shared state only, below); -1 failed, nothing stored. */
 #define AGG_STORE_CONFLICT 1
+/* A shared state's report insert found the round no longer open (closing, finalized, or the job done): nothing stored. */
+#define AGG_STORE_ROUND_CLOSED 2
 int agg_store_report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t device,
                             const unsigned char report_id[DPREC_REPORT_ID_SIZE], const unsigned char *bytes,
                             size_t len, int64_t now);
@@ -123,5 +125,36 @@ typedef struct agg_store_round {
  * exactly-once check, in the same transaction). 1 committed; 0 not (nothing written); -1 failed (nothing written; the
  * database's message in err). */
 int agg_store_round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_t errcap);
+
+/* ---- several instances on one state (PostgreSQL; docs/notes/multi-instance.md) -------------------------------- *
+ * An engine whose state other aggregators may share at once answers these; a single-instance engine (SQLite) does
+ * not (agg_store_shared 0, and the round engine never calls the others). The database decides every write: a report
+ * insert is refused once its round is marked closing (AGG_STORE_ROUND_CLOSED), a round commits once; the in-memory job
+ * table of each instance is a cache, refreshed from these. */
+
+/* 1 when other instances may share the state. */
+int agg_store_shared(dprec_agg *a);
+/* A job's mutable state as stored: its open round, deadline, round count, whether it is done, whether its open round is
+ * marked closing, and the reports stored in its open round (0 for a finished job). */
+typedef struct agg_store_job_state {
+    int64_t id, round, deadline, rounds, in_round;
+    int done, closing;
+} agg_store_job_state;
+/* Reader: job id's row (as agg_store_open's job_loaded gets it: proto NULL) and its state (st may be NULL). 1 found, 0
+ * not, -1 error. */
+int agg_store_job_read(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state *st);
+/* Reader: every job's state in ascending ids (*out malloc'd). 0 or -1. */
+int agg_store_jobs_state(dprec_agg *a, agg_store_job_state **out, size_t *n);
+/* Writer, in a transaction of its own: takes or renews, for `seconds` of the database server's clock, the finalization
+ * lease of every running job whose lease is free, expired or already holder's; *jobs (malloc'd) gets the jobs holder now
+ * holds. 0 or -1 (logged). */
+int agg_store_leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n);
+/* Writer, in a transaction of its own: marks round `round` of job closing (no report enters it afterwards; a batch that
+ * inserted into it commits first). 1 marked (or marked already), 0 the round is no longer the job's open round or the
+ * job is done, -1 failed (logged). */
+int agg_store_round_closing(dprec_agg *a, int64_t job, int64_t round);
+/* Any thread (it waits for the writer's pass): the next job id from the state's sequence; 0 when the engine keeps none
+ * (the caller's own counter then), -1 on error. */
+int64_t agg_store_job_id_next(dprec_agg *a);
 
 #endif /* DPREC_AGG_STORE_H */

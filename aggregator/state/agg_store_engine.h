@@ -59,6 +59,13 @@ typedef struct agg_store_engine {
     int (*job_set_deadline)(dprec_agg *a, int64_t job, int64_t deadline);
     int (*job_set_rounds)(dprec_agg *a, int64_t job, int64_t rounds);
     int (*round_commit)(dprec_agg *a, const agg_store_round *r, char *err, size_t errcap);
+    /* Several instances on one state (agg_store.h, "Several instances"): NULL for an engine that serves one instance
+     * (SQLite: its directory lock); all of them or none. */
+    int (*job_read)(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state *st);
+    int (*jobs_state)(dprec_agg *a, agg_store_job_state **out, size_t *n);
+    int (*leases_renew)(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n);
+    int (*round_closing)(dprec_agg *a, int64_t job, int64_t round);
+    int64_t (*job_id_next)(dprec_agg *a);
 } agg_store_engine;
 
 /* The head of every engine's store (its first member), behind dprec_agg's opaque pointer. */

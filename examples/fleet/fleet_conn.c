@@ -26,6 +26,11 @@
 #include "fleet.h"
 #include "relay.h"
 
+/* --aggregator URL behind a proxy: a GET with no answer asked again this many times (250 ms apart); a round close
+ * answered 202 (another instance holds the job's lease) or lost with its instance waited for this long */
+#define FLEET_GET_RETRIES 40
+#define FLEET_CLOSE_WAIT_S 120
+
 #if defined(DPREC_FLEET_HAVE_CURL_TRANSPORT) && DPREC_FLEET_HAVE_CURL_TRANSPORT
 #include "dprec/transport_curl.h"
 #endif
@@ -732,9 +737,17 @@ int fleet_conn_call(fleet_conn *c, int admin, const char *method, const char *pa
         dprec_agg_response_free(&out);
     } else {
         dprec_http_request r = {method, path, admin ? c->admin_token : bearer, content_type, req_body, req_len};
-        dprec_http_response resp = {0, 0};
-        rc = curl_do(c->admin_curl, admin ? c->admin_url : c->url, c->cacert, &r, membuf_sink, &m, &resp);
-        status = resp.status;
+        /* a GET that got no answer is asked again, for up to FLEET_GET_RETRIES x 250 ms: an aggregator behind a
+         * proxy that lost an instance mid-request (kill -9) answers the next connection from another (deploy/) */
+        for (int attempt = 0;; attempt++) {
+            dprec_http_response resp = {0, 0};
+            rc = curl_do(c->admin_curl, admin ? c->admin_url : c->url, c->cacert, &r, membuf_sink, &m, &resp);
+            status = resp.status;
+            if (rc != DPREC_ERR_NETWORK || strcmp(method, "GET") != 0 || attempt + 1 >= FLEET_GET_RETRIES) break;
+            m.len = 0; /* a partial body is dropped */
+            struct timespec ts = {0, 250 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
     }
     if (rc == DPREC_OK) rc = membuf_sink(&m, (const unsigned char *)"", 0);
     if (rc != DPREC_OK) {
@@ -749,15 +762,57 @@ int fleet_conn_call(fleet_conn *c, int admin, const char *method, const char *pa
     return status;
 }
 
+/* The admin's view of the job's open round (its "round"), or -1 when it cannot be read. */
+static long long job_round(fleet_conn *c, uint64_t job) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%llu", (unsigned long long)job);
+    unsigned char *body;
+    size_t len;
+    long long r = -1;
+    if (fleet_conn_call(c, 1, "GET", path, NULL, NULL, NULL, 0, &body, &len) == 200) {
+        cJSON *j = cJSON_Parse((const char *)body);
+        const cJSON *v = j != NULL ? cJSON_GetObjectItemCaseSensitive(j, "round") : NULL;
+        if (cJSON_IsNumber(v)) r = (long long)v->valuedouble;
+        cJSON_Delete(j);
+    }
+    free(body);
+    return r;
+}
+
 int fleet_conn_close_round(fleet_conn *c, uint64_t job, char *err, size_t errcap) {
     char path[128];
     snprintf(path, sizeof path, "/v1/admin/jobs/%llu/round/close", (unsigned long long)job);
     unsigned char *body;
     size_t len;
+    long long before = c->kind == CONN_IN_PROCESS ? -1 : job_round(c, job);
     int st = fleet_conn_call(c, 1, "POST", path, NULL, "application/json", "{}", 2, &body, &len);
     if (st == 200) {
         free(body);
         return 0;
+    }
+    if (c->kind != CONN_IN_PROCESS && before > 0 && (st == 202 || st == 409 || st == 503 || st < 0)) {
+        /* several instances on one database (docs/operations.md, "Scaling out"): 202, the lease holder closes the
+         * round at its next tick; no answer or 503, the instance went away, and the round's finalization resumes on
+         * the holder (or the instance that takes its lease); 409, it was closed meanwhile. Wait for the round to
+         * move, asking again now and then, for up to FLEET_CLOSE_WAIT_S. */
+        for (int i = 0; i < FLEET_CLOSE_WAIT_S * 4; i++) {
+            long long now = job_round(c, job);
+            if (now > before) {
+                free(body);
+                return 0;
+            }
+            if (i % 20 == 19) { /* every 5 s: the close may have been lost with its instance */
+                free(body);
+                body = NULL;
+                st = fleet_conn_call(c, 1, "POST", path, NULL, "application/json", "{}", 2, &body, &len);
+            }
+            struct timespec ts = {0, 250 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        snprintf(err, errcap, "round close: round %lld did not close within %d s (last answer: HTTP %d)", before,
+                 FLEET_CLOSE_WAIT_S, st);
+        free(body);
+        return -1;
     }
     if (c->kind == CONN_IN_PROCESS) {
         /* fall back to the round engine's clock: jump past the deadline */

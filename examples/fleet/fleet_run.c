@@ -333,21 +333,24 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
     /* the devices' own ledgers: what each charged for this job, from its own accountant, must not exceed the
      * aggregator's figure for the rounds run (else the published guarantee understates what they spent) */
     if (g.model != DPREC_MODEL_NONE) {
-        double dev_eps = 0.0;
+        double dev_eps = 0.0, dev_least = INFINITY;
         uint32_t charged = 0;
         for (uint32_t u = 0; u < f->data.num_users; u++) {
             dprec_ledger_entry e;
             if (f->dev[u].client == NULL || dprec_ledger_job(f->dev[u].client, f->job, &e) != DPREC_OK) continue;
             charged++;
             if (e.epsilon > dev_eps) dev_eps = e.epsilon;
+            if (e.epsilon < dev_least) dev_least = e.epsilon;
         }
-        char de[32], ae[32];
+        char de[32], dl[32], ae[32];
         fleet_fmt_eps(de, sizeof de, dev_eps);
+        fleet_fmt_eps(dl, sizeof dl, charged > 0 ? dev_least : 0.0);
         fleet_fmt_eps(ae, sizeof ae, res->epsilon);
+        /* the least too: with every device in every round (sampling rate 1) each ledger equals the figure */
         if (main_job)
-            printf("ledgers: %u devices charged this job, at most epsilon = %s each (%s level%s); the aggregator's "
-                   "accountant for the rounds run: %s\n", charged, de, dprec_unit_name(g.unit),
-                   g.model == DPREC_MODEL_POSTERIOR_HEURISTIC ? ", posterior-sampling heuristic" : "", ae);
+            printf("ledgers: %u devices charged this job, at most epsilon = %s each (%s level%s; the least %s); the "
+                   "aggregator's accountant for the rounds run: %s\n", charged, de, dprec_unit_name(g.unit),
+                   g.model == DPREC_MODEL_POSTERIOR_HEURISTIC ? ", posterior-sampling heuristic" : "", dl, ae);
         if (!(dev_eps <= res->epsilon * (1.0 + 1e-9))) {
             fprintf(stderr, "dprec-fleet: job %llu: a device charged more than the job's published guarantee: it "
                             "understates (%s > %s)\n", (unsigned long long)f->job, de, ae);

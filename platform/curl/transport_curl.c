@@ -1,4 +1,5 @@
 /* dprec — libcurl transport (dprec/transport_curl.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,22 @@ static int is_tls_failure(CURLcode rc)
     default:
         return 0;
     }
+}
+
+/* Whether a failed handshake was the connection cut under it (the peer reset or closed it: a server that died, a proxy
+ * whose server died), which is a network failure to retry, as the mbedTLS transport has it, and not a TLS one: no
+ * certificate was refused and no alert came. libcurl reports both as CURLE_SSL_CONNECT_ERROR; the socket's errno
+ * (ECONNRESET, EPIPE) or the TLS library's own name for "the transport failed" (OpenSSL's SSL_ERROR_SYSCALL, GnuTLS's
+ * "non-properly terminated") tells them apart. Anything else stays a TLS failure. */
+static int cut_in_handshake(CURL *easy, CURLcode rc, const char *errbuf)
+{
+    if (rc != CURLE_SSL_CONNECT_ERROR) return 0;
+    long os_errno = 0;
+    if (curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK &&
+        (os_errno == ECONNRESET || os_errno == EPIPE || os_errno == ECONNABORTED))
+        return 1;
+    return strstr(errbuf, "SSL_ERROR_SYSCALL") != NULL || strstr(errbuf, "Connection reset by peer") != NULL ||
+           strstr(errbuf, "non-properly terminated") != NULL;
 }
 
 /* The pin(s) as libcurl takes them, without the whitespace around each ("sha256//a; sha256//b\n" becomes
@@ -168,7 +185,7 @@ static int curl_request(void *ctx, const dprec_http_request *req, dprec_http_sin
         }
     } else if (rc == CURLE_WRITE_ERROR && sc.result != 0) {
         result = sc.result; /* the sink aborted: hand its own code back */
-    } else if (is_tls_failure(rc)) {
+    } else if (is_tls_failure(rc) && !cut_in_handshake(easy, rc, st->errbuf)) {
         curl_easy_getinfo(easy, CURLINFO_SSL_VERIFYRESULT, &st->last_tls_verify);
         result = DPREC_ERR_TLS;
     } else if (rc == CURLE_OUT_OF_MEMORY) {

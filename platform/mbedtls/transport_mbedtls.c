@@ -12,9 +12,10 @@
  * names, and the pin, the SHA-256 of the leaf's SubjectPublicKeyInfo. A failed pin fails the handshake, so not a byte
  * of a request reaches a server that does not hold a pinned key.
  *
- * Failures: no connection, a reset or a timeout -> DPREC_ERR_NETWORK; a handshake that fails for any other reason
- * (verification, pin, alert) -> DPREC_ERR_TLS; an answer that is not HTTP/1.x -> DPREC_ERR_NETWORK (as libcurl's
- * transport: retried later); the sink's own code when the sink stops the body. */
+ * Failures: no connection, a reset, a close before the handshake ended, or a timeout -> DPREC_ERR_NETWORK; a
+ * handshake that fails for any other reason (verification, pin, alert) -> DPREC_ERR_TLS; an answer that is not
+ * HTTP/1.x -> DPREC_ERR_NETWORK (as libcurl's transport: retried later); the sink's own code when the sink stops the
+ * body. */
 #include "dprec/transport_mbedtls.h"
 
 #include <string.h>
@@ -368,7 +369,10 @@ static int open_connection(dprec_transport_mbedtls *st, tls_impl *x, uint64_t re
         if (rc != MBEDTLS_ERR_SSL_WANT_READ && rc != MBEDTLS_ERR_SSL_WANT_WRITE) break;
     st->last_verify = mbedtls_ssl_get_verify_result(&x->ssl);
     if (rc == 0) return DPREC_OK;
-    int result = x->net_failed ? DPREC_ERR_NETWORK : DPREC_ERR_TLS;
+    /* the peer closed the connection before the handshake ended (a server that died; a proxy whose server died): cut,
+     * not refused, as a reset is */
+    int cut = x->net_failed || (rc == MBEDTLS_ERR_SSL_CONN_EOF && !x->pin_mismatch);
+    int result = cut ? DPREC_ERR_NETWORK : DPREC_ERR_TLS;
     if (x->pin_mismatch) {
         set_error(st, rc, "the server's public key matches no pinned key");
     } else if (result == DPREC_ERR_TLS && st->last_verify != 0 && st->last_verify != (uint32_t)-1) {

@@ -14,7 +14,9 @@
  * Every parameter and result travels in libpq's binary format (integers, doubles and bytes are copied, never printed
  * and parsed; a release's megabytes are not hex-encoded). Each statement is prepared once per connection.
  *
- * Single writer, as for SQLite: the round engine's writer thread owns the writer's connection, and readers use a pool
+ * Several aggregators may share the database (docs/notes/multi-instance.md): every instance inserts reports, and the one
+ * holding a job's lease (leases_renew) finalizes its rounds, first marking the round closing (round_closing), which
+ * the fenced report insert respects. In each instance, a single writer, as for SQLite: the round engine's writer thread owns the writer's connection, and readers use a pool
  * of read-only connections, so a commit waiting for its flush blocks no reader. A connection that was lost is made
  * again at the start of the next unit of work (a batch, a round's commit, a reader's query). */
 #include <limits.h>
@@ -512,13 +514,22 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
     agg_pg_p_i64(&p, now);
     agg_pg_p_bytes(&p, digest, 32);
     agg_pg_p_bytes(&p, bytes, len);
-    /* the row and its payload in one statement; a row refused by either uniqueness rule inserts neither, and says so
-     * by returning no id (the transaction goes on) */
-    PGresult *r = agg_pg_run(w, "WITH r AS (INSERT INTO reports(job, round, device, report_id, received_at, digest)"
-                                " VALUES($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id)"
-                                " INSERT INTO report_payloads(id, bytes) SELECT id, $7 FROM r RETURNING id", &p);
+    /* the row and its payload in one statement, only while the round is the job's open round and not marked closing
+     * (the job's row read FOR SHARE: a finalization's closing mark waits for this batch's COMMIT, so the finalizer's
+     * snapshot holds every report this batch acknowledges, and a batch after the mark inserts nothing; share locks of
+     * other batches and instances do not wait for each other). A row refused by either uniqueness rule inserts
+     * neither, and says so by counting no payload (the transaction goes on). */
+    PGresult *r = agg_pg_run(w, "WITH j AS (SELECT id FROM jobs WHERE id = $1 AND round = $2 AND state = 'running'"
+                                " AND closing_round < $2 FOR SHARE),"
+                                " r AS (INSERT INTO reports(job, round, device, report_id, received_at, digest)"
+                                " SELECT $1, $2, $3, $4, $5, $6 FROM j ON CONFLICT DO NOTHING RETURNING id),"
+                                " p AS (INSERT INTO report_payloads(id, bytes) SELECT id, $7 FROM r RETURNING id)"
+                                " SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)", &p);
     if (r == NULL) return -1;
-    int rc = PQntuples(r) == 1 ? 0 : AGG_STORE_CONFLICT;
+    int rc = PQntuples(r) != 1 ? -1
+             : agg_pg_col_i64(r, 0, 0) == 0 ? AGG_STORE_ROUND_CLOSED
+             : agg_pg_col_i64(r, 0, 1) == 1 ? 0
+                                            : AGG_STORE_CONFLICT;
     PQclear(r);
     return rc;
 }
@@ -638,8 +649,10 @@ static int round_commit(dprec_agg *a, const agg_store_round *rd, char *err, size
     agg_pg_p_text(&p, rd->done ? "done" : "running");
     agg_pg_p_i64(&p, job);
     agg_pg_p_i64(&p, round);
-    r = agg_pg_run(w, "UPDATE jobs SET round = $1, deadline = $2, state = $3 WHERE id = $4 AND round = $5"
-                      " AND state = 'running'", &p);
+    /* a job closed by another instance meanwhile (rounds lowered to this round) ends here too */
+    r = agg_pg_run(w, "UPDATE jobs SET round = $1, deadline = $2,"
+                      " state = CASE WHEN $3 = 'done' OR $5 >= rounds THEN 'done' ELSE 'running' END"
+                      " WHERE id = $4 AND round = $5 AND state = 'running'", &p);
     if (r == NULL) goto fail;
     int moved = strcmp(PQcmdTuples(r), "1") == 0;
     PQclear(r);
@@ -683,6 +696,122 @@ fail:
     return -1;
 }
 
+/* ---- several instances on one database (docs/notes/multi-instance.md) ------------------------------------------ */
+
+#define JOB_STATE_SQL                                                                                                  \
+    "SELECT j.id, j.round, j.deadline, j.rounds, (j.state = 'done')::int, (j.closing_round >= j.round)::int,"          \
+    " CASE WHEN j.state = 'running' THEN (SELECT count(*) FROM reports r WHERE r.job = j.id AND r.round = j.round)"    \
+    " ELSE 0 END FROM jobs j"
+
+static void state_row(const PGresult *r, int i, agg_store_job_state *st) {
+    st->id = agg_pg_col_i64(r, i, 0);
+    st->round = agg_pg_col_i64(r, i, 1);
+    st->deadline = agg_pg_col_i64(r, i, 2);
+    st->rounds = agg_pg_col_i64(r, i, 3);
+    st->done = agg_pg_col_i64(r, i, 4) != 0;
+    st->closing = agg_pg_col_i64(r, i, 5) != 0;
+    st->in_round = agg_pg_col_i64(r, i, 6);
+}
+
+static int jobs_state(dprec_agg *a, agg_store_job_state **out, size_t *n) {
+    agg_pg_conn *c;
+    PGresult *r = reader_run(a, JOB_STATE_SQL " ORDER BY j.id", NULL, &c);
+    int rc = -1;
+    if (r != NULL) {
+        int rows = PQntuples(r);
+        *out = malloc((size_t)(rows > 0 ? rows : 1) * sizeof **out);
+        if (*out != NULL) {
+            for (int i = 0; i < rows; i++) state_row(r, i, &(*out)[i]);
+            *n = (size_t)rows;
+            rc = 0;
+        }
+    }
+    if (r == NULL && c != NULL) agg_pg_log_conn_error(a, c, "jobs_state");
+    PQclear(r);
+    if (c != NULL) reader_put(c);
+    return rc;
+}
+
+static int job_read(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state *st) {
+    agg_pg_conn *c = reader_get(a);
+    if (c == NULL) return -1;
+    int rc = agg_pg_job_row(c, id, out);
+    if (rc == 1 && st != NULL) {
+        agg_pg_params p = {0};
+        agg_pg_p_i64(&p, id);
+        PGresult *r = agg_pg_run(c, JOB_STATE_SQL " WHERE j.id = $1", &p);
+        if (r != NULL && PQntuples(r) == 1) state_row(r, 0, st);
+        else rc = -1;
+        PQclear(r);
+    }
+    if (rc < 0) {
+        agg_pg_log_conn_error(a, c, "job_read");
+        if (out->params != NULL) agg_job_free(out);
+    }
+    reader_put(c);
+    return rc;
+}
+
+static int leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n) {
+    agg_pg_conn *w = &PG_STORE(a)->w;
+    if (agg_pg_conn_check(w) != 0) {
+        agg_pg_log_conn_error(a, w, "lease");
+        return -1;
+    }
+    agg_pg_params p = {0};
+    agg_pg_p_text(&p, holder);
+    agg_pg_p_i64(&p, seconds);
+    /* one statement, its own transaction: the database server's clock decides expiry, so instances' clocks never
+     * matter; a lease is taken only when free, expired, or already the holder's */
+    PGresult *r = agg_pg_run(w, "INSERT INTO leases(job, holder, expires_at)"
+                                " SELECT id, $1, extract(epoch FROM clock_timestamp()) + $2 FROM jobs WHERE state = 'running'"
+                                " ON CONFLICT (job) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at"
+                                " WHERE leases.holder = excluded.holder"
+                                " OR leases.expires_at < extract(epoch FROM clock_timestamp())"
+                                " RETURNING job", &p);
+    if (r == NULL) {
+        agg_pg_log_conn_error(a, w, "lease");
+        return -1;
+    }
+    int rows = PQntuples(r);
+    *jobs = malloc((size_t)(rows > 0 ? rows : 1) * sizeof **jobs);
+    if (*jobs != NULL)
+        for (int i = 0; i < rows; i++) (*jobs)[i] = agg_pg_col_i64(r, i, 0);
+    *n = *jobs != NULL ? (size_t)rows : 0;
+    PQclear(r);
+    return *jobs != NULL ? 0 : -1;
+}
+
+static int round_closing(dprec_agg *a, int64_t job, int64_t round) {
+    agg_pg_conn *w = &PG_STORE(a)->w;
+    if (agg_pg_conn_check(w) != 0) {
+        agg_pg_log_conn_error(a, w, "round_closing");
+        return -1;
+    }
+    agg_pg_params p = {0};
+    agg_pg_p_i64(&p, job);
+    agg_pg_p_i64(&p, round);
+    /* waits for every batch that holds the row FOR SHARE (they inserted into this round) to commit */
+    PGresult *r = agg_pg_run(w, "UPDATE jobs SET closing_round = $2 WHERE id = $1 AND round = $2 AND state = 'running'"
+                                " RETURNING id", &p);
+    if (r == NULL) {
+        agg_pg_log_conn_error(a, w, "round_closing");
+        return -1;
+    }
+    int marked = PQntuples(r) == 1;
+    PQclear(r);
+    return marked;
+}
+
+static int64_t job_id_next(dprec_agg *a) {
+    agg_pg_conn *w = &PG_STORE(a)->w;
+    pthread_mutex_lock(&w->mu); /* between two passes of the writer: no transaction is open on it */
+    int64_t id = agg_pg_conn_check(w) == 0 ? agg_pg_query_i64(w, "SELECT nextval('dprec_job_ids')", NULL, -1) : -1;
+    if (id < 0) agg_pg_log_conn_error(a, w, "job_id");
+    pthread_mutex_unlock(&w->mu);
+    return id;
+}
+
 /* ---- the engine -------------------------------------------------------------------------------------------------- */
 
 /* libpq's URI schemes (a key=value connection string is not taken: the setting must say which engine it means) */
@@ -714,4 +843,9 @@ const agg_store_engine agg_store_engine_postgresql = {
     .job_set_deadline = job_set_deadline,
     .job_set_rounds = job_set_rounds,
     .round_commit = round_commit,
+    .job_read = job_read,
+    .jobs_state = jobs_state,
+    .leases_renew = leases_renew,
+    .round_closing = round_closing,
+    .job_id_next = job_id_next,
 };

@@ -7,9 +7,9 @@
  * lost: synchronous_commit never off when the state is durable (a COMMIT returns once its WAL is flushed on the
  * server), and the readers' transactions read-only.
  *
- * One aggregator serves one database: the writer's session holds an advisory lock for its life (the server drops it
- * when the session ends, a kill -9 included), and a second aggregator on the same database is refused at open, as a
- * second one on the same SQLite directory is.
+ * Several aggregators may serve one database at once (docs/notes/multi-instance.md): nothing here is held for a
+ * session's life; the database's rows decide (agg_pg.c: a round's lease, its closing mark, the fenced report insert),
+ * and each instance signs with the key the state keeps (check_signer).
  *
  * The schema is versioned in the table dprec_schema. Open brings a state to this build's version one step of
  * `migrations` at a time, in one transaction under a transaction-level advisory lock (two processes opening a new
@@ -69,32 +69,51 @@ static const char schema_v1[] =
     " job BIGINT PRIMARY KEY REFERENCES jobs(id), epsilon_spent DOUBLE PRECISION NOT NULL,"
     " delta DOUBLE PRECISION NOT NULL);";
 
+/* Version 2: several aggregators on one database (docs/notes/multi-instance.md). A job's open round marked closing
+ * (closing_round = round: no report enters it any more), each running job's finalization lease (the instance that may
+ * finalize its rounds, until expires_at on the database server's clock), job ids from a sequence (instances never give
+ * the same one), and the public key every instance signs releases with (one row: an instance with another is
+ * refused). */
+static const char schema_v2[] =
+    "ALTER TABLE jobs ADD COLUMN closing_round BIGINT NOT NULL DEFAULT 0;"
+    "CREATE TABLE leases("
+    " job BIGINT PRIMARY KEY REFERENCES jobs(id), holder TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);"
+    "CREATE SEQUENCE dprec_job_ids;"
+    "SELECT setval('dprec_job_ids', coalesce((SELECT max(id) FROM jobs), 0) + 1, false);"
+    "CREATE TABLE dprec_signer(one INTEGER PRIMARY KEY CHECK(one = 1), pub BYTEA NOT NULL);";
+
 /* migrations[k] brings a state of version k to version k + 1 (version 0: an empty database). A later version adds
  * one entry; a step never changes once released. */
-static const char *const migrations[AGG_PG_SCHEMA_VERSION] = {schema_v1};
+static const char *const migrations[AGG_PG_SCHEMA_VERSION] = {schema_v1, schema_v2};
+
+/* Every instance signs with one key (devices pin it): the first stores its public key, another key is refused. A store
+ * opened without a key (the store's tests) checks nothing. 0, or -1 with a message. */
+static int check_signer(agg_pg_store *s, char *err, size_t errcap) {
+    dprec_agg *a = s->a;
+    if (a->pub_der_len == 0) return 0;
+    agg_pg_params p = {0};
+    agg_pg_p_bytes(&p, a->pub_der, a->pub_der_len);
+    PGresult *r = agg_pg_run(&s->w, "INSERT INTO dprec_signer(one, pub) VALUES(1, $1) ON CONFLICT DO NOTHING", &p);
+    PQclear(r);
+    if (r == NULL || (r = agg_pg_run(&s->w, "SELECT pub FROM dprec_signer WHERE one = 1", NULL)) == NULL) {
+        snprintf(err, errcap, "cannot read the state's signing key: %s", s->w.err);
+        return -1;
+    }
+    size_t n = 0;
+    const unsigned char *b = PQntuples(r) == 1 ? agg_pg_col_bytes(r, 0, 0, &n) : NULL;
+    int same = b != NULL && n == a->pub_der_len && memcmp(b, a->pub_der, n) == 0;
+    PQclear(r);
+    if (!same)
+        snprintf(err, errcap, "this PostgreSQL state's releases are signed with another key than this instance's "
+                              "(every instance on one database needs the same signing_key.pem)");
+    return same ? 0 : -1;
+}
 
 /* ---- sessions ------------------------------------------------------------------------------------------------------ */
 
 static void notice_drop(void *arg, const char *message) {
     (void)arg;
     (void)message; /* libpq prints a server's notices on stderr by default; the sessions ask for warnings only */
-}
-
-/* Takes the writer's advisory lock (tries for up to `seconds`: after a crash, the server may not have seen yet that
- * the previous holder's session is gone). 1 taken, 0 held by another session, -1 error. */
-static int take_lock(agg_pg_conn *c, int seconds) {
-    agg_pg_params p = {0};
-    agg_pg_p_i64(&p, AGG_PG_LOCK_KEY);
-    for (int tries = 0;; tries++) {
-        PGresult *r = agg_pg_run(c, "SELECT pg_try_advisory_lock($1)", &p);
-        if (r == NULL) return -1;
-        int got = PQntuples(r) == 1 && PQgetlength(r, 0, 0) == 1 && PQgetvalue(r, 0, 0)[0] != 0;
-        PQclear(r);
-        if (got) return 1;
-        if (tries >= seconds * 10) return 0;
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
 }
 
 /* A durable state's session commits with synchronous_commit at least `local` (every value but off waits for the local
@@ -111,19 +130,12 @@ static int set_sync(agg_pg_conn *c) {
     return !ok ? -1 : off ? agg_pg_exec(c, "SET synchronous_commit = on") : 0;
 }
 
-/* A new (or renewed) session's settings; the writer's also its lock. 0, or -1 with c->err set. */
-static int session_setup(agg_pg_conn *c, int lock_seconds) {
+/* A new (or renewed) session's settings. 0, or -1 with c->err set. */
+static int session_setup(agg_pg_conn *c) {
     c->nstmts = 0; /* prepared statements belong to a session */
-    c->locked = 0;
     PQsetNoticeProcessor(c->db, notice_drop, NULL);
     if (agg_pg_exec(c, "SET client_min_messages = warning") != 0 || set_sync(c) != 0) return -1;
-    if (!c->writer) return agg_pg_exec(c, "SET default_transaction_read_only = on");
-    int got = take_lock(c, lock_seconds);
-    if (got == 0)
-        snprintf(c->err, sizeof c->err, "another dprec-aggregator is serving this PostgreSQL state (it holds the "
-                                        "state's advisory lock; one aggregator per database)");
-    c->locked = got == 1;
-    return got == 1 ? 0 : -1;
+    return c->writer ? 0 : agg_pg_exec(c, "SET default_transaction_read_only = on");
 }
 
 int agg_pg_conn_check(agg_pg_conn *c) {
@@ -131,15 +143,13 @@ int agg_pg_conn_check(agg_pg_conn *c) {
         snprintf(c->err, sizeof c->err, "no connection");
         return -1;
     }
-    if (PQstatus(c->db) == CONNECTION_OK && (c->locked || !c->writer)) return 0;
+    if (PQstatus(c->db) == CONNECTION_OK) return 0;
+    PQreset(c->db);
     if (PQstatus(c->db) != CONNECTION_OK) {
-        PQreset(c->db);
-        if (PQstatus(c->db) != CONNECTION_OK) {
-            agg_pg_fail(c, NULL);
-            return -1;
-        }
+        agg_pg_fail(c, NULL);
+        return -1;
     }
-    return session_setup(c, 2);
+    return session_setup(c);
 }
 
 static int conn_open(agg_pg_store *s, agg_pg_conn *c, int writer, const char *uri, char *err, size_t errcap) {
@@ -154,7 +164,7 @@ static int conn_open(agg_pg_store *s, agg_pg_conn *c, int writer, const char *ur
         snprintf(err, errcap, "cannot connect to the PostgreSQL state: %s", c->err);
         return -1;
     }
-    if (session_setup(c, writer ? 2 : 0) != 0) {
+    if (session_setup(c) != 0) {
         snprintf(err, errcap, "%s", c->err);
         return -1;
     }
@@ -162,16 +172,8 @@ static int conn_open(agg_pg_store *s, agg_pg_conn *c, int writer, const char *ur
 }
 
 static void conn_close(agg_pg_conn *c) {
-    if (c->db != NULL) {
-        if (c->locked && PQstatus(c->db) == CONNECTION_OK) { /* at once: a next open need not wait for the server */
-            agg_pg_params p = {0};
-            agg_pg_p_i64(&p, AGG_PG_LOCK_KEY);
-            PQclear(agg_pg_run(c, "SELECT pg_advisory_unlock($1)", &p));
-        }
-        PQfinish(c->db);
-    }
+    if (c->db != NULL) PQfinish(c->db);
     c->db = NULL;
-    c->locked = 0;
 }
 
 /* ---- the schema ---------------------------------------------------------------------------------------------------- */
@@ -231,7 +233,9 @@ int agg_pg_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int6
         return -1;
     }
     const char *uri = a->cfg.state_path;
-    if (conn_open(s, &s->w, 1, uri, err, errcap) != 0 || migrate(&s->w, err, errcap) != 0) return -1;
+    if (conn_open(s, &s->w, 1, uri, err, errcap) != 0 || migrate(&s->w, err, errcap) != 0 ||
+        check_signer(s, err, errcap) != 0)
+        return -1;
     /* synchronous_commit makes a COMMIT wait for the WAL's flush; a server run with fsync off flushes nothing */
     PGresult *r = PQexec(s->w.db, "SHOW fsync");
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "off") == 0 &&

@@ -12,11 +12,12 @@
 
 #include "state/agg_store_engine.h"
 
-/* The schema's version, kept in the table dprec_schema (one row). 1: the first. A state of an older version is brought
+/* The schema's version, kept in the table dprec_schema (one row). 1: the first; 2: several instances. A state of an older version is brought
  * to this one at open, one step of agg_pg_open.c's list at a time; a newer one is refused. */
-#define AGG_PG_SCHEMA_VERSION 1
+#define AGG_PG_SCHEMA_VERSION 2
 
-/* The key of the advisory lock the writer's session holds: one aggregator serves one database (docs/operations.md). */
+/* Advisory lock keys: the schema's step takes key + 1 for its transaction (key itself was the single-instance lock of
+ * schema 1's builds; not taken any more). */
 #define AGG_PG_LOCK_KEY 0x6470726563LL /* "dprec" */
 
 #define AGG_PG_STMT_CACHE 32
@@ -29,8 +30,7 @@ struct agg_pg_store;
 typedef struct agg_pg_conn {
     PGconn *db;
     pthread_mutex_t mu;          /* one user at a time (libpq connections are not shared between threads) */
-    int writer;                  /* 1: the writer's (read-write, holds the lock); 0: a reader's */
-    int locked;                  /* the writer's session holds the advisory lock */
+    int writer;                  /* 1: the writer's (read-write); 0: a reader's */
     struct agg_pg_store *store;
     const char *stmts[AGG_PG_STMT_CACHE]; /* the call sites' SQL literals, looked up by address */
     size_t nstmts;
@@ -86,7 +86,7 @@ void agg_pg_log_conn_error(dprec_agg *a, agg_pg_conn *c, const char *what);
 int agg_pg_job_row(agg_pg_conn *c, int64_t id, agg_job *out);
 
 /* agg_pg_open.c: the engine's open and close; a connection made usable again after it was lost (reconnected, its
- * session set up, the writer's lock taken back): 0, or -1 with c->err set. */
+ * session set up): 0, or -1 with c->err set. */
 int agg_pg_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
                 char *err, size_t errcap);
 void agg_pg_close(dprec_agg *a);
