@@ -70,6 +70,9 @@ typedef struct agg_protocol {
     /* 1: the item biases and global mean of this protocol's releases are a model's (a job may take them as its
      * base); 0: they mean something else (private-fw's subset indicator) or are not learned (seed 000). */
     int releases_biases;
+    /* 1: the protocol computes each item's uncertainty for a job that asks for it (spec field "release_uncertainty",
+     * agg_job.release_uncertainty): its initial model and every global step fill agg_model.unc. */
+    int releases_uncertainty;
     /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
      * from d, m and the params. The front end refuses a longer body before reading it (413). */
     uint64_t (*max_payload)(const agg_job *job);
@@ -164,6 +167,14 @@ int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, doubl
  * of standard deviation sigma_g on each of its d (d + 1) / 2 independent entries (d = 1 or sigma_g = 0: G kept). */
 void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, double *pooled);
 void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g);
+/* The same, returning the factor kept of G_j's departure from n_j times the pooled moment (1 when G is kept). */
+double agg_dpals_shrink_gram_keep(double *g, uint32_t d, const double *pooled, double sigma_g);
+/* agg_dpals_solve, and the variance the privacy noise leaves in each coefficient of s (var, d doubles; docs/privacy.md,
+ * "Release uncertainty"): with filter F = Q diag(f) Q^T (f_e the solve's g / (g^2 + lambda g + kappa)) and A = I - F P(G),
+ *   Cov = A diag(prev_var) A^T + noise_var F^2   (prev_var NULL: the first term is 0, a solve from zero),
+ * noise_var the variance of the noise on each coordinate of h. First order in the noise; post-processing. */
+int agg_dpals_solve_var(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
+                        const double *prev_var, double noise_var, double *var);
 /* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
  * h times hscale. */
 void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);

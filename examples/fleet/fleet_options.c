@@ -109,6 +109,9 @@ static const char help_tail[] =
     "  --release-encoding E     f32 (default), q16 or q8: the jobs' releases as float32 or compact (16- or 8-bit\n"
     "                           factors with a scale per row, docs/release-format.md); the devices predict from\n"
     "                           what they receive, so the RMSE shows what the encoding costs\n"
+    "  --uncertainty on|off     the jobs' releases carry each item's uncertainty, and the devices shrink noisy\n"
+    "                           items toward what they know (release_uncertainty; dpals, bias; default off;\n"
+    "                           docs/privacy.md \"Release uncertainty\")\n"
     "  --verify-each            every device checks every release signature itself (default: the devices\n"
     "                           share one check per release through dprec_sync_config's memo, as one\n"
     "                           process may; each device still checks the digest of the bytes it streams)\n"
@@ -278,6 +281,11 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             if (strcmp(v, "f32") != 0 && strcmp(v, "q16") != 0 && strcmp(v, "q8") != 0)
                 return fleet_flag_error("--release-encoding must be f32, q16 or q8:", v);
             o->release_encoding = v;
+        }
+        else if (strcmp(a, "--uncertainty") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) return fleet_flag_error("--uncertainty must be on or off:", v);
+            o->uncertainty = strcmp(v, "on") == 0;
         }
         else if (strcmp(a, "--verbose") == 0) o->verbose = o->conn.verbose = 1;
         else if (strcmp(a, "--registration") == 0) {

@@ -153,6 +153,10 @@ const fleet_proto *fleet_proto_base_model(void);
  * examples/fleet/protocols/table.c's secure list. */
 int fleet_proto_secure_agg(const fleet_proto *p);
 
+/* 1 if protocol p's aggregator publishes its items' uncertainty for a job that asks (release_uncertainty; the devices
+ * then shrink noisy items, docs/privacy.md "Release uncertainty"): one line of examples/fleet/protocols/table.c's list. */
+int fleet_proto_release_uncertainty(const fleet_proto *p);
+
 /* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the
  * devices --dropout leaves through the consistency round (a round unmasks only once that many survivors attested the
  * survivor set: the devices that drop after their masked input are in the sum but attest nothing), at least 3. The

@@ -103,6 +103,12 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         memcpy(spec, with, sizeof spec - 1);
         spec[sizeof spec - 1] = '\0';
     }
+    if (o->uncertainty && fleet_proto_release_uncertainty(o->proto) && spec[0] == '{') { /* the items' uncertainty */
+        static char with[sizeof spec + 64];
+        snprintf(with, sizeof with, "{\"release_uncertainty\":true,%s", spec + 1);
+        memcpy(spec, with, sizeof spec - 1);
+        spec[sizeof spec - 1] = '\0';
+    }
     if (main_job && o->base_job > 0 && spec[0] == '{') { /* --bias-base: the job starts from the base's biases */
         static char with[sizeof spec + 64];
         snprintf(with, sizeof with, "{\"base_job\":%llu,%s", (unsigned long long)o->base_job, spec + 1);

@@ -63,6 +63,16 @@ int fleet_proto_takes_bias_base(const fleet_proto *p) {
     return 0;
 }
 
+/* The protocols whose aggregator computes its items' uncertainty (the job spec's release_uncertainty: release format 3,
+ * docs/release-format.md), which the fleet asks for unless --uncertainty off. */
+static const fleet_proto *const uncertainty[] = {&fleet_proto_dpals, &fleet_proto_bias};
+
+int fleet_proto_release_uncertainty(const fleet_proto *p) {
+    for (size_t i = 0; i < sizeof uncertainty / sizeof uncertainty[0]; i++)
+        if (uncertainty[i] == p) return 1;
+    return 0;
+}
+
 const fleet_proto *fleet_proto_base_model(void) {
     return &fleet_proto_bias;
 }
