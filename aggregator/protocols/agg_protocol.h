@@ -169,12 +169,16 @@ void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, 
 void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g);
 /* The same, returning the factor kept of G_j's departure from n_j times the pooled moment (1 when G is kept). */
 double agg_dpals_shrink_gram_keep(double *g, uint32_t d, const double *pooled, double sigma_g);
-/* agg_dpals_solve, and the variance the privacy noise leaves in each coefficient of s (var, d doubles; docs/privacy.md,
- * "Release uncertainty"): with filter F = Q diag(f) Q^T (f_e the solve's g / (g^2 + lambda g + kappa)) and A = I - F P(G),
- *   Cov = A diag(prev_var) A^T + noise_var F^2   (prev_var NULL: the first term is 0, a solve from zero),
- * noise_var the variance of the noise on each coordinate of h. First order in the noise; post-processing. */
-int agg_dpals_solve_var(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
-                        const double *prev_var, double noise_var, double *var);
+/* agg_dpals_solve, and each coefficient's uncertainty under the solve's own model (prior N(0, tau^2 I) for s, ratings'
+ * noise sigma_r^2 = lambda tau^2, added noise kappa tau^2 on h; docs/privacy.md "Release uncertainty"), each in units
+ * of tau^2 and projected from G's eigen-directions onto the coefficient (the diagonal of Q diag(x) Q^T): post, the
+ * posterior variance; post0, the same had no noise been added (kappa = 0); att, the attenuation f g of the filter f =
+ * g / (g^2 + lambda g + kappa); noise, the variance of s's error from the data's noise, f^2 (lambda g + kappa). */
+typedef struct agg_dpals_unc {
+    double post[64], post0[64], att[64], noise[64];
+} agg_dpals_unc;
+int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
+                        agg_dpals_unc *unc);
 /* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
  * h times hscale. */
 void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);

@@ -443,42 +443,18 @@ double agg_dpals_shrink_gram_keep(double *g, uint32_t d, const double *pooled, d
  * lambda > 0 and kappa >= 0: non-finite entries of G or h count as 0, and when the eigen-solver does not
  * converge (never seen) G is taken as 0, which gives s = 0 when kappa > 0 and h / lambda otherwise. */
 int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s) {
-    return agg_dpals_solve_var(g, h, d, lambda, kappa, s, NULL, 0.0, NULL);
+    return agg_dpals_solve_unc(g, h, d, lambda, kappa, s, NULL);
 }
 
-/* The variance the noise leaves in each coefficient (agg_dpals_solve_var's var), from the eigen-decomposition q (d x d,
- * column e the eigenvector of gv[e]) and the filter f. Var(A nu_prev + F eta) with nu_prev ~ N(0, diag(prev_var)),
- * eta ~ N(0, noise_var I), A = Q diag(1 - f g) Q^T, F = Q diag(f) Q^T: row i of it is sum_e q_ie^2 f_e^2 noise_var +
- * w_i^T M w_i with w_ie = q_ie a_e and M = Q^T diag(prev_var) Q. O(d^3), as the eigen-decomposition. */
-static void solve_variance(const double *q, const double *gv, const double *f, uint32_t d, const double *prev_var,
-                           double noise_var, double *var) {
-    double a[DPALS_MAX_D], m[DPALS_MAX_D * DPALS_MAX_D];
-    for (uint32_t e = 0; e < d; e++) a[e] = 1.0 - f[e] * gv[e];
-    if (prev_var != NULL)
-        for (uint32_t e = 0; e < d; e++)
-            for (uint32_t e2 = e; e2 < d; e2++) {
-                double t = 0.0;
-                for (uint32_t k = 0; k < d; k++) t += q[(size_t)k * d + e] * prev_var[k] * q[(size_t)k * d + e2];
-                m[(size_t)e * d + e2] = m[(size_t)e2 * d + e] = t;
-            }
-    for (uint32_t i = 0; i < d; i++) {
-        double v = 0.0;
-        for (uint32_t e = 0; e < d; e++) v += q[(size_t)i * d + e] * q[(size_t)i * d + e] * f[e] * f[e] * noise_var;
-        if (prev_var != NULL) {
-            double w[DPALS_MAX_D];
-            for (uint32_t e = 0; e < d; e++) w[e] = q[(size_t)i * d + e] * a[e];
-            for (uint32_t e = 0; e < d; e++) {
-                double t = 0.0;
-                for (uint32_t e2 = 0; e2 < d; e2++) t += m[(size_t)e * d + e2] * w[e2];
-                v += w[e] * t;
-            }
-        }
-        var[i] = v > 0.0 && isfinite(v) ? v : (v > 0.0 ? INFINITY : 0.0);
-    }
+/* A coefficient's share of per-direction quantities x_e: row i of the diagonal of Q diag(x) Q^T. */
+static double project(const double *q, uint32_t d, uint32_t i, const double *x) {
+    double v = 0.0;
+    for (uint32_t e = 0; e < d; e++) v += q[(size_t)i * d + e] * q[(size_t)i * d + e] * x[e];
+    return v;
 }
 
-int agg_dpals_solve_var(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
-                        const double *prev_var, double noise_var, double *var) {
+int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
+                        agg_dpals_unc *unc) {
     if (d < 1 || d > DPALS_MAX_D || !(lambda > 0.0) || !(kappa >= 0.0) || !isfinite(kappa)) return -1;
     double ev[DPALS_MAX_D], q[DPALS_MAX_D * DPALS_MAX_D], hh[DPALS_MAX_D];
     lapack_int found = 0, isuppz[2 * DPALS_MAX_D];
@@ -489,23 +465,36 @@ int agg_dpals_solve_var(double *g, const double *h, uint32_t d, double lambda, d
                                      0.0, &found, ev, q, (lapack_int)d, isuppz);
     if (info != 0 || found != (lapack_int)d) {
         for (uint32_t a = 0; a < d; a++) s[a] = kappa > 0.0 ? 0.0 : hh[a] / lambda; /* P(G) := 0 */
-        if (var != NULL) { /* G := 0: A = I, F = 0 (kappa > 0) or I / lambda */
-            for (uint32_t a = 0; a < d; a++)
-                var[a] = (prev_var != NULL ? prev_var[a] : 0.0) + (kappa > 0.0 ? 0.0 : noise_var / (lambda * lambda));
-        }
+        if (unc != NULL) /* G := 0: nothing learned, the posterior is the prior */
+            for (uint32_t a = 0; a < d; a++) {
+                unc->post[a] = unc->post0[a] = 1.0;
+                unc->att[a] = unc->noise[a] = 0.0;
+            }
         return 0;
     }
-    double c[DPALS_MAX_D], fv[DPALS_MAX_D], gvs[DPALS_MAX_D];
+    double c[DPALS_MAX_D], post[DPALS_MAX_D], post0[DPALS_MAX_D], att[DPALS_MAX_D], noise[DPALS_MAX_D];
     for (uint32_t e = 0; e < d; e++) {
         double dot = 0.0;
         for (uint32_t a = 0; a < d; a++) dot += q[(size_t)a * d + e] * hh[a];
         double gv = ev[e] > 0.0 ? ev[e] : 0.0;
         /* g / (g^2 + lambda g + kappa), written so that kappa = 0 is exactly 1 / (g + lambda) */
-        c[e] = kappa > 0.0 ? dot * gv / (gv * (gv + lambda) + kappa) : dot / (gv + lambda);
-        fv[e] = kappa > 0.0 ? gv / (gv * (gv + lambda) + kappa) : 1.0 / (gv + lambda);
-        gvs[e] = gv;
+        double den = gv * (gv + lambda) + kappa, f = kappa > 0.0 ? gv / den : 1.0 / (gv + lambda);
+        c[e] = kappa > 0.0 ? dot * gv / den : dot / (gv + lambda);
+        /* in units of tau^2 (agg_dpals_unc): the posterior variance (lambda g + kappa) / (g^2 + lambda g + kappa), the
+         * same without the added noise lambda / (g + lambda), the attenuation f g, and the variance of f h_e's noise,
+         * f^2 (lambda g + kappa) */
+        post[e] = kappa > 0.0 ? (lambda * gv + kappa) / den : lambda / (gv + lambda);
+        post0[e] = lambda / (gv + lambda);
+        att[e] = f * gv;
+        noise[e] = f * f * (lambda * gv + kappa);
     }
-    if (var != NULL) solve_variance(q, gvs, fv, d, prev_var, noise_var, var);
+    if (unc != NULL)
+        for (uint32_t a = 0; a < d; a++) {
+            unc->post[a] = project(q, d, a, post);
+            unc->post0[a] = project(q, d, a, post0);
+            unc->att[a] = project(q, d, a, att);
+            unc->noise[a] = project(q, d, a, noise);
+        }
     for (uint32_t a = 0; a < d; a++) {
         double v = 0.0;
         for (uint32_t e = 0; e < d; e++) v += q[(size_t)a * d + e] * c[e];
@@ -525,7 +514,7 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
     }
     if (job->release_uncertainty) {
         /* release 1 holds no privacy noise (a public random draw, or a base job's biases with that release's own
-         * uncertainty): every noise code 0, so a device's shrinkage keeps it whole */
+         * uncertainty): posterior codes 0, so a device's shrinkage keeps it whole */
         out->unc = calloc((size_t)job->m, DPREC_RELEASE_UNCERTAINTY_WIDTH);
         if (out->unc == NULL) {
             agg_model_free(out);
@@ -535,89 +524,63 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
         out->unc_flags = DPREC_RELEASE_UNC_PINNED0;
         if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL)
             for (size_t j = 0; j < job->m; j++)
-                memcpy(out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 2);
+                memcpy(out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
     }
     return 0;
 }
 
-/* Empirical Bayes of the signal's variance, by the method of moments (Efron and Morris, "Stein's estimation rule and
- * its competitors", JASA 1973): a released value x_j = signal_j + noise_j with the noise's variance nv_j known, so
- * E[x_j^2] = tau^2 + nv_j and tau^2 = max(0, mean x_j^2 - mean nv_j) over items alike. Items are not alike: a popular
- * item's coefficient carries a large signal and little noise, a rarely rated one's (shrunk toward 0 by the solve) little
- * of either. So the items are grouped by their noise variance, a public quantity, into bins of at least
- * EB_MIN_PER_BIN items (at most EB_MAX_BINS), and each bin gets its own tau^2 (Efron, "Large-Scale Inference", 2010,
- * ch. 1: estimating a prior from many parallel cases, here with the noise level as the covariate). tau2 gets each
- * item's. */
-#define EB_MAX_BINS 32u
-#define EB_MIN_PER_BIN 50u
-typedef struct eb_item {
-    double nv;
-    uint32_t j;
-} eb_item;
-
-static int eb_cmp(const void *a, const void *b) {
-    const eb_item *x = a, *y = b;
-    return x->nv < y->nv ? -1 : x->nv > y->nv ? 1 : (x->j > y->j) - (x->j < y->j);
-}
-
-static int eb_binned(const double *x2, const double *nv, uint32_t m, double *tau2) {
-    eb_item *order = malloc(sizeof(eb_item) * m);
-    if (order == NULL) return -1;
+/* The spread of the items' true values around 0, estimated from the release by the method of moments (parametric
+ * empirical Bayes: Efron and Morris, "Stein's estimation rule and its competitors", JASA 1973; Morris, "Parametric
+ * empirical Bayes inference", JASA 1983). Each released value x_j is a posterior mean of posterior variance P_j under
+ * the solve's prior of scale tau, a linear shrinkage x_j = k_j y_j, k_j = 1 - P_j / tau^2, of an unbiased estimate y_j
+ * of variance P_j / k_j; if the true values spread as N(0, T^2), E[x_j^2] = k_j^2 T^2 + k_j P_j, so
+ *     T^2 = max(0, sum_j (x_j^2 - k_j P_j) / sum_j k_j^2),
+ * where items that carry little (k_j near 0) weigh little. Every input is released (x_j) or published with it (P_j,
+ * tau): post-processing. 0 when nothing was learned (every k_j is 0). */
+static double eb_spread2(const double *x2, const double *post, uint32_t m, double tau2) {
+    double num = 0.0, den = 0.0;
     for (uint32_t j = 0; j < m; j++) {
-        order[j].nv = nv[j];
-        order[j].j = j;
+        double k = 1.0 - post[j] / tau2;
+        if (!(k > 0.0)) continue;
+        num += x2[j] - k * post[j];
+        den += k * k;
     }
-    qsort(order, m, sizeof *order, eb_cmp);
-    uint32_t bins = m / EB_MIN_PER_BIN;
-    if (bins < 1u) bins = 1u;
-    if (bins > EB_MAX_BINS) bins = EB_MAX_BINS;
-    for (uint32_t b = 0; b < bins; b++) {
-        uint32_t lo = (uint32_t)((uint64_t)m * b / bins), hi = (uint32_t)((uint64_t)m * (b + 1u) / bins);
-        double sx = 0.0, sn = 0.0;
-        for (uint32_t k = lo; k < hi; k++) {
-            sx += x2[order[k].j];
-            sn += nv[order[k].j];
-        }
-        double t = hi > lo ? (sx - sn) / (hi - lo) : 0.0;
-        for (uint32_t k = lo; k < hi; k++) tau2[order[k].j] = t > 0.0 ? t : 0.0;
-    }
-    free(order);
-    return 0;
+    return den > 0.0 && num > 0.0 ? num / den : 0.0;
 }
 
-/* The items' uncertainty of a dpals release (docs/privacy.md, "Release uncertainty"): per item the standard deviation
- * of the privacy noise in b_j (bias_var: its variance) and in each factor coordinate (factor_var: their mean
- * variance), and the signal's, by eb_binned. Every input is the released model or the noise the aggregator added and
- * published: post-processing, no privacy cost. Codes into next->unc. bias_var and factor_var are overwritten. */
-static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, double *bias_var, double *factor_var) {
+/* The items' uncertainty of a dpals release (docs/privacy.md, "Release uncertainty"): per item the posterior standard
+ * deviation of b_j (post_b: its variance, rating units) and of each factor coordinate (post_v: their mean variance),
+ * the solve's prior scales (tau_b = bias_scale tau for b_j, tau for a factor) and the spreads eb_spread2 estimates.
+ * Codes into next->unc; -1 out of memory. */
+static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const double *post_b, const double *post_v,
+                              double tau_b, double tau_v) {
     const uint32_t m = next->m, d = next->d;
     const int has_f = factors && sd > 1u;
-    double *x2 = calloc(m, sizeof(double)), *tb = calloc(m, sizeof(double)), *tv = calloc(m, sizeof(double));
-    int rc = x2 != NULL && tb != NULL && tv != NULL ? 0 : -1;
-    if (rc == 0) {
-        for (uint32_t j = 0; j < m; j++) x2[j] = (double)next->bias[j] * (double)next->bias[j];
-        rc = eb_binned(x2, bias_var, m, tb);
-    }
-    if (rc == 0 && has_f) {
+    double *x2 = calloc(m, sizeof(double));
+    if (x2 == NULL) return -1;
+    for (uint32_t j = 0; j < m; j++) x2[j] = (double)next->bias[j] * (double)next->bias[j];
+    double t_b = sqrt(eb_spread2(x2, post_b, m, tau_b * tau_b)), t_v = 0.0;
+    if (has_f) {
         for (uint32_t j = 0; j < m; j++) {
             double f2 = 0.0;
             for (uint32_t a = 1; a < d; a++) f2 += (double)next->v[(size_t)j * d + a] * (double)next->v[(size_t)j * d + a];
             x2[j] = f2 / (d - 1u);
         }
-        rc = eb_binned(x2, factor_var, m, tv);
+        t_v = sqrt(eb_spread2(x2, post_v, m, tau_v * tau_v));
     }
-    if (rc == 0)
-        for (uint32_t j = 0; j < m; j++) {
-            unsigned char *u = next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
-            u[0] = dprec_uncertainty_code(sqrt(bias_var[j]));
-            u[1] = dprec_uncertainty_code(sqrt(tb[j]));
-            u[2] = dprec_uncertainty_code(has_f ? sqrt(factor_var[j]) : 0.0);
-            u[3] = dprec_uncertainty_code(has_f ? sqrt(tv[j]) : 0.0);
-        }
     free(x2);
-    free(tb);
-    free(tv);
-    return rc;
+    const uint8_t cb = dprec_uncertainty_code(tau_b), ctb = dprec_uncertainty_code(t_b);
+    const uint8_t cv = dprec_uncertainty_code(tau_v), ctv = dprec_uncertainty_code(t_v);
+    for (uint32_t j = 0; j < m; j++) {
+        unsigned char *u = next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[0] = dprec_uncertainty_code(sqrt(post_b[j]));
+        u[1] = cb;
+        u[2] = ctb;
+        u[3] = has_f ? dprec_uncertainty_code(sqrt(post_v[j])) : 0u; /* no factors: nothing to shrink, keep 1 */
+        u[4] = has_f ? cv : 0u;
+        u[5] = has_f ? ctv : 0u;
+    }
+    return 0;
 }
 
 int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, int noisy, double **out,
@@ -723,7 +686,7 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
     const double x2 = dprec_dpals_x2(sd, p.u_clip, p.bias_scale), gsc = x2 / (p.gram_weight * q), hsc = p.rating_clip * sqrt(x2) / q;
     const double lambda = p.lambda, kappa = noisy ? item_kappa(job, &p, sigma) : 0.0;
     double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D], pooled[DPALS_MAX_D * DPALS_MAX_D];
-    /* the items' uncertainty (job->release_uncertainty): the variance the noise leaves in each coefficient */
+    /* the items' uncertainty (job->release_uncertainty): each coefficient's posterior variance */
     double *bias_var = NULL, *factor_var = NULL;
     if (job->release_uncertainty) {
         bias_var = calloc(m, sizeof(double));
@@ -739,7 +702,7 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
             return -1;
         }
     }
-    const double noise_h = noisy ? (sigma * hsc) * (sigma * hsc) : 0.0, sigma_g = noisy ? sigma * gsc : 0.0;
+    const double sigma_g = noisy ? sigma * gsc : 0.0;
     agg_dpals_pool(stats, m, sd, gsc, pooled);
     for (uint32_t j = 0; j < m; j++) {
         agg_dpals_unpack(stats + (size_t)j * cw, sd, gsc, hsc, g, h);
@@ -747,29 +710,24 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         if (bias_var == NULL) {
             agg_dpals_solve(g, h, sd, lambda, kappa, s);
         } else {
-            /* The noise the solve sees: sigma_h^2 on each coordinate of h, and to first order the Gram's noise (what
-             * the James-Stein step kept of it) through s: (G + dG) s = G s + dG s, dG s of variance
-             * (keep sigma_G)^2 |s|^2 per coordinate (errors in variables). With residual targets the release's own
-             * noise is carried through A = I - F G (agg_dpals_solve_var), from the variances its uncertainty column
-             * published; from zero there is none. */
-            double prev_var[DPALS_MAX_D], var[DPALS_MAX_D], gcopy[DPALS_MAX_D * DPALS_MAX_D];
-            const int carried = p.residual && prev->unc != NULL;
-            if (carried) {
-                const unsigned char *pu = prev->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
-                double vb = dprec_uncertainty_sd(pu[0]) / p.bias_scale, vf = dprec_uncertainty_sd(pu[2]);
-                for (uint32_t a = 0; a + 1u < sd; a++) prev_var[a] = isfinite(vf) ? vf * vf : 1e12;
-                prev_var[sd - 1u] = isfinite(vb) ? vb * vb : 1e12;
-            }
+            /* The posterior variance of each coefficient under the solve's model (agg_dpals_solve_unc), with the
+             * Gram's noise counted to first order (errors in variables): the solve plugs in G + dG for G, and dG s,
+             * of variance (keep sigma_G)^2 |s|^2 on each coordinate (keep: what the James-Stein step left of the
+             * noise), adds to the noise on h, so kappa grows by that over tau^2 for this item. */
+            double gcopy[DPALS_MAX_D * DPALS_MAX_D];
             memcpy(gcopy, g, sizeof(double) * sd * sd);
-            agg_dpals_solve(gcopy, h, sd, lambda, kappa, s); /* s for the errors-in-variables term */
+            agg_dpals_solve(gcopy, h, sd, lambda, kappa, s);
             double s2 = 0.0;
             for (uint32_t a = 0; a < sd; a++) s2 += s[a] * s[a];
-            double nv = noise_h + keep * keep * sigma_g * sigma_g * s2;
-            agg_dpals_solve_var(g, h, sd, lambda, kappa, s, carried ? prev_var : NULL, nv, var);
-            bias_var[j] = var[sd - 1u] * p.bias_scale * p.bias_scale;
+            const double tau2 = p.prior_sd * p.prior_sd;
+            double kappa_j = kappa + (noisy ? keep * keep * sigma_g * sigma_g * s2 / tau2 : 0.0);
+            agg_dpals_unc u;
+            double s_eiv[DPALS_MAX_D]; /* the released s stays the plain solve's: only the uncertainty counts dG */
+            agg_dpals_solve_unc(g, h, sd, lambda, isfinite(kappa_j) ? kappa_j : kappa, s_eiv, &u);
+            bias_var[j] = u.post[sd - 1u] * tau2 * p.bias_scale * p.bias_scale;
             double fv = 0.0;
-            for (uint32_t a = 0; a + 1u < sd; a++) fv += var[a];
-            factor_var[j] = sd > 1u ? fv / (sd - 1u) : 0.0;
+            for (uint32_t a = 0; a + 1u < sd; a++) fv += u.post[a];
+            factor_var[j] = sd > 1u ? fv / (sd - 1u) * tau2 : 0.0;
         }
         const float *pv = prev->v + (size_t)j * d;
         float *v = next->v + (size_t)j * d;
@@ -789,7 +747,8 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         next->bias[j] = isfinite(b) ? b : (float)pb;
     }
     free(stats);
-    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, bias_var, factor_var) : 0;
+    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, bias_var, factor_var, p.prior_sd * p.bias_scale,
+                                                    p.prior_sd) : 0;
     free(bias_var);
     free(factor_var);
     if (urc != 0) {
