@@ -277,17 +277,20 @@ static int fit_solve(dprec_client *c, float mu, const unsigned char digest[DPREC
     if (rc != DPREC_OK) return rc;
     /* an unusable solution: the old vector stays, and sync.c sends its data-independent fallback report instead */
     if (!solution_usable(c)) return DPREC_ERR_SINGULAR;
-    float u[DPREC_MAX_DIM];
-    for (uint32_t i = 0; i < d; i++) u[i] = (float)c->b[i];
     if (shrinks) {
+        /* the protocols' solution waits in the scratch past the QR fallback's row (d of its 16 d doubles) */
+        double *u = c->scratch + d;
+        memcpy(u, c->b, d * sizeof(double));
         rc = fit_shrunk(c, mu, pinned);
         if (rc == DPREC_OK && !solution_usable(c)) rc = DPREC_ERR_SINGULAR;
         if (rc != DPREC_OK) return rc;
-        for (uint32_t i = 0; i < d; i++) c->u_pred[i] = (float)c->b[i];
+        for (uint32_t i = 0; i < d; i++) {
+            c->u_pred[i] = (float)c->b[i];
+            c->u[i] = (float)u[i];
+        }
     } else {
-        memcpy(c->u_pred, u, d * sizeof(float));
+        for (uint32_t i = 0; i < d; i++) c->u_pred[i] = c->u[i] = (float)c->b[i];
     }
-    memcpy(c->u, u, d * sizeof(float));
     memcpy(c->fitted_digest, digest, sizeof c->fitted_digest);
     c->fitted_mu = mu;
     c->fitted_shrinks = shrinks;
