@@ -77,7 +77,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dprec-fleet: %s\n", err[0] ? err : "out of memory");
         return 1;
     }
-    f.check_stride = f.data.num_users / 100 > 1 ? f.data.num_users / 100 : 1;
     fleet_baselines base;
     fleet_data_baselines(&f.data, &base.global_rmse, &base.item_rmse, &base.user_rmse, &base.mean, &base.ntest);
     fleet_print_data(&o, &f.data, &base);

@@ -104,7 +104,6 @@ typedef struct fleet {
     unsigned char *release;
     size_t release_len;
     dprec_release_info release_info;
-    uint32_t check_stride; /* every check_stride-th device compares with dprec_predict (~100 a round) */
     /* work distribution */
     atomic_uint_fast64_t next, done, reported, errors;
     double mae; /* the last evaluation's mean absolute error */
