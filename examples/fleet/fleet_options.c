@@ -110,8 +110,8 @@ static const char help_tail[] =
     "                           factors with a scale per row, docs/release-format.md); the devices predict from\n"
     "                           what they receive, so the RMSE shows what the encoding costs\n"
     "  --uncertainty on|off     the jobs' releases carry each item's uncertainty, and the devices shrink noisy\n"
-    "                           items toward what they know (release_uncertainty; dpals, bias; default off;\n"
-    "                           docs/privacy.md \"Release uncertainty\")\n"
+    "                           items toward what they know (release_uncertainty; dpals, bias; default on for\n"
+    "                           bias, off for dpals; docs/privacy.md \"Release uncertainty\")\n"
     "  --verify-each            every device checks every release signature itself (default: the devices\n"
     "                           share one check per release through dprec_sync_config's memo, as one\n"
     "                           process may; each device still checks the digest of the bytes it streams)\n"
@@ -193,6 +193,7 @@ int fleet_parse_args(int argc, char **argv, options *o) {
     o->test_fraction = 0.1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)(ncpu > 64 ? 64 : ncpu) : 1;
+    o->uncertainty = -1; /* the protocol's default */
     o->conn.argv0 = argv[0];
     /* the protocol first: the other flags are its or the common ones */
     const char *protocol = FLEET_DEFAULT_PROTOCOL;

@@ -153,8 +153,9 @@ const fleet_proto *fleet_proto_base_model(void);
  * examples/fleet/protocols/table.c's secure list. */
 int fleet_proto_secure_agg(const fleet_proto *p);
 
-/* 1 if protocol p's aggregator publishes its items' uncertainty for a job that asks (release_uncertainty; the devices
- * then shrink noisy items, docs/privacy.md "Release uncertainty"): one line of examples/fleet/protocols/table.c's list. */
+/* Whether protocol p's aggregator publishes its items' uncertainty for a job that asks (release_uncertainty; the devices
+ * then shrink noisy items, docs/privacy.md "Release uncertainty"): 0 no, 1 yes when --uncertainty on, 2 yes unless
+ * --uncertainty off. One line of examples/fleet/protocols/table.c's list. */
 int fleet_proto_release_uncertainty(const fleet_proto *p);
 
 /* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the

@@ -103,7 +103,8 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         memcpy(spec, with, sizeof spec - 1);
         spec[sizeof spec - 1] = '\0';
     }
-    if (o->uncertainty && fleet_proto_release_uncertainty(o->proto) && spec[0] == '{') { /* the items' uncertainty */
+    const int unc = fleet_proto_release_uncertainty(o->proto);
+    if (unc > 0 && (o->uncertainty > 0 || (o->uncertainty < 0 && unc == 2)) && spec[0] == '{') { /* items' uncertainty */
         static char with[sizeof spec + 64];
         snprintf(with, sizeof with, "{\"release_uncertainty\":true,%s", spec + 1);
         memcpy(spec, with, sizeof spec - 1);
@@ -155,6 +156,9 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
     }
+    if (main_job && f->release_info.format_version == DPREC_RELEASE_FORMAT_COLUMNS)
+        printf("releases: with each item's uncertainty (release format 3); the devices shrink noisy items toward their "
+               "own level (docs/privacy.md \"Release uncertainty\"; --uncertainty off: without)\n");
     if (main_job && o->release_encoding != NULL)
         printf("releases: %s (release format %u), %zu bytes each\n", o->release_encoding,
                (unsigned)f->release_info.format_version, f->release_len);

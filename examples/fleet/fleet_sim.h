@@ -60,8 +60,8 @@ typedef struct options {
     int quiet, verbose, verify_each;
     int enroll; /* --registration token (fleet_enroll.c) */
     const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
-    int uncertainty; /* --uncertainty on: the jobs' releases carry their items' uncertainty, asked of every protocol that
-                      * computes it (fleet_proto_release_uncertainty) */
+    int uncertainty; /* --uncertainty: 1 on, 0 off, -1 not given (the protocol's default, fleet_proto_release_uncertainty):
+                      * the jobs' releases carry their items' uncertainty */
     /* --bias-base F (0: none): the share of the budget the base job (the private bias model) spends first; its
      * budget; and the whole budget, which the devices' caps and the comparisons get (c.epsilon and c.delta are the
      * main job's share) */
