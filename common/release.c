@@ -773,29 +773,38 @@ uint8_t dprec_uncertainty_code(double sd) {
     return (uint8_t)k;
 }
 
-/* (1 / post^2) / (1 / post^2 - 1 / prior^2 + 1 / spread^2), at most 1 (dprec_item_uncertainty), with the limits
- * spelled out: a certain value (post 0) is kept whole, one that carries no information (post infinite) or a spread
- * of 0 keeps nothing, an infinite spread or a spread at least the prior keeps it whole (the device never moves further
- * from its own level than the release does). Computed in double from the decoded floats: the same on every target. */
-static float keep_of(float post, float prior, float spread) {
-    if (post == 0.0f) return 1.0f;
-    if (isinf(post) || spread == 0.0f) return 0.0f;
-    if (isinf(spread) || spread >= prior) return 1.0f;
-    double ip = 1.0 / ((double)post * post), iq = isinf(prior) ? 0.0 : 1.0 / ((double)prior * prior);
-    double k = ip / (ip - iq + 1.0 / ((double)spread * spread)); /* spread < prior: the denominator exceeds ip > 0 */
+float dprec_uncertainty_gain(uint8_t code) {
+    return (float)code / 255.0f;
+}
+
+uint8_t dprec_uncertainty_gain_code(double gain) {
+    if (!(gain > 0.0)) return 0u; /* NaN too */
+    if (!(gain < 1.0)) return 255u;
+    return (uint8_t)floor(255.0 * gain + 0.5);
+}
+
+/* gain spread^2 / (gain^2 spread^2 + noise^2), at most 1 (dprec_item_uncertainty), with the limits spelled out: a value
+ * with no noise is kept whole, one with infinite noise, no gain or a spread of 0 keeps nothing, an infinite spread
+ * keeps 1 / gain, capped (the device never moves further from its own level than the release does). Computed in
+ * double from the decoded floats: the same on every target. */
+static float keep_of(float noise, float gain, float spread) {
+    if (noise == 0.0f) return 1.0f;
+    if (isinf(noise) || gain == 0.0f || spread == 0.0f) return 0.0f;
+    if (isinf(spread)) return 1.0f;
+    double s2 = (double)spread * spread, k = (double)gain * s2 / ((double)gain * gain * s2 + (double)noise * noise);
     return k < 1.0 ? (float)k : 1.0f;
 }
 
 void dprec_uncertainty_decode(const unsigned char code[DPREC_RELEASE_UNCERTAINTY_WIDTH], uint8_t col_flags,
                               dprec_item_uncertainty *out) {
-    out->bias_sd = dprec_uncertainty_sd(code[0]);
-    out->bias_prior_sd = dprec_uncertainty_sd(code[1]);
+    out->bias_noise_sd = dprec_uncertainty_sd(code[0]);
+    out->bias_gain = dprec_uncertainty_gain(code[1]);
     out->bias_spread_sd = dprec_uncertainty_sd(code[2]);
-    out->v_sd = dprec_uncertainty_sd(code[3]);
-    out->v_prior_sd = dprec_uncertainty_sd(code[4]);
+    out->v_noise_sd = dprec_uncertainty_sd(code[3]);
+    out->v_gain = dprec_uncertainty_gain(code[4]);
     out->v_spread_sd = dprec_uncertainty_sd(code[5]);
-    out->bias_keep = keep_of(out->bias_sd, out->bias_prior_sd, out->bias_spread_sd);
-    out->v_keep = keep_of(out->v_sd, out->v_prior_sd, out->v_spread_sd);
+    out->bias_keep = keep_of(out->bias_noise_sd, out->bias_gain, out->bias_spread_sd);
+    out->v_keep = keep_of(out->v_noise_sd, out->v_gain, out->v_spread_sd);
     out->pinned = (col_flags & DPREC_RELEASE_UNC_PINNED0) != 0u ? 1u : 0u;
 }
 

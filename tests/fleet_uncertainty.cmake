@@ -1,7 +1,8 @@
 # The bias model's default run with its releases' uncertainty (release format 3, docs/privacy.md "Release
 # uncertainty") on a fleet whose budget leaves the release pure noise: 300 devices, 200 items, epsilon 0.1. The fleet
 # asks for the column by default for bias, says so, and every device predicts its own level: at or below the user mean,
-# what each device has for free (on this shape 1.1301 against 1.1323; without the column 1.1318).
+# what each device has for free (on this shape 1.1256 in most runs, 1.1216-1.1281 in others, against 1.1323; without
+# the column 1.1318).
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_uncertainty.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_uncertainty.cmake")

@@ -1115,8 +1115,8 @@ static void test_malformed_column_tables_are_refused(void **state) {
 }
 
 /* The log-scale codes: 0 is exactly 0 and 255 is "no information"; every other code decodes to 2^((c - 128) / 16) and
- * codes back to itself; and the shrinkage's limits (dprec_item_uncertainty): no uncertainty keeps the value whole, a
- * posterior as wide as its prior in a release whose items show no spread keeps nothing. */
+ * codes back to itself; gains are code / 255; and the shrinkage's limits (dprec_item_uncertainty): no noise keeps the
+ * value whole, no spread or no gain keeps nothing, and it never exceeds 1. */
 static void test_uncertainty_codes_and_the_limits_of_the_shrinkage(void **state) {
     (void)state;
     assert_true(dprec_uncertainty_sd(0) == 0.0f);
@@ -1136,33 +1136,39 @@ static void test_uncertainty_codes_and_the_limits_of_the_shrinkage(void **state)
         assert_int_equal(dprec_uncertainty_code(sd), c);
         if (c > 1) assert_true(sd > dprec_uncertainty_sd((uint8_t)(c - 1)));
     }
-    /* [b: posterior][prior][spread] then the same for v */
-    const unsigned char zero[6] = {0, 120, 100, 0, 120, 100}, same[6] = {110, 120, 120, 110, 120, 120},
-                        none[6] = {120, 120, 0, 255, 120, 100}, wide[6] = {110, 120, 140, 110, 255, 100};
+    /* gains: code / 255 */
+    assert_true(dprec_uncertainty_gain(0) == 0.0f && dprec_uncertainty_gain(255) == 1.0f);
+    assert_int_equal(dprec_uncertainty_gain_code(-1.0), 0);
+    assert_int_equal(dprec_uncertainty_gain_code(NAN), 0);
+    assert_int_equal(dprec_uncertainty_gain_code(2.0), 255);
+    for (int c = 0; c <= 255; c++) assert_int_equal(dprec_uncertainty_gain_code(dprec_uncertainty_gain((uint8_t)c)), c);
+    /* [b: noise][gain][spread] then the same for v */
+    const unsigned char zero[6] = {0, 120, 100, 0, 0, 0}, none[6] = {120, 200, 0, 120, 0, 100},
+                        full[6] = {110, 255, 255, 110, 255, 100}, low[6] = {60, 40, 128, 255, 255, 128};
     dprec_item_uncertainty u;
     dprec_uncertainty_decode(zero, 0, &u);
-    assert_true(u.bias_keep == 1.0f && u.v_keep == 1.0f && u.pinned == 0); /* no uncertainty: the identity */
-    dprec_uncertainty_decode(same, DPREC_RELEASE_UNC_PINNED0, &u);
-    assert_true(u.bias_keep == 1.0f && u.v_keep == 1.0f && u.pinned == 1); /* the solve's prior is the items' spread */
-    dprec_uncertainty_decode(none, 0, &u);
-    assert_true(u.bias_keep == 0.0f && u.v_keep == 0.0f); /* no spread, or a value with no information */
-    dprec_uncertainty_decode(wide, 0, &u);
-    assert_true(u.bias_keep == 1.0f);                     /* a spread wider than the prior: never above 1 */
-    assert_true(u.v_keep > 0.0f && u.v_keep < 1.0f);      /* an infinite prior: spread^2 / (spread^2 + post^2) */
-    double post = dprec_uncertainty_sd(110), spread = dprec_uncertainty_sd(100);
-    assert_true(fabs(u.v_keep - spread * spread / (spread * spread + post * post)) < 1e-6);
-    /* in between, the formula, decreasing in the posterior's width */
+    assert_true(u.bias_keep == 1.0f && u.v_keep == 1.0f && u.pinned == 0); /* no noise: the identity, whatever the gain */
+    dprec_uncertainty_decode(none, DPREC_RELEASE_UNC_PINNED0, &u);
+    assert_true(u.bias_keep == 0.0f && u.v_keep == 0.0f && u.pinned == 1); /* no spread, or nothing of the item */
+    dprec_uncertainty_decode(full, 0, &u);
+    assert_true(u.bias_keep == 1.0f);                     /* an infinite spread: 1 / gain, capped */
+    double n = dprec_uncertainty_sd(110), sp = dprec_uncertainty_sd(100); /* gain 1: the James-Stein factor */
+    assert_true(fabs(u.v_keep - sp * sp / (sp * sp + n * n)) < 1e-6);
+    dprec_uncertainty_decode(low, 0, &u);
+    assert_true(u.bias_keep == 1.0f);                     /* gain 40/255, little noise: 1 / gain would exceed 1 */
+    assert_true(u.v_keep == 0.0f);                        /* infinite noise: no information */
+    /* in between, the formula, decreasing in the noise */
     float last = 1.0f;
-    for (int c = 60; c <= 120; c += 4) {
-        const unsigned char x[6] = {(unsigned char)c, 120, 100, 0, 0, 0};
+    for (int c = 60; c <= 160; c += 5) {
+        const unsigned char x[6] = {(unsigned char)c, 200, 120, 0, 0, 0};
         dprec_uncertainty_decode(x, 0, &u);
-        double ip = 1.0 / pow(dprec_uncertainty_sd((uint8_t)c), 2), iq = 1.0 / pow(dprec_uncertainty_sd(120), 2),
-               is = 1.0 / pow(dprec_uncertainty_sd(100), 2);
-        assert_true(fabs(u.bias_keep - ip / (ip - iq + is)) < 1e-6);
+        double g = 200.0 / 255.0, s2 = pow(dprec_uncertainty_sd(120), 2), n2 = pow(dprec_uncertainty_sd((uint8_t)c), 2);
+        double want = g * s2 / (g * g * s2 + n2);
+        assert_true(fabs(u.bias_keep - (want < 1.0 ? want : 1.0)) < 1e-6);
         assert_true(u.bias_keep <= last);
         last = u.bias_keep;
     }
-    assert_true(last < 0.2f); /* at post = prior: spread^2 / prior^2 = 2^(-40/16) */
+    assert_true(last < 0.2f); /* noise 2^(32/16) = 4 times the spread's 2^(-8/16) times 5.7 */
 }
 
 /* The bit test every reader uses (bytes.h) is the public bound's own bit pattern, and orders as the values do. */

@@ -122,7 +122,7 @@ static void test_an_uncertainty_of_zero_leaves_every_prediction_as_it_was(void *
     size_t l1, l3;
     unsigned char *r1 = test_write_release(M, D, f->v, f->bias, MU, &l1);
     static unsigned char zero[M * DPREC_RELEASE_UNCERTAINTY_WIDTH];
-    for (uint32_t j = 0; j < M; j++) { /* no posterior uncertainty, whatever the priors say */
+    for (uint32_t j = 0; j < M; j++) { /* no noise, whatever the gains and spreads say */
         zero[j * 6 + 1] = 120;
         zero[j * 6 + 2] = 90;
         zero[j * 6 + 4] = 120;
@@ -151,7 +151,7 @@ static void test_an_uncertainty_of_zero_leaves_every_prediction_as_it_was(void *
     free(r3);
 }
 
-/* Pure noise: every value's posterior is as wide as its prior and the release's items show no spread beyond it (keep
+/* Pure noise: the release's items show no spread beyond their noise (keep
  * 0). The device then predicts mu + c with c its own bias fitted on its ratings against b = 0: c = sum (r - mu) /
  * (n + lambda), so |prediction - its own mean| <= lambda / (n + lambda) |its own mean - mu|, the tolerance stated in
  * docs/privacy.md. The protocols' vector (the report's) is still the fit on the release as published. */
@@ -299,7 +299,7 @@ static void test_the_uncertainty_column_is_covered_by_the_signature(void **state
     assert_int_equal(dprec_release_verify(f->c, rel, len, &vc, &info), DPREC_OK);
     assert_int_equal(info.format_version, DPREC_RELEASE_FORMAT_COLUMNS);
     assert_int_equal(info.sig_len, 71);
-    /* item 7's bias posterior made certain (code 0): the release would keep its bias whole */
+    /* item 7's bias made noiseless (code 0): the release would keep its bias whole */
     size_t at = 64 + 7 * (4 * (D + 1) + 6) + 4 * (D + 1); /* row 7's column, after its bias and v_7 */
     for (int rehash = 0; rehash < 2; rehash++) {
         unsigned char *bad = malloc(len);

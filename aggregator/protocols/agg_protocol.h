@@ -170,12 +170,13 @@ void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double s
 /* The same, returning the factor kept of G_j's departure from n_j times the pooled moment (1 when G is kept). */
 double agg_dpals_shrink_gram_keep(double *g, uint32_t d, const double *pooled, double sigma_g);
 /* agg_dpals_solve, and each coefficient's uncertainty under the solve's own model (prior N(0, tau^2 I) for s, ratings'
- * noise sigma_r^2 = lambda tau^2, added noise kappa tau^2 on h; docs/privacy.md "Release uncertainty"), each in units
- * of tau^2 and projected from G's eigen-directions onto the coefficient (the diagonal of Q diag(x) Q^T): post, the
- * posterior variance; post0, the same had no noise been added (kappa = 0); att, the attenuation f g of the filter f =
- * g / (g^2 + lambda g + kappa); noise, the variance of s's error from the data's noise, f^2 (lambda g + kappa). */
+ * noise sigma_r^2 = lambda tau^2, added noise kappa tau^2 on h; docs/privacy.md "Release uncertainty"), projected from
+ * G's eigen-directions onto the coefficient (the diagonal of Q diag(x) Q^T), the variances in units of tau^2: post, the
+ * posterior variance (lambda g + kappa) / (g^2 + lambda g + kappa); post0, the same had no noise been added; att, the
+ * filter's gain f g on the truth (f = g / (g^2 + lambda g + kappa)); carry2, (1 - f g)^2, how much of the previous
+ * release's noise a residual solve keeps; noise, the variance f^2 (lambda g + kappa) of the data's noise in s. */
 typedef struct agg_dpals_unc {
-    double post[64], post0[64], att[64], noise[64];
+    double post[64], post0[64], att[64], carry2[64], noise[64];
 } agg_dpals_unc;
 int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
                         agg_dpals_unc *unc);

@@ -56,11 +56,11 @@ DPREC_BEGIN_DECLS
 #define DPREC_RELEASE_MAX_COLUMNS 4u
 #define DPREC_RELEASE_COLUMN_BYTES_MAX 64u   /* the most column bytes a row may carry */
 #define DPREC_RELEASE_COL_CRITICAL 0x01u     /* column flag: a reader that does not know the type must refuse */
-/* Column type 1, the items' uncertainty (docs/release-format.md, "Format 3"): 6 bytes an item, [b: posterior][b:
- * prior][b: spread][v: posterior][v: prior][v: spread], each a standard deviation coded on a log scale
- * (dprec_uncertainty_sd): the posterior standard deviation of the released value, the prior scale the aggregator's solve
- * assumed, and the spread the release's items show (empirical Bayes). Not critical: a reader that ignores it predicts
- * from the release's values as they are. Its flag DPREC_RELEASE_UNC_PINNED0 says that coordinate 0 of every v_j is a
+/* Column type 1, the items' uncertainty (docs/release-format.md, "Format 3"): 6 bytes an item, [b: noise][b: gain]
+ * [b: spread][v: noise][v: gain][v: spread]. A released value is, to first order, x = gain t + noise, t the item's true
+ * value: noise and spread are standard deviations coded on a log scale (dprec_uncertainty_sd), the noise's and the
+ * spread of the true values the release shows (empirical Bayes); gain is code / 255 (dprec_uncertainty_gain). Not
+ * critical: a reader that ignores it predicts from the release's values as they are. Its flag DPREC_RELEASE_UNC_PINNED0 says that coordinate 0 of every v_j is a
  * pinned column of ones (the users' own bias), which the shrinkage leaves alone. */
 #define DPREC_RELEASE_COL_UNCERTAINTY 1u
 #define DPREC_RELEASE_UNCERTAINTY_WIDTH 6u
@@ -166,17 +166,16 @@ DPREC_API int dprec_release_columns(const void *header, size_t len, dprec_releas
                                     uint32_t *n);
 
 /* An item's uncertainty, decoded from the release's uncertainty column (docs/release-format.md, "Format 3"), and the
- * shrinkage it implies (docs/privacy.md, "Release uncertainty"): the released value is a posterior mean of variance
- * post^2 under a prior of scale prior; under the prior of scale spread instead it would be keep times it,
- *     keep = (1 / post^2) / (1 / post^2 - 1 / prior^2 + 1 / spread^2),   at most 1,
- * 1 when the value is certain (post 0) or the two priors agree, and toward 0 as the value carries nothing beyond its
- * prior (post = prior) in a release whose items show no spread. A release without the column is read as keep 1.
- * Standard deviations are INFINITY for "no information" (keep 0). */
+ * shrinkage it implies (docs/privacy.md, "Release uncertainty"): with x = gain t + noise and true values spread as
+ * N(0, spread^2), the linear least-squares estimate of t from x is keep x,
+ *     keep = gain spread^2 / (gain^2 spread^2 + noise^2),   at most 1,
+ * 1 when the value carries no noise (a release without the column is read so), 0 when it carries nothing of the item
+ * (gain 0) or the release's items show no spread. A noise of INFINITY ("no information") keeps 0. */
 typedef struct dprec_item_uncertainty {
-    float bias_sd, bias_prior_sd, bias_spread_sd; /* of the item bias b_j, in rating units */
-    float v_sd, v_prior_sd, v_spread_sd;          /* of each unpinned coordinate of v_j */
-    float bias_keep, v_keep;                      /* in [0, 1] */
-    uint32_t pinned;                              /* leading coordinates of v_j that are never shrunk (0 or 1) */
+    float bias_noise_sd, bias_gain, bias_spread_sd; /* of the item bias b_j, in rating units */
+    float v_noise_sd, v_gain, v_spread_sd;          /* of each unpinned coordinate of v_j */
+    float bias_keep, v_keep;                        /* in [0, 1] */
+    uint32_t pinned;                                /* leading coordinates of v_j that are never shrunk (0 or 1) */
 } dprec_item_uncertainty;
 
 /* The standard deviation a code of the uncertainty column stands for: 0 for 0, INFINITY for 255, else
@@ -185,7 +184,10 @@ DPREC_API float dprec_uncertainty_sd(uint8_t code);
 /* The code of a standard deviation: 0 for sd <= 0 (and only then), 255 for a NaN, an infinity or anything at or
  * past 2^(126.5 / 16), otherwise the nearest step (at least 1). */
 DPREC_API uint8_t dprec_uncertainty_code(double sd);
-/* Decodes the 4 bytes of an item's uncertainty column (with the column's flags) into *out. */
+/* The gain a code stands for, code / 255 (0 to 1), and the code of a gain (the nearest step; 0 below 0, 255 above 1). */
+DPREC_API float dprec_uncertainty_gain(uint8_t code);
+DPREC_API uint8_t dprec_uncertainty_gain_code(double gain);
+/* Decodes the 6 bytes of an item's uncertainty column (with the column's flags) into *out. */
 DPREC_API void dprec_uncertainty_decode(const unsigned char code[DPREC_RELEASE_UNCERTAINTY_WIDTH], uint8_t col_flags,
                                         dprec_item_uncertainty *out);
 
