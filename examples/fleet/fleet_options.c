@@ -32,6 +32,10 @@ static const char help_head[] =
     "  --synthetic ml10m[:F]    shaped like MovieLens-10M: 70,000 users, 10,000 items, 10,050,000 ratings\n"
     "                           (all three times F), 0.5..5 in half stars, at least 20 ratings a user, power-law\n"
     "                           item popularity and user activity, user and item biases, rank 10 + noise\n"
+    "  --synthetic small        a small app shaped like the small MovieLens set: 600 users, 9,700 items,\n"
+    "                           100,000 half-star ratings (at least 20 a user), the MovieLens-10M shape's model\n"
+    "  --synthetic app2000      a 2,000-user app: 2,500 items, 50,000 half-star ratings (at least 5 a user),\n"
+    "                           the same model\n"
     "  --test-fraction F        held-out share of each user's ratings (default 0.1)\n"
     "  --items-top N            keep only the N most-rated items (any protocol). The fleet counts them in its\n"
     "                           own data: a simulation shortcut the guarantee does not cover (the guarantee line\n"
@@ -457,6 +461,8 @@ int fleet_load_data(const options *o, fleet_data *d, char *err, size_t errcap) {
         fleet_shape_ml10m(f, &s);
         return fleet_data_shape(&s, o->c.seed, d, err, errcap);
     }
+    fleet_shape named;
+    if (fleet_shape_named(o->synthetic, &named) == 0) return fleet_data_shape(&named, o->c.seed, d, err, errcap);
     unsigned long long u = 0, i = 0, r = 0;
     unsigned rank = 5;
     double noise = 0.5;
