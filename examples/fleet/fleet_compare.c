@@ -32,6 +32,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.epsilon = o->total_epsilon; /* the whole budget, which a --bias-base run spends over two jobs */
     o->c.delta = o->total_delta;
     int rc = fleet_finish_proto(p, &o->c);
+    if (rc == 0 && p->population != NULL) p->population(&o->c, &f->data);
     if (rc == 0) rc = fleet_load_devices(f, ws, nthreads, 0);
     if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);

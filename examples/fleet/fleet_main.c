@@ -80,6 +80,7 @@ int main(int argc, char **argv) {
     fleet_baselines base;
     fleet_data_baselines(&f.data, &base.global_rmse, &base.item_rmse, &base.user_rmse, &base.mean, &base.ntest);
     fleet_print_data(&o, &f.data, &base);
+    if (o.proto->population != NULL) o.proto->population(&o.c, &f.data); /* the defaults that follow the population */
     if (fleet_audit_setup(&f) != 0) return 1; /* --audit-canaries: the canaries join the data (after its baselines) */
 
     if (o.store_dir != NULL && mkdir(o.store_dir, 0700) != 0 && errno != EEXIST) {

@@ -322,11 +322,13 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_double(v, &o->device_lambda_floor_given) || o->device_lambda_floor_given < 0)
                 return fleet_flag_error("--device-lambda-floor must be >= 0:", v);
             o->c.device_lambda_floor = o->device_lambda_floor_given;
+            o->c.device_lambda_floor_set = 1;
         } else if (strcmp(a, "--device-lambda-per-rating") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->device_lambda_per_rating_given) || o->device_lambda_per_rating_given < 0)
                 return fleet_flag_error("--device-lambda-per-rating must be >= 0:", v);
             o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
+            o->c.device_lambda_set = 1;
         } else if (strcmp(a, "--epsilon") == 0) {
             NEED_VALUE();
             o->c.epsilon_set = 1;

@@ -25,6 +25,7 @@ typedef struct fleet_common {
     /* --device-lambda-floor L: with a per-rating ridge, a device uses max(W n, L); or -1: the protocol's default (its
      * finish may set it; else 0) */
     double device_lambda_floor;
+    int device_lambda_set, device_lambda_floor_set; /* the two above given on the command line */
     int device_lambda_fixed;/* set by a protocol's finish: its devices' default ridge is the fixed --device-lambda or
                              * lambda, not --device-lambda-per-rating's default (given on the command line, that wins) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
@@ -141,6 +142,10 @@ typedef struct fleet_proto {
                         size_t cap, size_t *len);
     /* --audit-canaries: the protocol's canaries and its adversary's score (NULL: the protocol refuses the audit) */
     const fleet_audit_hooks *audit;
+    /* After the data is loaded and split, before the job: the defaults that follow the population (the devices,
+     * the catalogue, the budget; examples/fleet/fleet_rule.h), for every setting not given on the command line,
+     * and a line that says what they are and why. NULL: the protocol's defaults do not depend on it. */
+    void (*population)(fleet_common *o, const fleet_data *d);
 } fleet_proto;
 
 /* --bias-base: 1 if protocol p takes it (its aggregator starts from a base job's item biases and its devices predict
@@ -148,6 +153,9 @@ typedef struct fleet_proto {
  * private bias model, run at p's d with fleet_common.base_model set). */
 int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
+
+/* bias's population line: what the rule (fleet_rule.h) chooses for dpals on this fleet (protocols/dpals.c). */
+void fleet_dpals_population_print(fleet_common *o, const fleet_data *d);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
  * examples/fleet/protocols/table.c's secure list. */
