@@ -61,12 +61,14 @@ static void test_rule_gives_the_bias_model_its_own_rounds_and_ridge(void **state
     assert_int_equal(fleet_rule_choose(&in, &out), 0);
     assert_int_equal(out.rank, 1);
     assert_int_equal(out.rounds, 2);
-    assert_true(out.device_lambda_per_rating == 0.1);
+    assert_true(out.device_lambda_per_rating == 0.0); /* a fixed ridge: the device's own offset, not factors */
+    assert_true(out.device_lambda_fixed == FLEET_RULE_BIAS_RIDGE);
     assert_true(out.device_lambda_floor == 0.0);
     in = input(&shapes[1], 10.0);
     assert_int_equal(fleet_rule_choose(&in, &out), 0);
     assert_int_equal(out.rank, FLEET_RULE_FACTOR_RANK);
     assert_true(out.device_lambda_per_rating == 0.02);
+    assert_true(out.device_lambda_fixed == 0.0);
     assert_true(out.device_lambda_floor == 3.0);
 }
 

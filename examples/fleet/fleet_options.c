@@ -313,6 +313,7 @@ int fleet_parse_args(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--lambda") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->c.lambda) || o->c.lambda < 0) return fleet_flag_error("--lambda must be >= 0:", v);
+            o->c.lambda_set = 1;
         } else if (strcmp(a, "--device-lambda") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->device_lambda) || o->device_lambda <= 0)

@@ -26,6 +26,7 @@ typedef struct fleet_common {
      * finish may set it; else 0) */
     double device_lambda_floor;
     int device_lambda_set, device_lambda_floor_set; /* the two above given on the command line */
+    int lambda_set;         /* --lambda given on the command line */
     int device_lambda_fixed;/* set by a protocol's finish: its devices' default ridge is the fixed --device-lambda or
                              * lambda, not --device-lambda-per-rating's default (given on the command line, that wins) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
@@ -154,7 +155,8 @@ typedef struct fleet_proto {
 int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
 
-/* bias's population line: what the rule (fleet_rule.h) chooses for dpals on this fleet (protocols/dpals.c). */
+/* bias's population hook (protocols/dpals.c): the bias model's device ridge, and the line of what the rule
+ * (fleet_rule.h) chooses for dpals on this fleet. */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of

@@ -24,6 +24,7 @@ typedef struct fleet_rule_out {
     unsigned rank;            /* d: 1 (the bias model) or FLEET_RULE_FACTOR_RANK */
     unsigned rounds;          /* the job's rounds at that d */
     double device_lambda_per_rating, device_lambda_floor; /* the devices' ridge: W_d n, at least the floor */
+    double device_lambda_fixed; /* with device_lambda_per_rating 0: the devices' fixed ridge (the bias model's) */
     /* what a job with factors gets, chosen or not (d > 1 given on the command line): its rounds and ridge */
     unsigned factor_rounds;
     double factor_lambda_per_rating;
@@ -33,6 +34,7 @@ typedef struct fleet_rule_out {
 } fleet_rule_out;
 
 #define FLEET_RULE_FACTOR_RANK 10u
+#define FLEET_RULE_BIAS_RIDGE 1.0 /* the bias model's devices' fixed ridge (fleet_rule.c) */
 #define FLEET_RULE_FACTORS_PAY 4.0  /* the first factor's SNR at 3 rounds from which factors are fitted */
 #define FLEET_RULE_MORE_ROUNDS_EPSILON 5.0 /* from here up the factors get 5 rounds and a looser device ridge */
 

@@ -163,10 +163,24 @@ static void rule_print(const fleet_rule_in *in, const fleet_rule_out *out, unsig
            "(z = %.3g), %.2f at 5 (z = %.3g): %s\n",
            in->devices, in->items, in->max_items, in->activity, in->epsilon, in->delta, out->reports_per_item, out->snr3,
            out->z3, out->snr5, out->z5,
-           out->rank == 1 ? "factors cannot pay at this population and budget (below 4): d = 1, the bias model"
+           out->rank == 1 ? "factors cannot pay at this population and budget (below 4): d = 1, the bias model, "
+                            "the devices' fixed ridge 1"
                           : out->rounds == 5 ? "factors pay (4 or more): d = 10, 5 rounds (epsilon >= 5)"
                                              : "factors pay (4 or more): d = 10, 3 rounds (epsilon < 5)");
     if (!chosen) printf("rule: not applied: d = %u was given (--rank, or the protocol's own)\n", d);
+}
+
+/* The devices' ridge at d: the rule's fixed ridge for the bias model (unless --lambda, the devices' fixed ridge of
+ * dpals, was given), the factors' per-rating ridge with its floor at d > 1; each unless given. */
+static void population_ridge(fleet_common *o, const fleet_rule_out *r) {
+    if (o->rank == 1) {
+        if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
+        if (!o->lambda_set) o->lambda = r->device_lambda_fixed > 0 ? r->device_lambda_fixed : FLEET_RULE_BIAS_RIDGE;
+        if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
+    } else {
+        if (!o->device_lambda_set) o->device_lambda_per_rating = r->factor_lambda_per_rating;
+        if (!o->device_lambda_floor_set) o->device_lambda_floor = 3.0;
+    }
 }
 
 /* The defaults that follow the population: d, the rounds and the devices' ridge, each unless given. */
@@ -177,16 +191,17 @@ static void dpals_population(fleet_common *o, const fleet_data *d) {
     int chosen = !o->rank_set;
     if (chosen) o->rank = r.rank;
     if (!o->rounds_set) o->rounds = o->rank == 1 ? 2 : r.factor_rounds;
-    if (!o->device_lambda_set) o->device_lambda_per_rating = o->rank == 1 ? 0.1 : r.factor_lambda_per_rating;
-    if (!o->device_lambda_floor_set) o->device_lambda_floor = o->rank == 1 ? 0.0 : 3.0;
+    population_ridge(o, &r);
     rule_print(&in, &r, o->rank, chosen);
 }
 
-/* bias: d = 1 whatever the population; the rule's line says what it would have chosen for dpals. */
+/* bias: d = 1 whatever the population (its rounds its own); the bias model's ridge, and the rule's line, which says
+ * what it would choose for dpals. */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d) {
     fleet_rule_in in;
     fleet_rule_out r;
     if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
+    population_ridge(o, &r);
     rule_print(&in, &r, 1, r.rank == 1);
 }
 
