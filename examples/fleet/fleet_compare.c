@@ -35,7 +35,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     int rc = fleet_finish_proto(p, &o->c);
     if (rc == 0 && p->population != NULL) p->population(&o->c, &f->data);
     if (rc == 0) rc = fleet_load_devices(f, ws, nthreads, 0);
-    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, res);
+    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);
     o->proto = main_proto;
     o->c = main_c;

@@ -129,7 +129,8 @@ int main(int argc, char **argv) {
         if (fleet_run_base(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
         fleet_print_base(&o, &base_res);
     }
-    if (fleet_run_job(&f, ws, nthreads, fleet_token, 1, base.global_rmse, base.item_rmse, &main_res) != 0) goto out;
+    if (fleet_run_job(&f, ws, nthreads, fleet_token, 1, base.global_rmse, base.item_rmse, base.user_rmse,
+                      &main_res) != 0) goto out;
     unsigned long long failures = main_res.failures + base_res.failures;
     if (o.bias_base > 0) { /* the user's guarantee is both jobs' (basic composition, as each device's ledger adds them) */
         main_res.epsilon += base_res.epsilon;

@@ -76,7 +76,7 @@ static int fetch_release(fleet *f, const char *token, char *err, size_t errcap) 
  * main job prints its rounds, CSV, plot, guarantee and ledger lines; a comparison job only its progress. 0, or -1
  * on an error that ends the run (printed). */
 int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, int main_job, double gm, double im,
-                  job_result *res) {
+                  double um, job_result *res) {
     options *o = f->o;
     char err[1024] = "";
     cJSON *j = NULL;
@@ -295,7 +295,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         fclose(csv);
         csv = NULL;
     }
-    if (main_job && o->plot != NULL) fleet_draw_plot(o, csv_path, gm, im);
+    if (main_job && o->plot != NULL) fleet_draw_plot(o, csv_path, gm, im, um);
     if (main_job) printf("mae: test MAE %.4f after round %u (the mean absolute prediction error)\n", f->mae, res->rounds);
     if (main_job && o->c.secure_agg) fleet_print_secagg_stored(f);
 
@@ -390,7 +390,7 @@ int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, j
     o->c.base_model = 1;
     int rc = fleet_finish_proto(bp, &o->c);
     o->c.rank = main_c.rank; /* the bias model at the devices' own d (a device takes part only at its d) */
-    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, res);
+    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --bias-base: the %s job's defaults do not fit this run\n", bp->name);
     if (rc == 0) o->base_job = f->job;
     o->proto = main_proto;

@@ -187,9 +187,10 @@ cJSON *fleet_call_json(fleet *f, int admin, const char *method, const char *path
                        const char *body, int want, char *err, size_t errcap);
 /* A number of a JSON object (a string "inf" or a number in a string too), or dflt. */
 double fleet_json_num(const cJSON *o, const char *key, double dflt);
-/* Runs one job of the selected protocol on the loaded devices, to its last round. 0, or -1 (printed). */
+/* Runs one job of the selected protocol on the loaded devices, to its last round; gm, im, um: the global, item and
+ * user means' test RMSE, which the main job's --plot draws. 0, or -1 (printed). */
 int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, int main_job, double gm, double im,
-                  job_result *res);
+                  double um, job_result *res);
 /* --bias-base: the private bias model's job on the same devices, at its share of the budget. 0, or -1 (printed). */
 int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res);
 
@@ -265,8 +266,8 @@ void fleet_print_round(unsigned r, unsigned long long reported, double rmse, con
 FILE *fleet_csv_open(const char *path);
 /* One round's CSV line, flushed. */
 void fleet_csv_round(FILE *csv, unsigned r, unsigned long long reported, double rmse, const char *eps, double secs);
-/* --plot: the RMSE per round from the CSV at `csv`, with gnuplot. */
-void fleet_draw_plot(const options *o, const char *csv, double gm, double im);
+/* --plot: the RMSE per round from the CSV at `csv`, with gnuplot, beside the global, item and user means. */
+void fleet_draw_plot(const options *o, const char *csv, double gm, double im, double um);
 /* With secure aggregation: how many reports the aggregator stored (its metrics). */
 void fleet_print_secagg_stored(fleet *f);
 /* The job's guarantee as the aggregator states it (priv: its "privacy" object, or NULL), and at user level. */
