@@ -1,5 +1,6 @@
-/* dprec — release formats 1 (float32 rows) and 2 (compact: quantized rows): header parsing, whole-buffer check,
- * row access, streaming reader, writer.
+/* dprec — release formats 1 (float32 rows), 2 (compact: quantized rows) and 3 (rows of either kind followed by
+ * per-item columns, such as the items' uncertainty): header parsing, whole-buffer check, row access, streaming
+ * reader, writer.
  *
  * docs/release-format.md is the format description. Two rules shape this file:
  *  - The whole-buffer check and the streaming reader report the same status for the same bytes, whatever
@@ -10,6 +11,7 @@
  *    buffers of dprec_release_reader, and the SHA-256 context in its `sha` union. */
 #include "dprec/release.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,8 +47,8 @@ enum {
 
 #define KNOWN_FLAGS (DPREC_RELEASE_HAS_BIASES | DPREC_RELEASE_ENC_MASK)
 
-/* The format a release with these flags has (1 or 2), or 0 for flags no release may carry: an unknown bit, or both
- * compact encodings. */
+/* The format of the rows of a release with these flags (1: float32, 2: compact), or 0 for flags no release may carry:
+ * an unknown bit, or both compact encodings. A release of format 3 has rows of either kind, then its columns. */
 static uint16_t format_of(uint16_t flags) {
     uint16_t enc = flags & DPREC_RELEASE_ENC_MASK;
     if ((flags & ~KNOWN_FLAGS) != 0u || enc == DPREC_RELEASE_ENC_MASK) return 0;
@@ -90,6 +92,55 @@ static int bounded_f32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return bounded_bits(u);
+}
+
+/* ---- format 3's column table ------------------------------------------------------------------------------------ */
+
+/* Whether this build knows a column type, and the rule of its descriptor: a known column's width and flags are
+ * checked; an unknown one is skipped, or refused when critical (the caller). */
+static int known_column(uint8_t type) {
+    return type == DPREC_RELEASE_COL_UNCERTAINTY;
+}
+
+/* Parses the column table (the header's 16 reserved bytes of a format-3 release) into cols (up to max) and *n, and
+ * the bytes a row's columns take into *bytes. DPREC_ERR_RELEASE_HEADER for a table the format does not allow (no
+ * column, a gap, a width of 0, more than 64 bytes in all, a type twice, a known column with another width or an
+ * unknown flag), DPREC_ERR_RELEASE_COLUMN for a critical column of a type this build does not know. */
+static int columns_parse(const unsigned char *t, dprec_release_column *cols, uint32_t max, uint32_t *n,
+                         uint32_t *bytes) {
+    uint32_t count = 0, total = 0;
+    int ended = 0, critical_unknown = 0;
+    for (uint32_t i = 0; i < DPREC_RELEASE_MAX_COLUMNS; i++) {
+        const unsigned char *c = t + 4u * i;
+        uint8_t type = c[0], flags = c[1];
+        uint16_t width = dprec_ld16(c + 2);
+        if (type == 0u) {
+            if (flags != 0u || width != 0u) return DPREC_ERR_RELEASE_HEADER;
+            ended = 1;
+            continue;
+        }
+        if (ended || width == 0u) return DPREC_ERR_RELEASE_HEADER; /* packed from the first slot, none empty */
+        for (uint32_t k = 0; k < i; k++)
+            if (t[4u * k] == type) return DPREC_ERR_RELEASE_HEADER;
+        if (type == DPREC_RELEASE_COL_UNCERTAINTY &&
+            (width != DPREC_RELEASE_UNCERTAINTY_WIDTH ||
+             (flags & ~(DPREC_RELEASE_COL_CRITICAL | DPREC_RELEASE_UNC_PINNED0)) != 0u))
+            return DPREC_ERR_RELEASE_HEADER;
+        if (!known_column(type) && (flags & DPREC_RELEASE_COL_CRITICAL) != 0u) critical_unknown = 1;
+        if (count < max) {
+            cols[count].type = type;
+            cols[count].flags = flags;
+            cols[count].width = width;
+            cols[count].offset = total;
+        }
+        total += width;
+        count++;
+    }
+    if (count == 0u || total > DPREC_RELEASE_COLUMN_BYTES_MAX) return DPREC_ERR_RELEASE_HEADER;
+    if (critical_unknown) return DPREC_ERR_RELEASE_COLUMN; /* after the table's own rules: a malformed table is that */
+    if (n != NULL) *n = count;
+    if (bytes != NULL) *bytes = total;
+    return DPREC_OK;
 }
 
 /* Bytes per body row: the optional bias, then v_j: d floats, or a compact encoding's scale and d integers. Callers
@@ -172,14 +223,24 @@ int dprec_release_decode_row(const unsigned char *p, uint32_t dim, uint16_t flag
     return DPREC_OK;
 }
 
-uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len) {
+uint64_t dprec_release_size_columns(uint32_t num_items, uint32_t dim, uint16_t flags, uint32_t column_bytes,
+                                    uint16_t sig_len) {
     if (num_items < 1u || num_items > DPREC_MAX_ITEMS || dim < 1u || dim > DPREC_MAX_DIM || format_of(flags) == 0u ||
-        sig_len > DPREC_RELEASE_MAX_SIG) {
+        sig_len > DPREC_RELEASE_MAX_SIG || column_bytes > DPREC_RELEASE_COLUMN_BYTES_MAX) {
         return 0;
     }
-    /* at most 64 + 2^24 * 257 * 4 + 32 + 128 < 2^35: no overflow in 64 bits */
-    return (uint64_t)DPREC_RELEASE_HEADER_SIZE + (uint64_t)num_items * row_bytes(dim, flags) +
+    /* at most 64 + 2^24 * (257 * 4 + 64) + 32 + 128 < 2^35: no overflow in 64 bits */
+    return (uint64_t)DPREC_RELEASE_HEADER_SIZE + (uint64_t)num_items * (row_bytes(dim, flags) + column_bytes) +
            DPREC_RELEASE_DIGEST_SIZE + sig_len;
+}
+
+uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len) {
+    return dprec_release_size_columns(num_items, dim, flags, 0u, sig_len);
+}
+
+uint32_t dprec_release_stride(const dprec_release_info *info) {
+    return (uint32_t)((info->total_size - DPREC_RELEASE_HEADER_SIZE - DPREC_RELEASE_DIGEST_SIZE - info->sig_len) /
+                      info->num_items);
 }
 
 /* Decodes into a local copy and only then publishes, so a failed parse never leaves a half-valid *info. */
@@ -200,7 +261,8 @@ int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *
     }
     memset(&h, 0, sizeof h);
     h.format_version = dprec_ld16(p + OFF_FORMAT_VERSION);
-    if (h.format_version != DPREC_RELEASE_FORMAT_VERSION && h.format_version != DPREC_RELEASE_FORMAT_COMPACT) {
+    if (h.format_version != DPREC_RELEASE_FORMAT_VERSION && h.format_version != DPREC_RELEASE_FORMAT_COMPACT &&
+        h.format_version != DPREC_RELEASE_FORMAT_COLUMNS) {
         return DPREC_ERR_RELEASE_VERSION;
     }
     h.flags = dprec_ld16(p + OFF_FLAGS);
@@ -217,9 +279,10 @@ int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *
     h.sig_alg = dprec_ld16(p + OFF_SIG_ALG);
     h.sig_len = dprec_ld16(p + OFF_SIG_LEN);
 
-    if (format_of(h.flags) != h.format_version) {
+    if (format_of(h.flags) == 0u ||
+        (h.format_version != DPREC_RELEASE_FORMAT_COLUMNS && format_of(h.flags) != h.format_version)) {
         /* a flag we do not understand may change the body's layout; format 1 has float32 rows, format 2 exactly
-         * one compact encoding */
+         * one compact encoding, format 3 rows of either kind */
         return DPREC_ERR_RELEASE_HEADER;
     }
     if (h.num_items < 1u || h.num_items > DPREC_MAX_ITEMS || h.dim < 1u || h.dim > DPREC_MAX_DIM) {
@@ -241,13 +304,19 @@ int dprec_release_parse_header(const void *buf, size_t len, dprec_release_info *
         return DPREC_ERR_RELEASE_HEADER;
     }
     /* Reserved bytes must be zero so that a later version can give them meaning without old readers
-     * misreading a new release as valid. */
-    for (i = OFF_RESERVED; i < DPREC_RELEASE_HEADER_SIZE; i++) {
-        if (p[i] != 0u) {
-            return DPREC_ERR_RELEASE_HEADER;
+     * misreading a new release as valid; format 3 gave them one, its column table. */
+    uint32_t column_bytes = 0;
+    if (h.format_version == DPREC_RELEASE_FORMAT_COLUMNS) {
+        int rc = columns_parse(p + OFF_RESERVED, NULL, 0, NULL, &column_bytes);
+        if (rc != DPREC_OK) return rc;
+    } else {
+        for (i = OFF_RESERVED; i < DPREC_RELEASE_HEADER_SIZE; i++) {
+            if (p[i] != 0u) {
+                return DPREC_ERR_RELEASE_HEADER;
+            }
         }
     }
-    h.total_size = dprec_release_size(h.num_items, h.dim, h.flags, h.sig_len);
+    h.total_size = dprec_release_size_columns(h.num_items, h.dim, h.flags, column_bytes, h.sig_len);
     *info = h;
     return DPREC_OK;
 }
@@ -269,12 +338,12 @@ int dprec_release_check(const void *buf, size_t len, dprec_release_info *info) {
     if (rc != DPREC_OK) {
         return rc;
     }
-    rb = row_bytes(h.dim, h.flags);
+    rb = dprec_release_stride(&h); /* the row and its columns; a column's bytes are opaque or any code is valid */
     rows_present = (uint64_t)(len - DPREC_RELEASE_HEADER_SIZE) / rb;
     if (rows_present > h.num_items) {
         rows_present = h.num_items;
     }
-    if (h.format_version == DPREC_RELEASE_FORMAT_VERSION) { /* float32 rows: every word is a value */
+    if (h.format_version == DPREC_RELEASE_FORMAT_VERSION) { /* float32 rows and nothing else: every word is a value */
         nvals = rows_present * (rb / 4u);
         for (i = 0; i < nvals; i++) {
             if (!bounded_bits(dprec_ld32(p + DPREC_RELEASE_HEADER_SIZE + (size_t)i * 4u))) {
@@ -319,7 +388,10 @@ int dprec_release_row(const void *buf, const dprec_release_info *info, uint32_t 
         j >= info->num_items || format_of(info->flags) == 0u) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
-    p = (const unsigned char *)buf + DPREC_RELEASE_HEADER_SIZE + (size_t)j * row_bytes(info->dim, info->flags);
+    if (info->total_size < (uint64_t)DPREC_RELEASE_HEADER_SIZE + DPREC_RELEASE_DIGEST_SIZE + info->sig_len +
+                               (uint64_t)info->num_items * row_bytes(info->dim, info->flags))
+        return DPREC_ERR_INVALID_ARGUMENT;
+    p = (const unsigned char *)buf + DPREC_RELEASE_HEADER_SIZE + (size_t)j * dprec_release_stride(info);
     row_decode(p, info->dim, info->flags, &b, row);
     if (bias != NULL) {
         *bias = b;
@@ -377,6 +449,8 @@ static int reader_header_done(dprec_release_reader *r) {
     if (rc != DPREC_OK) {
         return rc;
     }
+    memcpy(r->columns, r->buf + OFF_RESERVED, sizeof r->columns); /* zero in formats 1 and 2 */
+    r->stride = dprec_release_stride(&r->info);
     if (dprec_sha256_starts(reader_sha(r)) != 0 ||
         dprec_sha256_update(reader_sha(r), r->buf, DPREC_RELEASE_HEADER_SIZE) != 0) {
         return DPREC_ERR_CRYPTO;
@@ -388,7 +462,7 @@ static int reader_header_done(dprec_release_reader *r) {
 /* Hashes, decodes and delivers one complete row held at p (either r->buf or, when a whole row sits in the
  * caller's chunk, the chunk itself: that saves a copy for large chunks). */
 static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
-    uint32_t rb = row_bytes(r->info.dim, r->info.flags);
+    uint32_t rb = r->stride;
     float bias = 0.0f;
 
     if (!row_values_ok(p, r->info.dim, r->info.flags)) {
@@ -399,7 +473,9 @@ static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
     }
     row_decode(p, r->info.dim, r->info.flags, &bias, r->row);
     if (r->on_row != NULL) {
+        r->row_columns = p + row_bytes(r->info.dim, r->info.flags); /* for dprec_release_reader_uncertainty */
         int rc = r->on_row(r->user, r->next_row, bias, r->row, r->info.dim);
+        r->row_columns = NULL;
         if (rc != 0) {
             return rc;
         }
@@ -457,7 +533,7 @@ int dprec_release_reader_feed(dprec_release_reader *r, const void *chunk, size_t
             break;
         }
         case ST_BODY: {
-            uint32_t rb = row_bytes(r->info.dim, r->info.flags);
+            uint32_t rb = r->stride;
             if (r->fill == 0u && len >= rb) {
                 take = rb;
                 rc = reader_row_done(r, p);
@@ -561,6 +637,12 @@ static unsigned char *write_compact_row(unsigned char *q, const float *v, uint32
  * contents of out are unspecified. */
 int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const float *v,
                         const float *item_bias, size_t *written) {
+    return dprec_release_write_columns(out, cap, info, v, item_bias, NULL, 0, written);
+}
+
+int dprec_release_write_columns(void *out, size_t cap, dprec_release_info *info, const float *v,
+                                const float *item_bias, const dprec_release_column_data *cols, uint32_t ncols,
+                                size_t *written) {
     unsigned char hdr[DPREC_RELEASE_HEADER_SIZE];
     unsigned char *o = out;
     unsigned char *q;
@@ -573,17 +655,22 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
     if (written != NULL) {
         *written = 0;
     }
-    if (out == NULL || info == NULL || v == NULL) {
+    if (out == NULL || info == NULL || v == NULL || (cols == NULL && ncols > 0u)) {
         return DPREC_ERR_INVALID_ARGUMENT;
     }
-    if (format_of(info->flags) == 0u) {
+    if (format_of(info->flags) == 0u || ncols > DPREC_RELEASE_MAX_COLUMNS) {
         return DPREC_ERR_RELEASE_HEADER;
+    }
+    for (k = 0; k < ncols; k++) {
+        if (cols[k].data == NULL) {
+            return DPREC_ERR_INVALID_ARGUMENT;
+        }
     }
     /* The biases pointer, not the caller's flag, decides the layout: they cannot disagree. The encoding is the
      * caller's. */
     flags = (uint16_t)((item_bias != NULL ? DPREC_RELEASE_HAS_BIASES : 0u) | (info->flags & DPREC_RELEASE_ENC_MASK));
     memcpy(hdr + OFF_MAGIC, DPREC_RELEASE_MAGIC, 4);
-    dprec_st16(hdr + OFF_FORMAT_VERSION, format_of(flags));
+    dprec_st16(hdr + OFF_FORMAT_VERSION, ncols > 0u ? (uint16_t)DPREC_RELEASE_FORMAT_COLUMNS : format_of(flags));
     dprec_st16(hdr + OFF_FLAGS, flags);
     dprec_st64(hdr + OFF_RELEASE_VERSION, info->release_version);
     dprec_st64(hdr + OFF_JOB_ID, info->job_id);
@@ -595,6 +682,11 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
     dprec_st16(hdr + OFF_SIG_ALG, (uint16_t)DPREC_SIG_NONE);
     dprec_st16(hdr + OFF_SIG_LEN, 0u);
     memset(hdr + OFF_RESERVED, 0, DPREC_RELEASE_HEADER_SIZE - OFF_RESERVED);
+    for (k = 0; k < ncols; k++) { /* the column table: the readers' parser below refuses what they would */
+        hdr[OFF_RESERVED + 4u * k] = cols[k].type;
+        hdr[OFF_RESERVED + 4u * k + 1u] = cols[k].flags;
+        dprec_st16(hdr + OFF_RESERVED + 4u * k + 2u, cols[k].width);
+    }
     rc = dprec_release_parse_header(hdr, sizeof hdr, &h);
     if (rc != DPREC_OK) {
         return rc;
@@ -626,6 +718,10 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
         } else {
             q = write_compact_row(q, vj, h.dim, q_max(flags));
         }
+        for (k = 0; k < ncols; k++) {
+            memcpy(q, cols[k].data + (size_t)j * cols[k].width, cols[k].width);
+            q += cols[k].width;
+        }
     }
     /* cap >= total_size, so every size below fits in size_t */
     body_end = h.total_size - DPREC_RELEASE_DIGEST_SIZE;
@@ -637,5 +733,127 @@ int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const f
     if (written != NULL) {
         *written = (size_t)h.total_size;
     }
+    return DPREC_OK;
+}
+
+/* ---- format 3's columns, read ------------------------------------------------------------------------------------ */
+
+int dprec_release_columns(const void *header, size_t len, dprec_release_column *cols, uint32_t max, uint32_t *n) {
+    dprec_release_info info;
+    if (header == NULL || n == NULL || (cols == NULL && max > 0u)) return DPREC_ERR_INVALID_ARGUMENT;
+    int rc = dprec_release_parse_header(header, len, &info);
+    if (rc != DPREC_OK) return rc;
+    *n = 0;
+    if (info.format_version != DPREC_RELEASE_FORMAT_COLUMNS) return DPREC_OK;
+    return columns_parse((const unsigned char *)header + OFF_RESERVED, cols, max, n, NULL);
+}
+
+/* 2^(k / 16) for k = 0..15, as float32 (the nearest float to each). A code's standard deviation is one of these
+ * scaled by a power of two, exactly, so every device decodes the same float. */
+static const float POW2_SIXTEENTHS[16] = {
+    0x1.000000p+0f, 0x1.0b5586p+0f, 0x1.172b84p+0f, 0x1.2387a6p+0f, 0x1.306fe0p+0f, 0x1.3dea64p+0f,
+    0x1.4bfdaep+0f, 0x1.5ab07ep+0f, 0x1.6a09e6p+0f, 0x1.7a1148p+0f, 0x1.8ace54p+0f, 0x1.9c4918p+0f,
+    0x1.ae89fap+0f, 0x1.c199bep+0f, 0x1.d5818ep+0f, 0x1.ea4afap+0f,
+};
+
+float dprec_uncertainty_sd(uint8_t code) {
+    if (code == 0u) return 0.0f;
+    if (code == 255u) return INFINITY;
+    int e = (int)code - 128; /* -127 .. 126 */
+    int q = e >= 0 ? e / 16 : -((-e + 15) / 16); /* floor(e / 16) */
+    return ldexpf(POW2_SIXTEENTHS[e - 16 * q], q);
+}
+
+uint8_t dprec_uncertainty_code(double sd) {
+    if (!(sd > 0.0)) return sd == sd ? 0u : 255u; /* 0 or below: 0; NaN: no information */
+    if (!(sd < 239.8934571661184)) return 255u;  /* 2^(126.5 / 16): past the largest finite step */
+    double k = floor(16.0 * log2(sd) + 0.5) + 128.0;
+    if (k < 1.0) k = 1.0; /* a positive sd never codes as 0, which means "no noise" */
+    if (k > 254.0) k = 254.0;
+    return (uint8_t)k;
+}
+
+float dprec_uncertainty_gain(uint8_t code) {
+    return (float)code / 255.0f;
+}
+
+uint8_t dprec_uncertainty_gain_code(double gain) {
+    if (!(gain > 0.0)) return 0u; /* NaN too */
+    if (!(gain < 1.0)) return 255u;
+    return (uint8_t)floor(255.0 * gain + 0.5);
+}
+
+/* gain spread^2 / (gain^2 spread^2 + noise^2), at most 1 (dprec_item_uncertainty), with the limits spelled out: a value
+ * with no noise is kept whole, one with infinite noise, no gain or a spread of 0 keeps nothing, an infinite spread
+ * keeps 1 / gain, capped (the device never moves further from its own level than the release does). Computed in
+ * double from the decoded floats: the same on every target. */
+static float keep_of(float noise, float gain, float spread) {
+    if (noise == 0.0f) return 1.0f;
+    if (isinf(noise) || gain == 0.0f || spread == 0.0f) return 0.0f;
+    if (isinf(spread)) return 1.0f;
+    double s2 = (double)spread * spread, k = (double)gain * s2 / ((double)gain * gain * s2 + (double)noise * noise);
+    return k < 1.0 ? (float)k : 1.0f;
+}
+
+void dprec_uncertainty_decode(const unsigned char code[DPREC_RELEASE_UNCERTAINTY_WIDTH], uint8_t col_flags,
+                              dprec_item_uncertainty *out) {
+    out->bias_noise_sd = dprec_uncertainty_sd(code[0]);
+    out->bias_gain = dprec_uncertainty_gain(code[1]);
+    out->bias_spread_sd = dprec_uncertainty_sd(code[2]);
+    out->v_noise_sd = dprec_uncertainty_sd(code[3]);
+    out->v_gain = dprec_uncertainty_gain(code[4]);
+    out->v_spread_sd = dprec_uncertainty_sd(code[5]);
+    out->bias_keep = keep_of(out->bias_noise_sd, out->bias_gain, out->bias_spread_sd);
+    out->v_keep = keep_of(out->v_noise_sd, out->v_gain, out->v_spread_sd);
+    out->pinned = (col_flags & DPREC_RELEASE_UNC_PINNED0) != 0u ? 1u : 0u;
+}
+
+static void uncertainty_identity(dprec_item_uncertainty *out) {
+    memset(out, 0, sizeof *out);
+    out->bias_keep = 1.0f;
+    out->v_keep = 1.0f;
+}
+
+/* The uncertainty column of a column table (16 bytes): its flags and offset, or 0 when there is none. */
+static int uncertainty_column(const unsigned char *table, uint8_t *flags, uint32_t *offset) {
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < DPREC_RELEASE_MAX_COLUMNS && table[4u * i] != 0u; i++) {
+        if (table[4u * i] == DPREC_RELEASE_COL_UNCERTAINTY) {
+            *flags = table[4u * i + 1u];
+            *offset = at;
+            return 1;
+        }
+        at += dprec_ld16(table + 4u * i + 2u);
+    }
+    return 0;
+}
+
+int dprec_release_item_uncertainty(const void *buf, const dprec_release_info *info, uint32_t j,
+                                   dprec_item_uncertainty *out) {
+    if (buf == NULL || info == NULL || out == NULL || j >= info->num_items || format_of(info->flags) == 0u ||
+        info->dim < 1u || info->dim > DPREC_MAX_DIM)
+        return DPREC_ERR_INVALID_ARGUMENT;
+    uncertainty_identity(out);
+    const unsigned char *p = buf;
+    uint8_t flags;
+    uint32_t offset;
+    if (info->format_version != DPREC_RELEASE_FORMAT_COLUMNS || dprec_ld16(p + OFF_FORMAT_VERSION) != info->format_version ||
+        !uncertainty_column(p + OFF_RESERVED, &flags, &offset))
+        return DPREC_ERR_NOT_FOUND;
+    uint32_t core = row_bytes(info->dim, info->flags), stride = dprec_release_stride(info);
+    if (offset + DPREC_RELEASE_UNCERTAINTY_WIDTH > stride - core || stride < core) return DPREC_ERR_INVALID_ARGUMENT;
+    dprec_uncertainty_decode(p + DPREC_RELEASE_HEADER_SIZE + (size_t)j * stride + core + offset, flags, out);
+    return DPREC_OK;
+}
+
+int dprec_release_reader_uncertainty(const dprec_release_reader *r, dprec_item_uncertainty *out) {
+    if (r == NULL || out == NULL) return DPREC_ERR_INVALID_ARGUMENT;
+    uncertainty_identity(out);
+    if (!reader_usable(r)) return DPREC_ERR_STRUCT_SIZE;
+    if (r->row_columns == NULL) return DPREC_ERR_STATE;
+    uint8_t flags;
+    uint32_t offset;
+    if (!uncertainty_column(r->columns, &flags, &offset)) return DPREC_ERR_NOT_FOUND;
+    dprec_uncertainty_decode(r->row_columns + offset, flags, out);
     return DPREC_OK;
 }

@@ -47,6 +47,7 @@ static const status_entry status_table[] = {
     E(DPREC_ERR_RELEASE_SIGNATURE, "release signature missing or invalid"),
     E(DPREC_ERR_RELEASE_MISMATCH, "release does not match the client (m, d, scale or fitted release)"),
     E(DPREC_ERR_RELEASE_UNVERIFIED, "release not verified: not the client's trusted release (dprec_release_verify)"),
+    E(DPREC_ERR_RELEASE_COLUMN, "release has a critical column (format 3) this build cannot read"),
     E(DPREC_ERR_SINGULAR, "least-squares system is singular (increase lambda)"),
     E(DPREC_ERR_NO_RATINGS, "no ratings"),
     E(DPREC_ERR_BUDGET_EXCEEDED, "the report would exceed the user's privacy cap"),

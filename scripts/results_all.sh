@@ -4,7 +4,7 @@
 # user mean. Each configuration is one `dprec-fleet --in-process` run; rows are appended to OUT (CSV) as they
 # finish, and rows already there are skipped, so an interrupted run resumes where it stopped.
 #
-#   bash scripts/results_all.sh [--data ml100k|ml10m[:F]|synthetic] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
+#   bash scripts/results_all.sh [--data ml100k|ml10m[:F]|small|app2000|synthetic] [--eps "0.5 1 2 5 10"] [--protocols "..."] [--out FILE]
 #   bash scripts/results_all.sh --table [--out FILE]          the markdown tables of OUT
 #   bash scripts/results_all.sh --plot FILE.png [--out FILE]  RMSE against epsilon, one panel per data set
 #   bash scripts/results_all.sh --publish [--out FILE]        both into docs/ (the block between the
@@ -13,6 +13,8 @@
 #
 # --data ml100k: MovieLens 100K (../shared/data/ml-100k/u.data, 943 users); ml10m: the MovieLens-10M-shaped fleet
 # of `dprec-fleet --synthetic ml10m` (70,000 devices, 10,000 items, 10,050,000 ratings; ml10m:F scales all three);
+# small and app2000: the small apps of `dprec-fleet --synthetic small` (600 devices, 9,700 items, 100,000 half-star
+# ratings, like the small MovieLens set) and `--synthetic app2000` (2,000 devices, 2,500 items, 50,000 ratings);
 # synthetic: the 100,000-device fleet of the per-protocol sections (`--synthetic 100000,300,1000000,5`).
 # Protocols (default all of): bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr. sgld's epsilon is a
 # posterior-sampling heuristic (its model column says so; docs/privacy.md "sgld"). private-fw runs on every
@@ -138,8 +140,9 @@ fi
 case "$data" in
   ml100k) src=(--data "$here/../shared/data/ml-100k/u.data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr ldp-rr";;
   ml10m|ml10m:*) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
+  small|app2000) src=(--synthetic "$data"); default_protocols="bias dpals gauss-gd";;
   synthetic) src=(--synthetic 100000,300,1000000,5); default_protocols="bias dpals gauss-gd private-fw sgld ldp-gd ldp-gddr";;
-  *) echo "results_all.sh: --data ml100k, ml10m[:F] or synthetic (see --help)" >&2; exit 2;;
+  *) echo "results_all.sh: --data ml100k, ml10m[:F], small, app2000 or synthetic (see --help)" >&2; exit 2;;
 esac
 protocols=${protocols:-$default_protocols}
 [ -f "$out" ] || echo "data,protocol,eps,rmse,eps_published,delta,model,rounds,seconds,users,items,ratings,global,item,user" > "$out"

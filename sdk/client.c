@@ -110,12 +110,13 @@ static void client_layout(const dprec_config *cfg, size_t sizes[BLK_COUNT]) {
     sizes[BLK_IMAGE] = dprec_store_image_size(cfg);
     sizes[BLK_A] = d * d * sizeof(double);
     sizes[BLK_B] = d * sizeof(double);
-    sizes[BLK_U] = DPREC_GRAM_SCRATCH(d) * sizeof(double) + d * sizeof(float); /* the fit's scratch (a block), u */
+    sizes[BLK_U] = DPREC_GRAM_SCRATCH(d) * sizeof(double) + 2u * d * sizeof(float); /* the fit's scratch, u, u_pred */
     sizes[BLK_TOPK] = (size_t)cfg->max_k * sizeof(dprec_recommendation);
     sizes[BLK_LEDGER] = (size_t)cfg->ledger_jobs * sizeof(ledger_line);
     sizes[BLK_PENDING] = (size_t)cfg->pending_slots * dprec_pending_stride(cfg);
     /* the protocols' state shares the rows' block (after the rows, each part aligned): no new block */
-    sizes[BLK_ROWS] = dprec_heap_round((size_t)cfg->rating_capacity * (d + 1) * sizeof(float)) + proto_state_bytes(cfg) +
+    sizes[BLK_ROWS] = dprec_heap_round((size_t)cfg->rating_capacity * (d + 1) * sizeof(float)) +
+                      dprec_heap_round((size_t)cfg->rating_capacity * 2u * sizeof(float)) + proto_state_bytes(cfg) +
                       dprec_heap_round(dprec_secure_memory(cfg));
 }
 
@@ -180,6 +181,7 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->b = (double *)blocks[BLK_B];
     c->scratch = (double *)blocks[BLK_U];
     c->u = (float *)(void *)(c->scratch + DPREC_GRAM_SCRATCH(cfg->dim));
+    c->u_pred = c->u + cfg->dim;
     c->topk_slots = (dprec_recommendation *)blocks[BLK_TOPK];
     c->ledger = (ledger_line *)blocks[BLK_LEDGER];
     c->pending = (unsigned char *)blocks[BLK_PENDING];
@@ -187,6 +189,8 @@ static int client_create(dprec_client **out, const dprec_config *cfg, const dpre
     c->rows = (float *)blocks[BLK_ROWS];
     unsigned char *state = (unsigned char *)blocks[BLK_ROWS] +
                            dprec_heap_round((size_t)cfg->rating_capacity * (cfg->dim + 1u) * sizeof(float));
+    c->keep = (float *)(void *)state; /* the rated items' shrinkage, after their rows */
+    state += dprec_heap_round((size_t)cfg->rating_capacity * 2u * sizeof(float));
     for (size_t i = 0; i < dprec_protocol_count; i++) {
         const dprec_proto_state *st = dprec_protocols[i]->state;
         size_t n = st != NULL ? st->memory(cfg) : 0;

@@ -123,8 +123,13 @@ struct dprec_client {
     double *b;       /* d */
     double *scratch; /* DPREC_GRAM_SCRATCH(d) doubles: a block of rows for the fit's accumulation, the scratch row of
                       * its QR fallback, u in doubles for a top-K (recommend.c); holds nothing between calls */
-    float *u;        /* d: the fitted user vector */
+    float *u;        /* d: the fitted user vector: the least squares on the release as published (the protocols' reports
+                      * are built from it) */
+    float *u_pred;   /* d: the user vector predictions use: u, or with a release that carries its items' uncertainty
+                      * (release format 3) the least squares on the shrunk release (recommend.c, "Shrinkage") */
     int fitted;
+    int fitted_shrinks;      /* the fitted release carries an uncertainty column: predictions shrink */
+    uint32_t fitted_pinned;  /* the leading coordinates of v_j its shrinkage leaves alone */
     unsigned char fitted_digest[DPREC_RELEASE_DIGEST_SIZE];
     float fitted_mu;
     trusted_release trusted;
@@ -132,6 +137,10 @@ struct dprec_client {
      * and rows[i (d+1) + d] is b_j (rating_capacity (d+1) floats). Valid while fitted and the ratings are
      * unchanged; the private protocols' gradients need them once u is known (sdk/protocols/). */
     float *rows;
+    /* For ratings[i], keep[2 i] and keep[2 i + 1]: the release's shrinkage of that item's bias and of its v_j
+     * (dprec_item_uncertainty), kept by the last fit with the rows (rating_capacity pairs). */
+    float *keep;
+    int fit_shrinks; /* set while a fit reads a release with an uncertainty column */
     /* Set by sync.c while it builds the data-independent fallback report (protocol.h, build): the protocols
      * then see no ratings and u = 0 and must not change their durable state. */
     int fallback;
@@ -253,6 +262,9 @@ int dprec_ledger_decide(dprec_client *c, const dprec_charge *ch, unsigned decisi
  * where it skips an unknown section 33. */
 #define DPREC_SECTION_TRUST 32u
 #define DPREC_SECTION_TRUST_COMPACT 33u
+/* A release with columns (format 3) is kept in section 35, for the same reason: an SDK of 0.2 skips it (and its app
+ * verifies again) rather than read a format-3 header in section 33 as damage. */
+#define DPREC_SECTION_TRUST_COLUMNS 35u
 size_t dprec_trust_section_max(void);
 unsigned char *dprec_trust_encode(const dprec_client *c, unsigned char *p);
 int dprec_trust_decode(dprec_client *c, uint16_t type, const unsigned char *d, uint32_t len, int commit);

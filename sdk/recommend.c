@@ -11,7 +11,16 @@
  * Rows come in item order and the ratings are sorted by item, so one cursor merges the two: a fit costs
  * O(n d^2 + d^3) time (plus O(m d) to stream past the other rows) and O(d^2 + n d) memory (it keeps the rows
  * of the n rated items for the private protocols, sdk/protocols/), a top-K O(m d + m log K) time and O(K)
- * memory. */
+ * memory.
+ *
+ * Shrinkage (docs/privacy.md, "Release uncertainty"). A release of format 3 may carry each item's uncertainty: how
+ * much of its bias b_j and of its v_j is the privacy noise the aggregator added, and how large the values would be
+ * without it. Predictions then shrink each item toward what the device knows, its own level mu + u.v_j's pinned part
+ * (its own bias): b_j by keep_b = signal^2 / (signal^2 + noise^2) and the unpinned coordinates of v_j by keep_v, the
+ * linear least-squares estimate of the noiseless release's values from the published ones, and the user vector they
+ * use (u_pred) is the least squares on that shrunk release. The protocols' reports keep u and the rows as published
+ * (the aggregator's step is the correction of the release it published). Without the column, or with no noise in it
+ * (keep 1), everything is as before, bit for bit. Post-processing of a release on the device: no privacy cost. */
 #include <math.h>
 #include <string.h>
 
@@ -66,7 +75,7 @@ static int trusted_buffer(const dprec_client *c, const unsigned char *p, size_t 
 /* The first byte of row j of a trusted buffer. j < m and the whole release fits the buffer's size_t length,
  * so the offset cannot wrap, even on a 32-bit target. */
 static const unsigned char *buffer_row_at(const unsigned char *p, const dprec_release_info *info, uint32_t j) {
-    size_t rb = dprec_release_row_size(info->dim, info->flags);
+    size_t rb = dprec_release_stride(info); /* the row and, in format 3, its columns */
     return p + DPREC_RELEASE_HEADER_SIZE + (size_t)j * rb;
 }
 
@@ -168,12 +177,29 @@ static double score_row_compact(const double *ud, const unsigned char *q, uint32
 
 /* ---- fit ------------------------------------------------------------------------------------------- */
 
-/* Keeps the row of a rated item (ratings[at]): v_j and b_j, for the accumulation below and the private protocols. */
-static void fit_keep(dprec_client *c, int64_t at, float bias, const float *row) {
+/* Keeps the row of a rated item (ratings[at]): v_j and b_j, for the accumulation below and the private protocols,
+ * and its shrinkage. */
+static void fit_keep(dprec_client *c, int64_t at, float bias, const float *row, const dprec_item_uncertainty *unc) {
     uint32_t d = c->cfg.dim;
     float *keep = c->rows + (size_t)at * (d + 1u);
     memcpy(keep, row, d * sizeof(float));
     keep[d] = bias;
+    c->keep[2 * at] = unc->bias_keep;
+    c->keep[2 * at + 1] = unc->v_keep;
+}
+
+/* Row k of a release's v_j shrunk: the unpinned coordinates times keep_v (the fit's and the predictions' arithmetic). */
+static void shrink_row(const float *row, uint32_t d, uint32_t pinned, float keep_v, float *out) {
+    for (uint32_t k = 0; k < d; k++) out[k] = k < pinned ? row[k] : row[k] * keep_v;
+}
+
+/* The prediction mu + keep_b b_j + u.shrunk(v_j) for a decoded row: one arithmetic for every way in, so a buffer's
+ * top-K, a stream's and a single prediction agree bit for bit. */
+static double shrunk_score(const float *u, double mu, float bias, const float *row, uint32_t d, uint32_t pinned,
+                           const dprec_item_uncertainty *unc) {
+    float v[DPREC_MAX_DIM];
+    shrink_row(row, d, pinned, unc->v_keep, v);
+    return mu + (double)(bias * unc->bias_keep) + dprec_dot_f32(u, v, d);
 }
 
 /* Liu, Wang, Smola (RecSys 2015) eq. (5), with the release's biases: each rated item adds v_j v_j^T to the
@@ -207,20 +233,68 @@ static int fit_by_qr(dprec_client *c, float mu) {
     return dprec_qr_solve(c->a, c->b, d);
 }
 
-/* Solves the accumulated system and, if the solution is usable, makes it the user vector of release `digest`. */
-static int fit_solve(dprec_client *c, float mu, const unsigned char digest[DPREC_RELEASE_DIGEST_SIZE]) {
+/* The least squares on the shrunk rows of the rated items (the user vector predictions use): each rated item adds
+ * shrunk(v_j) shrunk(v_j)^T and (r_j - mu - keep_b b_j) shrunk(v_j), row by row; the QR fallback as fit_by_qr. */
+static int fit_shrunk(dprec_client *c, float mu, uint32_t pinned) {
+    uint32_t d = c->cfg.dim;
+    float v[DPREC_MAX_DIM];
+    dprec_normal_init(c->a, c->b, d, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i++) {
+        const float *row = c->rows + (size_t)i * (d + 1u);
+        shrink_row(row, d, pinned, c->keep[2 * i + 1], v);
+        double target = (double)c->ratings[i].value - (double)mu - (double)(row[d] * c->keep[2 * i]);
+        dprec_normal_add(c->a, c->b, d, v, target);
+    }
+    int rc = dprec_cholesky_solve(c->a, c->b, d);
+    if (rc != DPREC_ERR_SINGULAR) return rc;
+    dprec_qr_init(c->a, c->b, d, (double)c->cfg.lambda);
+    for (uint32_t i = 0; i < c->count; i++) {
+        const float *row = c->rows + (size_t)i * (d + 1u);
+        shrink_row(row, d, pinned, c->keep[2 * i + 1], v);
+        double target = (double)c->ratings[i].value - (double)mu - (double)(row[d] * c->keep[2 * i]);
+        dprec_qr_add(c->a, c->b, d, v, target, c->scratch);
+    }
+    return dprec_qr_solve(c->a, c->b, d);
+}
+
+/* Whether the solution in c->b is usable: one past USER_VECTOR_MAX (a ridge far too small for the release's rows) is
+ * no solution. */
+static int solution_usable(const dprec_client *c) {
+    for (uint32_t i = 0; i < c->cfg.dim; i++)
+        if (!(fabs(c->b[i]) <= USER_VECTOR_MAX)) return 0;
+    return 1;
+}
+
+/* Solves the accumulated system and, if the solution is usable, makes it the user vector of release `digest`; with
+ * shrinks (the release carries its uncertainty, c->keep holds the rated items' shrinkage), also the vector predictions
+ * use. Nothing changes unless both solve. */
+static int fit_solve(dprec_client *c, float mu, const unsigned char digest[DPREC_RELEASE_DIGEST_SIZE], int shrinks,
+                     uint32_t pinned) {
     uint32_t d = c->cfg.dim;
     fit_accumulate(c, mu);
     int rc = dprec_cholesky_solve(c->a, c->b, d);
     if (rc == DPREC_ERR_SINGULAR) rc = fit_by_qr(c, mu);
     if (rc != DPREC_OK) return rc;
-    /* a solution past USER_VECTOR_MAX (a ridge far too small for the release's rows) is no solution: the old
-     * vector stays, and sync.c sends its data-independent fallback report instead */
-    for (uint32_t i = 0; i < d; i++)
-        if (!(fabs(c->b[i]) <= USER_VECTOR_MAX)) return DPREC_ERR_SINGULAR;
-    for (uint32_t i = 0; i < d; i++) c->u[i] = (float)c->b[i];
+    /* an unusable solution: the old vector stays, and sync.c sends its data-independent fallback report instead */
+    if (!solution_usable(c)) return DPREC_ERR_SINGULAR;
+    if (shrinks) {
+        /* the protocols' solution waits in the scratch past the QR fallback's row (d of its 16 d doubles) */
+        double *u = c->scratch + d;
+        memcpy(u, c->b, d * sizeof(double));
+        rc = fit_shrunk(c, mu, pinned);
+        if (rc == DPREC_OK && !solution_usable(c)) rc = DPREC_ERR_SINGULAR;
+        if (rc != DPREC_OK) return rc;
+        for (uint32_t i = 0; i < d; i++) {
+            c->u_pred[i] = (float)c->b[i];
+            c->u[i] = (float)u[i];
+        }
+    } else {
+        for (uint32_t i = 0; i < d; i++) c->u_pred[i] = c->u[i] = (float)c->b[i];
+    }
     memcpy(c->fitted_digest, digest, sizeof c->fitted_digest);
     c->fitted_mu = mu;
+    c->fitted_shrinks = shrinks;
+    c->fitted_pinned = pinned;
     c->fitted = 1;
     return DPREC_OK;
 }
@@ -230,9 +304,28 @@ static int fit_row(void *user, uint32_t item, float bias, const float *row, uint
     (void)dim;
     if (item == 0 && !release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
     int64_t at = cursor_match(c, item);
-    if (at >= 0) fit_keep(c, at, bias, row);
+    if (at >= 0) {
+        dprec_item_uncertainty unc;
+        int rc = dprec_release_reader_uncertainty(&c->reader, &unc);
+        if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return rc;
+        fit_keep(c, at, bias, row, &unc);
+    }
     return DPREC_OK;
 }
+
+/* The shrinkage a release's column table (the 16 bytes at offset 48 of a header its parser accepted: zero in formats
+ * 1 and 2) announces: whether it has an uncertainty column, and the coordinates that column pins. */
+static int release_shrinks(const unsigned char *table, uint32_t *pinned) {
+    *pinned = 0;
+    for (uint32_t i = 0; i < DPREC_RELEASE_MAX_COLUMNS && table[4u * i] != 0u; i++)
+        if (table[4u * i] == DPREC_RELEASE_COL_UNCERTAINTY) {
+            *pinned = (table[4u * i + 1u] & DPREC_RELEASE_UNC_PINNED0) != 0u ? 1u : 0u;
+            return 1;
+        }
+    return 0;
+}
+
+#define COLUMN_TABLE_AT 48u /* the header's column table (docs/release-format.md, "Format 3") */
 
 int dprec_fit_begin(dprec_client *c) {
     dprec_diag_begin(c);
@@ -271,7 +364,9 @@ static int fit_end(dprec_client *c, int trusted_only) {
     if (trusted_only &&
         (c->trusted.how == 0 || memcmp(info->digest, c->trusted.digest, DPREC_RELEASE_DIGEST_SIZE) != 0))
         return DPREC_ERR_RELEASE_UNVERIFIED;
-    return fit_solve(c, info->global_mean, info->digest);
+    uint32_t pinned;
+    int shrinks = release_shrinks(c->reader.columns, &pinned);
+    return fit_solve(c, info->global_mean, info->digest, shrinks, pinned);
 }
 
 int dprec_fit_end(dprec_client *c) {
@@ -286,13 +381,18 @@ int dprec_fit_end_verified(dprec_client *c) {
 /* The fit on a trusted buffer: only the rated items' rows are read. */
 static int fit_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info) {
     float row[DPREC_MAX_DIM];
+    uint32_t pinned;
+    int shrinks = release_shrinks(p + COLUMN_TABLE_AT, &pinned);
     for (uint32_t i = 0; i < c->count; i++) {
         float bias = 0.0f;
         int rc = buffer_row(p, info, c->ratings[i].item, &bias, row);
         if (rc != DPREC_OK) return rc;
-        fit_keep(c, (int64_t)i, bias, row);
+        dprec_item_uncertainty unc;
+        rc = dprec_release_item_uncertainty(p, info, c->ratings[i].item, &unc);
+        if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return rc;
+        fit_keep(c, (int64_t)i, bias, row, &unc);
     }
-    return fit_solve(c, info->global_mean, info->digest);
+    return fit_solve(c, info->global_mean, info->digest, shrinks, pinned);
 }
 
 int dprec_fit(dprec_client *c, const void *release, size_t len) {
@@ -322,7 +422,15 @@ static int topk_row(void *user, uint32_t item, float bias, const float *row, uin
     dprec_client *c = (dprec_client *)user;
     if (item == 0 && !release_matches(c, &c->reader.info)) return DPREC_ERR_RELEASE_MISMATCH;
     if (cursor_match(c, item) >= 0) return DPREC_OK; /* already rated: never recommended */
-    double s = (double)c->reader.info.global_mean + (double)bias + dprec_dot_f32(c->u, row, dim);
+    double s;
+    if (c->fitted_shrinks) { /* the fitted release's shrinkage (a stream of another release fails at its end) */
+        dprec_item_uncertainty unc;
+        int rc = dprec_release_reader_uncertainty(&c->reader, &unc);
+        if (rc != DPREC_OK && rc != DPREC_ERR_NOT_FOUND) return rc;
+        s = shrunk_score(c->u_pred, (double)c->reader.info.global_mean, bias, row, dim, c->fitted_pinned, &unc);
+    } else {
+        s = (double)c->reader.info.global_mean + (double)bias + dprec_dot_f32(c->u, row, dim);
+    }
     dprec_topk_push(&c->topk, item, (float)s);
     return DPREC_OK;
 }
@@ -369,6 +477,32 @@ int dprec_topk_end(dprec_client *c, dprec_recommendation *out, uint32_t *n) {
     return DPREC_OK;
 }
 
+/* The top-K on a trusted buffer with the release's shrinkage: each unrated row decoded (and checked, as a prediction
+ * reads it) and scored by shrunk_score, as the stream's top-K does. */
+static int topk_buffer_shrunk(dprec_client *c, const unsigned char *p, const dprec_release_info *info,
+                              dprec_recommendation *out, uint32_t *n) {
+    float row[DPREC_MAX_DIM];
+    uint32_t rated = 0, next = c->count > 0 ? c->ratings[0].item : UINT32_MAX;
+    for (uint32_t j = 0; j < info->num_items; j++) {
+        if (j == next) { /* already rated: never recommended */
+            rated++;
+            next = rated < c->count ? c->ratings[rated].item : UINT32_MAX;
+            continue;
+        }
+        float bias = 0.0f;
+        int rc = buffer_row(p, info, j, &bias, row);
+        if (rc != DPREC_OK) return rc;
+        dprec_item_uncertainty unc;
+        rc = dprec_release_item_uncertainty(p, info, j, &unc);
+        if (rc != DPREC_OK) return rc == DPREC_ERR_NOT_FOUND ? DPREC_ERR_RELEASE_MISMATCH : rc;
+        double s = shrunk_score(c->u_pred, (double)info->global_mean, bias, row, info->dim, c->fitted_pinned, &unc);
+        if (!(fabs(s) < SCORE_MAX)) return DPREC_ERR_RELEASE_VALUE;
+        dprec_topk_push(&c->topk, j, (float)s);
+    }
+    topk_out(c, out, n);
+    return DPREC_OK;
+}
+
 /* The top-K on a trusted buffer, after fit_buffer on it: every unrated row is read and scored once, straight
  * from the bytes. */
 static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_release_info *info, uint32_t k,
@@ -376,8 +510,9 @@ static int topk_buffer(dprec_client *c, const unsigned char *p, const dprec_rele
     dprec_topk_reset(&c->topk, c->topk_slots, k);
     uint32_t d = info->dim;
     int has_bias = (info->flags & DPREC_RELEASE_HAS_BIASES) != 0;
-    size_t rb = dprec_release_row_size(d, info->flags);
+    size_t rb = dprec_release_stride(info);
     int floats = float_rows(info), wide = (info->flags & DPREC_RELEASE_ENC_Q16) != 0;
+    if (c->fitted_shrinks) return topk_buffer_shrunk(c, p, info, out, n);
     double *ud = c->scratch; /* the fit's scratch row: free once the fit is done */
     for (uint32_t i = 0; i < d; i++) ud[i] = (double)c->u[i];
     double mu = (double)info->global_mean;
@@ -432,7 +567,15 @@ int dprec_predict(const dprec_client *c, const void *release, size_t len, uint32
     float bias = 0.0f, row[DPREC_MAX_DIM];
     rc = buffer_row(p, &info, item, &bias, row);
     if (rc != DPREC_OK) return rc;
-    double s = (double)info.global_mean + (double)bias + dprec_dot_f32(c->u, row, info.dim);
+    double s;
+    if (c->fitted_shrinks) {
+        dprec_item_uncertainty unc;
+        rc = dprec_release_item_uncertainty(p, &info, item, &unc);
+        if (rc != DPREC_OK) return rc == DPREC_ERR_NOT_FOUND ? DPREC_ERR_RELEASE_MISMATCH : rc;
+        s = shrunk_score(c->u_pred, (double)info.global_mean, bias, row, info.dim, c->fitted_pinned, &unc);
+    } else {
+        s = (double)info.global_mean + (double)bias + dprec_dot_f32(c->u, row, info.dim);
+    }
     *score = clamp_score(c, s);
     return DPREC_OK;
 }

@@ -176,10 +176,11 @@ static int sections_decode(dprec_client *c, const unsigned char *s, uint32_t pay
         const unsigned char *d = s + off;
         int rc = DPREC_OK;
         const dprec_proto_state *st = state_of_section(type);
-        int trust = type == DPREC_SECTION_TRUST || type == DPREC_SECTION_TRUST_COMPACT;
+        int trust = type == DPREC_SECTION_TRUST || type == DPREC_SECTION_TRUST_COMPACT ||
+                    type == DPREC_SECTION_TRUST_COLUMNS;
         if (type >= 1 && type < sizeof seen &&
             (type <= DPREC_SECTION_SYNC || trust || type == DPREC_SECTION_IDENTITY || st != NULL)) {
-            /* a known section: once at most (the trusted release in one of its two sections) */
+            /* a known section: once at most (the trusted release in one of its three sections) */
             uint16_t once = trust ? (uint16_t)DPREC_SECTION_TRUST : type;
             if (seen[once]) return DPREC_ERR_STORE_CORRUPT;
             seen[once] = 1;

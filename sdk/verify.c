@@ -12,7 +12,8 @@
  *
  * The trusted release lives in the client and in store section 32 (non-critical), little-endian, 104 bytes:
  *   [how u32: 1 signed, 2 insecure][0 u32][the release's 64-byte header][its 32-byte digest]
- * or, for a compact release (format 2), the same in section 33, which an SDK that cannot read format 2 skips.
+ * or, for a compact release (format 2), the same in section 33, which an SDK that cannot read format 2 skips, and for
+ * a release with columns (format 3) in section 35, which an SDK that cannot read format 3 skips.
  * so an app restarted on the same store recommends from its stored release without verifying it again.
  *
  * The signature check is the one exception to "no allocation after init" besides sync: mbedTLS's bignum and
@@ -243,8 +244,10 @@ size_t dprec_trust_section_max(void) {
 
 /* The section a trusted release's header goes in, by its format. */
 static uint16_t trust_section_of(const unsigned char *head) {
-    return dprec_ld16(head + 4) == DPREC_RELEASE_FORMAT_VERSION ? (uint16_t)DPREC_SECTION_TRUST
-                                                                 : (uint16_t)DPREC_SECTION_TRUST_COMPACT;
+    uint16_t format = dprec_ld16(head + 4);
+    return format == DPREC_RELEASE_FORMAT_VERSION   ? (uint16_t)DPREC_SECTION_TRUST
+           : format == DPREC_RELEASE_FORMAT_COMPACT ? (uint16_t)DPREC_SECTION_TRUST_COMPACT
+                                                    : (uint16_t)DPREC_SECTION_TRUST_COLUMNS;
 }
 
 unsigned char *dprec_trust_encode(const dprec_client *c, unsigned char *p) {

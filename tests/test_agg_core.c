@@ -604,6 +604,72 @@ static void test_agg_a_job_with_compact_releases_publishes_them_signed(void **st
     }
 }
 
+/* A job that asks for its items' uncertainty ("release_uncertainty", docs/protocol.md): release 1 and every release
+ * its rounds publish, also after a restart, are format 3 with the uncertainty column, signed like the others; release 1
+ * holds no noise (every posterior code 0: the identity on a device). A round with no report releases the noise alone,
+ * and its column says so: nearly every item keeps nothing of it. The job view says it; a protocol that does not compute
+ * it, or a value that is not a boolean, is refused. */
+static void test_agg_a_job_with_release_uncertainty_publishes_the_column_signed(void **state) {
+    env *e = *state;
+    char tok[65];
+    register_device(e->a, tok);
+    const char *spec = "{\"protocol\":\"dpals\",\"d\":1,\"m\":300,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,"
+                       "\"min_reports\":1,\"round_seconds\":600,\"release_uncertainty\":true,"
+                       "\"budget\":{\"epsilon\":0.5,\"delta\":1e-6}}";
+    cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+    int64_t job = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+    cJSON_Delete(o);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+    o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200); /* no reports: the noise alone */
+    cJSON_Delete(o);
+    dprec_agg_close(e->a); /* the job's column survives a restart */
+    e->a = NULL;
+    assert_int_equal(open_agg(e), 0);
+    for (int v = 1; v <= 2; v++) {
+        size_t len = 0;
+        unsigned char *rel = get_release(e->a, job, v == 1 ? "1" : "2", tok, &len);
+        assert_non_null(rel);
+        check_signed_release(e->a, rel, len, (uint64_t)v);
+        dprec_release_info info;
+        assert_int_equal(dprec_release_check(rel, len, &info), DPREC_OK);
+        assert_int_equal(info.format_version, DPREC_RELEASE_FORMAT_COLUMNS);
+        assert_int_equal(len, dprec_release_size_columns(300, 1, info.flags, DPREC_RELEASE_UNCERTAINTY_WIDTH, info.sig_len));
+        double kept = 0.0, moved = 0.0;
+        for (uint32_t j = 0; j < 300; j++) {
+            dprec_item_uncertainty u;
+            float row[1], bias;
+            assert_int_equal(dprec_release_item_uncertainty(rel, &info, j, &u), DPREC_OK);
+            assert_int_equal(dprec_release_row(rel, &info, j, row, &bias), DPREC_OK);
+            assert_int_equal(u.pinned, 1);
+            if (v == 1) assert_true(u.bias_noise_sd == 0.0f && u.bias_keep == 1.0f && u.v_keep == 1.0f);
+            kept += fabs((double)(bias * u.bias_keep)); /* what a device keeps of the release's biases */
+            moved += fabs((double)bias);
+        }
+        if (v == 2) { /* the noise alone: the release's biases spread no more than their noise says, so none is kept */
+            print_message("a round of noise alone: |b| %.4f on average, a device keeps %.4f of it\n", moved / 300,
+                          kept / 300);
+            assert_true(moved > 0.0 && kept <= 0.05 * moved);
+        }
+        free(rel);
+    }
+    char vpath[64];
+    snprintf(vpath, sizeof vpath, "/v1/admin/jobs/%lld", (long long)job);
+    o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", vpath, ADMIN, NULL, 200);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")));
+    cJSON_Delete(o);
+    const char *bad[] = {
+        "{\"protocol\":\"plain\",\"d\":2,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
+        "\"round_seconds\":600,\"release_uncertainty\":true}",
+        "{\"protocol\":\"gauss-gd\",\"d\":2,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
+        "\"round_seconds\":600,\"release_uncertainty\":true,\"budget\":{\"epsilon\":1,\"delta\":1e-6}}",
+        "{\"protocol\":\"dpals\",\"d\":1,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
+        "\"round_seconds\":600,\"release_uncertainty\":1,\"budget\":{\"epsilon\":1,\"delta\":1e-6}}",
+    };
+    for (int i = 0; i < 3; i++)
+        expect_error(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad[i], strlen(bad[i]), 400, "bad_field");
+}
+
 /* keep_report_payloads = 1: the payloads of a finalized round stay, byte for byte. */
 static void test_agg_keeps_report_payloads_when_configured(void **state) {
     env *e = *state;
@@ -1605,6 +1671,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_starts_from_its_biases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_with_compact_releases_publishes_them_signed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_job_with_release_uncertainty_publishes_the_column_signed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "dprec/release.h"
 #include "protocols/agg_protocol.h"
 #include "dpals.h"
 #include "gauss.h"
@@ -437,6 +438,102 @@ static void check_exact_als(int residual, const char *gram_weight, int reweight)
     agg_model_free(&next);
 }
 
+/* The uncertainty of a solve (agg_dpals_solve_unc, docs/privacy.md "Release uncertainty"), in units of tau^2: for
+ * one coefficient the conjugate posterior (lambda g + kappa) / (g^2 + lambda g + kappa), the same without noise
+ * lambda / (g + lambda), the attenuation g^2 / (g^2 + lambda g + kappa) and the noise f^2 (lambda g + kappa); a
+ * direction nobody rated keeps its prior; in d dimensions each coefficient's share of the directions', summing to the
+ * directions' own. The solution itself is agg_dpals_solve's. */
+static void test_dpals_uncertainty_is_the_solves_posterior(void **state) {
+    (void)state;
+    const double lam = 5.0, kappas[3] = {0.0, 40.0, 1e4}, gs[4] = {-3.0, 0.0, 2.0, 300.0};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 4; i++) {
+            double g = gs[i], h = 7.0, s1, s2, kap = kappas[k];
+            agg_dpals_unc u;
+            double gg = g;
+            assert_int_equal(agg_dpals_solve_unc(&gg, &h, 1, lam, kap, &s1, &u), 0);
+            gg = g;
+            assert_int_equal(agg_dpals_solve(&gg, &h, 1, lam, kap, &s2), 0);
+            assert_true(s1 == s2);
+            double gv = g > 0 ? g : 0, den = gv * gv + lam * gv + kap, f = kap > 0 ? gv / den : 1.0 / (gv + lam);
+            double post = kap > 0 ? (lam * gv + kap) / den : lam / (gv + lam);
+            assert_true(fabs(u.post[0] - post) < 1e-12);
+            assert_true(fabs(u.post0[0] - lam / (gv + lam)) < 1e-12);
+            assert_true(fabs(u.att[0] - f * gv) < 1e-12);
+            assert_true(fabs(u.noise[0] - f * f * (lam * gv + kap)) < 1e-12);
+            assert_true(fabs(u.carry2[0] - (1 - f * gv) * (1 - f * gv)) < 1e-12);
+            assert_true(u.post[0] >= u.post0[0] - 1e-15 && u.post[0] <= 1.0 + 1e-15); /* noise only widens it */
+            if (gv == 0) assert_true(u.post[0] == 1.0 && u.att[0] == 0.0 && u.carry2[0] == 1.0); /* nothing learned */
+        }
+    /* d = 3 without noise: the coefficients' posteriors sum to the trace of lambda (G + lambda I)^-1 (the directions'
+     * lambda / (g + lambda), by orthogonality), computed here by cofactors */
+    double g[9] = {4, 1, 0, 1, 3, 0.5, 0, 0.5, 2}, h[3] = {1, -1, 2}, s[3];
+    agg_dpals_unc u;
+    assert_int_equal(agg_dpals_solve_unc(g, h, 3, lam, 0.0, s, &u), 0);
+    double A[3][3] = {{4 + lam, 1, 0}, {1, 3 + lam, 0.5}, {0, 0.5, 2 + lam}};
+    double det = A[0][0] * (A[1][1] * A[2][2] - A[1][2] * A[2][1]) - A[0][1] * (A[1][0] * A[2][2] - A[1][2] * A[2][0]) +
+                 A[0][2] * (A[1][0] * A[2][1] - A[1][1] * A[2][0]);
+    double cof = (A[1][1] * A[2][2] - A[1][2] * A[2][1]) + (A[0][0] * A[2][2] - A[0][2] * A[2][0]) +
+                 (A[0][0] * A[1][1] - A[0][1] * A[1][0]);
+    double tr = 0.0;
+    for (int a = 0; a < 3; a++) {
+        assert_true(u.post[a] > 0.0 && u.post[a] < 1.0 && fabs(u.post[a] - u.post0[a]) < 1e-12);
+        tr += u.post[a];
+    }
+    assert_true(fabs(tr - lam * cof / det) < 1e-9);
+}
+
+/* A job that asks for its items' uncertainty releases the same values as one that does not (the column is computed
+ * beside them), with the column: flag PINNED0; release 1's biases without noise and its random factors noise with
+ * no gain; after a round from it, each value's gain and noise as the solve's gain and data noise say (residual: the
+ * factors' initial noise carried through 1 - f g), one spread for the release. */
+static void test_dpals_uncertainty_leaves_the_released_values_as_they_are(void **state) {
+    (void)state;
+    enum { U = 40 };
+    const char *params = "{\"max_items\":12,\"noise_multiplier\":1,\"prior_sd\":0.5,\"residual\":true}";
+    agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0), ju = j;
+    ju.release_uncertainty = 1;
+    uint64_t st = 5;
+    static unsigned char p[U][PMAX];
+    agg_report reps[U];
+    for (int i = 0; i < U; i++) {
+        float w[D], t[K];
+        uint32_t items[K], n;
+        random_user(&st, w, items, t, &n);
+        reps[i].device = i + 1;
+        reps[i].payload = p[i];
+        reps[i].payload_len = payload(D, K, w, items, t, n, p[i]);
+    }
+    agg_model prev, prevu, a, b;
+    char err[AGG_ERRMSG];
+    assert_int_equal(agg_protocol_dpals.initial_model(&j, &prev, err, sizeof err), 0);
+    assert_int_equal(agg_protocol_dpals.initial_model(&ju, &prevu, err, sizeof err), 0);
+    assert_null(prev.unc);
+    assert_non_null(prevu.unc);
+    for (uint32_t it = 0; it < M * DPREC_RELEASE_UNCERTAINTY_WIDTH; it += DPREC_RELEASE_UNCERTAINTY_WIDTH) {
+        assert_true(prevu.unc[it] == 0 && prevu.unc[it + 1] == 0);               /* release 1's biases: 0, no noise */
+        assert_int_equal(prevu.unc[it + 3], dprec_uncertainty_code(0.1 / sqrt(3.0))); /* its factors: U(-0.1, 0.1) */
+        assert_int_equal(prevu.unc[it + 4], 0);                                  /* with nothing of the items */
+    }
+    assert_int_equal(agg_dpals_step(&j, &prev, reps, U, NULL, 0, &a, err, sizeof err), 0);
+    assert_int_equal(agg_dpals_step(&ju, &prevu, reps, U, NULL, 0, &b, err, sizeof err), 0);
+    assert_memory_equal(a.v, b.v, sizeof(float) * M * D);
+    assert_memory_equal(a.bias, b.bias, sizeof(float) * M);
+    assert_null(a.unc);
+    assert_non_null(b.unc);
+    assert_int_equal(b.unc_flags, DPREC_RELEASE_UNC_PINNED0);
+    for (uint32_t it = 0; it < M; it++) {
+        const unsigned char *c = b.unc + it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        assert_true(c[0] > 0 && c[3] > 0);                 /* the ratings' noise, at least (lambda > 0) */
+        assert_true(c[1] < 255 && c[4] < 255);             /* a gain below 1 */
+        assert_true(c[2] == b.unc[2] && c[5] == b.unc[5]); /* one spread for the release */
+    }
+    agg_model_free(&prev);
+    agg_model_free(&prevu);
+    agg_model_free(&a);
+    agg_model_free(&b);
+}
+
 static void test_dpals_without_noise_equals_exact_als(void **state) {
     (void)state;
     check_exact_als(0, "1", 0);
@@ -645,6 +742,8 @@ int main(void) {
         cmocka_unit_test(test_dpals_step_adds_the_published_noise),
         cmocka_unit_test(test_dpals_posterior_filter_shrinks_what_the_noise_hides),
         cmocka_unit_test(test_dpals_solve_projects_and_never_fails),
+        cmocka_unit_test(test_dpals_uncertainty_is_the_solves_posterior),
+        cmocka_unit_test(test_dpals_uncertainty_leaves_the_released_values_as_they_are),
         cmocka_unit_test(test_dpals_noisy_gram_is_symmetric),
         cmocka_unit_test(test_dpals_without_noise_equals_exact_als),
         cmocka_unit_test(test_dpals_reweighted_without_noise_equals_weighted_als),

@@ -1,5 +1,5 @@
-/* Tests for common/release.c: the release formats (1, float32 rows; 2, compact rows), the whole-buffer check, row
- * access, streaming reader and writer. Test data comes from a fixed-seed LCG, so every run sees the same bytes. */
+/* Tests for common/release.c: the release formats (1, float32 rows; 2, compact rows; 3, rows with per-item columns),
+ * the whole-buffer check, row access, streaming reader and writer. Test data comes from a fixed-seed LCG, so every run sees the same bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,10 +39,17 @@ typedef struct fixture {
     dprec_release_info info;
     unsigned char *buf;
     size_t len;
+    unsigned char *unc;     /* m * DPREC_RELEASE_UNCERTAINTY_WIDTH column bytes (fixture_columns > 0), else NULL */
+    unsigned char *unknown; /* m * UNKNOWN_WIDTH (fixture_columns == 2) */
 } fixture;
 
 /* The encoding fixture_make writes (0: float32 rows; DPREC_RELEASE_ENC_Q16 or _Q8: a compact release). */
 static uint16_t fixture_encoding;
+/* The columns fixture_make writes (format 3): 0 none; 1 the items' uncertainty; 2 an unknown, skippable column of 3
+ * bytes an item first, then the uncertainty. Their bytes come from the LCG too (fixture.cols). */
+static int fixture_columns;
+#define UNKNOWN_TYPE 9u
+#define UNKNOWN_WIDTH 3u
 
 /* Writes a release with LCG values; the caller frees with fixture_free. */
 static void fixture_make(fixture *f, uint32_t m, uint32_t d, int biases, uint32_t seed) {
@@ -70,11 +77,30 @@ static void fixture_make(fixture *f, uint32_t m, uint32_t d, int biases, uint32_
     f->info.rating_max = 5.0f;
     f->info.global_mean = biases ? 3.25f : 0.0f;
     f->info.flags = fixture_encoding;
-    total = dprec_release_size(m, d, (uint16_t)((biases ? DPREC_RELEASE_HAS_BIASES : 0) | fixture_encoding), 0);
+    dprec_release_column_data cols[2];
+    uint32_t ncols = 0, colw = 0;
+    if (fixture_columns == 2) {
+        f->unknown = malloc((size_t)m * UNKNOWN_WIDTH);
+        assert_non_null(f->unknown);
+        for (i = 0; i < (size_t)m * UNKNOWN_WIDTH; i++) f->unknown[i] = (unsigned char)lcg_next(&g);
+        cols[ncols++] = (dprec_release_column_data){UNKNOWN_TYPE, 0, UNKNOWN_WIDTH, f->unknown};
+        colw += UNKNOWN_WIDTH;
+    }
+    if (fixture_columns > 0) {
+        f->unc = malloc((size_t)m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+        assert_non_null(f->unc);
+        for (i = 0; i < (size_t)m * DPREC_RELEASE_UNCERTAINTY_WIDTH; i++) f->unc[i] = (unsigned char)lcg_next(&g);
+        cols[ncols++] = (dprec_release_column_data){DPREC_RELEASE_COL_UNCERTAINTY, DPREC_RELEASE_UNC_PINNED0,
+                                                    DPREC_RELEASE_UNCERTAINTY_WIDTH, f->unc};
+        colw += DPREC_RELEASE_UNCERTAINTY_WIDTH;
+    }
+    total = dprec_release_size_columns(m, d, (uint16_t)((biases ? DPREC_RELEASE_HAS_BIASES : 0) | fixture_encoding),
+                                       colw, 0);
     assert_true(total > 0);
     f->buf = malloc((size_t)total);
     assert_non_null(f->buf);
-    assert_int_equal(dprec_release_write(f->buf, (size_t)total, &f->info, f->v, f->bias, &written), DPREC_OK);
+    assert_int_equal(dprec_release_write_columns(f->buf, (size_t)total, &f->info, f->v, f->bias, cols, ncols, &written),
+                     DPREC_OK);
     assert_int_equal(written, total);
     f->len = written;
 }
@@ -83,6 +109,8 @@ static void fixture_free(fixture *f) {
     free(f->v);
     free(f->bias);
     free(f->buf);
+    free(f->unc);
+    free(f->unknown);
 }
 
 /* Recomputes the digest of a release (cap bytes of storage) whose header or body was patched, where the
@@ -95,6 +123,8 @@ static void rehash(unsigned char *buf, size_t cap) {
     if (flags & DPREC_RELEASE_ENC_Q16) rb += 4u + 2u * d;
     else if (flags & DPREC_RELEASE_ENC_Q8) rb += 4u + d;
     else rb += 4u * d;
+    if (dprec_ld16(buf + 4) == DPREC_RELEASE_FORMAT_COLUMNS) /* the column table's widths */
+        for (unsigned i = 0; i < DPREC_RELEASE_MAX_COLUMNS; i++) rb += dprec_ld16(buf + 48 + 4 * i + 2);
     uint64_t body_end = 64u + m * rb;
 
     if (body_end + 32u > cap) return;
@@ -423,7 +453,8 @@ static void test_release_rejects_inconsistent_headers(void **state) {
         {"bad magic", 0, 1, 'X', 0, DPREC_ERR_RELEASE_MAGIC},
         {"bad magic (last byte)", 3, 1, 'W', 0, DPREC_ERR_RELEASE_MAGIC},
         {"version 0", 4, 2, 0, 0, DPREC_ERR_RELEASE_VERSION},
-        {"version 3", 4, 2, 3, 0, DPREC_ERR_RELEASE_VERSION},
+        {"version 4", 4, 2, 4, 0, DPREC_ERR_RELEASE_VERSION},
+        {"version 3 without a column", 4, 2, 3, 0, DPREC_ERR_RELEASE_HEADER},
         {"version 2 with float32 rows", 4, 2, 2, 0, DPREC_ERR_RELEASE_HEADER},
         {"version 1 with a compact encoding", 6, 2, DPREC_RELEASE_ENC_Q16, 0, DPREC_ERR_RELEASE_HEADER},
         {"unknown flag 0x0008", 6, 2, 0x0008, 0, DPREC_ERR_RELEASE_HEADER},
@@ -859,6 +890,7 @@ static void parsers_agree_on_mutations_of(uint16_t enc, uint32_t seed) {
     fixture_encoding = enc;
     fixture_make(&f, 4, 3, 1, 23u);
     fixture_encoding = 0;
+    fixture_columns = 0;
     for (iter = 0; iter < 2000; iter++) {
         size_t cap = f.len + 64, len = f.len;
         unsigned char *p = dup_buf(f.buf, f.len, 64);
@@ -869,12 +901,18 @@ static void parsers_agree_on_mutations_of(uint16_t enc, uint32_t seed) {
         for (k = 0; k < n; k++) {
             uint32_t r = lcg_next(&g);
             size_t at = (size_t)(lcg_next(&g) % (uint32_t)cap);
-            switch (r % 6u) {
+            switch (r % 7u) {
             case 0: p[at] ^= (unsigned char)(1u << (lcg_next(&g) % 8u)); break; /* bit flip */
             case 1: p[at] = (unsigned char)lcg_next(&g); break;                  /* random byte */
             case 2: p[at % 64] = (unsigned char)lcg_next(&g); break;              /* header byte */
             case 3: len = (size_t)(lcg_next(&g) % (uint32_t)(cap + 1)); break;   /* truncate/extend */
             case 4: dprec_st16(p + 46, (uint16_t)(lcg_next(&g) % 16u)); break;   /* sig_len */
+            case 5:
+                if (lcg_next(&g) % 2u) { /* the column table (format 3), or the version that gives it meaning */
+                    p[48 + lcg_next(&g) % 16u] = (unsigned char)(lcg_next(&g) % 8u);
+                    break;
+                }
+                /* fall through */
             default: dprec_st32(p + 24 + 4 * (lcg_next(&g) % 2u), lcg_next(&g) % 8u); break; /* m or d */
             }
         }
@@ -898,6 +936,239 @@ static void parsers_agree_on_mutations_of(uint16_t enc, uint32_t seed) {
 static void test_release_parsers_agree_on_random_mutations(void **state) {
     (void)state;
     parsers_agree_on_mutations_of(0, 20240601u);
+}
+
+/* ---- format 3: per-item columns ---------------------------------------------------------------------------- */
+
+/* The same mutations of releases with columns (the uncertainty column, and an unknown one before it). */
+static void test_column_parsers_agree_on_random_mutations(void **state) {
+    (void)state;
+    fixture_columns = 2;
+    parsers_agree_on_mutations_of(0, 20261101u);
+    fixture_columns = 1;
+    parsers_agree_on_mutations_of(DPREC_RELEASE_ENC_Q8, 20261102u);
+}
+
+typedef struct unc_collector {
+    const unsigned char *ref;
+    const dprec_release_info *info;
+    uint32_t calls;
+    int mismatches;
+} unc_collector;
+
+/* Compares each streamed row and its uncertainty with the buffer's. */
+static int collect_unc(void *user, uint32_t item, float bias, const float *row, uint32_t dim) {
+    unc_collector *c = user;
+    float want[DPREC_MAX_DIM], want_bias;
+    dprec_item_uncertainty a, b;
+    int ra = dprec_release_reader_uncertainty(&reader, &a), rb = dprec_release_item_uncertainty(c->ref, c->info, item, &b);
+    if (item != c->calls || ra != rb || memcmp(&a, &b, sizeof a) != 0) c->mismatches++;
+    if (dprec_release_row(c->ref, c->info, item, want, &want_bias) != DPREC_OK ||
+        memcmp(want, row, sizeof(float) * dim) != 0 || memcmp(&want_bias, &bias, sizeof bias) != 0)
+        c->mismatches++;
+    c->calls++;
+    return 0;
+}
+
+static int stream_uncertainty(const fixture *f, const dprec_release_info *info, size_t chunk, uint32_t seed) {
+    unc_collector c = {f->buf, info, 0, 0};
+    lcg g = {seed};
+    dprec_release_reader_init(&reader, collect_unc, &c);
+    for (size_t off = 0; off < f->len;) {
+        size_t n = chunk != 0 ? chunk : (size_t)(lcg_next(&g) % 97u);
+        if (n > f->len - off) n = f->len - off;
+        assert_int_equal(dprec_release_reader_feed(&reader, f->buf + off, n), DPREC_OK);
+        off += n;
+    }
+    assert_int_equal(dprec_release_reader_finish(&reader), DPREC_OK);
+    assert_int_equal(c.calls, f->m);
+    return c.mismatches;
+}
+
+/* A release with columns: format 3, its rows those of the same release without them, each item's uncertainty the
+ * decoding of its column bytes, the same from the buffer and from the stream however it is chunked; the unknown column
+ * before it is skipped (its offset counted). */
+static void test_column_releases_round_trip_with_each_items_uncertainty(void **state) {
+    static const uint16_t encodings[] = {0, DPREC_RELEASE_ENC_Q16, DPREC_RELEASE_ENC_Q8};
+    (void)state;
+    for (int cols = 1; cols <= 2; cols++)
+        for (size_t e = 0; e < 3; e++) {
+            fixture f, plain;
+            dprec_release_info info, pinfo;
+            fixture_encoding = encodings[e];
+            fixture_columns = 0;
+            fixture_make(&plain, 7, 3, 1, 555u);
+            fixture_columns = cols;
+            fixture_make(&f, 7, 3, 1, 555u);
+            fixture_columns = 0;
+            fixture_encoding = 0;
+            uint32_t colw = DPREC_RELEASE_UNCERTAINTY_WIDTH + (cols == 2 ? UNKNOWN_WIDTH : 0u);
+            assert_int_equal(dprec_release_check(f.buf, f.len, &info), DPREC_OK);
+            assert_int_equal(dprec_release_check(plain.buf, plain.len, &pinfo), DPREC_OK);
+            assert_int_equal(info.format_version, DPREC_RELEASE_FORMAT_COLUMNS);
+            assert_int_equal(info.flags, pinfo.flags);
+            assert_int_equal(f.len, plain.len + 7u * colw);
+            assert_int_equal(info.total_size, f.len);
+            dprec_release_column list[DPREC_RELEASE_MAX_COLUMNS];
+            uint32_t n = 0;
+            assert_int_equal(dprec_release_columns(f.buf, 64, list, DPREC_RELEASE_MAX_COLUMNS, &n), DPREC_OK);
+            assert_int_equal(n, (uint32_t)cols);
+            assert_int_equal(list[n - 1].type, DPREC_RELEASE_COL_UNCERTAINTY);
+            assert_int_equal(list[n - 1].width, DPREC_RELEASE_UNCERTAINTY_WIDTH);
+            assert_int_equal(list[n - 1].offset, cols == 2 ? UNKNOWN_WIDTH : 0u);
+            assert_int_equal(dprec_release_columns(plain.buf, 64, list, DPREC_RELEASE_MAX_COLUMNS, &n), DPREC_OK);
+            assert_int_equal(n, 0);
+            for (uint32_t j = 0; j < 7; j++) {
+                float row[DPREC_MAX_DIM], prow[DPREC_MAX_DIM], b, pb;
+                assert_int_equal(dprec_release_row(f.buf, &info, j, row, &b), DPREC_OK);
+                assert_int_equal(dprec_release_row(plain.buf, &pinfo, j, prow, &pb), DPREC_OK);
+                assert_memory_equal(row, prow, sizeof(float) * 3);
+                assert_true(b == pb);
+                dprec_item_uncertainty got, want;
+                assert_int_equal(dprec_release_item_uncertainty(f.buf, &info, j, &got), DPREC_OK);
+                dprec_uncertainty_decode(f.unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH, DPREC_RELEASE_UNC_PINNED0, &want);
+                assert_memory_equal(&got, &want, sizeof got);
+                assert_int_equal(got.pinned, 1);
+                /* a release without the column: the identity, and NOT_FOUND */
+                assert_int_equal(dprec_release_item_uncertainty(plain.buf, &pinfo, j, &got), DPREC_ERR_NOT_FOUND);
+                assert_true(got.bias_keep == 1.0f && got.v_keep == 1.0f && got.pinned == 0);
+            }
+            assert_int_equal(stream_uncertainty(&f, &info, f.len, 0), 0);
+            assert_int_equal(stream_uncertainty(&f, &info, 1, 0), 0);
+            assert_int_equal(stream_uncertainty(&f, &info, 0, 31u + (uint32_t)e), 0);
+            dprec_item_uncertainty outside;
+            assert_int_equal(dprec_release_reader_uncertainty(&reader, &outside), DPREC_ERR_STATE); /* not in on_row */
+            fixture_free(&f);
+            fixture_free(&plain);
+        }
+}
+
+/* A column of a type this build does not know is skipped when it is not critical (above) and refused when it is, by
+ * every reader and by the writer: a release that needs it is never misread. */
+static void test_a_critical_column_of_an_unknown_type_is_refused(void **state) {
+    fixture f;
+    (void)state;
+    fixture_columns = 2;
+    fixture_make(&f, 5, 2, 1, 77u);
+    fixture_columns = 0;
+    unsigned char *p = dup_buf(f.buf, f.len, 0);
+    p[48 + 1] = DPREC_RELEASE_COL_CRITICAL; /* slot 0: the unknown column */
+    rehash(p, f.len);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_parse_header(p, 64, &info), DPREC_ERR_RELEASE_COLUMN);
+    expect_everywhere(p, f.len, DPREC_ERR_RELEASE_COLUMN);
+    /* the uncertainty column may be critical: a reader that knows it reads it */
+    free(p);
+    p = dup_buf(f.buf, f.len, 0);
+    p[48 + 4 + 1] |= DPREC_RELEASE_COL_CRITICAL;
+    rehash(p, f.len);
+    expect_everywhere(p, f.len, DPREC_OK);
+    free(p);
+    /* the writer refuses what the readers would */
+    static unsigned char bytes[5 * 3];
+    dprec_release_column_data col = {UNKNOWN_TYPE, DPREC_RELEASE_COL_CRITICAL, 3, bytes};
+    unsigned char out[512];
+    size_t written = 0;
+    dprec_release_info wi = f.info;
+    assert_int_equal(dprec_release_write_columns(out, sizeof out, &wi, f.v, f.bias, &col, 1, &written),
+                     DPREC_ERR_RELEASE_COLUMN);
+    fixture_free(&f);
+}
+
+/* Column tables the format does not allow are refused at the header, by every reader (DPREC_ERR_RELEASE_HEADER). */
+static void test_malformed_column_tables_are_refused(void **state) {
+    static const header_case cases[] = {
+        {"the uncertainty column 5 bytes wide", 48 + 4 + 2, 2, 5, 0, DPREC_ERR_RELEASE_HEADER},
+        {"an unknown flag on the uncertainty column", 48 + 4 + 1, 1, 0x04, 0, DPREC_ERR_RELEASE_HEADER},
+        {"a gap before a column", 48, 1, 0, 0, DPREC_ERR_RELEASE_HEADER},
+        {"a column 0 bytes wide", 48 + 2, 2, 0, 0, DPREC_ERR_RELEASE_HEADER},
+        {"a type twice", 48, 1, DPREC_RELEASE_COL_UNCERTAINTY, 0, DPREC_ERR_RELEASE_HEADER},
+        {"an empty slot with flags", 48 + 8 + 1, 1, 1, 0, DPREC_ERR_RELEASE_HEADER},
+        {"an empty slot with a width", 48 + 12 + 2, 2, 4, 0, DPREC_ERR_RELEASE_HEADER},
+        {"more than 64 column bytes", 48 + 2, 2, 59, 0, DPREC_ERR_RELEASE_HEADER},
+        {"format 1 with a column table", 4, 2, 1, 0, DPREC_ERR_RELEASE_HEADER},
+        {"format 2 with float32 rows and a column table", 4, 2, 2, 0, DPREC_ERR_RELEASE_HEADER},
+    };
+    fixture f;
+    (void)state;
+    fixture_columns = 2;
+    fixture_make(&f, 4, 3, 1, 99u);
+    fixture_columns = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char *p = dup_buf(f.buf, f.len, 0);
+        dprec_release_info info;
+        patch(p, &cases[i]);
+        rehash(p, f.len);
+        int rc = dprec_release_parse_header(p, 64, &info);
+        if (rc != cases[i].want) fail_msg("%s: parse_header returned %d, want %d", cases[i].what, rc, cases[i].want);
+        expect_everywhere(p, f.len, cases[i].want);
+        free(p);
+    }
+    /* and 64 bytes exactly is allowed: the unknown column 58 wide beside the uncertainty's 6 */
+    unsigned char *p = dup_buf(f.buf, f.len, 0);
+    dprec_st16(p + 48 + 2, 58);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_parse_header(p, 64, &info), DPREC_OK);
+    assert_int_equal(info.total_size, 64u + 4u * (4u + 12u + 64u) + 32u);
+    free(p);
+    fixture_free(&f);
+}
+
+/* The log-scale codes: 0 is exactly 0 and 255 is "no information"; every other code decodes to 2^((c - 128) / 16) and
+ * codes back to itself; gains are code / 255; and the shrinkage's limits (dprec_item_uncertainty): no noise keeps the
+ * value whole, no spread or no gain keeps nothing, and it never exceeds 1. */
+static void test_uncertainty_codes_and_the_limits_of_the_shrinkage(void **state) {
+    (void)state;
+    assert_true(dprec_uncertainty_sd(0) == 0.0f);
+    assert_true(isinf(dprec_uncertainty_sd(255)));
+    assert_int_equal(dprec_uncertainty_code(0.0), 0);
+    assert_int_equal(dprec_uncertainty_code(-1.0), 0);
+    assert_int_equal(dprec_uncertainty_code(NAN), 255);
+    assert_int_equal(dprec_uncertainty_code(INFINITY), 255);
+    assert_int_equal(dprec_uncertainty_code(1e-30), 1);
+    assert_int_equal(dprec_uncertainty_code(1e30), 255);
+    assert_true(dprec_uncertainty_sd(128) == 1.0f);
+    assert_true(dprec_uncertainty_sd(144) == 2.0f);
+    assert_true(dprec_uncertainty_sd(112) == 0.5f);
+    for (int c = 1; c <= 254; c++) {
+        float sd = dprec_uncertainty_sd((uint8_t)c);
+        assert_true(fabs((double)sd / exp2((c - 128) / 16.0) - 1.0) < 1e-6);
+        assert_int_equal(dprec_uncertainty_code(sd), c);
+        if (c > 1) assert_true(sd > dprec_uncertainty_sd((uint8_t)(c - 1)));
+    }
+    /* gains: code / 255 */
+    assert_true(dprec_uncertainty_gain(0) == 0.0f && dprec_uncertainty_gain(255) == 1.0f);
+    assert_int_equal(dprec_uncertainty_gain_code(-1.0), 0);
+    assert_int_equal(dprec_uncertainty_gain_code(NAN), 0);
+    assert_int_equal(dprec_uncertainty_gain_code(2.0), 255);
+    for (int c = 0; c <= 255; c++) assert_int_equal(dprec_uncertainty_gain_code(dprec_uncertainty_gain((uint8_t)c)), c);
+    /* [b: noise][gain][spread] then the same for v */
+    const unsigned char zero[6] = {0, 120, 100, 0, 0, 0}, none[6] = {120, 200, 0, 120, 0, 100},
+                        full[6] = {110, 255, 255, 110, 255, 100}, low[6] = {60, 40, 128, 255, 255, 128};
+    dprec_item_uncertainty u;
+    dprec_uncertainty_decode(zero, 0, &u);
+    assert_true(u.bias_keep == 1.0f && u.v_keep == 1.0f && u.pinned == 0); /* no noise: the identity, whatever the gain */
+    dprec_uncertainty_decode(none, DPREC_RELEASE_UNC_PINNED0, &u);
+    assert_true(u.bias_keep == 0.0f && u.v_keep == 0.0f && u.pinned == 1); /* no spread, or nothing of the item */
+    dprec_uncertainty_decode(full, 0, &u);
+    assert_true(u.bias_keep == 1.0f);                     /* an infinite spread: 1 / gain, capped */
+    double n = dprec_uncertainty_sd(110), sp = dprec_uncertainty_sd(100); /* gain 1: the James-Stein factor */
+    assert_true(fabs(u.v_keep - sp * sp / (sp * sp + n * n)) < 1e-6);
+    dprec_uncertainty_decode(low, 0, &u);
+    assert_true(u.bias_keep == 1.0f);                     /* gain 40/255, little noise: 1 / gain would exceed 1 */
+    assert_true(u.v_keep == 0.0f);                        /* infinite noise: no information */
+    /* in between, the formula, decreasing in the noise */
+    float last = 1.0f;
+    for (int c = 60; c <= 160; c += 5) {
+        const unsigned char x[6] = {(unsigned char)c, 200, 120, 0, 0, 0};
+        dprec_uncertainty_decode(x, 0, &u);
+        double g = 200.0 / 255.0, s2 = pow(dprec_uncertainty_sd(120), 2), n2 = pow(dprec_uncertainty_sd((uint8_t)c), 2);
+        double want = g * s2 / (g * g * s2 + n2);
+        assert_true(fabs(u.bias_keep - (want < 1.0 ? want : 1.0)) < 1e-6);
+        assert_true(u.bias_keep <= last);
+        last = u.bias_keep;
+    }
+    assert_true(last < 0.2f); /* noise 2^(32/16) = 4 times the spread's 2^(-8/16) times 5.7 */
 }
 
 /* The bit test every reader uses (bytes.h) is the public bound's own bit pattern, and orders as the values do. */
@@ -940,6 +1211,11 @@ int main(void) {
         cmocka_unit_test(test_release_write_refuses_too_small_buffer),
         cmocka_unit_test(test_release_write_refuses_invalid_content),
         cmocka_unit_test(test_release_parsers_agree_on_random_mutations),
+        cmocka_unit_test(test_column_releases_round_trip_with_each_items_uncertainty),
+        cmocka_unit_test(test_a_critical_column_of_an_unknown_type_is_refused),
+        cmocka_unit_test(test_malformed_column_tables_are_refused),
+        cmocka_unit_test(test_uncertainty_codes_and_the_limits_of_the_shrinkage),
+        cmocka_unit_test(test_column_parsers_agree_on_random_mutations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

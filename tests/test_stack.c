@@ -250,6 +250,14 @@ static void test_every_operation_fits_the_documented_stack(void **state) {
     unsigned char *served = fake_signed_release(&w->key, 7, 1, M, D, v, b, 3.5f, &len);
     fake_agg_use_release(&w->agg, served, len);
     fake_agg_transport(&w->agg, &w->t);
+    /* the same values with the items' uncertainty (release format 3): the shrunk fit's and scores' frames */
+    unsigned char *unc = malloc((size_t)M * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+    for (size_t k = 0; k < (size_t)M * DPREC_RELEASE_UNCERTAINTY_WIDTH; k++) unc[k] = (unsigned char)(96 + k % 32);
+    size_t ulen = 0, unc_len = 0;
+    unsigned char *urel = test_write_release_unc(M, D, v, b, 3.5f, 0, unc, &ulen);
+    unsigned char *unc_rel = fake_sign_release(&w->key, urel, ulen, &unc_len);
+    free(urel);
+    free(unc);
     free(v);
     free(b);
 
@@ -260,6 +268,17 @@ static void test_every_operation_fits_the_documented_stack(void **state) {
     worst = n > worst ? n : worst;
     n = measured("recommend, predict, streamed fit and top-K", op_recommend_predict_stream, w, base);
     worst = n > worst ? n : worst;
+    unsigned char *plain_rel = w->rel;
+    size_t plain_len = w->rel_len;
+    w->rel = unc_rel;
+    w->rel_len = unc_len;
+    n = measured("dprec_release_verify, format 3 with uncertainty", op_verify, w, base);
+    worst = n > worst ? n : worst;
+    n = measured("the same, shrunk by the items' uncertainty", op_recommend_predict_stream, w, base);
+    worst = n > worst ? n : worst;
+    w->rel = plain_rel;
+    w->rel_len = plain_len;
+    free(unc_rel);
     n = measured("dprec_client_sync: register, fit, verify, report", op_sync, w, base);
     worst = n > worst ? n : worst;
     secure_op so;

@@ -47,6 +47,33 @@ static inline unsigned char *test_write_release_enc(uint32_t m, uint32_t d, cons
     return buf;
 }
 
+/* The same with the items' uncertainty column (release format 3; unc: m * DPREC_RELEASE_UNCERTAINTY_WIDTH bytes,
+ * flags DPREC_RELEASE_UNC_PINNED0). */
+static inline unsigned char *test_write_release_unc(uint32_t m, uint32_t d, const float *v, const float *b, float mu,
+                                                    uint16_t encoding, const unsigned char *unc, size_t *len) {
+    dprec_release_info info;
+    memset(&info, 0, sizeof info);
+    info.release_version = 7;
+    info.job_id = 42;
+    info.num_items = m;
+    info.dim = d;
+    info.rating_min = 1.0f;
+    info.rating_max = 5.0f;
+    info.global_mean = mu;
+    info.flags = (uint16_t)((b ? DPREC_RELEASE_HAS_BIASES : 0) | encoding);
+    dprec_release_column_data col = {DPREC_RELEASE_COL_UNCERTAINTY, DPREC_RELEASE_UNC_PINNED0,
+                                     DPREC_RELEASE_UNCERTAINTY_WIDTH, unc};
+    size_t cap = (size_t)dprec_release_size_columns(m, d, info.flags, DPREC_RELEASE_UNCERTAINTY_WIDTH, 0);
+    unsigned char *buf = malloc(cap);
+    size_t written = 0;
+    if (dprec_release_write_columns(buf, cap, &info, v, b, &col, 1, &written) != DPREC_OK || written != cap) {
+        free(buf);
+        buf = NULL;
+    }
+    *len = written;
+    return buf;
+}
+
 /* The same in float32 (release format 1). */
 static inline unsigned char *test_write_release(uint32_t m, uint32_t d, const float *v, const float *b, float mu,
                                                 size_t *len) {

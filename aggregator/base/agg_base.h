@@ -46,6 +46,10 @@ typedef struct agg_job {
     /* The encoding of the job's releases (spec field "release_encoding": "f32", the default, "q16" or "q8"):
      * 0 or one of DPREC_RELEASE_ENC_* (docs/release-format.md, compact releases). Post-processing of the model. */
     uint16_t release_encoding;
+    /* Spec field "release_uncertainty" (default false): the job's releases carry each item's uncertainty, a column of
+     * release format 3 (docs/release-format.md, "Format 3"), for a protocol that computes it (agg_protocol.h,
+     * releases_uncertainty). Post-processing of the noise the job adds and of its model: no privacy cost. */
+    int release_uncertainty;
     /* A secure job's round, for its global step only (rounds/agg_secure.h; set by the finalizer): the decoded noisy
      * sum of the survivors' vectors (NULL: the round could not be unmasked, nothing was learned) and their number. */
     const double *secure_sum;
@@ -60,6 +64,10 @@ typedef struct agg_model {
     float *v;
     float *bias;
     float mu;
+    /* The items' uncertainty column (DPREC_RELEASE_UNCERTAINTY_WIDTH bytes an item, item-major) and its flags, or
+     * NULL: a release without it. */
+    unsigned char *unc;
+    uint8_t unc_flags;
 } agg_model;
 
 void agg_model_free(agg_model *x);

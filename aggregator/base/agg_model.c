@@ -10,6 +10,7 @@
 #include "agg_base.h"
 #include "dprec/release.h"
 #include "dprec/status.h"
+#include "release_priv.h"
 
 void agg_job_free(agg_job *j) {
     if (j == NULL) return;
@@ -21,8 +22,10 @@ void agg_model_free(agg_model *x) {
     if (x == NULL) return;
     free(x->v);
     free(x->bias);
+    free(x->unc);
     x->v = NULL;
     x->bias = NULL;
+    x->unc = NULL;
 }
 
 int agg_release_encoding_parse(const char *name, uint16_t *enc) {
@@ -73,6 +76,25 @@ int agg_release_to_model(const unsigned char *buf, size_t len, agg_model *x) {
             return -1;
         }
         if (x->bias != NULL) x->bias[jj] = b;
+    }
+    /* the items' uncertainty, when the release carries it (a protocol's next step propagates it) */
+    dprec_release_column cols[DPREC_RELEASE_MAX_COLUMNS];
+    uint32_t ncols = 0;
+    if (dprec_release_columns(buf, len, cols, DPREC_RELEASE_MAX_COLUMNS, &ncols) != DPREC_OK) ncols = 0;
+    for (uint32_t c = 0; c < ncols && c < DPREC_RELEASE_MAX_COLUMNS; c++) {
+        if (cols[c].type != DPREC_RELEASE_COL_UNCERTAINTY) continue;
+        x->unc = malloc((size_t)x->m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+        if (x->unc == NULL) {
+            agg_model_free(x);
+            return -1;
+        }
+        x->unc_flags = cols[c].flags;
+        const uint32_t core = dprec_release_row_size(info.dim, info.flags);
+        const uint64_t stride = (info.total_size - DPREC_RELEASE_HEADER_SIZE - DPREC_RELEASE_DIGEST_SIZE - info.sig_len) / info.num_items;
+        for (uint32_t jj = 0; jj < x->m; jj++)
+            memcpy(x->unc + (size_t)jj * DPREC_RELEASE_UNCERTAINTY_WIDTH,
+                   buf + DPREC_RELEASE_HEADER_SIZE + (size_t)jj * stride + core + cols[c].offset,
+                   DPREC_RELEASE_UNCERTAINTY_WIDTH);
     }
     return 0;
 }

@@ -139,6 +139,7 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON_AddNumberToObject(o, "participation", j->participation);
     if (j->base_job > 0) cJSON_AddNumberToObject(o, "base_job", (double)j->base_job);
     if (j->release_encoding != 0) cJSON_AddStringToObject(o, "release_encoding", agg_release_encoding_name(j->release_encoding));
+    if (j->release_uncertainty) cJSON_AddBoolToObject(o, "release_uncertainty", 1);
     cJSON *params = cJSON_Parse(j->params);
     cJSON_AddItemToObject(o, "params", params != NULL ? params : cJSON_CreateObject());
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
@@ -487,6 +488,13 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
               agg_release_encoding_parse(cJSON_GetObjectItemCaseSensitive(o, "release_encoding")->valuestring,
                                          &s.release_encoding) != 0))
         snprintf(err, sizeof err, "release_encoding must be \"f32\", \"q16\" or \"q8\"");
+    else if (cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty") != NULL &&
+             !cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")))
+        snprintf(err, sizeof err, "release_uncertainty must be true or false");
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")) && !s.proto->releases_uncertainty)
+        snprintf(err, sizeof err, "protocol %s does not compute its items' uncertainty (release_uncertainty: dpals)",
+                 s.proto->name);
+    if (err[0] == '\0') s.release_uncertainty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty"));
     if (err[0] == '\0') {
         s.d = (uint32_t)d;
         s.m = (uint32_t)m;

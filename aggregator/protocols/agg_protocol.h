@@ -70,6 +70,9 @@ typedef struct agg_protocol {
     /* 1: the item biases and global mean of this protocol's releases are a model's (a job may take them as its
      * base); 0: they mean something else (private-fw's subset indicator) or are not learned (seed 000). */
     int releases_biases;
+    /* 1: the protocol computes each item's uncertainty for a job that asks for it (spec field "release_uncertainty",
+     * agg_job.release_uncertainty): its initial model and every global step fill agg_model.unc. */
+    int releases_uncertainty;
     /* Optional (NULL: the server's max_report_bytes): the largest payload a valid report of this job can have,
      * from d, m and the params. The front end refuses a longer body before reading it (413). */
     uint64_t (*max_payload)(const agg_job *job);
@@ -164,6 +167,19 @@ int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, doubl
  * of standard deviation sigma_g on each of its d (d + 1) / 2 independent entries (d = 1 or sigma_g = 0: G kept). */
 void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, double *pooled);
 void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g);
+/* The same, returning the factor kept of G_j's departure from n_j times the pooled moment (1 when G is kept). */
+double agg_dpals_shrink_gram_keep(double *g, uint32_t d, const double *pooled, double sigma_g);
+/* agg_dpals_solve, and each coefficient's uncertainty under the solve's own model (prior N(0, tau^2 I) for s, ratings'
+ * noise sigma_r^2 = lambda tau^2, added noise kappa tau^2 on h; docs/privacy.md "Release uncertainty"), projected from
+ * G's eigen-directions onto the coefficient (the diagonal of Q diag(x) Q^T), the variances in units of tau^2: post, the
+ * posterior variance (lambda g + kappa) / (g^2 + lambda g + kappa); post0, the same had no noise been added; att, the
+ * filter's gain f g on the truth (f = g / (g^2 + lambda g + kappa)); carry2, (1 - f g)^2, how much of the previous
+ * release's noise a residual solve keeps; noise, the variance f^2 (lambda g + kappa) of the data's noise in s. */
+typedef struct agg_dpals_unc {
+    double post[64], post0[64], att[64], carry2[64], noise[64];
+} agg_dpals_unc;
+int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
+                        agg_dpals_unc *unc);
 /* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
  * h times hscale. */
 void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);

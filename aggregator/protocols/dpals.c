@@ -51,6 +51,7 @@
 #include "secagg.h"
 #include "bytes.h"
 #include "dpals.h"
+#include "dprec/release.h"
 #include "dprec/status.h"
 #include "noise.h"
 
@@ -413,7 +414,11 @@ void agg_dpals_pool(const double *stats, uint32_t m, uint32_t d, double gscale, 
 }
 
 void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double sigma_g) {
-    if (d < 2 || !(sigma_g > 0.0) || pooled[(size_t)d * d - 1u] == 0.0) return;
+    (void)agg_dpals_shrink_gram_keep(g, d, pooled, sigma_g);
+}
+
+double agg_dpals_shrink_gram_keep(double *g, uint32_t d, const double *pooled, double sigma_g) {
+    if (d < 2 || !(sigma_g > 0.0) || pooled[(size_t)d * d - 1u] == 0.0) return 1.0;
     const double n = g[(size_t)d * d - 1u] > 0.0 ? g[(size_t)d * d - 1u] : 0.0;
     double dist = 0.0;
     for (uint32_t a = 0; a < d; a++)
@@ -430,6 +435,7 @@ void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double s
             double t = n * pooled[(size_t)a * d + c];
             g[(size_t)a * d + c] = t + keep * (g[(size_t)a * d + c] - t);
         }
+    return keep;
 }
 
 /* The posterior mean of an item's coefficients (the file's head): for a symmetric d x d G (row-major, overwritten)
@@ -438,6 +444,18 @@ void agg_dpals_shrink_gram(double *g, uint32_t d, const double *pooled, double s
  * lambda > 0 and kappa >= 0: non-finite entries of G or h count as 0, and when the eigen-solver does not
  * converge (never seen) G is taken as 0, which gives s = 0 when kappa > 0 and h / lambda otherwise. */
 int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s) {
+    return agg_dpals_solve_unc(g, h, d, lambda, kappa, s, NULL);
+}
+
+/* A coefficient's share of per-direction quantities x_e: row i of the diagonal of Q diag(x) Q^T. */
+static double project(const double *q, uint32_t d, uint32_t i, const double *x) {
+    double v = 0.0;
+    for (uint32_t e = 0; e < d; e++) v += q[(size_t)i * d + e] * q[(size_t)i * d + e] * x[e];
+    return v;
+}
+
+int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
+                        agg_dpals_unc *unc) {
     if (d < 1 || d > DPALS_MAX_D || !(lambda > 0.0) || !(kappa >= 0.0) || !isfinite(kappa)) return -1;
     double ev[DPALS_MAX_D], q[DPALS_MAX_D * DPALS_MAX_D], hh[DPALS_MAX_D];
     lapack_int found = 0, isuppz[2 * DPALS_MAX_D];
@@ -448,16 +466,39 @@ int agg_dpals_solve(double *g, const double *h, uint32_t d, double lambda, doubl
                                      0.0, &found, ev, q, (lapack_int)d, isuppz);
     if (info != 0 || found != (lapack_int)d) {
         for (uint32_t a = 0; a < d; a++) s[a] = kappa > 0.0 ? 0.0 : hh[a] / lambda; /* P(G) := 0 */
+        if (unc != NULL) /* G := 0: nothing learned, the posterior is the prior */
+            for (uint32_t a = 0; a < d; a++) {
+                unc->post[a] = unc->post0[a] = unc->carry2[a] = 1.0;
+                unc->att[a] = unc->noise[a] = 0.0;
+            }
         return 0;
     }
-    double c[DPALS_MAX_D];
+    double c[DPALS_MAX_D], post[DPALS_MAX_D], post0[DPALS_MAX_D], att[DPALS_MAX_D], carry2[DPALS_MAX_D],
+        noise[DPALS_MAX_D];
     for (uint32_t e = 0; e < d; e++) {
         double dot = 0.0;
         for (uint32_t a = 0; a < d; a++) dot += q[(size_t)a * d + e] * hh[a];
         double gv = ev[e] > 0.0 ? ev[e] : 0.0;
         /* g / (g^2 + lambda g + kappa), written so that kappa = 0 is exactly 1 / (g + lambda) */
-        c[e] = kappa > 0.0 ? dot * gv / (gv * (gv + lambda) + kappa) : dot / (gv + lambda);
+        double den = gv * (gv + lambda) + kappa, f = kappa > 0.0 ? gv / den : 1.0 / (gv + lambda);
+        c[e] = kappa > 0.0 ? dot * gv / den : dot / (gv + lambda);
+        /* agg_dpals_unc: the posterior variance (lambda g + kappa) / (g^2 + lambda g + kappa) and the same without the
+         * added noise lambda / (g + lambda) (units of tau^2), the gain f g, the carry (1 - f g)^2, and the variance of
+         * f h_e's noise, f^2 (lambda g + kappa) (units of tau^2) */
+        post[e] = kappa > 0.0 ? (lambda * gv + kappa) / den : lambda / (gv + lambda);
+        post0[e] = lambda / (gv + lambda);
+        att[e] = f * gv;
+        carry2[e] = (1.0 - f * gv) * (1.0 - f * gv);
+        noise[e] = f * f * (lambda * gv + kappa);
     }
+    if (unc != NULL)
+        for (uint32_t a = 0; a < d; a++) {
+            unc->post[a] = project(q, d, a, post);
+            unc->post0[a] = project(q, d, a, post0);
+            unc->att[a] = project(q, d, a, att);
+            unc->carry2[a] = project(q, d, a, carry2);
+            unc->noise[a] = project(q, d, a, noise);
+        }
     for (uint32_t a = 0; a < d; a++) {
         double v = 0.0;
         for (uint32_t e = 0; e < d; e++) v += q[(size_t)a * d + e] * c[e];
@@ -474,6 +515,83 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
         out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (common/protocols/dpals.h) */
         if (!p.factors) /* the bias model at d: no factors, so a device's u is [c_i; 0] */
             for (uint32_t a = 1; a < job->d; a++) out->v[j * job->d + a] = 0.0f;
+    }
+    if (job->release_uncertainty) {
+        /* release 1 (encode_uncertainty's model): its biases are 0 (no noise: a device keeps them, and they are 0), its
+         * factors the public random draw, noise of variance S^2 / 3 with nothing of the items in it (gain 0: a device
+         * keeps none of them); a base job's biases keep that release's own column */
+        out->unc = calloc((size_t)job->m, DPREC_RELEASE_UNCERTAINTY_WIDTH);
+        if (out->unc == NULL) {
+            agg_model_free(out);
+            snprintf(err, errcap, "out of memory");
+            return -1;
+        }
+        out->unc_flags = DPREC_RELEASE_UNC_PINNED0;
+        const uint8_t init_noise = p.factors && job->d > 1 ? dprec_uncertainty_code(p.init_scale / sqrt(3.0)) : 0u;
+        for (size_t j = 0; j < job->m; j++) {
+            unsigned char *u = out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            u[3] = init_noise;
+            if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL)
+                memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
+        }
+    }
+    return 0;
+}
+
+/* The spread T of the items' true values around 0 (their prior, as the release shows it), by the method of moments
+ * of parametric empirical Bayes (Efron and Morris, "Stein's estimation rule and its competitors", JASA 1973; Morris,
+ * "Parametric empirical Bayes inference", JASA 1983): each released value is x_j = a_j t_j + n_j (encode_uncertainty),
+ * so E[x_j^2] = a_j^2 T^2 + N_j over items whose true values t_j spread as N(0, T^2), and
+ *     T^2 = max(0, sum_j (x_j^2 - N_j) - 2 sqrt(sum_j 2 N_j^2)) / sum_j a_j^2,
+ * items that carry little of their truth (a_j near 0) weighing little. The two standard errors of the sum under "no
+ * spread" (x_j^2 has variance 2 N_j^2 when x_j ~ N(0, N_j); one-sided, about 2.3%) keep a release of noise over a few
+ * hundred items from showing a spread by chance, as it otherwise does half the time: conservative, it shrinks a little
+ * more, never less. Every input is released (x_j) or published with it: post-processing. */
+static double eb_spread2(const double *x2, const double *gain, const double *noise, uint32_t m) {
+    double num = 0.0, den = 0.0, var0 = 0.0;
+    for (uint32_t j = 0; j < m; j++) {
+        num += x2[j] - noise[j];
+        den += gain[j] * gain[j];
+        var0 += 2.0 * noise[j] * noise[j];
+    }
+    num -= 2.0 * sqrt(var0);
+    return den > 0.0 && num > 0.0 ? num / den : 0.0;
+}
+
+/* The items' uncertainty of a dpals release (docs/privacy.md, "Release uncertainty"). Each released value is, to first
+ * order, a linear function of the item's true value t and of noise independent of it, x = a t + n, Var n = N: a round
+ * from x_prev gives x = (1 - f g) x_prev + f (g t + e) (agg_dpals_solve_unc, per direction; x_prev = 0 for a solve
+ * from zero), so
+ *     a = (1 - f g) a_prev + f g,   N = (1 - f g)^2 N_prev + f^2 Var e,   Var e = tau^2 (lambda g + kappa),
+ * carried from the previous release's column, per coefficient (the directions' shares). Per item, bias (bias_gain,
+ * bias_noise, rating units) and the mean over the factor coordinates (factor_gain, factor_noise); with the spread T of
+ * eb_spread2 for each, coded [sqrt N][a][T] twice into next->unc. -1 out of memory. */
+static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const double *bias_gain, const double *bias_noise,
+                              const double *factor_gain, const double *factor_noise) {
+    const uint32_t m = next->m, d = next->d;
+    const int has_f = factors && sd > 1u;
+    double *x2 = calloc(m, sizeof(double));
+    if (x2 == NULL) return -1;
+    for (uint32_t j = 0; j < m; j++) x2[j] = (double)next->bias[j] * (double)next->bias[j];
+    double t_b = sqrt(eb_spread2(x2, bias_gain, bias_noise, m)), t_v = 0.0;
+    if (has_f) {
+        for (uint32_t j = 0; j < m; j++) {
+            double f2 = 0.0;
+            for (uint32_t a = 1; a < d; a++) f2 += (double)next->v[(size_t)j * d + a] * (double)next->v[(size_t)j * d + a];
+            x2[j] = f2 / (d - 1u);
+        }
+        t_v = sqrt(eb_spread2(x2, factor_gain, factor_noise, m));
+    }
+    free(x2);
+    const uint8_t ctb = dprec_uncertainty_code(t_b), ctv = dprec_uncertainty_code(t_v);
+    for (uint32_t j = 0; j < m; j++) {
+        unsigned char *u = next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[0] = dprec_uncertainty_code(sqrt(bias_noise[j]));
+        u[1] = dprec_uncertainty_gain_code(bias_gain[j]);
+        u[2] = ctb;
+        u[3] = has_f ? dprec_uncertainty_code(sqrt(factor_noise[j])) : 0u; /* no factors: nothing to shrink, keep 1 */
+        u[4] = has_f ? dprec_uncertainty_gain_code(factor_gain[j]) : 0u;
+        u[5] = has_f ? ctv : 0u;
     }
     return 0;
 }
@@ -541,6 +659,16 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
             }
             memcpy(next->v, prev->v, sizeof(float) * (size_t)m * d);
             for (uint32_t j = 0; j < m; j++) next->bias[j] = prev->bias != NULL ? prev->bias[j] : 0.0f;
+            if (job->release_uncertainty && prev->unc != NULL) { /* unchanged, and so is its uncertainty */
+                next->unc = malloc((size_t)m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+                if (next->unc == NULL) {
+                    agg_model_free(next);
+                    snprintf(err, errcap, "out of memory in the dpals global step");
+                    return -1;
+                }
+                memcpy(next->unc, prev->unc, (size_t)m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+                next->unc_flags = prev->unc_flags;
+            }
             return 0;
         }
         /* the survivors' noisy statistics (agg_secure.h); the noise on each coordinate: their shares' sum */
@@ -571,11 +699,69 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
     const double x2 = dprec_dpals_x2(sd, p.u_clip, p.bias_scale), gsc = x2 / (p.gram_weight * q), hsc = p.rating_clip * sqrt(x2) / q;
     const double lambda = p.lambda, kappa = noisy ? item_kappa(job, &p, sigma) : 0.0;
     double g[DPALS_MAX_D * DPALS_MAX_D], h[DPALS_MAX_D], s[DPALS_MAX_D], pooled[DPALS_MAX_D * DPALS_MAX_D];
+    /* the items' uncertainty (job->release_uncertainty): each value's gain and noise (encode_uncertainty) */
+    double *bias_var = NULL, *factor_var = NULL, *bias_gain = NULL, *factor_gain = NULL;
+    if (job->release_uncertainty) {
+        bias_var = calloc(m, sizeof(double));
+        factor_var = calloc(m, sizeof(double));
+        bias_gain = calloc(m, sizeof(double));
+        factor_gain = calloc(m, sizeof(double));
+        next->unc = malloc((size_t)m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+        next->unc_flags = DPREC_RELEASE_UNC_PINNED0;
+        if (bias_var == NULL || factor_var == NULL || bias_gain == NULL || factor_gain == NULL || next->unc == NULL) {
+            free(bias_var);
+            free(factor_var);
+            free(bias_gain);
+            free(factor_gain);
+            free(stats);
+            agg_model_free(next);
+            snprintf(err, errcap, "out of memory in the dpals global step");
+            return -1;
+        }
+    }
+    const double sigma_g = noisy ? sigma * gsc : 0.0;
     agg_dpals_pool(stats, m, sd, gsc, pooled);
     for (uint32_t j = 0; j < m; j++) {
         agg_dpals_unpack(stats + (size_t)j * cw, sd, gsc, hsc, g, h);
-        agg_dpals_shrink_gram(g, sd, pooled, sigma * gsc);
-        agg_dpals_solve(g, h, sd, lambda, kappa, s);
+        double keep = agg_dpals_shrink_gram_keep(g, sd, pooled, sigma * gsc);
+        if (bias_var == NULL) {
+            agg_dpals_solve(g, h, sd, lambda, kappa, s);
+        } else {
+            /* Each coefficient's gain and noise (encode_uncertainty), with the Gram's noise counted to first order
+             * (errors in variables): the solve plugs in G + dG for G, and dG s, of variance (keep sigma_G)^2 |s|^2 on
+             * each coordinate (keep: what the James-Stein step left of the noise), adds to the noise on h, so kappa
+             * grows by that over tau^2 for this item. With residual targets the previous release's gain and noise are
+             * carried (from its column); from zero there are none. */
+            double gcopy[DPALS_MAX_D * DPALS_MAX_D];
+            memcpy(gcopy, g, sizeof(double) * sd * sd);
+            agg_dpals_solve(gcopy, h, sd, lambda, kappa, s);
+            double s2 = 0.0;
+            for (uint32_t a = 0; a < sd; a++) s2 += s[a] * s[a];
+            const double tau2 = p.prior_sd * p.prior_sd, sb2 = p.bias_scale * p.bias_scale;
+            double kappa_j = kappa + (noisy ? keep * keep * sigma_g * sigma_g * s2 / tau2 : 0.0);
+            agg_dpals_unc u;
+            double s_eiv[DPALS_MAX_D]; /* the released s stays the plain solve's: only the uncertainty counts dG */
+            agg_dpals_solve_unc(g, h, sd, lambda, isfinite(kappa_j) ? kappa_j : kappa, s_eiv, &u);
+            double ga_b = 0.0, no_b = 0.0, ga_v = 0.0, no_v = 0.0;
+            if (p.residual && prev->unc != NULL) {
+                const unsigned char *pu = prev->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+                double nb = dprec_uncertainty_sd(pu[0]), nv = dprec_uncertainty_sd(pu[3]);
+                ga_b = dprec_uncertainty_gain(pu[1]);
+                ga_v = dprec_uncertainty_gain(pu[4]);
+                no_b = isfinite(nb) ? nb * nb : 1e12;
+                no_v = isfinite(nv) ? nv * nv : 1e12;
+            }
+            const uint32_t bc = sd - 1u;
+            bias_gain[j] = ga_b * (1.0 - u.att[bc]) + u.att[bc];
+            bias_var[j] = u.carry2[bc] * no_b + u.noise[bc] * tau2 * sb2;
+            double gv = 0.0, nv = 0.0;
+            for (uint32_t a = 0; a + 1u < sd; a++) {
+                gv += ga_v * (1.0 - u.att[a]) + u.att[a];
+                nv += u.carry2[a] * no_v + u.noise[a] * tau2;
+            }
+            factor_gain[j] = sd > 1u ? gv / (sd - 1u) : 0.0;
+            factor_var[j] = sd > 1u ? nv / (sd - 1u) : 0.0;
+        }
         const float *pv = prev->v + (size_t)j * d;
         float *v = next->v + (size_t)j * d;
         v[0] = 1.0f;
@@ -594,6 +780,16 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         next->bias[j] = isfinite(b) ? b : (float)pb;
     }
     free(stats);
+    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, bias_gain, bias_var, factor_gain, factor_var) : 0;
+    free(bias_var);
+    free(factor_var);
+    free(bias_gain);
+    free(factor_gain);
+    if (urc != 0) {
+        agg_model_free(next);
+        snprintf(err, errcap, "out of memory in the dpals global step");
+        return -1;
+    }
     return 0;
 }
 
@@ -647,6 +843,7 @@ const agg_protocol agg_protocol_dpals = {
     .model = DPREC_MODEL_JOINT,
     .needs_budget = 1,
     .releases_biases = 1,
+    .releases_uncertainty = 1,
     .validate_job = dpals_validate_job,
     .validate_payload = dpals_validate_payload,
     .max_payload = dpals_max_payload,

@@ -145,7 +145,10 @@ int agg_sign_digest(mbedtls_pk_context *key, pthread_mutex_t *mu, int (*f_rng)(v
 int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64_t version, unsigned char **out,
                       size_t *out_len, char *err, size_t errcap) {
     uint16_t flags = (uint16_t)((x->bias != NULL ? DPREC_RELEASE_HAS_BIASES : 0u) | j->release_encoding);
-    uint64_t unsigned_size = dprec_release_size(x->m, x->d, flags, 0);
+    /* the items' uncertainty, when the job's protocol computed it: a column of release format 3 */
+    dprec_release_column_data unc = {DPREC_RELEASE_COL_UNCERTAINTY, x->unc_flags, DPREC_RELEASE_UNCERTAINTY_WIDTH, x->unc};
+    uint32_t ncols = x->unc != NULL ? 1u : 0u;
+    uint64_t unsigned_size = dprec_release_size_columns(x->m, x->d, flags, ncols * DPREC_RELEASE_UNCERTAINTY_WIDTH, 0);
     if (unsigned_size == 0) {
         snprintf(err, errcap, "release size out of range");
         return -1;
@@ -167,7 +170,7 @@ int agg_release_build(dprec_agg *a, const agg_job *j, const agg_model *x, uint64
     info.rating_max = (float)j->rating_max;
     info.global_mean = x->bias != NULL ? x->mu : 0.0f;
     size_t written = 0;
-    int rc = dprec_release_write(buf, cap, &info, x->v, x->bias, &written);
+    int rc = dprec_release_write_columns(buf, cap, &info, x->v, x->bias, &unc, ncols, &written);
     if (rc != DPREC_OK || written != (size_t)unsigned_size) {
         free(buf);
         snprintf(err, errcap, "release write failed (%d)", rc);

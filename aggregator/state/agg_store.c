@@ -114,6 +114,7 @@ void agg_store_job_spec_fields(const char *spec, agg_job *out) {
     if (cJSON_IsNumber(bj) && bj->valuedouble >= 1) out->base_job = (int64_t)bj->valuedouble;
     const cJSON *re = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "release_encoding") : NULL;
     if (cJSON_IsString(re)) (void)agg_release_encoding_parse(re->valuestring, &out->release_encoding);
+    out->release_uncertainty = sj != NULL && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sj, "release_uncertainty"));
     cJSON_Delete(sj);
 }
 

@@ -59,6 +59,8 @@ typedef struct fleet_shape {
 /* The MovieLens-10M-shaped fleet of the leaderboard, its sizes scaled by f (1: 70,000 users, 10,000 items,
  * 10,050,000 ratings): power-law item popularity and user activity, user and item biases, low rank + noise. */
 void fleet_shape_ml10m(double f, fleet_shape *s);
+/* The named small shapes (--synthetic small, app2000; fleet_data.c): 0, or -1 for an unknown name. */
+int fleet_shape_named(const char *name, fleet_shape *s);
 int fleet_data_shape(const fleet_shape *s, uint64_t seed, fleet_data *d, char *err, size_t errcap);
 
 /* Groups ratings by user and shuffles each user's list; a fraction `test_fraction` (rounded, at least one

@@ -440,7 +440,7 @@ int fleet_audit_two_world(fleet *f, worker *ws, unsigned nthreads, const char *t
         a->in[0] = (unsigned char)(t % 2 == 0);
         o->c.seed = seed0 + 1 + t; /* the devices' entropy and the job's public seed: an independent run */
         if (fleet_load_devices(f, ws, nthreads, 0) != 0) goto out;
-        if (fleet_run_job(f, ws, nthreads, token, 0, 0, 0, &res) != 0) goto out;
+        if (fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, &res) != 0) goto out;
         if (!a->done || a->failed || res.failures > 0) {
             fprintf(stderr, "dprec-fleet: --audit-two-world: run %zu: %s\n", t + 1,
                     a->failed ? a->why : "device failures (see above)");

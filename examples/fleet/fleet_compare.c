@@ -24,6 +24,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.rank = FLEET_DEFAULT_RANK;
     o->c.rounds_set = o->c.rank_set = 0;
     o->c.lambda = -1;
+    o->c.lambda_set = 0; /* the comparison's own ridge (--lambda is the main job's) */
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
     o->c.device_lambda_floor = o->device_lambda_floor_given;
     o->c.device_lambda_fixed = 0;
@@ -32,8 +33,9 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.epsilon = o->total_epsilon; /* the whole budget, which a --bias-base run spends over two jobs */
     o->c.delta = o->total_delta;
     int rc = fleet_finish_proto(p, &o->c);
+    if (rc == 0 && p->population != NULL) p->population(&o->c, &f->data);
     if (rc == 0) rc = fleet_load_devices(f, ws, nthreads, 0);
-    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, res);
+    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --compare %s: its defaults do not fit this run\n", p->name);
     o->proto = main_proto;
     o->c = main_c;

@@ -261,44 +261,16 @@ static void device_eval(fleet *f, uint32_t u) {
         dv->sse = NAN;
         return;
     }
-    /* The fleet computes each prediction (mu + b_j + u.v_j, clamped; sdk/recommend.c) from the client's fitted
-     * user vector, and about 100 devices a round call dprec_predict on their first held-out rating to prove
-     * the two agree. */
-    float uvec[DPREC_MAX_DIM], row[DPREC_MAX_DIM];
-    uint32_t dim = f->o->c.rank;
-    rc = dprec_user_vector(dv->client, uvec, dim);
-    if (rc != DPREC_OK) {
-        note_error(f, u, "user vector", rc);
-        dv->sse = NAN;
-        return;
-    }
+    /* Each prediction is the SDK's own (dprec_predict: mu + b_j + u.v_j, clamped, with the release's shrinkage when it
+     * carries its items' uncertainty; sdk/recommend.c). */
     for (size_t i = d->off[u] + d->ntrain[u]; i < d->off[u + 1]; i++) {
         uint32_t item = d->ratings[i].item;
-        float bias = 0.0f;
-        rc = dprec_release_row(f->release, &f->release_info, item, row, &bias);
+        float score;
+        rc = dprec_predict(dv->client, f->release, f->release_len, item, &score);
         if (rc != DPREC_OK) {
-            note_error(f, u, "release row", rc);
+            note_error(f, u, "predict", rc);
             dv->sse = NAN;
             return;
-        }
-        double s = (double)f->release_info.global_mean + (double)bias;
-        for (uint32_t k = 0; k < dim; k++) s += (double)uvec[k] * (double)row[k];
-        if (s < (double)d->rating_min) s = (double)d->rating_min;
-        if (s > (double)d->rating_max) s = (double)d->rating_max;
-        float score = (float)s;
-        if (i == d->off[u] + d->ntrain[u] && u % f->check_stride == 0) {
-            float sdk_score;
-            rc = dprec_predict(dv->client, f->release, f->release_len, item, &sdk_score);
-            if (rc != DPREC_OK) {
-                note_error(f, u, "predict", rc);
-                dv->sse = NAN;
-                return;
-            }
-            if (fabsf(sdk_score - score) > 1e-4f) {
-                note_error(f, u, "the fleet's prediction differs from dprec_predict", DPREC_ERR_INTERNAL);
-                dv->sse = NAN;
-                return;
-            }
         }
         double e = (double)score - (double)d->ratings[i].value;
         dv->sse += e * e;

@@ -77,10 +77,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dprec-fleet: %s\n", err[0] ? err : "out of memory");
         return 1;
     }
-    f.check_stride = f.data.num_users / 100 > 1 ? f.data.num_users / 100 : 1;
     fleet_baselines base;
     fleet_data_baselines(&f.data, &base.global_rmse, &base.item_rmse, &base.user_rmse, &base.mean, &base.ntest);
     fleet_print_data(&o, &f.data, &base);
+    if (o.proto->population != NULL) o.proto->population(&o.c, &f.data); /* the defaults that follow the population */
     if (fleet_audit_setup(&f) != 0) return 1; /* --audit-canaries: the canaries join the data (after its baselines) */
 
     if (o.store_dir != NULL && mkdir(o.store_dir, 0700) != 0 && errno != EEXIST) {
@@ -129,7 +129,8 @@ int main(int argc, char **argv) {
         if (fleet_run_base(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
         fleet_print_base(&o, &base_res);
     }
-    if (fleet_run_job(&f, ws, nthreads, fleet_token, 1, base.global_rmse, base.item_rmse, &main_res) != 0) goto out;
+    if (fleet_run_job(&f, ws, nthreads, fleet_token, 1, base.global_rmse, base.item_rmse, base.user_rmse,
+                      &main_res) != 0) goto out;
     unsigned long long failures = main_res.failures + base_res.failures;
     if (o.bias_base > 0) { /* the user's guarantee is both jobs' (basic composition, as each device's ledger adds them) */
         main_res.epsilon += base_res.epsilon;

@@ -32,6 +32,10 @@ static const char help_head[] =
     "  --synthetic ml10m[:F]    shaped like MovieLens-10M: 70,000 users, 10,000 items, 10,050,000 ratings\n"
     "                           (all three times F), 0.5..5 in half stars, at least 20 ratings a user, power-law\n"
     "                           item popularity and user activity, user and item biases, rank 10 + noise\n"
+    "  --synthetic small        a small app shaped like the small MovieLens set: 600 users, 9,700 items,\n"
+    "                           100,000 half-star ratings (at least 20 a user), the MovieLens-10M shape's model\n"
+    "  --synthetic app2000      a 2,000-user app: 2,500 items, 50,000 half-star ratings (at least 5 a user),\n"
+    "                           the same model\n"
     "  --test-fraction F        held-out share of each user's ratings (default 0.1)\n"
     "  --items-top N            keep only the N most-rated items (any protocol). The fleet counts them in its\n"
     "                           own data: a simulation shortcut the guarantee does not cover (the guarantee line\n"
@@ -49,8 +53,8 @@ static const char help_head[] =
     "                           protocols: lambda_v of the gradient step, default 1e-8, seed 000)\n"
     "  --device-lambda L        ridge of the devices' user vectors (cfg.lambda; default: --lambda)\n"
     "  --device-lambda-per-rating W  a device with n ratings uses cfg.lambda = W n instead (ALS-WR;\n"
-    "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02, sgld a fixed\n"
-    "                           ridge, its --lambda; 0 turns it off)\n"
+    "                           default 0.1, or the protocol's: dpals at epsilon >= 5 0.02; sgld, and bias\n"
+    "                           and dpals at d = 1, a fixed ridge, its --lambda (bias: 1); 0 turns it off)\n"
     "  --device-lambda-floor L  the least per-rating ridge: cfg.lambda = max(W n, L) (default 0, or the\n"
     "                           protocol's: dpals at d > 1 3, so that a device with a few ratings does not\n"
     "                           fit d coordinates to them)\n"
@@ -109,6 +113,9 @@ static const char help_tail[] =
     "  --release-encoding E     f32 (default), q16 or q8: the jobs' releases as float32 or compact (16- or 8-bit\n"
     "                           factors with a scale per row, docs/release-format.md); the devices predict from\n"
     "                           what they receive, so the RMSE shows what the encoding costs\n"
+    "  --uncertainty on|off     the jobs' releases carry each item's uncertainty, and the devices shrink noisy\n"
+    "                           items toward what they know (release_uncertainty; dpals, bias; default on;\n"
+    "                           docs/privacy.md \"Release uncertainty\")\n"
     "  --verify-each            every device checks every release signature itself (default: the devices\n"
     "                           share one check per release through dprec_sync_config's memo, as one\n"
     "                           process may; each device still checks the digest of the bytes it streams)\n"
@@ -190,6 +197,7 @@ int fleet_parse_args(int argc, char **argv, options *o) {
     o->test_fraction = 0.1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu > 0 ? (unsigned)(ncpu > 64 ? 64 : ncpu) : 1;
+    o->uncertainty = -1; /* the protocol's default */
     o->conn.argv0 = argv[0];
     /* the protocol first: the other flags are its or the common ones */
     const char *protocol = FLEET_DEFAULT_PROTOCOL;
@@ -279,6 +287,11 @@ int fleet_parse_args(int argc, char **argv, options *o) {
                 return fleet_flag_error("--release-encoding must be f32, q16 or q8:", v);
             o->release_encoding = v;
         }
+        else if (strcmp(a, "--uncertainty") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) return fleet_flag_error("--uncertainty must be on or off:", v);
+            o->uncertainty = strcmp(v, "on") == 0;
+        }
         else if (strcmp(a, "--verbose") == 0) o->verbose = o->conn.verbose = 1;
         else if (strcmp(a, "--registration") == 0) {
             NEED_VALUE();
@@ -300,6 +313,7 @@ int fleet_parse_args(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--lambda") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->c.lambda) || o->c.lambda < 0) return fleet_flag_error("--lambda must be >= 0:", v);
+            o->c.lambda_set = 1;
         } else if (strcmp(a, "--device-lambda") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->device_lambda) || o->device_lambda <= 0)
@@ -309,11 +323,13 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_double(v, &o->device_lambda_floor_given) || o->device_lambda_floor_given < 0)
                 return fleet_flag_error("--device-lambda-floor must be >= 0:", v);
             o->c.device_lambda_floor = o->device_lambda_floor_given;
+            o->c.device_lambda_floor_set = 1;
         } else if (strcmp(a, "--device-lambda-per-rating") == 0) {
             NEED_VALUE();
             if (fleet_parse_double(v, &o->device_lambda_per_rating_given) || o->device_lambda_per_rating_given < 0)
                 return fleet_flag_error("--device-lambda-per-rating must be >= 0:", v);
             o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
+            o->c.device_lambda_set = 1;
         } else if (strcmp(a, "--epsilon") == 0) {
             NEED_VALUE();
             o->c.epsilon_set = 1;
@@ -448,6 +464,8 @@ int fleet_load_data(const options *o, fleet_data *d, char *err, size_t errcap) {
         fleet_shape_ml10m(f, &s);
         return fleet_data_shape(&s, o->c.seed, d, err, errcap);
     }
+    fleet_shape named;
+    if (fleet_shape_named(o->synthetic, &named) == 0) return fleet_data_shape(&named, o->c.seed, d, err, errcap);
     unsigned long long u = 0, i = 0, r = 0;
     unsigned rank = 5;
     double noise = 0.5;

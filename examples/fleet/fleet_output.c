@@ -92,7 +92,7 @@ void fleet_csv_round(FILE *csv, unsigned r, unsigned long long reported, double 
 
 static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
-void fleet_draw_plot(const options *o, const char *csv, double gm, double im) {
+void fleet_draw_plot(const options *o, const char *csv, double gm, double im, double um) {
     if (!have_gnuplot()) {
         fprintf(stderr, "dprec-fleet: gnuplot is not installed (Debian: apt-get install gnuplot-nox); "
                         "no plot, the CSV is %s\n", csv);
@@ -109,8 +109,9 @@ void fleet_draw_plot(const options *o, const char *csv, double gm, double im) {
     fprintf(g, "set title 'dprec-fleet: protocol %s, d = %u, lambda = %g'\n", o->proto->name, o->c.rank, o->c.lambda);
     fprintf(g, "set xlabel 'round'\nset ylabel 'test RMSE'\nset grid\nset key top right\n");
     fprintf(g, "plot '%s' every ::1 using 1:3 with linespoints lw 2 title '%s', "
-               "%.6f with lines dt 2 title 'item mean', %.6f with lines dt 3 title 'global mean'\n",
-            csv, o->proto->name, im, gm);
+               "%.6f with lines dt 2 title 'item mean', %.6f with lines dt 4 title 'user mean (free)', "
+               "%.6f with lines dt 3 title 'global mean'\n",
+            csv, o->proto->name, im, um, gm);
     int rc = pclose(g);
     if (rc != 0) fprintf(stderr, "dprec-fleet: gnuplot failed (status %d)\n", rc);
     else printf("plot: %s\n", o->plot);

@@ -25,6 +25,8 @@ typedef struct fleet_common {
     /* --device-lambda-floor L: with a per-rating ridge, a device uses max(W n, L); or -1: the protocol's default (its
      * finish may set it; else 0) */
     double device_lambda_floor;
+    int device_lambda_set, device_lambda_floor_set; /* the two above given on the command line */
+    int lambda_set;         /* --lambda given on the command line */
     int device_lambda_fixed;/* set by a protocol's finish: its devices' default ridge is the fixed --device-lambda or
                              * lambda, not --device-lambda-per-rating's default (given on the command line, that wins) */
     double epsilon, delta;  /* --epsilon / --delta (the job's budget; the devices' caps) */
@@ -141,6 +143,10 @@ typedef struct fleet_proto {
                         size_t cap, size_t *len);
     /* --audit-canaries: the protocol's canaries and its adversary's score (NULL: the protocol refuses the audit) */
     const fleet_audit_hooks *audit;
+    /* After the data is loaded and split, before the job: the defaults that follow the population (the devices,
+     * the catalogue, the budget; examples/fleet/fleet_rule.h), for every setting not given on the command line,
+     * and a line that says what they are and why. NULL: the protocol's defaults do not depend on it. */
+    void (*population)(fleet_common *o, const fleet_data *d);
 } fleet_proto;
 
 /* --bias-base: 1 if protocol p takes it (its aggregator starts from a base job's item biases and its devices predict
@@ -149,9 +155,18 @@ typedef struct fleet_proto {
 int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
 
+/* bias's population hook (protocols/dpals.c): the bias model's device ridge, and the line of what the rule
+ * (fleet_rule.h) chooses for dpals on this fleet. */
+void fleet_dpals_population_print(fleet_common *o, const fleet_data *d);
+
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
  * examples/fleet/protocols/table.c's secure list. */
 int fleet_proto_secure_agg(const fleet_proto *p);
+
+/* Whether protocol p's aggregator publishes its items' uncertainty for a job that asks (release_uncertainty; the devices
+ * then shrink noisy items, docs/privacy.md "Release uncertainty"): 0 no, 1 yes when --uncertainty on, 2 yes unless
+ * --uncertainty off. One line of examples/fleet/protocols/table.c's list. */
+int fleet_proto_release_uncertainty(const fleet_proto *p);
 
 /* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the
  * devices --dropout leaves through the consistency round (a round unmasks only once that many survivors attested the

@@ -76,7 +76,7 @@ static int fetch_release(fleet *f, const char *token, char *err, size_t errcap) 
  * main job prints its rounds, CSV, plot, guarantee and ledger lines; a comparison job only its progress. 0, or -1
  * on an error that ends the run (printed). */
 int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, int main_job, double gm, double im,
-                  job_result *res) {
+                  double um, job_result *res) {
     options *o = f->o;
     char err[1024] = "";
     cJSON *j = NULL;
@@ -100,6 +100,13 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
     if (o->release_encoding != NULL && strcmp(o->release_encoding, "f32") != 0 && spec[0] == '{') { /* in the spec */
         static char with[sizeof spec + 64];
         snprintf(with, sizeof with, "{\"release_encoding\":\"%s\",%s", o->release_encoding, spec + 1);
+        memcpy(spec, with, sizeof spec - 1);
+        spec[sizeof spec - 1] = '\0';
+    }
+    const int unc = fleet_proto_release_uncertainty(o->proto);
+    if (unc > 0 && (o->uncertainty > 0 || (o->uncertainty < 0 && unc == 2)) && spec[0] == '{') { /* items' uncertainty */
+        static char with[sizeof spec + 64];
+        snprintf(with, sizeof with, "{\"release_uncertainty\":true,%s", spec + 1);
         memcpy(spec, with, sizeof spec - 1);
         spec[sizeof spec - 1] = '\0';
     }
@@ -149,6 +156,9 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
     }
+    if (main_job && f->release_info.format_version == DPREC_RELEASE_FORMAT_COLUMNS)
+        printf("releases: with each item's uncertainty (release format 3); the devices shrink noisy items toward their "
+               "own level (docs/privacy.md \"Release uncertainty\"; --uncertainty off: without)\n");
     if (main_job && o->release_encoding != NULL)
         printf("releases: %s (release format %u), %zu bytes each\n", o->release_encoding,
                (unsigned)f->release_info.format_version, f->release_len);
@@ -285,7 +295,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         fclose(csv);
         csv = NULL;
     }
-    if (main_job && o->plot != NULL) fleet_draw_plot(o, csv_path, gm, im);
+    if (main_job && o->plot != NULL) fleet_draw_plot(o, csv_path, gm, im, um);
     if (main_job) printf("mae: test MAE %.4f after round %u (the mean absolute prediction error)\n", f->mae, res->rounds);
     if (main_job && o->c.secure_agg) fleet_print_secagg_stored(f);
 
@@ -383,7 +393,7 @@ int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, j
     o->c.base_model = 1;
     int rc = fleet_finish_proto(bp, &o->c);
     o->c.rank = main_c.rank; /* the bias model at the devices' own d (a device takes part only at its d) */
-    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, res);
+    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, res);
     else fprintf(stderr, "dprec-fleet: --bias-base: the %s job's defaults do not fit this run\n", bp->name);
     if (rc == 0) o->base_job = f->job;
     o->proto = main_proto;

@@ -60,6 +60,8 @@ typedef struct options {
     int quiet, verbose, verify_each;
     int enroll; /* --registration token (fleet_enroll.c) */
     const char *release_encoding; /* --release-encoding: "f32", "q16" or "q8", asked of every job (NULL: not given) */
+    int uncertainty; /* --uncertainty: 1 on, 0 off, -1 not given (the protocol's default, fleet_proto_release_uncertainty):
+                      * the jobs' releases carry their items' uncertainty */
     /* --bias-base F (0: none): the share of the budget the base job (the private bias model) spends first; its
      * budget; and the whole budget, which the devices' caps and the comparisons get (c.epsilon and c.delta are the
      * main job's share) */
@@ -102,7 +104,6 @@ typedef struct fleet {
     unsigned char *release;
     size_t release_len;
     dprec_release_info release_info;
-    uint32_t check_stride; /* every check_stride-th device compares with dprec_predict (~100 a round) */
     /* work distribution */
     atomic_uint_fast64_t next, done, reported, errors;
     double mae; /* the last evaluation's mean absolute error */
@@ -186,9 +187,10 @@ cJSON *fleet_call_json(fleet *f, int admin, const char *method, const char *path
                        const char *body, int want, char *err, size_t errcap);
 /* A number of a JSON object (a string "inf" or a number in a string too), or dflt. */
 double fleet_json_num(const cJSON *o, const char *key, double dflt);
-/* Runs one job of the selected protocol on the loaded devices, to its last round. 0, or -1 (printed). */
+/* Runs one job of the selected protocol on the loaded devices, to its last round; gm, im, um: the global, item and
+ * user means' test RMSE, which the main job's --plot draws. 0, or -1 (printed). */
 int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, int main_job, double gm, double im,
-                  job_result *res);
+                  double um, job_result *res);
 /* --bias-base: the private bias model's job on the same devices, at its share of the budget. 0, or -1 (printed). */
 int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res);
 
@@ -264,8 +266,8 @@ void fleet_print_round(unsigned r, unsigned long long reported, double rmse, con
 FILE *fleet_csv_open(const char *path);
 /* One round's CSV line, flushed. */
 void fleet_csv_round(FILE *csv, unsigned r, unsigned long long reported, double rmse, const char *eps, double secs);
-/* --plot: the RMSE per round from the CSV at `csv`, with gnuplot. */
-void fleet_draw_plot(const options *o, const char *csv, double gm, double im);
+/* --plot: the RMSE per round from the CSV at `csv`, with gnuplot, beside the global, item and user means. */
+void fleet_draw_plot(const options *o, const char *csv, double gm, double im, double um);
 /* With secure aggregation: how many reports the aggregator stored (its metrics). */
 void fleet_print_secagg_stored(fleet *f);
 /* The job's guarantee as the aggregator states it (priv: its "privacy" object, or NULL), and at user level. */

@@ -378,6 +378,14 @@ static int dump(const char *path) {
            info.sig_alg == DPREC_SIG_ECDSA_P256_SHA256 ? "ECDSA P-256 SHA-256 (not verified here)" : "none",
            (unsigned)info.sig_len);
     printf("total_size:      %llu\n", (unsigned long long)info.total_size);
+    dprec_release_column cols[DPREC_RELEASE_MAX_COLUMNS];
+    uint32_t ncols = 0;
+    if (dprec_release_columns(buf, len, cols, DPREC_RELEASE_MAX_COLUMNS, &ncols) == DPREC_OK)
+        for (uint32_t c = 0; c < ncols && c < DPREC_RELEASE_MAX_COLUMNS; c++)
+            printf("column:          type %u%s, %u bytes an item, flags 0x%02x%s\n", (unsigned)cols[c].type,
+                   cols[c].type == DPREC_RELEASE_COL_UNCERTAINTY ? " (the items' uncertainty)" : " (unknown: skipped)",
+                   (unsigned)cols[c].width, (unsigned)cols[c].flags,
+                   (cols[c].flags & DPREC_RELEASE_COL_CRITICAL) ? " (critical)" : "");
     rc = dprec_release_check(buf, len, &info);
     if (rc != DPREC_OK) {
         printf("valid:           no: %s (%s)\n", dprec_strerror(rc), dprec_status_name(rc));
@@ -387,6 +395,17 @@ static int dump(const char *path) {
     hex(info.digest, sizeof info.digest, digest_hex);
     printf("sha256:          %s\n", digest_hex);
     printf("valid:           yes (digest matches, every value finite)\n");
+    dprec_item_uncertainty u;
+    if (dprec_release_item_uncertainty(buf, &info, 0, &u) == DPREC_OK) { /* what a device keeps, on average */
+        double kb = 0.0, kv = 0.0;
+        for (uint32_t j = 0; j < info.num_items; j++) {
+            (void)dprec_release_item_uncertainty(buf, &info, j, &u);
+            kb += u.bias_keep;
+            kv += u.v_keep;
+        }
+        printf("shrinkage:       a device keeps %.3f of an item's bias and %.3f of its factors, on average\n",
+               kb / info.num_items, kv / info.num_items);
+    }
     free(buf);
     return 0;
 }

@@ -33,10 +33,10 @@ DPREC_BEGIN_DECLS
  * top-K k, ledger lines jobs, pending-report slots slots and largest report rbytes (docs/sdk.md derives it):
  *   fixed part                                   DPREC_CLIENT_FIXED_BYTES
  *   ratings, sorted by item                      16 * cap
- *   normal equations (double), user vector       8 * d * d + 8 * d + 4 * d
+ *   normal equations (double), user vectors      8 * d * d + 8 * d + 8 * d  (u, and u_pred for the shrinkage)
  *   the fit's scratch: 16 rows of d doubles     128 * d  (its blocked accumulation, common/linalg.c)
  *   gauss-gd's gradient-mode state               16 + 12 * d (+ 15 alignment)
- *   rows of the rated items kept by a fit        4 * cap * (d + 1)
+ *   rows of the rated items kept by a fit        4 * cap * (d + 1), and their shrinkage: 8 * cap
  *   top-K heap                                   8 * k
  *   ledger lines                                 88 * jobs
  *   pending reports (40-byte header, 8-aligned)  slots * (rbytes + 47)
@@ -44,12 +44,13 @@ DPREC_BEGIN_DECLS
  *                                                (464: header 48, section headers and prefixes 48, trailer 32,
  *                                                the sync section 176 with a relay registration,
  *                                                the trusted release's 112, and slack)
- *   alignment slack                              16 per block, 10 blocks, and the arena's start */
+ *   alignment slack                              16 per block, 10 blocks, the arena's start, and the shrinkage's
+ *                                                part of the rows' block */
 #define DPREC_CLIENT_MEMORY_BOUND_EX(d, cap, k, jobs, slots, rbytes)                                        \
-    ((size_t)DPREC_CLIENT_FIXED_BYTES + 32u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
+    ((size_t)DPREC_CLIENT_FIXED_BYTES + 40u * (size_t)(cap) + 4u * (size_t)(cap) * ((size_t)(d) + 1u) +  \
      8u * (size_t)(d) * (size_t)(d) +                                                                      \
-     152u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
-     464u + 176u + 32u)
+     156u * (size_t)(d) + 8u * (size_t)(k) + 176u * (size_t)(jobs) + 2u * (size_t)(slots) * ((size_t)(rbytes) + 47u) + \
+     464u + 192u + 32u)
 
 /* The extra memory of a client that keeps private-fw state (cfg.fw_max_ratings = xi > 0; 0 costs nothing):
  * the state in memory (a 24-byte header, xi item ids and d coefficients, 4 bytes each, and scratch for a

@@ -1,10 +1,11 @@
-/* dprec — releases of item profiles V (formats 1 and 2), read from a buffer or as a stream of chunks.
+/* dprec — releases of item profiles V (formats 1, 2 and 3), read from a buffer or as a stream of chunks.
  *
  * Layout (all integers and floats little-endian; docs/release-format.md is the full description):
  *   header   64 bytes   magic "DPRV", format version, flags, release version, job id, m, d, rating scale,
- *                       global mean, signature algorithm and length, reserved zeros
+ *                       global mean, signature algorithm and length, reserved zeros (format 3: the column table)
  *   body     m rows     row j = [item bias b_j if DPREC_RELEASE_HAS_BIASES] then v_j: d float32 (format 1), or
- *                       (format 2, a compact release) a float32 scale s_j and d int16 or int8 q_jk, v_jk = q_jk s_j
+ *                       (format 2, a compact release) a float32 scale s_j and d int16 or int8 q_jk, v_jk = q_jk s_j;
+ *                       format 3: either of those, then the item's bytes of each column of the header's table
  *   digest   32 bytes   SHA-256 of header || body
  *   signature sig_len bytes over the digest (ECDSA P-256, added by the aggregator; 0 bytes = unsigned)
  *
@@ -25,6 +26,7 @@ DPREC_BEGIN_DECLS
 #define DPREC_RELEASE_MAGIC "DPRV"
 #define DPREC_RELEASE_FORMAT_VERSION 1u  /* float32 rows */
 #define DPREC_RELEASE_FORMAT_COMPACT 2u  /* quantized rows: one of the DPREC_RELEASE_ENC_* flags */
+#define DPREC_RELEASE_FORMAT_COLUMNS 3u  /* rows of format 1 or 2, each followed by per-item columns */
 #define DPREC_RELEASE_HEADER_SIZE 64u
 #define DPREC_RELEASE_DIGEST_SIZE 32u
 #define DPREC_RELEASE_MAX_SIG 128u   /* the largest signature a v1 release may carry */
@@ -46,12 +48,30 @@ DPREC_BEGIN_DECLS
 #define DPREC_RELEASE_ENC_Q8 0x0004u   /* int8, Q = 127: d + 4 bytes */
 #define DPREC_RELEASE_ENC_MASK 0x0006u
 
+/* Format 3: per-item columns. The header's 16 reserved bytes are a table of up to 4 columns, 4 bytes each: [type u8]
+ * [flags u8][width u16], packed from the first slot (an unused slot is 4 zero bytes, and so is every slot after it).
+ * Each row ends with the item's `width` bytes of each column, in table order (at most 64 bytes in all). A reader skips
+ * a column whose type it does not know, unless its flags say DPREC_RELEASE_COL_CRITICAL: then it refuses the release
+ * (DPREC_ERR_RELEASE_COLUMN). Every byte is covered by the digest and so by the signature. */
+#define DPREC_RELEASE_MAX_COLUMNS 4u
+#define DPREC_RELEASE_COLUMN_BYTES_MAX 64u   /* the most column bytes a row may carry */
+#define DPREC_RELEASE_COL_CRITICAL 0x01u     /* column flag: a reader that does not know the type must refuse */
+/* Column type 1, the items' uncertainty (docs/release-format.md, "Format 3"): 6 bytes an item, [b: noise][b: gain]
+ * [b: spread][v: noise][v: gain][v: spread]. A released value is, to first order, x = gain t + noise, t the item's true
+ * value: noise and spread are standard deviations coded on a log scale (dprec_uncertainty_sd), the noise's and the
+ * spread of the true values the release shows (empirical Bayes); gain is code / 255 (dprec_uncertainty_gain). Not
+ * critical: a reader that ignores it predicts from the release's values as they are. Its flag DPREC_RELEASE_UNC_PINNED0 says that coordinate 0 of every v_j is a
+ * pinned column of ones (the users' own bias), which the shrinkage leaves alone. */
+#define DPREC_RELEASE_COL_UNCERTAINTY 1u
+#define DPREC_RELEASE_UNCERTAINTY_WIDTH 6u
+#define DPREC_RELEASE_UNC_PINNED0 0x02u
+
 /* signature algorithms */
 #define DPREC_SIG_NONE 0u
 #define DPREC_SIG_ECDSA_P256_SHA256 1u /* DER-encoded ECDSA signature over the digest */
 
 typedef struct dprec_release_info {
-    uint16_t format_version;  /* 1, or 2 for a compact release */
+    uint16_t format_version;  /* 1, 2 for a compact release, 3 for a release with columns */
     uint16_t flags;           /* DPREC_RELEASE_HAS_BIASES, and a compact release's DPREC_RELEASE_ENC_* */
     uint64_t release_version; /* increases with each release of a job */
     uint64_t job_id;          /* the aggregator's job (0 for a release made offline) */
@@ -97,8 +117,14 @@ typedef struct dprec_release_reader {
     dprec_release_row_fn on_row;
     void *user;
     union { unsigned char bytes[128]; uint64_t align; } sha; /* SHA-256 context storage (internal) */
-    unsigned char buf[4 * (DPREC_MAX_DIM + 1) + DPREC_RELEASE_HEADER_SIZE]; /* a partial row (of any encoding) or header */
+    unsigned char buf[4 * (DPREC_MAX_DIM + 1) + DPREC_RELEASE_HEADER_SIZE]; /* a partial row (of any encoding, with its
+                                                                             * columns) or header */
     float row[DPREC_MAX_DIM];
+    /* since format 3 (internal): the header's column table, the bytes of a row with its columns, and where the row
+     * being delivered keeps its columns (valid during on_row only) */
+    unsigned char columns[16];
+    uint32_t stride;
+    const unsigned char *row_columns;
 } dprec_release_reader;
 
 /* Starts a stream over the size bytes at *r. on_row may be NULL (validate only). DPREC_ERR_STRUCT_SIZE if size is
@@ -123,6 +149,69 @@ DPREC_API int dprec_release_reader_finish(dprec_release_reader *r);
  * and the encoding), including a signature of sig_len bytes; 0 if they are out of range. */
 DPREC_API uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t flags, uint16_t sig_len);
 
+/* ---- format 3: per-item columns ------------------------------------------------------------------------------ */
+
+/* One column of a release: its type, flags and width in bytes per item, and where its bytes start in a row, counted
+ * from the end of the row's bias and v_j. */
+typedef struct dprec_release_column {
+    uint8_t type;
+    uint8_t flags;
+    uint16_t width;
+    uint32_t offset;
+} dprec_release_column;
+
+/* The columns of a release whose 64-byte header dprec_release_parse_header accepted: up to max of them into cols (may
+ * be NULL when max is 0), their number into *n (0 for formats 1 and 2). */
+DPREC_API int dprec_release_columns(const void *header, size_t len, dprec_release_column *cols, uint32_t max,
+                                    uint32_t *n);
+
+/* An item's uncertainty, decoded from the release's uncertainty column (docs/release-format.md, "Format 3"), and the
+ * shrinkage it implies (docs/privacy.md, "Release uncertainty"): with x = gain t + noise and true values spread as
+ * N(0, spread^2), the linear least-squares estimate of t from x is keep x,
+ *     keep = gain spread^2 / (gain^2 spread^2 + noise^2),   at most 1,
+ * 1 when the value carries no noise (a release without the column is read so), 0 when it carries nothing of the item
+ * (gain 0) or the release's items show no spread. A noise of INFINITY ("no information") keeps 0. */
+typedef struct dprec_item_uncertainty {
+    float bias_noise_sd, bias_gain, bias_spread_sd; /* of the item bias b_j, in rating units */
+    float v_noise_sd, v_gain, v_spread_sd;          /* of each unpinned coordinate of v_j */
+    float bias_keep, v_keep;                        /* in [0, 1] */
+    uint32_t pinned;                                /* leading coordinates of v_j that are never shrunk (0 or 1) */
+} dprec_item_uncertainty;
+
+/* The standard deviation a code of the uncertainty column stands for: 0 for 0, INFINITY for 255, else
+ * 2^((code - 128) / 16) (about 0.0041 to 235, steps of 4.4%). */
+DPREC_API float dprec_uncertainty_sd(uint8_t code);
+/* The code of a standard deviation: 0 for sd <= 0 (and only then), 255 for a NaN, an infinity or anything at or
+ * past 2^(126.5 / 16), otherwise the nearest step (at least 1). */
+DPREC_API uint8_t dprec_uncertainty_code(double sd);
+/* The gain a code stands for, code / 255 (0 to 1), and the code of a gain (the nearest step; 0 below 0, 255 above 1). */
+DPREC_API float dprec_uncertainty_gain(uint8_t code);
+DPREC_API uint8_t dprec_uncertainty_gain_code(double gain);
+/* Decodes the 6 bytes of an item's uncertainty column (with the column's flags) into *out. */
+DPREC_API void dprec_uncertainty_decode(const unsigned char code[DPREC_RELEASE_UNCERTAINTY_WIDTH], uint8_t col_flags,
+                                        dprec_item_uncertainty *out);
+
+/* Item j's uncertainty in a release already validated by dprec_release_check (or a trusted one). DPREC_ERR_NOT_FOUND
+ * when the release has no uncertainty column: *out is then the identity (no noise, keep 1). */
+DPREC_API int dprec_release_item_uncertainty(const void *buf, const dprec_release_info *info, uint32_t j,
+                                             dprec_item_uncertainty *out);
+
+/* The uncertainty of the row a streaming reader is delivering, called from its on_row callback (elsewhere:
+ * DPREC_ERR_STATE). DPREC_ERR_NOT_FOUND, with *out the identity, when the release has no uncertainty column. */
+DPREC_API int dprec_release_reader_uncertainty(const dprec_release_reader *r, dprec_item_uncertainty *out);
+
+/* A column to write: type, flags, width (bytes per item) and its m * width bytes, item-major. */
+typedef struct dprec_release_column_data {
+    uint8_t type;
+    uint8_t flags;
+    uint16_t width;
+    const unsigned char *data;
+} dprec_release_column_data;
+
+/* The size of a release with columns of column_bytes bytes per item in all (format 3 when column_bytes > 0). */
+DPREC_API uint64_t dprec_release_size_columns(uint32_t num_items, uint32_t dim, uint16_t flags, uint32_t column_bytes,
+                                              uint16_t sig_len);
+
 /* Writes an unsigned release into out (cap bytes). v is m*d floats row-major; item_bias is m floats or
  * NULL (then no biases are stored and global_mean must be 0). Header fields come from *info (format_version,
  * total_size, sig_* and digest are set by the writer, which also fills info->digest). info->flags may ask for a
@@ -130,6 +219,14 @@ DPREC_API uint64_t dprec_release_size(uint32_t num_items, uint32_t dim, uint16_t
  * to the nearest q); DPREC_RELEASE_HAS_BIASES there is ignored (item_bias decides). *written gets the size. */
 DPREC_API int dprec_release_write(void *out, size_t cap, dprec_release_info *info, const float *v,
                                   const float *item_bias, size_t *written);
+
+/* dprec_release_write with ncols columns (at most DPREC_RELEASE_MAX_COLUMNS; cols may be NULL when ncols is 0): with
+ * any, the release is format 3, its rows in the encoding info->flags asks (float32 or compact) followed by the columns'
+ * bytes. A column table the readers would refuse is refused (DPREC_ERR_RELEASE_HEADER), so is a critical column of a
+ * type this build does not know (DPREC_ERR_RELEASE_COLUMN). */
+DPREC_API int dprec_release_write_columns(void *out, size_t cap, dprec_release_info *info, const float *v,
+                                          const float *item_bias, const dprec_release_column_data *cols,
+                                          uint32_t ncols, size_t *written);
 
 DPREC_END_DECLS
 

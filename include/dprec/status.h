@@ -56,6 +56,7 @@ typedef enum dprec_status {
     DPREC_ERR_RELEASE_SIGNATURE = -307, /* the signature is missing or does not verify */
     DPREC_ERR_RELEASE_MISMATCH = -308,  /* the release's m, d or scale differ from the client's */
     DPREC_ERR_RELEASE_UNVERIFIED = -309, /* not the client's trusted release: verify it first (dprec_release_verify) */
+    DPREC_ERR_RELEASE_COLUMN = -310,    /* a critical release column (format 3) this build cannot read */
 
     /* local computation: -400 .. -499 */
     DPREC_ERR_SINGULAR = -400,  /* the least-squares system is not positive definite (raise lambda) */

@@ -36,6 +36,11 @@ size_t fake_signer_sign_digest(fake_signer *s, const unsigned char digest[32], u
 unsigned char *fake_signed_release(fake_signer *s, uint64_t job, uint64_t version, uint32_t m, uint32_t d,
                                    const float *v, const float *bias, float mu, size_t *len);
 
+/* Signs an unsigned release of any format (as dprec_release_write_columns writes it: sig_alg and sig_len 0) as the
+ * aggregator does: the header announces the signature, the digest is recomputed, the signature appended. Returns a
+ * malloc'd copy; *out_len gets its size. */
+unsigned char *fake_sign_release(fake_signer *s, const unsigned char *rel, size_t len, size_t *out_len);
+
 /* ---- the aggregator ------------------------------------------------------------------------------------------ */
 
 #define FAKE_AGG_MAX_BODY 65536

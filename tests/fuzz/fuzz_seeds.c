@@ -55,6 +55,25 @@ static void release_seeds(fake_signer *key) {
             put("fuzz_release", n++, &chunk, 1, sig, slen);
             free(sig);
         }
+        /* the same values with the items' uncertainty column (format 3), float32 and q8, unsigned and signed */
+        {
+            unsigned char *unc = malloc((size_t)shapes[i].m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+            for (size_t k = 0; k < (size_t)shapes[i].m * DPREC_RELEASE_UNCERTAINTY_WIDTH; k++)
+                unc[k] = (unsigned char)(k % 5u == 0 ? 0u : 90u + (k * 7u) % 60u);
+            for (uint16_t enc = 0; enc <= DPREC_RELEASE_ENC_Q8; enc = (uint16_t)(enc ? 0xffff : DPREC_RELEASE_ENC_Q8)) {
+                size_t ulen = 0, slen = 0;
+                unsigned char *urel = test_write_release_unc(shapes[i].m, shapes[i].d, v, b, b ? 3.5f : 0.0f, enc, unc, &ulen);
+                if (urel == NULL) abort();
+                chunk = (unsigned char)(i * 5u + enc + 1u);
+                put("fuzz_release", n++, &chunk, 1, urel, ulen);
+                unsigned char *srel = fake_sign_release(key, urel, ulen, &slen);
+                chunk = 31;
+                put("fuzz_release", n++, &chunk, 1, srel, slen);
+                free(srel);
+                free(urel);
+            }
+            free(unc);
+        }
         /* the same values as compact releases (format 2) */
         for (uint16_t enc = DPREC_RELEASE_ENC_Q16; enc <= DPREC_RELEASE_ENC_Q8; enc = (uint16_t)(enc << 1)) {
             size_t clen = 0;
@@ -84,8 +103,9 @@ static int build_report(void *user, const unsigned char id[DPREC_REPORT_ID_SIZE]
 
 static void store_seeds(void) {
     int n = 0;
-    /* plain, encrypted, and plain with a compact trusted release (store section 33) */
-    for (int variant = 0; variant < 3; variant++) {
+    /* plain, encrypted, plain with a compact trusted release (store section 33), and with a trusted release with
+     * columns (section 35) */
+    for (int variant = 0; variant < 4; variant++) {
         int encrypted = variant == 1;
         fake_port fp;
         dprec_port port;
@@ -115,6 +135,12 @@ static void store_seeds(void) {
         if (variant == 2) {
             free(rel);
             rel = test_write_release_enc(100, 4, rv, rb, 3.5f, DPREC_RELEASE_ENC_Q8, &rlen);
+        }
+        if (variant == 3) {
+            static unsigned char unc[100 * DPREC_RELEASE_UNCERTAINTY_WIDTH];
+            memset(unc, 100, sizeof unc);
+            free(rel);
+            rel = test_write_release_unc(100, 4, rv, rb, 3.5f, 0, unc, &rlen);
         }
         if (rel == NULL || test_trust(c, rel, rlen) != DPREC_OK) abort();
         free(rel);

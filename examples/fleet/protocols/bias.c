@@ -51,5 +51,5 @@ const fleet_proto fleet_proto_bias = {
     "bias",
     "bias (the private bias model mu + b_j + c_i: dpals at d = 1; user-level joint DP; takes dpals's flags)\n",
     NULL, bias_arg, bias_finish, bias_spec, bias_device, NULL, bias_describe, NULL,
-    "the private bias model (dpals at d = 1), joint DP", bias_worst, &fleet_dpals_audit,
+    "the private bias model (dpals at d = 1), joint DP", bias_worst, &fleet_dpals_audit, fleet_dpals_population_print,
 };

@@ -7,6 +7,7 @@
 #include "bytes.h"
 #include "dpals.h"
 #include "fleet_proto.h"
+#include "fleet_rule.h"
 #include "report.h"
 #include "secagg.h"
 
@@ -139,6 +140,72 @@ static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     }
 }
 
+/* The population rule (fleet_rule.h) for the fleet at hand: N, m and the rating scale from the data, k = the report
+ * size dpals_effective chooses, a = the devices' mean training ratings (the app's declared activity; the fleet reads
+ * it off its data, as it reads the rating capacity that bounds k). 0, or -1 (nothing chosen). */
+static int dpals_rule(const fleet_common *o, const fleet_data *d, fleet_rule_in *in, fleet_rule_out *out) {
+    dpals_eff e;
+    dpals_effective(o, d, &e);
+    size_t ntrain = 0;
+    for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
+    in->devices = d->num_users;
+    in->items = d->num_items;
+    in->epsilon = o->epsilon;
+    in->delta = o->delta;
+    in->scale_width = (double)d->rating_max - (double)d->rating_min;
+    in->max_items = e.max_items;
+    in->activity = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
+    return fleet_rule_choose(in, out);
+}
+
+static void rule_print(const fleet_rule_in *in, const fleet_rule_out *out, unsigned d, int chosen) {
+    printf("rule: %u devices, %u items, k = %u, %.1f ratings a device (declared: the data's mean), epsilon %g, delta %g: "
+           "an average item's weighted reports %.1f, the first factor's signal over its noise %.2f at 3 rounds "
+           "(z = %.3g), %.2f at 5 (z = %.3g): %s\n",
+           in->devices, in->items, in->max_items, in->activity, in->epsilon, in->delta, out->reports_per_item, out->snr3,
+           out->z3, out->snr5, out->z5,
+           out->rank == 1 ? "factors cannot pay at this population and budget (below 4): d = 1, the bias model, "
+                            "the devices' fixed ridge 1"
+                          : out->rounds == 5 ? "factors pay (4 or more): d = 10, 5 rounds (epsilon >= 5)"
+                                             : "factors pay (4 or more): d = 10, 3 rounds (epsilon < 5)");
+    if (!chosen) printf("rule: not applied: d = %u was given (--rank, or the protocol's own)\n", d);
+}
+
+/* The devices' ridge at d: the rule's fixed ridge for the bias model (unless --lambda, the devices' fixed ridge of
+ * dpals, was given), the factors' per-rating ridge with its floor at d > 1; each unless given. */
+static void population_ridge(fleet_common *o, const fleet_rule_out *r) {
+    if (o->rank == 1) {
+        if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
+        if (!o->lambda_set) o->lambda = r->device_lambda_fixed > 0 ? r->device_lambda_fixed : FLEET_RULE_BIAS_RIDGE;
+        if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
+    } else {
+        if (!o->device_lambda_set) o->device_lambda_per_rating = r->factor_lambda_per_rating;
+        if (!o->device_lambda_floor_set) o->device_lambda_floor = 3.0;
+    }
+}
+
+/* The defaults that follow the population: d, the rounds and the devices' ridge, each unless given. */
+static void dpals_population(fleet_common *o, const fleet_data *d) {
+    fleet_rule_in in;
+    fleet_rule_out r;
+    if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
+    int chosen = !o->rank_set;
+    if (chosen) o->rank = r.rank;
+    if (!o->rounds_set) o->rounds = o->rank == 1 ? 2 : r.factor_rounds;
+    population_ridge(o, &r);
+    rule_print(&in, &r, o->rank, chosen);
+}
+
+/* bias: d = 1 whatever the population (its rounds its own); the bias model's ridge, and the rule's line, which says
+ * what it would choose for dpals. */
+void fleet_dpals_population_print(fleet_common *o, const fleet_data *d) {
+    fleet_rule_in in;
+    fleet_rule_out r;
+    if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
+    population_ridge(o, &r);
+    rule_print(&in, &r, 1, r.rank == 1);
+}
+
 static void dpals_describe(const fleet_common *o, const fleet_data *d) {
     dpals_eff e;
     dpals_effective(o, d, &e);
@@ -184,9 +251,12 @@ static const char *const dpals_flags[] = {"--residual", "--reweight", "--max-ite
 const fleet_proto fleet_proto_dpals = {
     "dpals",
     "dpals (private alternating least squares, Chien et al. 2021; user-level joint DP; docs/privacy.md):\n"
-    "  (defaults per epsilon, docs/results.md \"Defaults\": at epsilon >= 5, 5 rounds and\n"
-    "  --device-lambda-per-rating 0.02; below, 3 rounds and the fleet's device ridge; at d > 1\n"
-    "  --device-lambda-floor 3; --max-items 400, at most the largest device's training ratings)\n"
+    "  (defaults: --rank by the population rule, docs/results.md \"The population rule\": d = 10 when\n"
+    "  the first factor's signal over its noise is 4 or more for an average item, else d = 1, the bias\n"
+    "  model, 2 rounds, the devices' fixed ridge --lambda 1; with factors, at epsilon >= 5 5 rounds and\n"
+    "  --device-lambda-per-rating 0.02,\n"
+    "  below 3 rounds and the fleet's device ridge, and --device-lambda-floor 3; --max-items 400, at\n"
+    "  most the largest device's training ratings; the fleet prints the rule's choice, `rule: ...`)\n"
     "  --residual on|off        targets are residuals of the round's release, which the solve corrects\n"
     "                           (params.residual; default on)\n"
     "  --reweight on|off        a report of n < k ratings is scaled by sqrt(k / n), so that every report\n"
@@ -211,5 +281,5 @@ const fleet_proto fleet_proto_dpals = {
     "  --mu M                   the public global mean (default the scale's middle; each device's own bias\n"
     "                           absorbs it, docs/privacy.md)\n",
     dpals_flags, dpals_arg, dpals_finish, dpals_spec, dpals_device, NULL, dpals_describe, "bias",
-    "private ALS (Chien et al. 2021), joint DP", dpals_worst, &fleet_dpals_audit,
+    "private ALS (Chien et al. 2021), joint DP", dpals_worst, &fleet_dpals_audit, dpals_population,
 };

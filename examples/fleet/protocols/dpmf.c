@@ -258,7 +258,7 @@ const fleet_proto fleet_proto_dpmf = {
     dpmf_flags, dpmf_arg, dpmf_finish, dpmf_spec, dpmf_device, NULL, dpmf_describe, "bias",
     "objective perturbation (Hua et al. 2015)",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning": no bound in the relay modes) */
-    &dpmf_audit,
+    &dpmf_audit, NULL,
 };
 
 const fleet_job_hooks fleet_dpmf_hooks = {dpmf_job_begin, dpmf_job_created, dpmf_worker_relay, dpmf_round_end,

@@ -183,5 +183,5 @@ const fleet_proto fleet_proto_private_fw = {
     fw_flags, fw_arg, fw_finish, fw_spec, fw_device, fw_own_vector, fw_describe, "bias",
     "seed 002 private Frank-Wolfe, joint DP",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
-    &fw_audit,
+    &fw_audit, NULL,
 };

@@ -236,5 +236,5 @@ const fleet_proto fleet_proto_gauss_gd = {
     "                           (default 1e-5), by the group bound over --max-ratings (u is fitted from all of a\n"
     "                           user's ratings); seed 001's eps_opt, far below it, is printed but does not hold\n",
     gauss_flags, gauss_arg, gauss_finish, gauss_spec, gauss_device, NULL, gauss_describe, "bias",
-    "seed 001 Gaussian gradient descent, central DP", gauss_worst, &gauss_audit,
+    "seed 001 Gaussian gradient descent, central DP", gauss_worst, &gauss_audit, NULL,
 };

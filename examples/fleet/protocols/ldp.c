@@ -345,14 +345,14 @@ static const char *const rr_flags[] = {"--lr", "--lr-schedule", "--init-scale", 
 
 const fleet_proto fleet_proto_ldp_gd = {
     "ldp-gd", "ldp-gd (seed 000's Private GD, local DP, unit user):\n" LDP_HELP, gd_flags, gd_arg, ldp_finish,
-    gd_spec, sign_device, NULL, NULL, NULL, "seed 000 private GD, local DP", sign_worst, &gd_audit,
+    gd_spec, sign_device, NULL, NULL, NULL, "seed 000 private GD, local DP", sign_worst, &gd_audit, NULL,
 };
 const fleet_proto fleet_proto_ldp_gddr = {
     "ldp-gddr",
     "ldp-gddr (seed 000's GD-DR, a random projection Phi; local DP, unit user): as ldp-gd, and\n"
     "  --q Q                    rows of the projection Phi (default min(2700, items))\n",
     gddr_flags, gddr_arg, ldp_finish, gddr_spec, sign_device, NULL, NULL, NULL, "seed 000 GD-DR, local DP",
-    sign_worst, &gddr_audit,
+    sign_worst, &gddr_audit, NULL,
 };
 const fleet_proto fleet_proto_ldp_rr = {
     "ldp-rr",
@@ -361,5 +361,5 @@ const fleet_proto fleet_proto_ldp_rr = {
     "  --rr-unit user           the only unit (rating is refused: u depends on every rating)\n",
     rr_flags, rr_arg, ldp_finish, rr_spec, rr_device, NULL, NULL, NULL, "seed 000 randomized response, local DP",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
-    &rr_audit,
+    &rr_audit, NULL,
 };

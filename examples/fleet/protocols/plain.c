@@ -89,5 +89,5 @@ const fleet_proto fleet_proto_plain = {
     "  --lambda-bias L          ridge of the item biases (default: the aggregator's)\n",
     plain_flags,
     plain_arg, plain_finish, plain_spec, plain_device, NULL, NULL, NULL,
-    "ALS without privacy (the utility ceiling)", plain_worst, &plain_audit,
+    "ALS without privacy (the utility ceiling)", plain_worst, &plain_audit, NULL,
 };

@@ -175,5 +175,5 @@ const fleet_proto fleet_proto_sgld = {
     sgld_flags, sgld_arg, sgld_finish, sgld_spec, sgld_device, NULL, sgld_describe, "bias",
     "one posterior sample (SGLD, seed 003), posterior-sampling heuristic",
     NULL, /* no worst report: --malicious is refused (docs/privacy.md "Poisoning" states its bound) */
-    &sgld_audit,
+    &sgld_audit, NULL,
 };

@@ -63,6 +63,21 @@ int fleet_proto_takes_bias_base(const fleet_proto *p) {
     return 0;
 }
 
+/* The protocols whose aggregator computes its items' uncertainty (the job spec's release_uncertainty: release format 3,
+ * docs/release-format.md), which the fleet asks for unless --uncertainty off: a release that carries nothing then
+ * costs a device nothing, and where the release is good the shrinkage cost at most 0.004 RMSE (docs/results.md,
+ * "Release uncertainty on the device"). by_default 0 would ask only with --uncertainty on. */
+static const struct {
+    const fleet_proto *proto;
+    int by_default;
+} uncertainty[] = {{&fleet_proto_dpals, 1}, {&fleet_proto_bias, 1}};
+
+int fleet_proto_release_uncertainty(const fleet_proto *p) {
+    for (size_t i = 0; i < sizeof uncertainty / sizeof uncertainty[0]; i++)
+        if (uncertainty[i].proto == p) return 1 + uncertainty[i].by_default;
+    return 0;
+}
+
 const fleet_proto *fleet_proto_base_model(void) {
     return &fleet_proto_bias;
 }

@@ -45,6 +45,7 @@ public final class Status {
     public static final int RELEASE_SIGNATURE = -307;
     public static final int RELEASE_MISMATCH = -308;
     public static final int RELEASE_UNVERIFIED = -309;
+    public static final int RELEASE_COLUMN = -310;
     public static final int SINGULAR = -400;
     public static final int NO_RATINGS = -401;
     public static final int BUDGET_EXCEEDED = -500;

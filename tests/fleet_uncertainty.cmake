@@ -1,0 +1,23 @@
+# The bias model's default run with its releases' uncertainty (release format 3, docs/privacy.md "Release
+# uncertainty") on a fleet whose budget leaves the release pure noise: 300 devices, 200 items, epsilon 0.1. The fleet
+# asks for the column by default for bias, says so, and every device predicts its own level: at or below the user mean,
+# what each device has for free (on this shape 1.1256 in most runs, 1.1216-1.1281 in others, against 1.1323; without
+# the column 1.1318).
+#   cmake -DBIN=path/to/dprec-fleet -P fleet_uncertainty.cmake
+if(NOT BIN)
+  message(FATAL_ERROR "usage: -DBIN=... -P fleet_uncertainty.cmake")
+endif()
+execute_process(COMMAND ${BIN} --synthetic 300,200,6000,3 --protocol bias --epsilon 0.1 --in-process --threads 2 --seed 4
+                        --compare none
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
+include(${CMAKE_CURRENT_LIST_DIR}/fleet_contract.cmake)
+fleet_run_ok()
+if(NOT out MATCHES "releases: with each item's uncertainty \\(release format 3\\)")
+  message(FATAL_ERROR "the bias job's releases do not carry their items' uncertainty by default")
+endif()
+fleet_final(bias 2 0.1 rmse)
+fleet_ledgers_within()
+fleet_baseline("user mean" user)
+if(rmse GREATER user)
+  message(FATAL_ERROR "the bias model on a release of noise (${rmse}) is worse than the user mean (${user})")
+endif()
