@@ -82,7 +82,7 @@ static int teardown(void **state) {
 
 static int call(dprec_agg *a, dprec_listener l, const char *method, const char *path, const char *auth,
                 const void *body, size_t len, dprec_agg_response *r) {
-    char hdr[300];
+    char hdr[400]; /* "Bearer " and a token of up to 324 bytes (a device token in the secure-aggregation cases) */
     dprec_agg_request q = {l, method, path, NULL, body, len};
     if (auth != NULL) {
         snprintf(hdr, sizeof hdr, "Bearer %s", auth);
