@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "agg_engine_priv.h"
+#include "report.h"
 #include "protocols/agg_protocol.h"
 #include "state/agg_store.h"
 
@@ -38,7 +39,7 @@ static int add_shards(const agg_job *job, agg_sum *sum, const agg_store_shards *
     size_t bytes = 0;
     for (size_t i = 0; i < log->n; i++) {
         if (agg_fold_report(job, log->r[i].payload, log->r[i].payload_len, sum) != 0) return -1;
-        bytes += log->r[i].payload_len;
+        bytes += log->r[i].payload_len + DPREC_ENVELOPE_HEADER; /* the row holds the whole envelope */
     }
     if (log_bytes != NULL) *log_bytes = bytes;
     return 0;
@@ -84,7 +85,7 @@ void agg_sums_committed(dprec_agg *a, agg_slot *s, int64_t round, const unsigned
         agg_sums_drop(s);
         return;
     }
-    s->log_bytes += e.payload_len;
+    s->log_bytes += len; /* the log row holds the whole envelope */
 }
 
 void agg_sums_checkpoint(dprec_agg *a, agg_slot *s) {

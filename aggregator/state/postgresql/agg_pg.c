@@ -805,7 +805,11 @@ static int shard_checkpoint(dprec_agg *a, int64_t job, int64_t round, const unsi
     agg_pg_p_bytes(&p, sum, len);
     PGresult *r = NULL;
     if (begin_on(w, "BEGIN") != 0) goto fail;
-    if ((r = agg_pg_run(w, "INSERT INTO round_sums(job, round, instance, count, sum) VALUES($1, $2, $3, $4, $5)"
+    /* only while the round is the job's open round, its row read FOR SHARE: a round commit (its UPDATE of that row)
+     * then waits for this checkpoint, and its DELETE of the round's checkpoints sees it; a checkpoint after the commit
+     * writes nothing (the round's log rows are gone with it) */
+    if ((r = agg_pg_run(w, "WITH j AS (SELECT id FROM jobs WHERE id = $1 AND round = $2 FOR SHARE)"
+                           " INSERT INTO round_sums(job, round, instance, count, sum) SELECT $1, $2, $3, $4, $5 FROM j"
                            " ON CONFLICT (job, round, instance) DO UPDATE SET count = excluded.count, sum = excluded.sum",
                         &p)) == NULL)
         goto fail;
