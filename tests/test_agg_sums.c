@@ -266,6 +266,52 @@ static void test_sum_folded_step_gives_the_raw_steps_release_bitwise(void **stat
     agg_model_free(&other);
 }
 
+/* gauss-gd (unit user, clip C = 1): each report's folded contribution is no longer than C in Frobenius norm, whatever
+ * it sent, and the folded sum is within n 2^-F of the double sum of agg_gauss_accumulate. */
+static void test_sum_gauss_gd_folds_within_its_clip_and_the_grid(void **state) {
+    (void)state;
+    enum { GM = 12, GD = 3, GN = 4, N = 300, GLEN = 8 + 4 * (GD + 1) + 8 * GN };
+    agg_job j = dpals_job(1);
+    j.proto = &agg_protocol_gauss_gd;
+    j.proto_id = DPREC_PROTO_GAUSS_GD;
+    j.m = GM;
+    j.d = GD;
+    j.params = (char *)"{\"noise_multiplier\":2,\"max_ratings\":4,\"unit\":\"user\",\"clip\":1}";
+    agg_fold_spec spec;
+    assert_int_equal(agg_fold_job(&j, &spec), 1);
+    assert_int_equal(spec.coords, GM * (GD + 1));
+    agg_sum total, one;
+    assert_int_equal(agg_sum_init(&total, &spec), 0);
+    assert_int_equal(agg_sum_init(&one, &spec), 0);
+    double *ref = calloc(GM * (GD + 1), sizeof *ref);
+    assert_non_null(ref);
+    uint64_t s = 11;
+    unsigned char p[GLEN];
+    for (int r = 0; r < N; r++) {
+        double scale = unif(&s) < 0.2 ? 1e6 : 1.0;
+        dprec_st32(p, GD);
+        dprec_st32(p + 4, GN);
+        for (int k = 0; k <= GD; k++) dprec_stf32(p + 8 + 4 * k, (float)(scale * (2 * unif(&s) - 1)));
+        unsigned char *q = p + 8 + 4 * (GD + 1);
+        for (int i = 0; i < GN; i++) {
+            dprec_st32(q + 8 * i, (uint32_t)(3 * i + r % 3));
+            dprec_stf32(q + 8 * i + 4, (float)(2 * unif(&s) - 1));
+        }
+        agg_sum_zero(&one);
+        assert_int_equal(agg_fold_report(&j, p, GLEN, &one), 0);
+        double n2 = 0;
+        for (uint64_t c = 0; c < one.coords; c++) n2 += agg_sum_value(&one, c) * agg_sum_value(&one, c);
+        assert_true(sqrt(n2) <= 1.0);
+        assert_int_equal(agg_fold_report(&j, p, GLEN, &total), 0);
+        assert_int_equal(agg_gauss_accumulate(&j, p, GLEN, ref), 0);
+    }
+    for (uint64_t c = 0; c < total.coords; c++)
+        assert_true(fabs(ref[c] - agg_sum_value(&total, c)) <= N * ldexp(1.0, -total.frac_bits));
+    free(ref);
+    agg_sum_free(&total);
+    agg_sum_free(&one);
+}
+
 /* A secure-aggregation job keeps the raw path (its reports are masked), and so does a protocol without the hooks. */
 static void test_sum_only_jobs_whose_step_is_a_sum_fold(void **state) {
     (void)state;
@@ -594,6 +640,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sum_is_bit_identical_in_any_order_and_sharding),
         cmocka_unit_test(test_sum_overflow_fails_the_round_clearly),
         cmocka_unit_test(test_sum_folded_step_gives_the_raw_steps_release_bitwise),
+        cmocka_unit_test(test_sum_gauss_gd_folds_within_its_clip_and_the_grid),
         cmocka_unit_test(test_sum_only_jobs_whose_step_is_a_sum_fold),
         cmocka_unit_test_setup_teardown(test_agg_a_folded_round_keeps_its_sum_and_a_bounded_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_the_sum_after_kill_9_is_the_acknowledged_reports, setup, teardown),
