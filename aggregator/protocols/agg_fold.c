@@ -118,7 +118,11 @@ int agg_fold_step(const agg_job *job, const agg_model *prev, const agg_report *r
                   agg_model *next, char *err, size_t errcap) {
     agg_fold_spec spec;
     agg_sum sum;
-    if (!agg_fold_job(job, &spec) || agg_sum_init(&sum, &spec) != 0) {
+    if (!agg_fold_job(job, &spec)) {
+        snprintf(err, errcap, "%s: this job has no round sum (its parameters are out of range)", job->proto->name);
+        return -1;
+    }
+    if (agg_sum_init(&sum, &spec) != 0) {
         snprintf(err, errcap, "out of memory for the round's sum");
         return -1;
     }
