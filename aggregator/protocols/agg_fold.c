@@ -37,6 +37,7 @@ int agg_sum_init(agg_sum *s, const agg_fold_spec *spec) {
     if (s->q == NULL) return -1;
     s->coords = spec->coords;
     s->frac_bits = agg_sum_frac_bits(spec->bound);
+    s->scale = ldexp(1.0, s->frac_bits);
     return 0;
 }
 
@@ -53,13 +54,11 @@ void agg_sum_zero(agg_sum *s) {
 }
 
 void agg_sum_put(agg_sum *s, uint64_t i, double v) {
-    if (i >= s->coords || !isfinite(v)) {
-        s->overflow = 1; /* a protocol's bug: never silently dropped */
-        return;
-    }
-    double t = trunc(ldexp(v, s->frac_bits)); /* exact: ldexp scales by a power of two; trunc rounds toward zero */
-    if (!(fabs(t) < 9.2e18)) {
-        s->overflow = 1;
+    /* v 2^F is exact (a power of two scales the exponent only, far from under- or overflow here); the conversion to
+     * int64 truncates toward zero (C11 6.3.1.4); a NaN, an infinity or a value past int64 fails the range test */
+    const double t = v * s->scale;
+    if (i >= s->coords || !(t > -9.2e18 && t < 9.2e18)) {
+        s->overflow = 1; /* never silently dropped: the round fails, clearly */
         return;
     }
     if (__builtin_add_overflow(s->q[i], (int64_t)t, &s->q[i])) s->overflow = 1;

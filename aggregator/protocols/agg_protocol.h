@@ -44,6 +44,7 @@ typedef struct agg_sum {
     int64_t *q;
     uint64_t coords;
     int frac_bits;
+    double scale; /* 2^frac_bits */
     uint64_t count;
     int overflow;
 } agg_sum;
