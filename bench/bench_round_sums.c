@@ -6,10 +6,13 @@
  * T threads (each report waits for its group commit: durable before it is acknowledged, as over HTTPS). Then it counts
  * the bytes of the round in the state (the checkpoints, the log, the dedup rows), closes the round (the operator's
  * close: the finalization reads every checkpoint and log row, solves and signs release 2) and times it, and counts the
- * bytes again. It prints one line of key=value figures. Nothing here is a test: it times, and it names no machine (the
+ * bytes again. It prints key=value figures. Nothing here is a test: it times, and it names no machine (the
  * page that quotes it does).
  *
- * usage: dprec-bench-round-sums [--reports N] [--items M] [--rank D] [--k K] [--threads T] [--state URI] SCRATCH_DIR */
+ * --keep-reports keeps every report's bytes (no checkpoint: the finalization folds them all), the storage and the
+ * finalization of rounds before they were folded.
+ *
+ * usage: dprec-bench-round-sums [--reports N] [--items M] [--rank D] [--k K] [--threads T] [--keep-reports] SCRATCH_DIR */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -193,13 +196,16 @@ int main(int argc, char **argv) {
     b.d = 16;
     b.k = 50;
     b.threads = 32;
-    const char *dir = NULL, *state = NULL;
+    const char *dir = NULL;
+    int keep = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: dprec-bench-round-sums [--reports N] [--items M] [--rank D] [--k K] [--threads T] SCRATCH_DIR\n"
+            printf("usage: dprec-bench-round-sums [--reports N] [--items M] [--rank D] [--k K] [--threads T] [--keep-reports]\n"
+                   "                              SCRATCH_DIR\n"
                    "One dpals round of N reports (default 100000; m = 1000 items, d = 16, k = 50, 32 threads) through the\n"
                    "aggregator core in process, on a fresh SQLite state in SCRATCH_DIR: the round's storage before and\n"
-                   "after its finalization, and the finalization's time (docs/benchmarks.md).\n");
+                   "after its finalization, and the finalization's time (docs/benchmarks.md). --keep-reports: every\n"
+                   "report's bytes kept (keep_report_payloads; no checkpoint), as every report was stored before folding.\n");
             return 0;
         }
         if (i + 1 < argc && !strcmp(argv[i], "--reports")) b.n = atol(argv[++i]);
@@ -207,13 +213,13 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--rank")) b.d = (uint32_t)atol(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--k")) b.k = (uint32_t)atol(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--threads")) b.threads = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--keep-reports")) keep = 1;
         else if (argv[i][0] != '-' && dir == NULL) dir = argv[i];
         else {
             fprintf(stderr, "dprec-bench-round-sums: unknown argument %s (see --help)\n", argv[i]);
             return 2;
         }
     }
-    (void)state;
     if (dir == NULL || b.n < 1 || b.m < 2 || b.d < 2 || b.d > 64 || b.k < 1 || b.k > b.m || b.k > 4096 ||
         b.threads < 1 || b.threads > 256) {
         fprintf(stderr, "dprec-bench-round-sums: bad arguments (see --help)\n");
@@ -231,6 +237,7 @@ int main(int argc, char **argv) {
     cfg.state_path = path;
     cfg.signing_key_path = key;
     cfg.admin_token = ADMIN;
+    cfg.keep_report_payloads = keep;
     char err[256] = "";
     if (b.tokens == NULL || dprec_agg_open(&cfg, &b.a, err, sizeof err) != 0) {
         fprintf(stderr, "open: %s\n", err);
@@ -263,9 +270,9 @@ int main(int argc, char **argv) {
     }
     double t2 = now_s();
     const long long sum_bytes = 24 + 8LL * b.m * dprec_dpals_item_coords(b.d), model_bytes = 4LL * b.m * (b.d + 1);
-    printf("reports=%ld m=%u d=%u k=%u threads=%ld report_bytes=%zu sum_bytes=%lld model_bytes=%lld "
+    printf("keep_reports=%d reports=%ld m=%u d=%u k=%u threads=%ld report_bytes=%zu sum_bytes=%lld model_bytes=%lld "
            "register_s=%.1f ingest_s=%.1f ingest_per_s=%.0f\n",
-           b.n, b.m, b.d, b.k, b.threads, (size_t)DPREC_ENVELOPE_HEADER + dprec_dpals_payload_size(b.d, b.k), sum_bytes,
+           keep, b.n, b.m, b.d, b.k, b.threads, (size_t)DPREC_ENVELOPE_HEADER + dprec_dpals_payload_size(b.d, b.k), sum_bytes,
            model_bytes, t1 - t0, t2 - t1, (double)b.n / (t2 - t1));
     storage(path, "open_round");
     char close_path[80];
