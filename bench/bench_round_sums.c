@@ -1,7 +1,7 @@
 /* dprec-bench-round-sums: the storage and the finalization time of one large folded round (docs/notes/streaming-sums.md,
  * docs/benchmarks.md "A large dpals round").
  *
- * It opens the aggregator core in process on a fresh state (a SQLite file in SCRATCH_DIR, or --state URI), registers N
+ * It opens the aggregator core in process on a fresh state (a SQLite file in SCRATCH_DIR), registers N
  * devices, creates a dpals job of m items, rank d and k items a report, and sends every device's report of round 1 from
  * T threads (each report waits for its group commit: durable before it is acknowledged, as over HTTPS). Then it counts
  * the bytes of the round in the state (the checkpoints, the log, the dedup rows), closes the round (the operator's
