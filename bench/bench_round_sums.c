@@ -229,7 +229,12 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/state.db", dir);
     snprintf(key, sizeof key, "%s/key.pem", dir);
     mkdir(dir, 0700);
-    remove(path);
+    static const char *const files[] = {"", "-wal", "-shm"}; /* a fresh state: the last run's files gone */
+    for (int f = 0; f < 3; f++) {
+        char old[640];
+        snprintf(old, sizeof old, "%s%s", path, files[f]);
+        remove(old);
+    }
     b.tokens = calloc((size_t)b.n, sizeof *b.tokens);
     pthread_mutex_init(&b.mu, NULL);
     dprec_agg_config cfg;
