@@ -10,8 +10,9 @@
  * sensitivity the central protocols calibrate their noise to still holds unchanged. The error of a sum of n reports
  * is below n 2^-F per coordinate.
  *
- * F = 31 - ceil(log2 bound) (clamped to 0..40): one report moves a coordinate by at most 2^31 grid units, so 2^32
- * reports fit int64; every add is checked, and an overflow marks the sum (its finalization then fails, clearly). */
+ * F = 31 - ceil(log2 bound) (clamped to 0..40): one report moves a coordinate by at most bound 2^F <= 2^31 grid units,
+ * so 2^32 - 1 reports always fit int64 (below 2^63; a bound above 2^31, where F is clamped to 0, fits fewer); every
+ * add is checked, and an overflow marks the sum (its finalization then fails, clearly). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
