@@ -715,7 +715,7 @@ def check_report_reuse(tmp):
     check(st == 409 and body.get("error") == "report_id_reused",
           "after finalization, other bytes: 409 report_id_reused (%s %s)" % (st, body))
     check(srv.stop() == 0, "the server stops cleanly")
-    # a state from before the digest column (schema 1): it opens, and is brought to schema 2
+    # a state from before the digest column (schema 1): it opens, and is brought to schema 3 (2, then 3)
     db = sqlite3.connect(os.path.join(srv.state, "state.db"))
     db.execute("ALTER TABLE reports DROP COLUMN digest")
     db.execute("PRAGMA user_version=1")
@@ -725,7 +725,7 @@ def check_report_reuse(tmp):
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(srv.state, "state.db"), uri=True)
     version = db.execute("PRAGMA user_version").fetchone()[0]
     db.close()
-    check(version == 2, "a schema-1 state opens and is brought to schema 2 (%s)" % version)
+    check(version == 3, "a schema-1 state opens and is brought to schema 3 (%s)" % version)
     st, body = post(a)
     check(st == 200 and body.get("duplicate") is True, "its old report's retry is still a duplicate (%s %s)" % (st, body))
     st, body = post(b)

@@ -347,8 +347,9 @@ static void test_dpals_noisy_gram_is_symmetric(void **state) {
     assert_true(g[0 * D + 1] == row[1] * 2.0 && g[1 * D + 1] == row[D] * 2.0 && h[0] == row[D * (D + 1) / 2] * 3.0);
 }
 
-/* With epsilon = infinity (no noise), every clip loose and k at least every user's ratings, a dpals round is
- * exactly the item half of ALS with biases on the same data: [f_j; b_j] = (sum x x^T + lambda I)^-1 sum t x. */
+/* With epsilon = infinity (no noise), every clip loose (||w|| <= sqrt(3) < 2, |t| <= 2) and k at least every user's
+ * ratings, a dpals round is, up to its sum's fixed-point grid (2^-28 here: clips near the data keep the statistics
+ * far above it; docs/notes/streaming-sums.md), the item half of ALS with biases on the same data: [f_j; b_j] = (sum x x^T + lambda I)^-1 sum t x. */
 /* Without noise, each item's solve against the normal equations solved directly. With residual targets
  * (params.residual) the solve is the correction of the release's m_j = [f_j; b_j]: s = m_j + (G + lambda I)^-1 h',
  * h' the sums of the residual targets t' x; since t' = t - x . m_j gives h' = h - G m_j, that is the ridge
@@ -357,7 +358,7 @@ static void check_exact_als(int residual, const char *gram_weight, int reweight)
     enum { U = 60 };
     char params[256];
     snprintf(params, sizeof params,
-             "{\"max_items\":30,\"u_clip\":1e5,\"bias_scale\":1,\"rating_clip\":1e5,\"lambda\":0.7,"
+             "{\"max_items\":30,\"u_clip\":2,\"bias_scale\":1,\"rating_clip\":2,\"lambda\":0.7,"
              "\"noise_multiplier\":1,\"gram_weight\":%s%s,\"reweight\":%s}",
              gram_weight, residual ? ",\"residual\":true" : "", reweight ? "true" : "false");
     agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0);

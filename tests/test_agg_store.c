@@ -216,8 +216,8 @@ static void test_store_creates_its_schema_and_opens_it_again(void **state) {
     assert_int_equal(e->last_id, 0);
     assert_int_equal(agg_store_health(e->a), 0);
     assert_string_equal(agg_store_engine_name(e->a), ENGINE_PG ? "postgresql" : "sqlite");
-    if (ENGINE_PG) assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 2);
-    else assert_int_equal(raw_int(e, "PRAGMA user_version"), 2);
+    if (ENGINE_PG) assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 3);
+    else assert_int_equal(raw_int(e, "PRAGMA user_version"), 3);
     reopen(e);
     assert_int_equal(agg_store_health(e->a), 0);
     assert_int_equal(raw_int(e, "SELECT count(*) FROM jobs"), 0);
@@ -233,7 +233,7 @@ static void test_store_refuses_a_state_of_a_newer_schema(void **state) {
     char err[256];
     assert_int_not_equal(store_open(e, err, sizeof err), 0);
     assert_non_null(strstr(err, "newer than this build"));
-    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 2" : "PRAGMA user_version = 2"),
+    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 3" : "PRAGMA user_version = 3"),
                      0);
     assert_int_equal(store_open(e, err, sizeof err), 0);
 }

@@ -103,6 +103,7 @@ typedef struct agg_metrics {
     uint64_t rounds_finalized;
     uint64_t rounds_unchanged[AGG_ROUND_REASONS]; /* by AGG_ROUND_UNCHANGED_* (slot 0 unused) */
     uint64_t commits, committed_reports, committed_ops;
+    uint64_t sum_checkpoints;  /* folded rounds' checkpoints written (rounds/agg_sums.c) */
     uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
     double latency_sum;
     uint64_t latency_count;

@@ -260,6 +260,10 @@ char *dprec_agg_metrics(dprec_agg *a) {
     sb_printf(&s, "# HELP dprec_committed_reports_total Reports stored by the group commits.\n"
                   "# TYPE dprec_committed_reports_total counter\ndprec_committed_reports_total %llu\n",
               (unsigned long long)m.committed_reports);
+    sb_printf(&s, "# HELP dprec_sum_checkpoints_total Checkpoints of folded rounds' sums (each truncates this "
+                  "instance's log of the round).\n# TYPE dprec_sum_checkpoints_total counter\n"
+                  "dprec_sum_checkpoints_total %llu\n",
+              (unsigned long long)m.sum_checkpoints);
     sb_printf(&s, "# HELP dprec_committed_operations_total Reports and registrations handled by the group commits "
                   "(stored or refused).\n# TYPE dprec_committed_operations_total counter\n"
                   "dprec_committed_operations_total %llu\n",

@@ -37,6 +37,24 @@ typedef struct agg_influence {
     double bias_abs;   /* the largest |b_j| of an item bias the round computes, whatever every device sent */
 } agg_influence;
 
+/* A round's sum in fixed point (agg_fold.c; docs/notes/streaming-sums.md): coords int64 values on the grid 2^-frac_bits,
+ * the count of reports folded in, and whether an add overflowed (the round then fails to finalize, clearly). Each value
+ * a report adds is rounded toward zero, so a report's quantized contribution is never longer than its clipped one. */
+typedef struct agg_sum {
+    int64_t *q;
+    uint64_t coords;
+    int frac_bits;
+    double scale; /* 2^frac_bits */
+    uint64_t count;
+    int overflow;
+} agg_sum;
+/* What a protocol's fold_spec states for a job whose global step is a sum of reports: the sum's length, and the
+ * largest |value| one report adds to one coordinate (its L2 clip bounds it), from which the grid is chosen. */
+typedef struct agg_fold_spec {
+    uint64_t coords;
+    double bound;
+} agg_fold_spec;
+
 /* A training protocol: one const table per protocol, listed in aggregator/protocols/table.c. Every function writes a
  * human-readable message into err (errcap bytes) when it fails; messages go to clients, never secrets. */
 struct agg_secure_spec;
@@ -86,6 +104,16 @@ typedef struct agg_protocol {
      * influence.per_report bounds (*out: *len doubles, malloc'd; the caller frees). 0 or -1. */
     int (*statistic)(const agg_job *job, const agg_report *reports, size_t n, double **out, size_t *len, char *err,
                      size_t errcap);
+    /* Optional, all three or none (docs/notes/streaming-sums.md): a job whose global step is a sum of its reports.
+     * fold_spec: 1 and *spec when this job's round is folded as reports arrive, 0 when it keeps the raw path (a
+     * secure-aggregation job, a mode that needs the reports). fold: adds one validated report's clipped contribution
+     * to sum with agg_sum_put, each coordinate at most once per report (the caller counts it); 0 or -1. sum_step: the
+     * global step from the round's sum (sum->count reports); as global_step. A folded protocol's global_step over a
+     * list of reports is agg_fold_step, so both paths compute the same release. */
+    int (*fold_spec)(const agg_job *job, agg_fold_spec *spec);
+    int (*fold)(const agg_job *job, const unsigned char *payload, size_t len, agg_sum *sum);
+    int (*sum_step)(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng, agg_model *next,
+                    char *err, size_t errcap);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the
@@ -101,6 +129,32 @@ int agg_budget_multiplier(const agg_job *job, double *z);
  * over an L2 sensitivity sens, the sensitivity to pass (and to scale sigma = z *sens_eff by) so that the rounded
  * vector keeps multiplier z: sens / (1 - sqrt(coords) z 2^-19). -1 when none exists (the job must be refused). */
 int agg_grid_allowance(double sens, double z, uint64_t coords, double *sens_eff);
+
+/* agg_fold.c: round sums. The grid's fractional bits for a per-coordinate bound; a sum for spec, zeroed (0 or -1;
+ * agg_sum_free, NULL-safe), emptied; one value added to coordinate i, rounded toward zero (non-finite values and
+ * overflows mark the sum); a shard added (0, or -1 when the sums' shapes differ); coordinate i's value; the encoded
+ * size, the encoding (little-endian: magic, frac_bits, coords, count, the values), and an encoded shard added (0, or -1
+ * when it is not a sum of this shape). */
+int agg_sum_frac_bits(double bound);
+int agg_sum_init(agg_sum *s, const agg_fold_spec *spec);
+void agg_sum_free(agg_sum *s);
+void agg_sum_zero(agg_sum *s);
+void agg_sum_put(agg_sum *s, uint64_t i, double v);
+int agg_sum_add(agg_sum *into, const agg_sum *from);
+double agg_sum_value(const agg_sum *s, uint64_t i);
+size_t agg_sum_encoded_size(const agg_sum *s);
+void agg_sum_encode(const agg_sum *s, unsigned char *out);
+int agg_sum_add_encoded(agg_sum *into, const unsigned char *b, size_t len);
+/* 1 (and *spec) when job's rounds are folded (its protocol has the three hooks and fold_spec says so), else 0. */
+int agg_fold_job(const agg_job *job, agg_fold_spec *spec);
+/* One validated report folded into sum and counted. 0 or -1. */
+int agg_fold_report(const agg_job *job, const unsigned char *payload, size_t len, agg_sum *sum);
+/* The global step of a folded job from a list of reports: folded into a sum, then the sum's step. */
+int agg_fold_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
+                  agg_model *next, char *err, size_t errcap);
+/* The global step from a round's sum (fails on an overflowed sum). */
+int agg_fold_sum_step(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng, agg_model *next,
+                      char *err, size_t errcap);
 
 const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);

@@ -390,6 +390,50 @@ int agg_dpals_accumulate(const agg_job *job, const unsigned char *b, size_t len,
     return 0;
 }
 
+/* The report's statistics as agg_dpals_accumulate adds them, folded into a round's fixed-point sum (agg_fold.c): one
+ * value per coordinate of each rated item (items are strictly increasing in a payload), each rounded toward zero, so
+ * the report's quantized contribution is no longer than its clipped one: the sensitivity sqrt(k (1 + alpha^2)) the
+ * noise is calibrated to holds unchanged (docs/notes/streaming-sums.md, "Privacy"). */
+static int dpals_fold(const agg_job *job, const unsigned char *b, size_t len, agg_sum *sum) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    uint32_t n;
+    if (job_params(job, &p, err, sizeof err) != 0) return -1;
+    if (payload_check(job, &p, b, len, &n, err, sizeof err) != 0) return -1;
+    const uint32_t d = stat_d(job, &p), cw = dprec_dpals_item_coords(d);
+    if (job->d < 1 || job->d > DPALS_MAX_D || sum->coords != (uint64_t)job->m * cw) return -1;
+    float w[DPALS_MAX_D];
+    double x[DPALS_MAX_D];
+    for (uint32_t a = 0; a + 1u < d; a++) w[a] = dprec_ldf32(b + 8 + 4 * (size_t)a);
+    dprec_dpals_features(w, d, p.u_clip, x);
+    x[d - 1u] = p.bias_scale;
+    const double x2 = dprec_dpals_x2(d, p.u_clip, p.bias_scale), om = dprec_dpals_report_weight(p.max_items, n, p.reweight);
+    const double gs = om * p.gram_weight / x2, hs = om / (p.rating_clip * sqrt(x2));
+    const unsigned char *pairs = b + 8 + 4 * ((size_t)job->d - 1u);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t item = dprec_ld32(pairs + 8 * (size_t)i);
+        double t = dprec_dpals_clamp((double)dprec_ldf32(pairs + 8 * (size_t)i + 4), p.rating_clip);
+        uint64_t at = (uint64_t)item * cw;
+        for (uint32_t a = 0; a < d; a++)
+            for (uint32_t c = a; c < d; c++) agg_sum_put(sum, at++, x[a] * x[c] * gs);
+        for (uint32_t a = 0; a < d; a++) agg_sum_put(sum, at++, t * x[a] * hs);
+    }
+    return 0;
+}
+
+/* A job's round is folded unless it runs with secure aggregation (its reports are masked until unmasking): the sum's
+ * length is its statistics' (m rows of dprec_dpals_item_coords), and no coordinate of one report exceeds its L2
+ * sensitivity sqrt(k (1 + alpha^2)). */
+static int dpals_fold_spec(const agg_job *job, agg_fold_spec *spec) {
+    dpals_params p;
+    char err[AGG_ERRMSG];
+    agg_secure_spec sp;
+    if (job_params(job, &p, err, sizeof err) != 0 || dpals_secure_spec(job, &sp)) return 0;
+    spec->coords = (uint64_t)job->m * dprec_dpals_item_coords(stat_d(job, &p));
+    spec->bound = dprec_dpals_sensitivity(p.max_items, p.gram_weight);
+    return 1;
+}
+
 void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h) {
     size_t at = 0;
     for (uint32_t a = 0; a < d; a++) /* the noised upper triangle, mirrored: G is symmetric by construction */
@@ -596,39 +640,70 @@ static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const d
     return 0;
 }
 
-int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, int noisy, double **out,
-                    char *err, size_t errcap) {
+/* The normalized statistics from a round's fixed-point sum (coordinate c: sum_c 2^-F), noised when noisy: every
+ * coordinate of every item, rated or not (which items a user rated is private). */
+static int stats_from_sum(const agg_job *job, const agg_sum *sum, dprec_rng *rng, int noisy, double **out, char *err,
+                          size_t errcap) {
     dpals_params p;
     *out = NULL;
     if (job_params(job, &p, err, errcap) != 0) return -1;
-    const uint32_t d = stat_d(job, &p), m = job->m, cw = dprec_dpals_item_coords(d);
+    const uint64_t coords = (uint64_t)job->m * dprec_dpals_item_coords(stat_d(job, &p));
+    if (sum->coords != coords) {
+        snprintf(err, errcap, "dpals: the round's sum has %llu coordinates, the job's statistics %llu",
+                 (unsigned long long)sum->coords, (unsigned long long)coords);
+        return -1;
+    }
     double z = 0.0, sens = 0.0, sigma = 0.0;
     if (noisy && noise_scale(job, &p, &z, &sens, &sigma) != 0) {
         snprintf(err, errcap, "dpals: no noise multiplier for this job");
         return -1;
     }
-    double *stats = calloc((size_t)m * cw, sizeof(double));
+    double *stats = malloc((size_t)coords * sizeof(double));
     if (stats == NULL) {
         snprintf(err, errcap, "out of memory in the dpals global step");
         return -1;
     }
-    for (size_t i = 0; i < n; i++)
-        (void)agg_dpals_accumulate(job, reports[i].payload, reports[i].payload_len, stats); /* validated at intake */
-    if (noisy) /* every coordinate of every item, rated or not: which items a user rated is private */
-        for (size_t c = 0; c < (size_t)m * cw; c++) {
-            int rc = dprec_noise_gaussian(rng, stats[c], sens, sigma, &stats[c], NULL);
-            if (rc != DPREC_OK) {
-                free(stats);
-                snprintf(err, errcap, "dpals: noise sampler failed (%d)", rc);
-                return -1;
-            }
+    for (uint64_t c = 0; c < coords; c++) {
+        stats[c] = agg_sum_value(sum, c);
+        if (!noisy) continue;
+        int rc = dprec_noise_gaussian(rng, stats[c], sens, sigma, &stats[c], NULL);
+        if (rc != DPREC_OK) {
+            free(stats);
+            snprintf(err, errcap, "dpals: noise sampler failed (%d)", rc);
+            return -1;
         }
+    }
     *out = stats;
     return 0;
 }
 
-int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
-                   int noisy, agg_model *next, char *err, size_t errcap) {
+/* The reports folded into a fixed-point sum first, as the streaming path folds them (agg_fold.c), so that a round
+ * gives the same statistics, bit for bit, whichever path computed them. */
+int agg_dpals_stats(const agg_job *job, const agg_report *reports, size_t n, dprec_rng *rng, int noisy, double **out,
+                    char *err, size_t errcap) {
+    agg_fold_spec spec;
+    agg_sum sum;
+    *out = NULL;
+    if (dpals_fold_spec(job, &spec) != 1 || agg_sum_init(&sum, &spec) != 0) {
+        snprintf(err, errcap, "dpals: no sum for this job");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) /* validated at intake */
+        if (dpals_fold(job, reports[i].payload, reports[i].payload_len, &sum) != 0) {
+            agg_sum_free(&sum);
+            snprintf(err, errcap, "dpals: a stored report does not fold");
+            return -1;
+        }
+    sum.count = n;
+    int rc = sum.overflow ? -1 : stats_from_sum(job, &sum, rng, noisy, out, err, errcap);
+    if (sum.overflow) snprintf(err, errcap, "dpals: the round's sum overflowed");
+    agg_sum_free(&sum);
+    return rc;
+}
+
+/* The step from the reports (sum NULL) or from the round's folded sum. */
+static int dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                      const agg_sum *sum, dprec_rng *rng, int noisy, agg_model *next, char *err, size_t errcap) {
     dpals_params p;
     if (job_params(job, &p, err, errcap) != 0) return -1;
     const uint32_t d = job->d, sd = stat_d(job, &p), m = job->m, cw = dprec_dpals_item_coords(sd);
@@ -681,7 +756,8 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
         sigma = ldexp(sqrt((double)job->secure_survivors * (double)sp.plan.share_num / DPREC_DDG_SHARE_DEN),
                       sp.plan.gamma_log2);
         noisy = 1;
-    } else if (agg_dpals_stats(job, reports, n, rng, noisy, &stats, err, errcap) != 0) {
+    } else if (sum != NULL ? stats_from_sum(job, sum, rng, noisy, &stats, err, errcap) != 0
+                           : agg_dpals_stats(job, reports, n, rng, noisy, &stats, err, errcap) != 0) {
         return -1;
     }
     memset(next, 0, sizeof *next);
@@ -793,9 +869,19 @@ int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *
     return 0;
 }
 
+int agg_dpals_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n, dprec_rng *rng,
+                   int noisy, agg_model *next, char *err, size_t errcap) {
+    return dpals_step(job, prev, reports, n, NULL, rng, noisy, next, err, errcap);
+}
+
 static int dpals_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
                              dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
-    return agg_dpals_step(job, prev, reports, n, rng, 1, next, err, errcap);
+    return dpals_step(job, prev, reports, n, NULL, rng, 1, next, err, errcap);
+}
+
+static int dpals_sum_step(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng,
+                          agg_model *next, char *err, size_t errcap) {
+    return dpals_step(job, prev, NULL, 0, sum, rng, 1, next, err, errcap);
 }
 
 /* How far k reports move a round (docs/privacy.md "Poisoning"): agg_dpals_accumulate re-clips every report (||w|| <=
@@ -856,4 +942,7 @@ const agg_protocol agg_protocol_dpals = {
     .secure_spec = dpals_secure_spec,
     .influence = dpals_influence,
     .statistic = dpals_statistic,
+    .fold_spec = dpals_fold_spec,
+    .fold = dpals_fold,
+    .sum_step = dpals_sum_step,
 };

@@ -361,7 +361,11 @@ static int gauss_validate_payload(const agg_job *job, const unsigned char *p, si
     return payload_check(job, &gp, p, len, &real, err, errcap);
 }
 
-int agg_gauss_accumulate(const agg_job *job, const unsigned char *p, size_t len, double *sum) {
+/* One report's re-clipped contribution, coordinate by coordinate (row j = [v_j | b_j], each coordinate once: items are
+ * strictly increasing in a payload), handed to put: added to a double sum, or folded into a round's fixed-point sum. */
+typedef void (*gauss_put)(void *ctx, uint64_t i, double v);
+
+static int contribute(const agg_job *job, const unsigned char *p, size_t len, gauss_put put, void *ctx) {
     gauss_params gp;
     char err[AGG_ERRMSG];
     uint32_t n;
@@ -395,10 +399,41 @@ int agg_gauss_accumulate(const agg_job *job, const unsigned char *p, size_t len,
         double c = (double)dprec_ldf32(pairs + 8 * (size_t)i + 4);
         if (gp.unit == DPREC_UNIT_RATING) c = c > tau ? tau : (c < -tau ? -tau : c);
         c *= cs * xs;
-        double *row = sum + (size_t)item * (d + 1u);
-        for (uint32_t k = 0; k <= d; k++) row[k] += c * x[k];
+        const uint64_t row = (uint64_t)item * (d + 1u);
+        for (uint32_t k = 0; k <= d; k++) put(ctx, row + k, c * x[k]);
     }
     return 0;
+}
+
+static void put_double(void *ctx, uint64_t i, double v) {
+    ((double *)ctx)[i] += v;
+}
+
+static void put_sum(void *ctx, uint64_t i, double v) {
+    agg_sum_put(ctx, i, v);
+}
+
+int agg_gauss_accumulate(const agg_job *job, const unsigned char *p, size_t len, double *sum) {
+    return contribute(job, p, len, put_double, sum);
+}
+
+/* Folded (agg_fold.c): the same contribution, each value rounded toward zero, so its Frobenius norm stays within the
+ * clip the noise is calibrated to (docs/notes/streaming-sums.md, "Privacy"). */
+static int gauss_fold(const agg_job *job, const unsigned char *p, size_t len, agg_sum *sum) {
+    if (sum->coords != (uint64_t)job->m * (job->d + 1u)) return -1;
+    return contribute(job, p, len, put_sum, sum);
+}
+
+/* Every job folds but a secure-aggregation one (its inputs are masked): m (d + 1) coordinates, none of which one
+ * report moves by more than its clip (unit user: ||G_i||_F <= C; unit rating: a row's ||coef x|| <= tau C). */
+static int gauss_fold_spec(const agg_job *job, agg_fold_spec *spec) {
+    gauss_params gp;
+    char err[AGG_ERRMSG];
+    agg_secure_spec sp;
+    if (job_params(job, &gp, err, sizeof err) != 0 || gauss_secure_spec(job, &sp)) return 0;
+    spec->coords = (uint64_t)job->m * (job->d + 1u);
+    spec->bound = gp.unit == DPREC_UNIT_RATING ? (job->rating_max - job->rating_min) * gp.clip : gp.clip;
+    return 1;
 }
 
 static int noise_scale(const agg_job *job, const gauss_params *gp, uint64_t coords, double *sensitivity,
@@ -428,8 +463,10 @@ static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, si
     return 0;
 }
 
-static int gauss_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
-                             dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+/* W <- W - lr (S~ / q + lambda W) from the round's sum S: folded (agg_sum, noised here), or a secure round's unmasked
+ * noisy sum (job->secure_sum; NULL when it could not be unmasked: the model stays). */
+static int gauss_step(const agg_job *job, const agg_model *prev, const agg_sum *folded, dprec_rng *rng,
+                      agg_model *next, char *err, size_t errcap) {
     gauss_params gp;
     if (job_params(job, &gp, err, errcap) != 0) return -1;
     const uint32_t d = job->d, m = job->m, w = d + 1u;
@@ -460,11 +497,13 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
     const int secure = gauss_secure_spec(job, &sp);
     if (secure && job->secure_sum != NULL) /* the survivors' noisy sum, unmasked and decoded (agg_secure.h) */
         memcpy(sum, job->secure_sum, sizeof(double) * (size_t)m * w);
-    for (size_t i = 0; i < n && !secure; i++)
-        if (agg_gauss_accumulate(job, reports[i].payload, reports[i].payload_len, sum) != 0) {
-            /* validated at intake: never happens; a bad report is left out, its device's data unused */
-            continue;
-        }
+    if (!secure && (folded == NULL || folded->coords != (uint64_t)m * w)) {
+        free(sum);
+        agg_model_free(next);
+        snprintf(err, errcap, "gauss-gd: the round's sum does not match the job");
+        return -1;
+    }
+    for (uint64_t c = 0; !secure && c < (uint64_t)m * w; c++) sum[c] = agg_sum_value(folded, c);
     for (uint32_t j = 0; j < m; j++) {
         for (uint32_t k = 0; k <= d; k++) {
             double old = k < d ? (double)prev->v[(size_t)j * d + k] : (prev->bias ? (double)prev->bias[j] : 0.0);
@@ -489,6 +528,20 @@ static int gauss_global_step(const agg_job *job, const agg_model *prev, const ag
     }
     free(sum);
     return 0;
+}
+
+static int gauss_sum_step(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng,
+                          agg_model *next, char *err, size_t errcap) {
+    return gauss_step(job, prev, sum, rng, next, err, errcap);
+}
+
+/* The reports folded into the round's fixed-point sum first (agg_fold_step), as the streaming path folds them: one
+ * release, bit for bit, whichever path computed the sum; a secure round reads its unmasked sum. */
+static int gauss_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                             dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+    agg_secure_spec sp;
+    if (gauss_secure_spec(job, &sp)) return gauss_step(job, prev, NULL, rng, next, err, errcap);
+    return agg_fold_step(job, prev, reports, n, rng, next, err, errcap);
 }
 
 /* How far k reports move a round (docs/privacy.md "Poisoning"). agg_gauss_accumulate re-clips every report: unit user,
@@ -558,4 +611,7 @@ const agg_protocol agg_protocol_gauss_gd = {
     .secure_spec = gauss_secure_spec,
     .influence = gauss_influence,
     .statistic = gauss_statistic,
+    .fold_spec = gauss_fold_spec,
+    .fold = gauss_fold,
+    .sum_step = gauss_sum_step,
 };

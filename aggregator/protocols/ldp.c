@@ -417,9 +417,12 @@ static int rr_bounds(const agg_job *job, const ldp_params *pp, dprec_rr_params *
     return 0;
 }
 
-/* The round's sum of the reports (gcells doubles: cells x d, item- or row-major): ldp-gd, ldp-gddr, +-B in one cell a
- * report; ldp-rr, (y* - p/2) / (1 - p) g* with every g* clamped to rr_bounds. 0 or -1. */
-static int ldp_sum(const agg_job *job, const ldp_params *pp, const agg_report *reports, size_t n, double *grad) {
+/* One report's contribution to the round's sum (gcells coordinates: cells x d, item- or row-major), each coordinate
+ * once, handed to put (added to a double sum, or folded into the round's fixed-point sum): ldp-gd, ldp-gddr, +-B in
+ * one cell; ldp-rr, (y* - p/2) / (1 - p) g* with every g* clamped to rr_bounds. 0 or -1. */
+typedef void (*ldp_put)(void *ctx, uint64_t i, double v);
+
+static int contribute(const agg_job *job, const ldp_params *pp, const unsigned char *payload, ldp_put put, void *ctx) {
     const uint32_t m = job->m, d = job->d;
     if (job->proto->id == DPREC_PROTO_LDP_RR) {
         dprec_rr_params rp;
@@ -427,30 +430,75 @@ static int ldp_sum(const agg_job *job, const ldp_params *pp, const agg_report *r
         if (rr_bounds(job, pp, &rp, &gmax) != 0) return -1;
         size_t bits = (((size_t)m + 7u) / 8u + 3u) & ~(size_t)3u;
         const double lo = (0.0 - rp.p / 2.0) / (1.0 - rp.p), hi = (1.0 - rp.p / 2.0) / (1.0 - rp.p);
-        for (size_t i = 0; i < n; i++) {
-            const unsigned char *yb = reports[i].payload + 8, *g = yb + bits;
-            for (uint32_t j = 0; j < m; j++) {
-                double f = ((unsigned)yb[j / 8u] >> (j % 8u)) & 1u ? hi : lo; /* (y* - p/2) / (1 - p) */
-                for (uint32_t l = 0; l < d; l++) {
-                    double x = (double)dprec_ldf32(g + 4u * ((size_t)j * d + l));
-                    grad[(size_t)j * d + l] += f * (x > gmax ? gmax : (x < -gmax ? -gmax : x));
-                }
+        const unsigned char *yb = payload + 8, *g = yb + bits;
+        for (uint32_t j = 0; j < m; j++) {
+            double f = ((unsigned)yb[j / 8u] >> (j % 8u)) & 1u ? hi : lo; /* (y* - p/2) / (1 - p) */
+            for (uint32_t l = 0; l < d; l++) {
+                double x = (double)dprec_ldf32(g + 4u * ((size_t)j * d + l));
+                put(ctx, (uint64_t)j * d + l, f * (x > gmax ? gmax : (x < -gmax ? -gmax : x)));
             }
         }
         return 0;
     }
     uint64_t cells = (uint64_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp->q : m) * (d - (pp->user_bias ? 1u : 0u));
     const double b = dprec_ldp_magnitude(cells, round_epsilon(job, pp->k));
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char *p = reports[i].payload;
-        grad[(size_t)dprec_ld32(p) * d + dprec_ld32(p + 4)] += p[8] ? b : -b;
-    }
+    put(ctx, (uint64_t)dprec_ld32(payload) * d + dprec_ld32(payload + 4), payload[8] ? b : -b);
     return 0;
 }
 
-static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
-                           dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+static void put_double(void *ctx, uint64_t i, double v) {
+    ((double *)ctx)[i] += v;
+}
+
+static void put_sum(void *ctx, uint64_t i, double v) {
+    agg_sum_put(ctx, i, v);
+}
+
+/* The round's sum of the reports in doubles (the statistic hook's). 0 or -1. */
+static int ldp_sum(const agg_job *job, const ldp_params *pp, const agg_report *reports, size_t n, double *grad) {
+    for (size_t i = 0; i < n; i++)
+        if (contribute(job, pp, reports[i].payload, put_double, grad) != 0) return -1;
+    return 0;
+}
+
+static size_t grad_cells(const agg_job *job, const ldp_params *pp) {
+    return (size_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp->q : job->m) * job->d;
+}
+
+/* Every job folds (the reports were randomized on the devices; the step is their average): gcells coordinates, each
+ * moved by one report by at most B (ldp-gd, ldp-gddr) or (1 - p/2) / (1 - p) G (ldp-rr, rr_bounds). Rounding toward
+ * zero is post-processing of randomized reports: it costs no privacy. */
+static int ldp_fold_spec(const agg_job *job, agg_fold_spec *spec) {
+    ldp_params pp;
+    char err[AGG_ERRMSG];
+    if (load_params(job, &pp, err, sizeof err) != 0) return 0;
+    spec->coords = grad_cells(job, &pp);
+    if (job->proto->id == DPREC_PROTO_LDP_RR) {
+        dprec_rr_params rp;
+        double gmax;
+        if (rr_bounds(job, &pp, &rp, &gmax) != 0) return 0;
+        spec->bound = (1.0 - rp.p / 2.0) / (1.0 - rp.p) * gmax;
+    } else {
+        uint64_t cells = (uint64_t)(job->proto->id == DPREC_PROTO_LDP_GDDR ? pp.q : job->m) *
+                         (job->d - (pp.user_bias ? 1u : 0u));
+        spec->bound = dprec_ldp_magnitude(cells, round_epsilon(job, pp.k));
+    }
+    return spec->coords > 0;
+}
+
+static int ldp_fold(const agg_job *job, const unsigned char *payload, size_t len, agg_sum *sum) {
+    ldp_params pp;
+    char err[AGG_ERRMSG];
+    (void)len; /* validated at intake */
+    if (load_params(job, &pp, err, sizeof err) != 0 || sum->coords != grad_cells(job, &pp)) return -1;
+    return contribute(job, &pp, payload, put_sum, sum);
+}
+
+/* The average of the round's sum (sum->count reports), then the GD step (ldp-gddr through Phi^+). */
+static int ldp_sum_step(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng,
+                        agg_model *next, char *err, size_t errcap) {
     (void)rng; /* the reports were randomized on the devices: the aggregator adds no noise */
+    const size_t n = (size_t)sum->count;
     ldp_params pp;
     if (load_params(job, &pp, err, errcap) != 0) return -1;
     const uint32_t m = job->m, d = job->d;
@@ -474,11 +522,11 @@ static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_
         free(grad);
         return 0;
     }
-    if (ldp_sum(job, &pp, reports, n, grad) != 0) {
-        snprintf(err, errcap, "%s parameters out of range", job->proto->name);
+    if (sum->coords != gcells) {
+        snprintf(err, errcap, "%s: the round's sum does not match the job", job->proto->name);
         goto fail;
     }
-    for (size_t k = 0; k < gcells; k++) grad[k] /= (double)n;
+    for (size_t k = 0; k < gcells; k++) grad[k] = agg_sum_value(sum, k) / (double)n;
     const double *gvv = grad;
     if (job->proto->id == DPREC_PROTO_LDP_GDDR) {
         gv = malloc(sizeof(double) * (size_t)m * d);
@@ -505,6 +553,12 @@ fail:
     free(gv);
     agg_model_free(next);
     return -1;
+}
+
+/* The reports folded into the round's fixed-point sum first (agg_fold_step), as the streaming path folds them. */
+static int ldp_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
+                           dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
+    return agg_fold_step(job, prev, reports, n, rng, next, err, errcap);
 }
 
 /* How far k of a round's n reports move it (docs/privacy.md "Poisoning"). ldp-gd, ldp-gddr: a report is +-B in one
@@ -576,6 +630,9 @@ static uint64_t ldp_max_payload(const agg_job *job) {
         .max_payload = ldp_max_payload,                                                                     \
         .influence = ldp_influence,                                                                         \
         .statistic = ldp_statistic,                                                                         \
+        .fold_spec = ldp_fold_spec,                                                                         \
+        .fold = ldp_fold,                                                                                   \
+        .sum_step = ldp_sum_step,                                                                           \
     }
 
 LDP_PROTOCOL(agg_protocol_ldp_gd, "ldp-gd", DPREC_PROTO_LDP_GD);

@@ -122,6 +122,8 @@ static int report_one(dprec_agg *a, agg_op *op, int64_t now) {
         else agg_engine_outcome(op, 400, "bad_report", "release_version must be the round's release (round r uses release r)");
         return REPORT_DONE;
     }
+    /* a folded job: its accumulator ready for this round before the round's first insert of the batch */
+    if (agg_sums_prepare(a, s) != 0) goto fail;
     int rc = agg_store_report_insert(a, op->job, round, op->device, op->report_id, op->bytes, op->len, now);
     if (rc == AGG_STORE_ROUND_CLOSED) {
         /* a shared state: the lease holder marked the round closing, or another instance finalized it */
@@ -201,6 +203,18 @@ static void run_batch(dprec_agg *a, agg_op *batch, agg_op ***done_tail) {
                 inserted++;
             }
         pthread_mutex_unlock(&a->jobs_mu);
+        /* folded rounds (agg_sums.c): each committed report into its round's accumulator (the writer's own: no lock),
+         * then the rounds whose log passed their sum's size checkpointed, each in a transaction of its own */
+        for (agg_op *op = kept; op != NULL && inserted > 0; op = op->next) {
+            agg_slot *s = op->kind == AGG_OP_REPORT && op->status == 200 && !op->duplicate ? agg_jobs_find(a, op->job)
+                                                                                           : NULL;
+            if (s != NULL) agg_sums_committed(a, s, (int64_t)op->accepted_round, op->bytes, op->len);
+        }
+        for (agg_op *op = kept; op != NULL && inserted > 0; op = op->next) {
+            agg_slot *s = op->kind == AGG_OP_REPORT && op->status == 200 && !op->duplicate ? agg_jobs_find(a, op->job)
+                                                                                           : NULL;
+            if (s != NULL) agg_sums_checkpoint(a, s);
+        }
         /* A synchronous caller's report that made its round close is answered after the round closed (the
          * in-process fleet and the tests see the round advance as soon as the report that completed it returns). */
         agg_fin *started[16];
@@ -479,6 +493,7 @@ void agg_state_close(dprec_agg *a) {
     if (a->store != NULL) agg_multi_release(a);
     agg_store_close(a);
     for (size_t i = 0; i < a->njobs; i++) {
+        agg_sums_drop(a->jobs[i]);
         agg_job_free(&a->jobs[i]->job);
         free(a->jobs[i]);
     }

@@ -22,6 +22,11 @@ typedef struct agg_slot {
     /* writer only, a shared state (agg_multi.c) */
     int64_t lease_until_ms;    /* this instance may finalize the job's rounds until then (monotonic ms); 0: not */
     int db_closing;            /* the state has the open round marked closing (a holder died finalizing it) */
+    /* writer only, a folded job (agg_sums.c): this instance's shard of round acc_round's sum (NULL: not built yet),
+     * and the bytes of the log rows it wrote since its last checkpoint */
+    struct agg_sum *acc;
+    int64_t acc_round;
+    size_t log_bytes;
 } agg_slot;
 
 /* A round being finalized: decided by the writer, computed by the finalizer, committed by the writer. */
@@ -67,6 +72,20 @@ void *agg_fin_main(void *arg);
 void agg_fin_tick(dprec_agg *a, agg_op *op);
 void agg_fin_resume(dprec_agg *a, agg_op *op);
 void agg_fin_round_close(dprec_agg *a, agg_op *op, agg_op ***done_tail);
+
+/* agg_sums.c, the writer's part in a folded round (docs/notes/streaming-sums.md): the slot's accumulator made ready
+ * for its open round, inside the batch's transaction, before its first report is inserted (rebuilt from this
+ * instance's checkpoint and log rows; 0, also for a job that is not folded, or -1); a committed report folded into it;
+ * a checkpoint written when its log passed the sum's size (a transaction of its own, after the batch's commit); the
+ * accumulator freed. And the finalizer's: round `round`'s whole sum (every instance's checkpoint and log rows) and
+ * release `round` into *prev, from one snapshot (0, or -1 with err). */
+struct agg_sum;
+int agg_sums_prepare(dprec_agg *a, agg_slot *s);
+void agg_sums_committed(dprec_agg *a, agg_slot *s, int64_t round, const unsigned char *bytes, size_t len);
+void agg_sums_checkpoint(dprec_agg *a, agg_slot *s);
+void agg_sums_drop(agg_slot *s);
+int agg_sums_round(dprec_agg *a, const agg_job *job, int64_t round, agg_model *prev, struct agg_sum *sum, char *err,
+                   size_t errcap);
 
 /* agg_multi.c, the writer's part in a shared state (several instances on one PostgreSQL; nothing on SQLite): this
  * instance's holder id; the job table refreshed from the state (jobs created, rounds finalized, jobs closed by other

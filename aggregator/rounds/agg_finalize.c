@@ -104,8 +104,23 @@ static void fin_compute(dprec_agg *a, agg_fin *f) {
         }
         agg_log(a, "info", "round_finalize_started", o);
     }
-    int rc = agg_store_round_load(a, f->job.id, f->round, &prev, f->unchanged ? NULL : &l, f->err, sizeof f->err);
-    if (rc == 0 && !f->unchanged) {
+    agg_fold_spec spec;
+    int folded = !f->unchanged && agg_fold_job(&f->job, &spec); /* its sum, not its reports (agg_sums.c) */
+    int rc;
+    if (folded) {
+        agg_sum sum;
+        rc = agg_sums_round(a, &f->job, f->round, &prev, &sum, f->err, sizeof f->err);
+        if (rc == 0) {
+            f->count = (int64_t)sum.count;
+            pthread_mutex_lock(&a->rng_mu);
+            rc = agg_fold_sum_step(&f->job, &prev, &sum, &a->rng, &next, f->err, sizeof f->err);
+            pthread_mutex_unlock(&a->rng_mu);
+            agg_sum_free(&sum);
+        }
+    } else {
+        rc = agg_store_round_load(a, f->job.id, f->round, &prev, f->unchanged ? NULL : &l, f->err, sizeof f->err);
+    }
+    if (rc == 0 && !f->unchanged && !folded) {
         f->count = (int64_t)l.n;
         double *sum = NULL; /* a secure job's round: the unmasked noisy sum (agg_secure.h) */
         if (agg_secure_job(&f->job, NULL)) {
@@ -201,6 +216,7 @@ static int fin_commit(dprec_agg *a, agg_slot *s, agg_fin *f, int *done_out) {
     s->job.done = done;
     s->in_round = 0;
     pthread_mutex_unlock(&a->jobs_mu);
+    agg_sums_drop(s); /* the round's sum is in its release; the next round's starts empty */
     *done_out = done;
     return 1;
 }

@@ -108,6 +108,50 @@ int agg_store_round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *pr
     return ENGINE(a)->round_load(a, job, round, prev, l, err, errcap);
 }
 
+void agg_store_shards_free(agg_store_shards *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->b[i]);
+    free(s->b);
+    free(s->len);
+    free(s->count);
+    memset(s, 0, sizeof *s);
+}
+
+int agg_store_shards_add(agg_store_shards *s, unsigned char *b, size_t len, int64_t count) {
+    unsigned char **nb = realloc(s->b, (s->n + 1) * sizeof *nb);
+    if (nb != NULL) s->b = nb;
+    size_t *nl = realloc(s->len, (s->n + 1) * sizeof *nl);
+    if (nl != NULL) s->len = nl;
+    int64_t *nc = realloc(s->count, (s->n + 1) * sizeof *nc);
+    if (nc != NULL) s->count = nc;
+    if (nb == NULL || nl == NULL || nc == NULL) {
+        free(b);
+        return -1;
+    }
+    s->b[s->n] = b;
+    s->len[s->n] = len;
+    s->count[s->n] = count;
+    s->n++;
+    return 0;
+}
+
+int agg_store_round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                                agg_store_shards *sh, char *err, size_t errcap) {
+    memset(log, 0, sizeof *log);
+    memset(sh, 0, sizeof *sh);
+    return ENGINE(a)->round_load_folded(a, job, round, prev, log, sh, err, errcap);
+}
+
+int agg_store_shard_load(dprec_agg *a, int64_t job, int64_t round, agg_store_reports *log, agg_store_shards *sh) {
+    memset(log, 0, sizeof *log);
+    memset(sh, 0, sizeof *sh);
+    return ENGINE(a)->shard_load(a, job, round, log, sh);
+}
+
+int agg_store_shard_checkpoint(dprec_agg *a, int64_t job, int64_t round, const unsigned char *sum, size_t len,
+                               int64_t count) {
+    return ENGINE(a)->shard_checkpoint(a, job, round, sum, len, count);
+}
+
 void agg_store_job_spec_fields(const char *spec, agg_job *out) {
     cJSON *sj = spec != NULL ? cJSON_Parse(spec) : NULL;
     const cJSON *bj = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "base_job") : NULL;

@@ -63,6 +63,32 @@ void agg_store_reports_free(agg_store_reports *l);
 int agg_store_round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
                          size_t errcap);
 
+/* ---- folded rounds (docs/notes/streaming-sums.md) ------------------------------------------------------------- *
+ * A job whose global step is a sum keeps, per (job, round, instance), one checkpoint of that instance's shard of the
+ * sum (an opaque encoded sum and its report count) and a log: the payloads of the reports the instance stored since,
+ * each tagged with the instance (a->instance_id) by agg_store_report_insert. A checkpoint and the deletion of the log
+ * rows it covers commit together, so every stored report of a round is in exactly one checkpoint or in the log. */
+typedef struct agg_store_shards {
+    unsigned char **b; /* encoded sums (malloc'd) */
+    size_t *len;
+    int64_t *count;
+    size_t n;
+} agg_store_shards;
+void agg_store_shards_free(agg_store_shards *s);
+/* Appends one encoded sum (ownership passes to s, also on failure). 0 or -1. */
+int agg_store_shards_add(agg_store_shards *s, unsigned char *b, size_t len, int64_t count);
+/* Reader, the finalizer's for a folded round: from one snapshot, release `round` into *prev, every instance's
+ * checkpoint of the round into *sh and every log row of the round (every instance's) into *log. 0 or -1 (err). */
+int agg_store_round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                                agg_store_shards *sh, char *err, size_t errcap);
+/* Writer, inside its transaction: this instance's shard of the round as stored: its checkpoint (none or one, into *sh)
+ * and its log rows (into *log). 0 or -1. */
+int agg_store_shard_load(dprec_agg *a, int64_t job, int64_t round, agg_store_reports *log, agg_store_shards *sh);
+/* Writer, in a transaction of its own: this instance's checkpoint of the round (its whole shard: sum, count) stored
+ * in place of the last, and this instance's log rows of the round deleted. 0 or -1 (logged; nothing written). */
+int agg_store_shard_checkpoint(dprec_agg *a, int64_t job, int64_t round, const unsigned char *sum, size_t len,
+                               int64_t count);
+
 /* ---- writes: the writer only -------------------------------------------------------------------------------- */
 
 /* A transaction on the writer's connection (BEGIN, COMMIT, ROLLBACK). 0 or -1: a commit that fails wrote nothing (on
@@ -110,7 +136,7 @@ int agg_store_job_set_deadline(dprec_agg *a, int64_t job, int64_t deadline);
 int agg_store_job_set_rounds(dprec_agg *a, int64_t job, int64_t rounds);
 
 /* A finalized round as it is committed: release round + 1 stored, the round's payloads dropped (unless
- * a->cfg.keep_report_payloads; the rows stay, so a retry is still recognized), the ledger's line written (when
+ * a->cfg.keep_report_payloads; the rows stay, so a retry is still recognized) and its checkpoints deleted, the ledger's line written (when
  * ledger), and the job moved to round + 1 with its deadline, or done. */
 typedef struct agg_store_round {
     int64_t job, round;

@@ -66,6 +66,12 @@ typedef struct agg_store_engine {
     int (*leases_renew)(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n);
     int (*round_closing)(dprec_agg *a, int64_t job, int64_t round);
     int64_t (*job_id_next)(dprec_agg *a);
+    /* Folded rounds (agg_store.h): log rows with agg_store_reports_add, checkpoints with agg_store_shards_add. */
+    int (*round_load_folded)(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                             agg_store_shards *sh, char *err, size_t errcap);
+    int (*shard_load)(dprec_agg *a, int64_t job, int64_t round, agg_store_reports *log, agg_store_shards *sh);
+    int (*shard_checkpoint)(dprec_agg *a, int64_t job, int64_t round, const unsigned char *sum, size_t len,
+                            int64_t count);
 } agg_store_engine;
 
 /* The head of every engine's store (its first member), behind dprec_agg's opaque pointer. */

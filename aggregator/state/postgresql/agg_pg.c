@@ -412,6 +412,90 @@ static int load_reports(agg_pg_conn *c, int64_t job, int64_t round, agg_store_re
     return rc == 0 && l->n == (size_t)count ? 0 : -1;
 }
 
+/* A folded round's log rows (instance NULL: every instance's) and its checkpoints, on c inside its transaction. */
+static int load_shards(agg_pg_conn *c, int64_t job, int64_t round, const char *instance, agg_store_reports *log,
+                       agg_store_shards *sh) {
+    agg_pg_params p = {0};
+    agg_pg_p_i64(&p, job);
+    agg_pg_p_i64(&p, round);
+    if (instance != NULL) agg_pg_p_text(&p, instance);
+    const int k = instance != NULL;
+    int64_t count = agg_pg_query_i64(c, k ? "SELECT count(*) FROM report_payloads WHERE job = $1 AND round = $2"
+                                            " AND instance = $3"
+                                          : "SELECT count(*) FROM report_payloads WHERE job = $1 AND round = $2", &p, 0);
+    if (count < 0 || agg_store_reports_reserve(log, (size_t)count) != 0) return -1;
+    int rc = 0;
+    if (count > 0) {
+        if (send(c, k ? "SELECT r.device, p.bytes FROM report_payloads p JOIN reports r ON r.id = p.id"
+                        " WHERE p.job = $1 AND p.round = $2 AND p.instance = $3 ORDER BY p.id"
+                      : "SELECT r.device, p.bytes FROM report_payloads p JOIN reports r ON r.id = p.id"
+                        " WHERE p.job = $1 AND p.round = $2 ORDER BY p.id", &p) != 0)
+            return -1;
+        rc = PQsetSingleRowMode(c->db) ? 0 : -1;
+        PGresult *r;
+        while ((r = PQgetResult(c->db)) != NULL) { /* read to the end whatever happens: the connection stays usable */
+            ExecStatusType st = PQresultStatus(r);
+            if (st == PGRES_SINGLE_TUPLE && rc == 0) {
+                unsigned char *copy = NULL;
+                size_t len = 0;
+                if (copy_bytes(r, 1, &copy, &len) != 0 ||
+                    agg_store_reports_add(log, agg_pg_col_i64(r, 0, 0), copy, len) != 0)
+                    rc = -1;
+            } else if (st != PGRES_SINGLE_TUPLE && st != PGRES_TUPLES_OK) {
+                agg_pg_fail(c, r);
+                rc = -1;
+            }
+            PQclear(r);
+        }
+        if (rc != 0 || log->n != (size_t)count) return -1;
+    }
+    PGresult *r = agg_pg_run(c, k ? "SELECT sum, count FROM round_sums WHERE job = $1 AND round = $2 AND instance = $3"
+                                  : "SELECT sum, count FROM round_sums WHERE job = $1 AND round = $2", &p);
+    if (r == NULL) return -1;
+    for (int i = 0; i < PQntuples(r) && rc == 0; i++) {
+        size_t n;
+        const unsigned char *b = agg_pg_col_bytes(r, i, 0, &n);
+        unsigned char *copy = malloc(n > 0 ? n : 1);
+        if (copy != NULL && n > 0) memcpy(copy, b, n);
+        if (copy == NULL || agg_store_shards_add(sh, copy, n, agg_pg_col_i64(r, i, 1)) != 0) rc = -1;
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                             agg_store_shards *sh, char *err, size_t errcap) {
+    agg_pg_conn *c = reader_get(a);
+    if (c == NULL) {
+        snprintf(err, errcap, "the state database cannot be reached");
+        return -1;
+    }
+    int rc = -1;
+    /* one snapshot for the release, the log and the checkpoints: a checkpoint and the deletion of the log rows it
+     * covers commit together, so the snapshot sees every report once */
+    if (begin_on(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") == 0) {
+        agg_pg_params p = {0};
+        agg_pg_p_i64(&p, job);
+        agg_pg_p_i64(&p, round);
+        PGresult *r = agg_pg_run(c, "SELECT bytes FROM releases WHERE job = $1 AND version = $2", &p);
+        if (r != NULL) {
+            size_t n;
+            const unsigned char *b = PQntuples(r) > 0 ? agg_pg_col_bytes(r, 0, 0, &n) : NULL;
+            if (b != NULL && agg_release_to_model(b, n, prev) == 0) rc = 0;
+            else snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
+            PQclear(r);
+        }
+        if (rc == 0 && load_shards(c, job, round, NULL, log, sh) != 0) {
+            snprintf(err, errcap, "loading the round's sum failed");
+            rc = -1;
+        }
+        agg_pg_exec(c, rc == 0 ? "COMMIT" : "ROLLBACK");
+    }
+    if (rc != 0 && err[0] == '\0') snprintf(err, errcap, "%s", c->err);
+    reader_put(c);
+    return rc;
+}
+
 static int round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
                       size_t errcap) {
     agg_pg_conn *c = reader_get(a); /* held for the load only: the global step runs without it */
@@ -514,6 +598,7 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
     agg_pg_p_i64(&p, now);
     agg_pg_p_bytes(&p, digest, 32);
     agg_pg_p_bytes(&p, bytes, len);
+    agg_pg_p_text(&p, a->instance_id); /* the payload is a folded round's log row of this instance */
     /* the row and its payload in one statement, only while the round is the job's open round and not marked closing
      * (the job's row read FOR SHARE: a finalization's closing mark waits for this batch's COMMIT, so the finalizer's
      * snapshot holds every report this batch acknowledges, and a batch after the mark inserts nothing; share locks of
@@ -523,7 +608,8 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
                                 " AND closing_round < $2 FOR SHARE),"
                                 " r AS (INSERT INTO reports(job, round, device, report_id, received_at, digest)"
                                 " SELECT $1, $2, $3, $4, $5, $6 FROM j ON CONFLICT DO NOTHING RETURNING id),"
-                                " p AS (INSERT INTO report_payloads(id, bytes) SELECT id, $7 FROM r RETURNING id)"
+                                " p AS (INSERT INTO report_payloads(id, bytes, job, round, instance)"
+                                " SELECT id, $7, $1, $2, $8 FROM r RETURNING id)"
                                 " SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)", &p);
     if (r == NULL) return -1;
     int rc = PQntuples(r) != 1 ? -1
@@ -673,9 +759,14 @@ static int round_commit(dprec_agg *a, const agg_store_round *rd, char *err, size
         agg_pg_params d = {0};
         agg_pg_p_i64(&d, job);
         agg_pg_p_i64(&d, round);
-        if ((r = agg_pg_run(w, "DELETE FROM report_payloads WHERE id IN (SELECT id FROM reports WHERE job = $1"
-                               " AND round = $2)", &d)) == NULL)
-            goto fail;
+        if ((r = agg_pg_run(w, "DELETE FROM report_payloads WHERE job = $1 AND round = $2", &d)) == NULL) goto fail;
+        PQclear(r);
+    }
+    {   /* a folded round's checkpoints did their work too; deleted whatever keep_report_payloads says */
+        agg_pg_params d = {0};
+        agg_pg_p_i64(&d, job);
+        agg_pg_p_i64(&d, round);
+        if ((r = agg_pg_run(w, "DELETE FROM round_sums WHERE job = $1 AND round = $2", &d)) == NULL) goto fail;
         PQclear(r);
     }
     if (rd->ledger) {
@@ -692,6 +783,48 @@ static int round_commit(dprec_agg *a, const agg_store_round *rd, char *err, size
     return 1;
 fail:
     snprintf(err, errcap, "%s", w->err);
+    agg_pg_exec(w, "ROLLBACK");
+    return -1;
+}
+
+/* ---- folded rounds: this instance's shard (docs/notes/streaming-sums.md) ------------------------------------------ */
+
+static int shard_load(dprec_agg *a, int64_t job, int64_t round, agg_store_reports *log, agg_store_shards *sh) {
+    return load_shards(&PG_STORE(a)->w, job, round, a->instance_id, log, sh);
+}
+
+/* The instance's own row only: instances never update one another's, so their checkpoints take no common lock. */
+static int shard_checkpoint(dprec_agg *a, int64_t job, int64_t round, const unsigned char *sum, size_t len,
+                            int64_t count) {
+    agg_pg_conn *w = &PG_STORE(a)->w;
+    agg_pg_params p = {0};
+    agg_pg_p_i64(&p, job);
+    agg_pg_p_i64(&p, round);
+    agg_pg_p_text(&p, a->instance_id);
+    agg_pg_p_i64(&p, count);
+    agg_pg_p_bytes(&p, sum, len);
+    PGresult *r = NULL;
+    if (begin_on(w, "BEGIN") != 0) goto fail;
+    /* only while the round is the job's open round, its row read FOR SHARE: a round commit (its UPDATE of that row)
+     * then waits for this checkpoint, and its DELETE of the round's checkpoints sees it; a checkpoint after the commit
+     * writes nothing (the round's log rows are gone with it) */
+    if ((r = agg_pg_run(w, "WITH j AS (SELECT id FROM jobs WHERE id = $1 AND round = $2 FOR SHARE)"
+                           " INSERT INTO round_sums(job, round, instance, count, sum) SELECT $1, $2, $3, $4, $5 FROM j"
+                           " ON CONFLICT (job, round, instance) DO UPDATE SET count = excluded.count, sum = excluded.sum",
+                        &p)) == NULL)
+        goto fail;
+    PQclear(r);
+    agg_pg_params d = {0};
+    agg_pg_p_i64(&d, job);
+    agg_pg_p_i64(&d, round);
+    agg_pg_p_text(&d, a->instance_id);
+    if ((r = agg_pg_run(w, "DELETE FROM report_payloads WHERE job = $1 AND round = $2 AND instance = $3", &d)) == NULL)
+        goto fail;
+    PQclear(r);
+    if (agg_pg_commit(w) != 0) goto fail;
+    return 0;
+fail:
+    agg_pg_log_conn_error(a, w, "sum_checkpoint");
     agg_pg_exec(w, "ROLLBACK");
     return -1;
 }
@@ -831,6 +964,9 @@ const agg_store_engine agg_store_engine_postgresql = {
     .device_by_token = device_by_token,
     .health = health,
     .round_load = round_load,
+    .round_load_folded = round_load_folded,
+    .shard_load = shard_load,
+    .shard_checkpoint = shard_checkpoint,
     .begin = begin,
     .commit = commit,
     .rollback = rollback,

@@ -82,9 +82,22 @@ static const char schema_v2[] =
     "SELECT setval('dprec_job_ids', coalesce((SELECT max(id) FROM jobs), 0) + 1, false);"
     "CREATE TABLE dprec_signer(one INTEGER PRIMARY KEY CHECK(one = 1), pub BYTEA NOT NULL);";
 
+/* Version 3: folded rounds (docs/notes/streaming-sums.md). A payload row is a folded round's log, tagged with its round
+ * and the instance that stored it (rows of before get their report's round and instance ''), and round_sums holds
+ * each instance's checkpoint of a folded round's sum: one row per instance, which only that instance writes. */
+static const char schema_v3[] =
+    "ALTER TABLE report_payloads ADD COLUMN job BIGINT, ADD COLUMN round BIGINT,"
+    " ADD COLUMN instance TEXT NOT NULL DEFAULT '';"
+    "UPDATE report_payloads p SET job = r.job, round = r.round FROM reports r WHERE r.id = p.id;"
+    "CREATE INDEX report_payloads_round ON report_payloads(job, round, instance);"
+    "CREATE TABLE round_sums("
+    " job BIGINT NOT NULL REFERENCES jobs(id), round BIGINT NOT NULL, instance TEXT NOT NULL, count BIGINT NOT NULL,"
+    " sum BYTEA NOT NULL, PRIMARY KEY(job, round, instance));"
+    "ALTER TABLE round_sums ALTER COLUMN sum SET STORAGE EXTERNAL;";
+
 /* migrations[k] brings a state of version k to version k + 1 (version 0: an empty database). A later version adds
  * one entry; a step never changes once released. */
-static const char *const migrations[AGG_PG_SCHEMA_VERSION] = {schema_v1, schema_v2};
+static const char *const migrations[AGG_PG_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3};
 
 /* Every instance signs with one key (devices pin it): the first stores its public key, another key is refused. A store
  * opened without a key (the store's tests) checks nothing. 0, or -1 with a message. */

@@ -12,9 +12,9 @@
 
 #include "state/agg_store_engine.h"
 
-/* The schema's version, kept in the table dprec_schema (one row). 1: the first; 2: several instances. A state of an older version is brought
+/* The schema's version, kept in the table dprec_schema (one row). 1: the first; 2: several instances; 3: folded rounds (report_payloads' round and instance, round_sums). A state of an older version is brought
  * to this one at open, one step of agg_pg_open.c's list at a time; a newer one is refused. */
-#define AGG_PG_SCHEMA_VERSION 2
+#define AGG_PG_SCHEMA_VERSION 3
 
 /* Advisory lock keys: the schema's step takes key + 1 for its transaction (key itself was the single-instance lock of
  * schema 1's builds; not taken any more). */

@@ -274,6 +274,92 @@ static int round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev,
     return rc;
 }
 
+/* A folded round's log rows (instance NULL: every instance's) and checkpoints, on c inside its transaction. */
+static int load_shards(agg_sqlite_conn *c, int64_t job, int64_t round, const char *instance, agg_store_reports *log,
+                       agg_store_shards *sh) {
+    static const char *const count_sql[2] = {
+        "SELECT count(*) FROM report_payloads WHERE job = ?1 AND round = ?2",
+        "SELECT count(*) FROM report_payloads WHERE job = ?1 AND round = ?2 AND instance = ?3"};
+    static const char *const rows_sql[2] = {
+        "SELECT r.device, p.bytes FROM report_payloads p JOIN reports r ON r.id = p.id"
+        " WHERE p.job = ?1 AND p.round = ?2 ORDER BY p.id",
+        "SELECT r.device, p.bytes FROM report_payloads p JOIN reports r ON r.id = p.id"
+        " WHERE p.job = ?1 AND p.round = ?2 AND p.instance = ?3 ORDER BY p.id"};
+    static const char *const sums_sql[2] = {"SELECT sum, count FROM round_sums WHERE job = ?1 AND round = ?2",
+                                            "SELECT sum, count FROM round_sums WHERE job = ?1 AND round = ?2"
+                                            " AND instance = ?3"};
+    const int k = instance != NULL;
+    sqlite3_stmt *st = prep(c, count_sql[k]);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, round);
+    if (k) sqlite3_bind_text(st, 3, instance, -1, SQLITE_STATIC);
+    int64_t count = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    finish(c, st);
+    if (count < 0 || agg_store_reports_reserve(log, (size_t)count) != 0) return -1;
+    int rc = SQLITE_DONE;
+    if (count > 0) {
+        if ((st = prep(c, rows_sql[k])) == NULL) return -1;
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_int64(st, 2, round);
+        if (k) sqlite3_bind_text(st, 3, instance, -1, SQLITE_STATIC);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && log->n < (size_t)count) {
+            size_t len = (size_t)sqlite3_column_bytes(st, 1);
+            unsigned char *copy = malloc(len > 0 ? len : 1);
+            if (copy != NULL && len > 0) memcpy(copy, sqlite3_column_blob(st, 1), len);
+            if (copy == NULL || agg_store_reports_add(log, sqlite3_column_int64(st, 0), copy, len) != 0) {
+                finish(c, st);
+                return -1;
+            }
+        }
+        finish(c, st);
+        if ((rc != SQLITE_DONE && rc != SQLITE_ROW) || log->n != (size_t)count) return -1;
+    }
+    if ((st = prep(c, sums_sql[k])) == NULL) return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, round);
+    if (k) sqlite3_bind_text(st, 3, instance, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        unsigned char *copy = malloc(len > 0 ? len : 1);
+        if (copy != NULL && len > 0) memcpy(copy, sqlite3_column_blob(st, 0), len);
+        if (copy == NULL || agg_store_shards_add(sh, copy, len, sqlite3_column_int64(st, 1)) != 0) {
+            finish(c, st);
+            return -1;
+        }
+    }
+    finish(c, st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                             agg_store_shards *sh, char *err, size_t errcap) {
+    agg_sqlite_conn *c = a->cfg.sync_full ? &SQLITE_STORE(a)->readers[0] : &SQLITE_STORE(a)->w;
+    int rc = -1;
+    pthread_mutex_lock(&c->mu);
+    if (agg_sqlite_exec(c, "BEGIN") == 0) { /* one snapshot for the release, the log and the checkpoints */
+        sqlite3_stmt *st = prep(c, "SELECT bytes FROM releases WHERE job = ? AND version = ?");
+        if (st != NULL) {
+            sqlite3_bind_int64(st, 1, job);
+            sqlite3_bind_int64(st, 2, round);
+            if (sqlite3_step(st) == SQLITE_ROW &&
+                agg_release_to_model(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), prev) == 0)
+                rc = 0;
+            else
+                snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
+            finish(c, st);
+        }
+        if (rc == 0 && load_shards(c, job, round, NULL, log, sh) != 0) {
+            snprintf(err, errcap, "loading the round's sum failed");
+            rc = -1;
+        }
+        agg_sqlite_exec(c, "COMMIT");
+    }
+    if (rc != 0 && err[0] == '\0') snprintf(err, errcap, "%s", sqlite3_errmsg(c->db));
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 /* ---- writes: the writer's connection ------------------------------------------------------------------------ */
 
 static void writer_lock(dprec_agg *a) {
@@ -346,10 +432,14 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
     if (rc == SQLITE_CONSTRAINT) return AGG_STORE_CONFLICT;
     if (rc != SQLITE_DONE) return -1;
     int64_t rowid = sqlite3_last_insert_rowid(w->db);
-    st = prep(w, "INSERT INTO report_payloads(id, bytes) VALUES(?, ?)");
+    /* the payload: a folded round's log row, tagged with its round and this instance (docs/notes/streaming-sums.md) */
+    st = prep(w, "INSERT INTO report_payloads(id, bytes, job, round, instance) VALUES(?, ?, ?, ?, ?)");
     if (st == NULL) goto undo;
     sqlite3_bind_int64(st, 1, rowid);
     sqlite3_bind_blob64(st, 2, bytes, len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, job);
+    sqlite3_bind_int64(st, 4, round);
+    sqlite3_bind_text(st, 5, a->instance_id, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
     finish(w, st);
     if (rc != SQLITE_DONE) goto undo;
@@ -520,6 +610,39 @@ static int job_set_rounds(dprec_agg *a, int64_t job, int64_t rounds) {
     return job_update(a, "UPDATE jobs SET rounds = ? WHERE id = ?", rounds, job);
 }
 
+static int shard_load(dprec_agg *a, int64_t job, int64_t round, agg_store_reports *log, agg_store_shards *sh) {
+    return load_shards(&SQLITE_STORE(a)->w, job, round, a->instance_id, log, sh);
+}
+
+static int shard_checkpoint(dprec_agg *a, int64_t job, int64_t round, const unsigned char *sum, size_t len,
+                            int64_t count) {
+    agg_sqlite_conn *w = &SQLITE_STORE(a)->w;
+    if (agg_sqlite_exec(w, "BEGIN IMMEDIATE") != 0) goto fail;
+    sqlite3_stmt *st = prep(w, "INSERT OR REPLACE INTO round_sums(job, round, instance, count, sum) VALUES(?,?,?,?,?)");
+    if (st == NULL) goto fail;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, round);
+    sqlite3_bind_text(st, 3, a->instance_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, count);
+    sqlite3_bind_blob64(st, 5, sum, len, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    finish(w, st);
+    if (rc != SQLITE_DONE) goto fail;
+    st = prep(w, "DELETE FROM report_payloads WHERE job = ? AND round = ? AND instance = ?");
+    if (st == NULL) goto fail;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, round);
+    sqlite3_bind_text(st, 3, a->instance_id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    finish(w, st);
+    if (rc != SQLITE_DONE || agg_sqlite_exec(w, "COMMIT") != 0) goto fail;
+    return 0;
+fail:
+    agg_sqlite_log_conn_error(a, w, "sum_checkpoint");
+    agg_sqlite_exec(w, "ROLLBACK");
+    return -1;
+}
+
 static int round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_t errcap) {
     agg_sqlite_conn *w = &SQLITE_STORE(a)->w;
     int64_t job = r->job, round = r->round, now = r->now;
@@ -548,9 +671,8 @@ static int round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_
      * The rows stay for idempotency; SQLite reuses the freed pages for the next round's payloads. The UPDATE
      * empties payloads that a state from before report_payloads holds in the row itself. */
     if (!a->cfg.keep_report_payloads) {
-        static const char *const drop[2] = {
-            "DELETE FROM report_payloads WHERE id IN (SELECT id FROM reports WHERE job = ? AND round = ?)",
-            "UPDATE reports SET bytes = x'' WHERE job = ? AND round = ? AND length(bytes) > 0"};
+        static const char *const drop[2] = {"DELETE FROM report_payloads WHERE job = ? AND round = ?",
+                                            "UPDATE reports SET bytes = x'' WHERE job = ? AND round = ? AND length(bytes) > 0"};
         for (int k = 0; k < 2; k++) {
             st = prep(w, drop[k]);
             if (st == NULL) goto fail;
@@ -561,6 +683,14 @@ static int round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_
             if (rc != SQLITE_DONE) goto fail;
         }
     }
+    /* a folded round's checkpoints did their work too; deleted whatever keep_report_payloads says (they hold no report) */
+    st = prep(w, "DELETE FROM round_sums WHERE job = ? AND round = ?");
+    if (st == NULL) goto fail;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, round);
+    rc = sqlite3_step(st);
+    finish(w, st);
+    if (rc != SQLITE_DONE) goto fail;
     if (r->ledger) {
         st = prep(w, "INSERT OR REPLACE INTO ledger(job, epsilon_spent, delta) VALUES(?, ?, ?)");
         if (st == NULL) goto fail;
@@ -619,4 +749,7 @@ const agg_store_engine agg_store_engine_sqlite = {
     .job_set_deadline = job_set_deadline,
     .job_set_rounds = job_set_rounds,
     .round_commit = round_commit,
+    .round_load_folded = round_load_folded,
+    .shard_load = shard_load,
+    .shard_checkpoint = shard_checkpoint,
 };

@@ -12,8 +12,9 @@
 #include "state/agg_store_engine.h"
 
 /* 1: the first; 2: reports.digest (the envelope's SHA-256, kept when a finalized round drops its payload). A
- * version-1 state is brought to 2 when it opens (agg_sqlite_open.c); its rows keep a NULL digest. */
-#define AGG_SCHEMA_VERSION 2
+ * version-1 state is brought to 2 when it opens (agg_sqlite_open.c); its rows keep a NULL digest. 3: folded rounds
+ * (report_payloads' round and instance, round_sums; docs/notes/streaming-sums.md), brought from 2 in place. */
+#define AGG_SCHEMA_VERSION 3
 
 /* A connection and its prepared statements. */
 #define AGG_STMT_CACHE 32
