@@ -2,7 +2,11 @@
  * SQLite file in a new directory, or a new database on the throw-away PostgreSQL cluster of tests/pg_cluster.py that
  * DPREC_TEST_PG_DIR names) and SQL on it from outside the aggregator, for what its API does not show. A test program
  * calls test_state_engine_from_args once; `PROGRAM postgresql` runs it on PostgreSQL, `PROGRAM` or `PROGRAM sqlite`
- * on SQLite. Nothing is skipped: without the cluster the program fails, saying how to start it. */
+ * on SQLite. This is the one mechanism by which the aggregator's tests run on both engines: tests/CMakeLists.txt adds
+ * `NAME_postgresql` (argument `postgresql`, under the pg_cluster fixture) for every aggregator test that includes this
+ * header. A case that checks what only one engine has (SQLite's file, its WAL, its directory lock) stays in a group
+ * of that engine's own, and says so. Nothing is skipped: without the cluster the program fails, saying how to start
+ * it. */
 #ifndef DPREC_TEST_STATE_H
 #define DPREC_TEST_STATE_H
 
@@ -31,7 +35,7 @@ typedef struct test_state {
     char path[700]; /* what the aggregator is configured with (dprec_agg_config.state_path) */
 } test_state;
 
-static void test_state_read_line(const char *dir, const char *name, char *out, size_t cap) {
+static inline void test_state_read_line(const char *dir, const char *name, char *out, size_t cap) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "r");
@@ -45,7 +49,7 @@ static void test_state_read_line(const char *dir, const char *name, char *out, s
 
 /* argv[1] "postgresql" (the cluster from DPREC_TEST_PG_DIR), "sqlite" or nothing. Exits on anything else, or when
  * the cluster cannot be found. */
-static void test_state_engine_from_args(int argc, char **argv) {
+static inline void test_state_engine_from_args(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "sqlite") == 0) return;
     if (strcmp(argv[1], "postgresql") != 0) {
         fprintf(stderr, "usage: %s [sqlite|postgresql]\n", argv[0]);
@@ -62,11 +66,11 @@ static void test_state_engine_from_args(int argc, char **argv) {
     test_state_engine = TEST_STATE_PG;
 }
 
-static void test_pg_uri(char *out, size_t cap, const char *db) {
+static inline void test_pg_uri(char *out, size_t cap, const char *db) {
     snprintf(out, cap, "postgresql://%s@/%s?host=%s", test_pg_user, db, test_pg_host);
 }
 
-static PGconn *test_pg_connect(const char *db) {
+static inline PGconn *test_pg_connect(const char *db) {
     char uri[700];
     test_pg_uri(uri, sizeof uri, db);
     PGconn *c = PQconnectdb(uri);
@@ -75,7 +79,7 @@ static PGconn *test_pg_connect(const char *db) {
 }
 
 /* A command on the cluster's maintenance database: 0 or -1. */
-static int test_pg_admin(const char *sql) {
+static inline int test_pg_admin(const char *sql) {
     PGconn *c = test_pg_connect("postgres");
     PGresult *r = PQexec(c, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
@@ -86,7 +90,7 @@ static int test_pg_admin(const char *sql) {
 }
 
 /* A fresh, empty state: 0 or -1. */
-static int test_state_new(test_state *s, const char *name) {
+static inline int test_state_new(test_state *s, const char *name) {
     static unsigned counter;
     memset(s, 0, sizeof *s);
     if (test_state_engine == TEST_STATE_SQLITE) {
@@ -104,7 +108,7 @@ static int test_state_new(test_state *s, const char *name) {
 }
 
 /* Removes the state (its aggregator closed first). 0 or -1. */
-static int test_state_remove(test_state *s) {
+static inline int test_state_remove(test_state *s) {
     char cmd[128];
     if (test_state_engine == TEST_STATE_SQLITE) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
@@ -115,7 +119,7 @@ static int test_state_remove(test_state *s) {
 }
 
 /* Runs sql on the state: 0, or -1 when the database refused it. */
-static int test_state_exec(const test_state *s, const char *sql) {
+static inline int test_state_exec(const test_state *s, const char *sql) {
     if (test_state_engine == TEST_STATE_SQLITE) {
         sqlite3 *db;
         assert_int_equal(sqlite3_open(s->path, &db), SQLITE_OK);
@@ -132,7 +136,7 @@ static int test_state_exec(const test_state *s, const char *sql) {
 }
 
 /* The first column of up to cap rows of a query, as numbers (integers and reals alike); the row count. */
-static size_t test_state_column(const test_state *s, const char *sql, double *out, size_t cap) {
+static inline size_t test_state_column(const test_state *s, const char *sql, double *out, size_t cap) {
     size_t n = 0;
     if (test_state_engine == TEST_STATE_SQLITE) {
         sqlite3 *db;
@@ -155,10 +159,52 @@ static size_t test_state_column(const test_state *s, const char *sql, double *ou
 }
 
 /* One integer from a query that answers one row. */
-static int64_t test_state_int(const test_state *s, const char *sql) {
+static inline int64_t test_state_int(const test_state *s, const char *sql) {
     double v = 0;
     assert_int_equal(test_state_column(s, sql, &v, 1), 1);
     return (int64_t)v;
+}
+
+/* Rows of a query whose first column is an integer and second a blob (BLOB in SQLite, BYTEA in PostgreSQL): up to cap
+ * rows, each blob malloc'd into bytes[i] (free with free()) with its length in lens[i]; ints may be NULL. The row
+ * count. The same SQL runs on both engines: write it in their common dialect. */
+static inline size_t test_state_blobs(const test_state *s, const char *sql, int64_t *ints, unsigned char **bytes, size_t *lens,
+                               size_t cap) {
+    size_t n = 0;
+    if (test_state_engine == TEST_STATE_SQLITE) {
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+        while (n < cap && sqlite3_step(st) == SQLITE_ROW) {
+            size_t len = (size_t)sqlite3_column_bytes(st, 1);
+            if (ints != NULL) ints[n] = sqlite3_column_int64(st, 0);
+            bytes[n] = malloc(len + 1);
+            assert_non_null(bytes[n]);
+            if (len > 0) memcpy(bytes[n], sqlite3_column_blob(st, 1), len);
+            lens[n++] = len;
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        return n;
+    }
+    PGconn *c = test_pg_connect(s->db);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    for (int i = 0; i < PQntuples(r) && n < cap; i++) {
+        size_t len = 0;
+        unsigned char *raw = PQunescapeBytea((const unsigned char *)PQgetvalue(r, i, 1), &len);
+        assert_non_null(raw);
+        if (ints != NULL) ints[n] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+        bytes[n] = malloc(len + 1);
+        assert_non_null(bytes[n]);
+        if (len > 0) memcpy(bytes[n], raw, len);
+        PQfreemem(raw);
+        lens[n++] = len;
+    }
+    PQclear(r);
+    PQfinish(c);
+    return n;
 }
 
 #endif /* DPREC_TEST_STATE_H */
