@@ -5,6 +5,9 @@ test, with small bounded numbers (a few hundred connections at most, no timing a
 failure bound, never a measurement).
 
 usage: agg_hardening.py PATH/TO/dprec-aggregator CHECK      (CHECK: one of the names in CHECKS, or "all")
+The aggregator's state is on SQLite, or on PostgreSQL with DPREC_TEST_STATE=postgresql (tests/serve_util.py; ctest's
+aggregator_CHECK_postgresql): the checks that touch the state run on both, and the parts of a check that look at what
+only SQLite has (its file's modes, its directory lock, an older SQLite schema) say so and run on SQLite only.
 Exits 0 when every check passed, 1 with the failed ones listed.
 """
 import http.client
@@ -21,7 +24,11 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402  (waiting for ports.json; the state engine)
+
 BIN = sys.argv[1] if len(sys.argv) > 1 else "dprec-aggregator"
+RELAY = "relay" in os.path.basename(BIN)  # front_end_attacks.py runs this harness on dprec-relay too: SQLite only
 FAILS = []
 SERVERS = []  # every server started, stopped (by its pid) when a check ends
 
@@ -46,11 +53,10 @@ class Server:
         self.log_path = os.path.join(tmp, name + ".log")
 
     def start(self, wait=True):
-        ports_path = os.path.join(self.state, "ports.json")
-        if wait and os.path.exists(ports_path):
-            os.unlink(ports_path)
+        if wait:
+            serve_util.remove_ports(self.state)
         argv = [BIN, "serve", "--state-dir", self.state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-                "--threads", "2"] + self.args
+                "--threads", "2"] + (serve_util.state_args(self.state) if not RELAY else []) + self.args
         if self.config is not None:
             cpath = self.state + ".json"
             with open(cpath, "w") as f:
@@ -68,22 +74,7 @@ class Server:
         return self
 
     def wait_ready(self):
-        ports_path = os.path.join(self.state, "ports.json")
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit("server exited early with status %d; see %s:\n%s" %
-                                 (self.proc.returncode, self.log_path, self.log_text()[-3000:]))
-            try:
-                with open(ports_path) as f:
-                    self.ports = json.load(f)
-                if self.ports.get("pid") == self.proc.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        else:
-            raise SystemExit("no ports.json after 30 s")
+        self.ports = serve_util.wait_for_ports(self.proc, self.state, 30, self.log_path)
         self.ctx = ssl.create_default_context(cafile=os.path.join(self.state, "tls-cert.pem"))
         with open(os.path.join(self.state, "admin-token")) as f:
             self.admin_token = f.read().strip()
@@ -605,15 +596,9 @@ def check_small_ones(tmp):
     status, ctype, body = srv.request("device", "GET", "/v1/jobs/%d/releases/1%%00" % job, token=token)
     check(status == 404 and ctype == "application/json", "/v1/jobs/%d/releases/1%%00 is 404 JSON, not release 1 "
           "(%s %s)" % (job, status, ctype))
-    db = os.path.join(srv.state, "state.db")
 
     def devices():
-        import sqlite3
-        c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
-        try:
-            return c.execute("SELECT count(*) FROM devices").fetchone()[0]
-        finally:
-            c.close()
+        return int(serve_util.state_query(srv.state, "SELECT count(*) FROM devices"))
 
     n0 = devices()
     st1, b1 = srv.json("device", "POST", "/v1/register", body=b'{"platform":"and\\u0000roid"}', ctype="application/json")
@@ -631,7 +616,7 @@ def check_small_ones(tmp):
     r = raw_request(srv, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n" % ("a" * 20000))
     check(r is not None and r[0] == 431 and r[1].get("content-type") == "application/json" and b'"error"' in r[2],
           "20 KB of headers is 431 in JSON (%s)" % (r[:2] if r else r,))
-    for f in ("state.db", "state.db-wal", "state.db-shm"):
+    for f in ("state.db", "state.db-wal", "state.db-shm") if not serve_util.PG else ():  # SQLite's files only
         mode = os.stat(os.path.join(srv.state, f)).st_mode & 0o777
         check(mode == 0o600, "%s is 0600 (%o)" % (f, mode))
     # TLS 1.2 offers AEAD suites with forward secrecy only
@@ -715,6 +700,8 @@ def check_report_reuse(tmp):
     check(st == 409 and body.get("error") == "report_id_reused",
           "after finalization, other bytes: 409 report_id_reused (%s %s)" % (st, body))
     check(srv.stop() == 0, "the server stops cleanly")
+    if serve_util.PG:
+        return  # what follows is SQLite's own: its schema 1 (PostgreSQL's first schema has the digest column)
     # a state from before the digest column (schema 1): it opens, and is brought to schema 2
     db = sqlite3.connect(os.path.join(srv.state, "state.db"))
     db.execute("ALTER TABLE reports DROP COLUMN digest")

@@ -47,12 +47,14 @@ static inline void test_state_read_line(const char *dir, const char *name, char 
     out[strcspn(out, "\n")] = '\0';
 }
 
-/* argv[1] "postgresql" (the cluster from DPREC_TEST_PG_DIR), "sqlite" or nothing. Exits on anything else, or when
- * the cluster cannot be found. */
+/* argv[1] "postgresql" (the cluster from DPREC_TEST_PG_DIR), "sqlite" or nothing; with no argument, DPREC_TEST_STATE
+ * (the variable tests/serve_util.py reads for the Python tests) or else SQLite. Exits on anything else, or when the
+ * cluster cannot be found. */
 static inline void test_state_engine_from_args(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "sqlite") == 0) return;
-    if (strcmp(argv[1], "postgresql") != 0) {
-        fprintf(stderr, "usage: %s [sqlite|postgresql]\n", argv[0]);
+    const char *engine = argc >= 2 ? argv[1] : getenv("DPREC_TEST_STATE");
+    if (engine == NULL || engine[0] == '\0' || strcmp(engine, "sqlite") == 0) return;
+    if (strcmp(engine, "postgresql") != 0) {
+        fprintf(stderr, "usage: %s [sqlite|postgresql] (or DPREC_TEST_STATE=sqlite|postgresql)\n", argv[0]);
         exit(2);
     }
     const char *dir = getenv("DPREC_TEST_PG_DIR");
