@@ -521,7 +521,8 @@ def check_logs(tmp):
 
 
 def check_metrics(tmp):
-    """7. /metrics passes `promtool check metrics`; statuses are counted as sent; a finished job's series go."""
+    """7. /metrics passes `promtool check metrics`; statuses are counted as sent; a finished job's series go; reports per
+    group commit (dprec_commit_reports) count what each commit stored."""
     srv = Server(tmp).start()
     job = srv.create_job(d=4, m=10, min_reports=1, rounds=1)
     token = srv.register()
@@ -546,6 +547,19 @@ def check_metrics(tmp):
     check(body.get("state") == "done", "the one-round job is done (%s)" % body.get("state"))
     text = srv.request("admin", "GET", "/metrics")[2].decode()
     check(('job="%d"' % job) not in text, "its per-job series are retired from /metrics")
+    # reports per group commit (one transaction, one fsync): the registration's commit stored none, the report's one
+    p = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True)
+    check(p.returncode == 0, "promtool check metrics passes with reports committed (%d: %s)" %
+          (p.returncode, (p.stdout + p.stderr).decode()[:500]))
+    commits = metric(text, "dprec_commits_total")
+    check(metric(text, "dprec_commit_reports_sum") == 1 and metric(text, "dprec_committed_reports_total") == 1 and
+          metric(text, "dprec_commit_reports_count") == commits and commits is not None and commits >= 2 and
+          metric(text, 'dprec_commit_reports_bucket{le="0"}') == commits - 1 and
+          metric(text, 'dprec_commit_reports_bucket{le="1"}') == commits and
+          metric(text, 'dprec_commit_reports_bucket{le="+Inf"}') == commits,
+          "dprec_commit_reports: %s commits, one of them storing the one report (sum %s, le=0 %s, le=1 %s)" %
+          (commits, metric(text, "dprec_commit_reports_sum"), metric(text, 'dprec_commit_reports_bucket{le="0"}'),
+           metric(text, 'dprec_commit_reports_bucket{le="1"}')))
     srv.stop()
 
 

@@ -232,11 +232,14 @@ static void run_batch(dprec_agg *a, agg_op *batch, agg_op ***done_tail) {
         for (size_t k = 0; k < nstarted; k++) agg_fin_queue(a, started[k]);
     }
     /* a commit that failed stored nothing and is not counted: commits and reports per commit are what became durable */
+    int bucket = 0;
+    while (bucket < AGG_COMMIT_BUCKETS && inserted > agg_commit_bucket_le(bucket)) bucket++;
     pthread_mutex_lock(&a->m_mu);
     if (committed) {
         a->metrics.commits++;
         a->metrics.committed_reports += inserted;
         a->metrics.committed_ops += nops;
+        a->metrics.commit_hist[bucket]++;
     }
     pthread_mutex_unlock(&a->m_mu);
     **done_tail = kept;
