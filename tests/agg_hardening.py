@@ -521,8 +521,8 @@ def check_logs(tmp):
 
 
 def check_metrics(tmp):
-    """7. /metrics passes `promtool check metrics`; statuses are counted as sent; a finished job's series go; reports per
-    group commit (dprec_commit_reports) count what each commit stored."""
+    """7. /metrics passes `promtool check metrics`; statuses are counted as sent; a finished job's series go; reports
+    per group commit (dprec_commit_reports) count what each commit stored."""
     srv = Server(tmp).start()
     job = srv.create_job(d=4, m=10, min_reports=1, rounds=1)
     token = srv.register()

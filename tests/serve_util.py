@@ -1,6 +1,6 @@
-"""What the serve tests share (tests/agg_server_https.py, agg_hardening.py, front_end_attacks.py, agg_serve_postgresql.py,
-agg_serve_multi.py, relay_serve_https.py, device_sync.py): waiting for a server to listen, and the state engine the
-aggregator's tests run on.
+"""What the serve tests share (tests/agg_server_https.py, agg_hardening.py, front_end_attacks.py,
+agg_serve_postgresql.py, agg_serve_multi.py, relay_serve_https.py, device_sync.py): waiting for a server to listen,
+and the state engine the aggregator's tests run on.
 
 A server started with `serve --state-dir DIR --listen 127.0.0.1:0 ...` writes DIR/ports.json ({"device": port,
 "admin": port, "pid": its pid}) once both listeners are open (docs/operations.md); wait_for_ports waits for the file

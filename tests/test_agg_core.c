@@ -1261,9 +1261,12 @@ static void test_agg_concurrent_reports_are_all_committed_and_finalize_once(void
         for (int k = 0; k < PER_THREAD; k++) register_device(e->a, w[t].tokens[k]);
     }
     /* reports per commit (dprec_commit_reports, docs/operations.md): read before the reports and after */
-    static const char *const series[] = {"dprec_commits_total", "dprec_committed_reports_total",
-                                         "dprec_commit_reports_count", "dprec_commit_reports_sum",
-                                         "dprec_commit_reports_bucket{le=\"0\"}", "dprec_commit_reports_bucket{le=\"+Inf\"}"};
+    static const char *const series[] = {"dprec_commits_total",
+                                         "dprec_committed_reports_total",
+                                         "dprec_commit_reports_count",
+                                         "dprec_commit_reports_sum",
+                                         "dprec_commit_reports_bucket{le=\"0\"}",
+                                         "dprec_commit_reports_bucket{le=\"+Inf\"}"};
     long long before[6], after[6];
     for (int k = 0; k < 6; k++) before[k] = metric_value(e->a, series[k]);
     /* the registrations above were answered one at a time: each is a commit that stored no report */
@@ -1299,7 +1302,8 @@ static void test_agg_concurrent_reports_are_all_committed_and_finalize_once(void
     long long prev = after[4];
     for (int k = 1; k < AGG_COMMIT_BUCKETS; k++) {
         char name[64];
-        snprintf(name, sizeof name, "dprec_commit_reports_bucket{le=\"%llu\"}", (unsigned long long)agg_commit_bucket_le(k));
+        snprintf(name, sizeof name, "dprec_commit_reports_bucket{le=\"%llu\"}",
+                 (unsigned long long)agg_commit_bucket_le(k));
         long long v = metric_value(e->a, name);
         assert_true(v >= prev && v <= after[5]);
         prev = v;

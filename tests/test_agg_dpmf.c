@@ -1,7 +1,8 @@
 /* dpmf (seed 004) end to end, in process: real SDK devices (dprec_client_sync) against the real aggregator core and the
- * real relay core (relay/relay.h), each with its own state and key (the aggregator's on the engine the program runs on,
- * tests/test_state.h: `test_agg_dpmf postgresql` runs it on PostgreSQL; the relay's is SQLite, its only engine). Every request the devices send to either
- * service is recorded, so that the test can check, outside the protocol, what each party received:
+ * real relay core (relay/relay.h), each with its own state and key (the aggregator's on the engine the program runs
+ * on, tests/test_state.h: `test_agg_dpmf postgresql` runs it on PostgreSQL; the relay's is SQLite, its only engine).
+ * Every request the devices send to either service is recorded, so that the test can check, outside the protocol,
+ * what each party received:
  *   - relay mode (static users): the recommender's unmasked sum equals, exactly (mod 2^64), the sum of what the
  *     devices put under their masks (their encoded gradients and noise shares), and what the relay received is
  *     masked (uniform on the wire, small under the masks);
@@ -335,7 +336,8 @@ static void load_round(world *w, uint64_t job, uint64_t round, stored *s) {
     memset(s, 0, sizeof *s);
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT r.device, p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
-                              " WHERE r.job = %llu AND r.round = %llu", (unsigned long long)job, (unsigned long long)round);
+                              " WHERE r.job = %llu AND r.round = %llu",
+             (unsigned long long)job, (unsigned long long)round);
     int64_t devices[64];
     size_t lens[64];
     s->n = test_state_blobs(&w->st, sql, devices, s->bytes, lens, 64);

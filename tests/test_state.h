@@ -1,12 +1,12 @@
-/* Shared test helpers for the aggregator's state on either engine (aggregator/state/): a fresh state per test (a
- * SQLite file in a new directory, or a new database on the throw-away PostgreSQL cluster of tests/pg_cluster.py that
+/* Shared test helpers for the aggregator's state on either engine (aggregator/state/): a fresh state per test (a SQLite
+ * file in a new directory, or a new database on the throw-away PostgreSQL cluster of tests/pg_cluster.py that
  * DPREC_TEST_PG_DIR names) and SQL on it from outside the aggregator, for what its API does not show. A test program
- * calls test_state_engine_from_args once; `PROGRAM postgresql` runs it on PostgreSQL, `PROGRAM` or `PROGRAM sqlite`
- * on SQLite. This is the one mechanism by which the aggregator's tests run on both engines: tests/CMakeLists.txt adds
- * `NAME_postgresql` (argument `postgresql`, under the pg_cluster fixture) for every aggregator test that includes this
- * header. A case that checks what only one engine has (SQLite's file, its WAL, its directory lock) stays in a group
- * of that engine's own, and says so. Nothing is skipped: without the cluster the program fails, saying how to start
- * it. */
+ * calls test_state_engine_from_args once; `PROGRAM postgresql` runs it on PostgreSQL, `PROGRAM` or `PROGRAM sqlite` on
+ * SQLite. This is the one mechanism by which the aggregator's tests run on both engines: tests/CMakeLists.txt adds
+ * `NAME_postgresql` (argument `postgresql`, under the pg_cluster fixture) for every aggregator test that calls
+ * test_state_engine_from_args(argc, argv). A case that checks what only one engine has (SQLite's file, its WAL, an
+ * older SQLite schema; PostgreSQL's sessions and leases) stays in a group of that engine's own, and says so. Nothing is
+ * skipped: without the cluster the program fails, saying how to start it. */
 #ifndef DPREC_TEST_STATE_H
 #define DPREC_TEST_STATE_H
 
@@ -170,8 +170,8 @@ static inline int64_t test_state_int(const test_state *s, const char *sql) {
 /* Rows of a query whose first column is an integer and second a blob (BLOB in SQLite, BYTEA in PostgreSQL): up to cap
  * rows, each blob malloc'd into bytes[i] (free with free()) with its length in lens[i]; ints may be NULL. The row
  * count. The same SQL runs on both engines: write it in their common dialect. */
-static inline size_t test_state_blobs(const test_state *s, const char *sql, int64_t *ints, unsigned char **bytes, size_t *lens,
-                               size_t cap) {
+static inline size_t test_state_blobs(const test_state *s, const char *sql, int64_t *ints, unsigned char **bytes,
+                                      size_t *lens, size_t cap) {
     size_t n = 0;
     if (test_state_engine == TEST_STATE_SQLITE) {
         sqlite3 *db;

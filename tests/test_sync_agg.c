@@ -1,12 +1,11 @@
-/* End to end, in process: devices running dprec_client_sync against the real aggregator core
- * (aggregator/agg.h, dprec_agg_handle as the transport; its state on the engine the program runs on, tests/test_state.h:
- * SQLite, or PostgreSQL with `test_sync_agg postgresql`). A `plain`
- * job of two rounds with two devices: registration, signed releases verified against the key the devices
- * pinned, reports accepted and rounds finalized, then the job is done. The same for an ldp-gd job (seed 000):
- * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger; an ldp-rr job
- * with its pinned coordinate left out of the report. And a gauss-gd job
- * (seed 001) whose devices keep their own u and move it by one gradient step a round (params.u_update). And an sgld
- * job (seed 003) whose devices upload their trimmed ratings once, each charged its own epsilon_i. */
+/* End to end, in process: devices running dprec_client_sync against the real aggregator core (aggregator/agg.h,
+ * dprec_agg_handle as the transport; its state on the engine the program runs on, tests/test_state.h: SQLite, or
+ * PostgreSQL with `test_sync_agg postgresql`). A `plain` job of two rounds with two devices: registration, signed
+ * releases verified against the key the devices pinned, reports accepted and rounds finalized, then the job is done.
+ * The same for an ldp-gd job (seed 000): one randomized 12-byte report per device and round, the job's epsilon charged
+ * in the ledger; an ldp-rr job with its pinned coordinate left out of the report. And a gauss-gd job (seed 001) whose
+ * devices keep their own u and move it by one gradient step a round (params.u_update). And an sgld job (seed 003) whose
+ * devices upload their trimmed ratings once, each charged its own epsilon_i. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -212,7 +211,8 @@ static void run_job(const char *spec, uint64_t rounds, size_t payload_len, doubl
         assert_int_equal(test_state_int(&stt, "SELECT count(DISTINCT round) FROM reports"), (int64_t)rounds);
         for (uint64_t r = 1; r <= rounds; r++) {
             char sql[200];
-            const char *what[4] = {"count(*)", "count(DISTINCT r.device)", "min(length(p.bytes))", "max(length(p.bytes))"};
+            const char *what[4] = {"count(*)", "count(DISTINCT r.device)", "min(length(p.bytes))",
+                                   "max(length(p.bytes))"};
             const int64_t want[4] = {2, 2, 56 + (int64_t)payload_len, 56 + (int64_t)payload_len};
             for (int k = 0; k < 4; k++) {
                 snprintf(sql, sizeof sql, "SELECT %s FROM reports r JOIN report_payloads p ON p.id = r.id"
@@ -291,7 +291,8 @@ static void stored_x(const test_state *st, uint64_t round, float *x) { /* device
     round_reports_load(st, round, &rr);
     assert_true(rr.n >= 1);
     assert_true(rr.len[0] >= 56 + 8 + 4 * (D + 1));
-    for (uint32_t k = 0; k < D; k++) memcpy(&x[k], rr.b[0] + 56 + 8 + 4 * k, 4); /* little-endian float32 (docs/protocol.md) */
+    /* little-endian float32 (docs/protocol.md) */
+    for (uint32_t k = 0; k < D; k++) memcpy(&x[k], rr.b[0] + 56 + 8 + 4 * k, 4);
     round_reports_free(&rr);
 }
 

@@ -266,7 +266,8 @@ char *dprec_agg_metrics(dprec_agg *a) {
               (unsigned long long)m.committed_ops);
     /* reports per group commit: one transaction and one fsync each (rounds/agg_engine.c); _sum / _count is the mean */
     sb_printf(&s, "# HELP dprec_commit_reports Reports stored by each group commit (one transaction, one fsync); a "
-                  "commit of registrations, duplicates or refusals only stores 0.\n# TYPE dprec_commit_reports histogram\n");
+                  "commit of registrations, duplicates or refusals only stores 0.\n"
+                  "# TYPE dprec_commit_reports histogram\n");
     uint64_t ccum = 0;
     for (int b = 0; b < AGG_COMMIT_BUCKETS; b++) {
         ccum += m.commit_hist[b];
