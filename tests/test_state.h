@@ -30,9 +30,10 @@ static int test_state_engine = TEST_STATE_SQLITE;
 static char test_pg_host[512], test_pg_user[64];
 
 typedef struct test_state {
-    char dir[64];   /* SQLite: the state's directory */
-    char db[64];    /* PostgreSQL: the database's name */
-    char path[700]; /* what the aggregator is configured with (dprec_agg_config.state_path) */
+    char dir[64];    /* SQLite: the state's directory */
+    char db[64];     /* PostgreSQL: the database's name (one per test program, test_pg_database) */
+    char schema[64]; /* PostgreSQL: the state's schema in it, which path's search_path names */
+    char path[800];  /* what the aggregator is configured with (dprec_agg_config.state_path) */
 } test_state;
 
 static inline void test_state_read_line(const char *dir, const char *name, char *out, size_t cap) {
@@ -91,7 +92,31 @@ static inline int test_pg_admin(const char *sql) {
     return ok ? 0 : -1;
 }
 
-/* A fresh, empty state: 0 or -1. */
+/* The test program's database on the cluster, made on first use: "" if it could not be. One database per program
+ * (tests run in parallel must not see each other's sessions: test_agg_store ends its own), and in it one schema per
+ * state (test_state_new). Not dropped: PostgreSQL 15's DROP DATABASE forces a checkpoint, 3 s a test on the CI
+ * machine, and the cluster is thrown away after the run (tests/pg_cluster.py). */
+static inline const char *test_pg_database(void) {
+    static char name[64];
+    if (name[0] == '\0') {
+        char want[64], sql[128];
+        snprintf(want, sizeof want, "dprec_test_%ld", (long)getpid());
+        snprintf(sql, sizeof sql, "CREATE DATABASE %s", want);
+        if (test_pg_admin(sql) == 0) snprintf(name, sizeof name, "%s", want);
+    }
+    return name;
+}
+
+/* A connection to a state's schema: what the aggregator sees. */
+static inline PGconn *test_pg_connect_state(const test_state *s) {
+    PGconn *c = PQconnectdb(s->path);
+    if (PQstatus(c) != CONNECTION_OK) fail_msg("cannot connect to the test state (%s): %s", s->path, PQerrorMessage(c));
+    return c;
+}
+
+/* A fresh, empty state: 0 or -1. On PostgreSQL a schema of its own, which the state's URI selects with search_path
+ * (the aggregator creates its tables in its session's current schema, as an operator's deployment in a schema of
+ * its own would have it). */
 static inline int test_state_new(test_state *s, const char *name) {
     static unsigned counter;
     memset(s, 0, sizeof *s);
@@ -101,12 +126,22 @@ static inline int test_state_new(test_state *s, const char *name) {
         snprintf(s->path, sizeof s->path, "%s/state.db", s->dir);
         return 0;
     }
-    snprintf(s->db, sizeof s->db, "dprec_%s_%ld_%u", name, (long)getpid(), ++counter);
+    const char *db = test_pg_database();
+    if (db[0] == '\0') return -1;
+    snprintf(s->db, sizeof s->db, "%s", db);
+    snprintf(s->schema, sizeof s->schema, "%s_%u", name, ++counter);
+    char base[700];
+    test_pg_uri(base, sizeof base, s->db);
+    snprintf(s->path, sizeof s->path, "%s&options=-csearch_path%%3D%s", base, s->schema);
     char sql[128];
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s", s->db);
-    if (test_pg_admin(sql) != 0) return -1;
-    test_pg_uri(s->path, sizeof s->path, s->db);
-    return 0;
+    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", s->schema);
+    PGconn *c = test_pg_connect(s->db);
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) fprintf(stderr, "%s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
 }
 
 /* Removes the state (its aggregator closed first). 0 or -1. */
@@ -116,8 +151,14 @@ static inline int test_state_remove(test_state *s) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
         return system(cmd) == 0 ? 0 : -1;
     }
-    snprintf(cmd, sizeof cmd, "DROP DATABASE IF EXISTS %s", s->db);
-    return test_pg_admin(cmd);
+    snprintf(cmd, sizeof cmd, "DROP SCHEMA IF EXISTS %s CASCADE", s->schema);
+    PGconn *c = test_pg_connect(s->db);
+    PGresult *r = PQexec(c, cmd);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) fprintf(stderr, "%s: %s", cmd, PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
 }
 
 /* Runs sql on the state: 0, or -1 when the database refused it. */
@@ -129,7 +170,7 @@ static inline int test_state_exec(const test_state *s, const char *sql) {
         sqlite3_close(db);
         return rc == SQLITE_OK ? 0 : -1;
     }
-    PGconn *c = test_pg_connect(s->db);
+    PGconn *c = test_pg_connect_state(s);
     PGresult *r = PQexec(c, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
     PQclear(r);
@@ -151,7 +192,7 @@ static inline size_t test_state_column(const test_state *s, const char *sql, dou
         sqlite3_close(db);
         return n;
     }
-    PGconn *c = test_pg_connect(s->db);
+    PGconn *c = test_pg_connect_state(s);
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQresultErrorMessage(r));
     for (int i = 0; i < PQntuples(r) && n < cap; i++) out[n++] = strtod(PQgetvalue(r, i, 0), NULL);
@@ -190,7 +231,7 @@ static inline size_t test_state_blobs(const test_state *s, const char *sql, int6
         sqlite3_close(db);
         return n;
     }
-    PGconn *c = test_pg_connect(s->db);
+    PGconn *c = test_pg_connect_state(s);
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQresultErrorMessage(r));
     for (int i = 0; i < PQntuples(r) && n < cap; i++) {
