@@ -7,7 +7,7 @@ failure bound, never a measurement).
 usage: agg_hardening.py PATH/TO/dprec-aggregator CHECK      (CHECK: one of the names in CHECKS, or "all")
 The aggregator's state is on SQLite, or on PostgreSQL with DPREC_TEST_STATE=postgresql (tests/serve_util.py; ctest's
 aggregator_CHECK_postgresql): the checks that touch the state run on both, and the parts of a check that look at what
-only SQLite has (its file's modes, its directory lock, an older SQLite schema) say so and run on SQLite only.
+only SQLite has (its files' modes, an older SQLite schema) say so and run on SQLite only.
 Exits 0 when every check passed, 1 with the failed ones listed.
 """
 import http.client

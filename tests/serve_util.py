@@ -103,7 +103,8 @@ def psql(db, query):
 def state_args(state_dir):
     """The serve options that put the aggregator's state of state_dir on the engine under test: none for SQLite (its
     file is state_dir/state.db); for PostgreSQL `--state URI` of a database of its own, made the first time (a
-    restart on the same state directory finds the same database)."""
+    restart on the same state directory finds the same database). Not dropped: PostgreSQL 15's DROP DATABASE forces a
+    checkpoint, and the cluster is thrown away after the run (tests/pg_cluster.py)."""
     if not PG:
         return []
     key = os.path.abspath(state_dir)
