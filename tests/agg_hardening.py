@@ -305,8 +305,11 @@ def check_body_before_auth(tmp):
     rss1 = srv.rss_kb()
     text = srv.request("admin", "GET", "/metrics")[2].decode()
     peak = metric(text, "dprec_http_inflight_body_bytes_max")
-    check(peak is not None and peak <= 1024, "no byte of those bodies was reserved or buffered (in-flight peak %s: "
-          "the registrations' bodies)" % peak)
+    # What is reserved is a small JSON body's buffer (1,024 bytes), at times two of them at once: a request keeps its
+    # reservation until libmicrohttpd reports it completed, after its response was sent, and the client's next
+    # request can arrive first (seen on a loaded machine: 1,026). One of the uploads would show as its 16,000,000.
+    check(peak is not None and peak <= 4 * 1024, "no byte of those bodies was reserved or buffered (in-flight peak %s: "
+          "the small JSON bodies of the job and the registration)" % peak)
     check(rss1 - rss0 < 64 * 1024, "20 x 16 MB uploads with a wrong token: RSS grew %d KB (< 64 MB; the landed server "
           "buffered them: 2.5 GB for 200)" % (rss1 - rss0))
     status, body = srv.json("device", "GET", "/healthz")
