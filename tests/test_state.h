@@ -3,10 +3,10 @@
  * DPREC_TEST_PG_DIR names) and SQL on it from outside the aggregator, for what its API does not show. A test program
  * calls test_state_engine_from_args once; `PROGRAM postgresql` runs it on PostgreSQL, `PROGRAM` or `PROGRAM sqlite` on
  * SQLite. This is the one mechanism by which the aggregator's tests run on both engines: tests/CMakeLists.txt adds
- * `NAME_postgresql` (argument `postgresql`, under the pg_cluster fixture) for every aggregator test that calls
- * test_state_engine_from_args(argc, argv). A case that checks what only one engine has (SQLite's file, its WAL, an
- * older SQLite schema; PostgreSQL's sessions and leases) stays in a group of that engine's own, and says so. Nothing is
- * skipped: without the cluster the program fails, saying how to start it. */
+ * `NAME_postgresql` (argument `postgresql`, under the pg_cluster fixture) for every test_agg_* and test_sync_agg*
+ * test that calls test_state_engine_from_args(argc, argv). A case that checks what only one engine has (SQLite's
+ * file, its WAL, an older SQLite schema; PostgreSQL's sessions and leases) stays in a group of that engine's own, and
+ * says so. Nothing is skipped: without the cluster the program fails, saying how to start it. */
 #ifndef DPREC_TEST_STATE_H
 #define DPREC_TEST_STATE_H
 
