@@ -153,6 +153,53 @@ static int call(dprec_transport *t, const char *method, const char *path, const 
     return rc;
 }
 
+/* The group commits so far, those of them that stored no report (registrations only), and the reports they stored
+ * (dprec_commit_reports_count, _bucket{le="0"} and _sum of GET /metrics on the admin listener, docs/operations.md):
+ * 0, or -1 when /metrics cannot be read or lacks them. */
+typedef struct metrics_text {
+    char buf[1 << 16];
+    size_t len;
+} metrics_text;
+
+static int metrics_sink(void *user, const unsigned char *chunk, size_t len)
+{
+    metrics_text *m = user;
+    size_t room = sizeof m->buf - 1 - m->len;
+    size_t n = len < room ? len : room;
+    memcpy(m->buf + m->len, chunk, n);
+    m->len += n;
+    m->buf[m->len] = '\0';
+    return 0;
+}
+
+static int commit_counts(const char *admin_url, const char *ca, double *commits, double *empty, double *reports)
+{
+    dprec_transport t;
+    dprec_transport_curl st;
+    dprec_curl_options co = {0};
+    co.ca_file = ca;
+    if (dprec_transport_curl_init(&t, &st, admin_url, &co) != DPREC_OK) {
+        return -1;
+    }
+    static metrics_text m;
+    m.len = 0;
+    m.buf[0] = '\0';
+    dprec_http_request req = {"GET", "/metrics", NULL, NULL, NULL, 0};
+    dprec_http_response resp;
+    int rc = t.request(t.ctx, &req, metrics_sink, &m, &resp);
+    dprec_transport_curl_cleanup(&st);
+    const char *c = strstr(m.buf, "\ndprec_commit_reports_count ");
+    const char *r = strstr(m.buf, "\ndprec_commit_reports_sum ");
+    const char *z = strstr(m.buf, "\ndprec_commit_reports_bucket{le=\"0\"} ");
+    if (rc != DPREC_OK || resp.status != 200 || c == NULL || r == NULL || z == NULL) {
+        return -1;
+    }
+    *commits = strtod(c + strlen("\ndprec_commit_reports_count "), NULL);
+    *empty = strtod(z + strlen("\ndprec_commit_reports_bucket{le=\"0\"} "), NULL);
+    *reports = strtod(r + strlen("\ndprec_commit_reports_sum "), NULL);
+    return 0;
+}
+
 static void fill_random(unsigned char *out, size_t n, uint64_t *s)
 {
     for (size_t i = 0; i < n; i++) {
@@ -733,6 +780,8 @@ int main(int argc, char **argv)
         }
     }
     long spid = json_int(ports, "pid");
+    double g0c = 0, g0z = 0, g0r = 0, g1c = 0, g1z = 0, g1r = 0;
+    int groups = commit_counts(admin_url, sh.ca, &g0c, &g0z, &g0r);
     double a0 = spid > 0 ? cpu_of_pid(spid) : -1.0, k0 = cpu_of_pid((long)getpid());
     int arc = run_load(&sh, "dprec-aggregator (every report durable before its 200)", &agg_res);
     double a1 = spid > 0 ? cpu_of_pid(spid) : -1.0, k1 = cpu_of_pid((long)getpid());
@@ -743,6 +792,14 @@ int main(int argc, char **argv)
     if (arc == 0 && k0 >= 0 && k1 >= 0) {
         printf("client CPU (these libcurl clients, same machine): %.2f s, %.1f us per request\n", k1 - k0,
                1e6 * (k1 - k0) / nreq);
+    }
+    /* one group commit is one transaction and one fsync: reports per commit is reports per fsync (the commits of
+     * registrations alone, with --preregister 1, are counted apart) */
+    if (arc == 0 && groups == 0 && commit_counts(admin_url, sh.ca, &g1c, &g1z, &g1r) == 0 &&
+        g1c - g1z > g0c - g0z) {
+        double with = (g1c - g1z) - (g0c - g0z);
+        printf("group commits: %.0f (%.0f of registrations alone); %.0f with reports, storing %.0f: %.2f reports per "
+               "commit (fsync)\n", g1c - g0c, g1z - g0z, with, g1r - g0r, (g1r - g0r) / with);
     }
     if (arc == 0) {
         exit_code = 0;

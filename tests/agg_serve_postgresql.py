@@ -26,7 +26,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402  (waiting for ports.json; the cluster and psql)
 
 AGG = sys.argv[1] if len(sys.argv) > 1 else "dprec-aggregator"
 FLEET = sys.argv[2] if len(sys.argv) > 2 else "dprec-fleet"
@@ -40,35 +42,9 @@ def check(cond, what):
     return cond
 
 
-def cluster():
-    d = os.environ.get("DPREC_TEST_PG_DIR")
-    if not d:
-        sys.exit("agg_serve_postgresql: DPREC_TEST_PG_DIR is not set: run it through ctest (fixture pg_cluster) or "
-                 "python3 tests/pg_cluster.py run DIR -- python3 tests/agg_serve_postgresql.py AGG FLEET")
-    try:
-        with open(os.path.join(d, "host")) as f:
-            host = f.read().strip()
-        with open(os.path.join(d, "user")) as f:
-            user = f.read().strip()
-    except OSError as e:
-        sys.exit(f"agg_serve_postgresql: no cluster in {d} ({e}): is it started (tests/pg_cluster.py start {d})?")
-    return host, user
-
-
-HOST, USER = cluster()
-PSQL = shutil.which("psql") or sys.exit("agg_serve_postgresql: psql not found (Debian postgresql-client)")
-
-
-def uri(db):
-    return f"postgresql://{USER}@/{db}?host={HOST}"
-
-
-def sql(db, query):
-    out = subprocess.run([PSQL, "-X", "-At", "-v", "ON_ERROR_STOP=1", "-d", uri(db), "-c", query], capture_output=True,
-                         text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"psql: {query}: {out.stderr}")
-    return out.stdout.strip()
+uri = serve_util.pg_uri  # the cluster of DPREC_TEST_PG_DIR (tests/serve_util.py: it exits when there is none)
+sql = serve_util.psql
+serve_util.pg_cluster()
 
 
 class Server:
@@ -78,9 +54,7 @@ class Server:
         self.state, self.uri, self.flag, self.proc = state_dir, state_uri, flag, None
 
     def start(self, expect_ok=True):
-        ports = os.path.join(self.state, "ports.json")
-        if os.path.exists(ports):
-            os.unlink(ports)
+        serve_util.remove_ports(self.state)
         self.logname = os.path.join(os.path.dirname(self.state), os.path.basename(self.state) + ".log")
         self.log = open(self.logname, "ab")
         if self.flag:
@@ -94,22 +68,9 @@ class Server:
                                       "--admin-listen", "127.0.0.1:0", "--threads", "2", "--connections-per-address",
                                       "0", "--register-per-minute", "0"] + getattr(self, "extra", []),
                                      stdout=self.log, stderr=self.log)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                if expect_ok:
-                    raise SystemExit(f"server exited early with status {self.proc.returncode}; see {self.logname}")
-                return self.proc.returncode
-            try:
-                with open(ports) as f:
-                    self.ports = json.load(f)
-                if self.ports.get("pid") == self.proc.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        else:
-            raise SystemExit("no ports.json after 30 s")
+        self.ports = serve_util.wait_for_ports(self.proc, self.state, 30, self.logname, exited_ok=not expect_ok)
+        if self.ports is None:
+            return self.proc.returncode
         self.ctx = ssl.create_default_context(cafile=os.path.join(self.state, "tls-cert.pem"))
         with open(os.path.join(self.state, "admin-token")) as f:
             self.admin_token = f.read().strip()

@@ -8,6 +8,8 @@ report again), then SIGKILL in the middle of the round and a restart on the same
 must still be counted. Exits 0 on success, 1 with a message on the first failed check.
 
 usage: agg_server_https.py PATH/TO/dprec-aggregator
+The state is on SQLite, or on PostgreSQL with DPREC_TEST_STATE=postgresql (tests/serve_util.py; ctest's
+aggregator_serve_https_postgresql).
 """
 import http.client
 import json
@@ -19,7 +21,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402  (waiting for ports.json; the state engine)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "dprec-aggregator"
 MAX_REPORT = 65536
@@ -42,28 +46,13 @@ class Server:
         self.ports = None
 
     def start(self):
-        ports_path = os.path.join(self.state, "ports.json")
-        if os.path.exists(ports_path):
-            os.unlink(ports_path)
+        serve_util.remove_ports(self.state)
         self.log = open(os.path.join(os.path.dirname(self.state), "server.log"), "ab")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--state-dir", self.state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-             "--threads", "2", "--max-report-bytes", str(MAX_REPORT), "--log-level", "debug"],
-            stdout=self.log, stderr=self.log)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit("server exited early with status %d; see %s" % (self.proc.returncode, self.log.name))
-            try:
-                with open(ports_path) as f:
-                    self.ports = json.load(f)
-                if self.ports.get("pid") == self.proc.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        else:
-            raise SystemExit("no ports.json after 30 s")
+             "--threads", "2", "--max-report-bytes", str(MAX_REPORT), "--log-level", "debug"] +
+            serve_util.state_args(self.state), stdout=self.log, stderr=self.log)
+        self.ports = serve_util.wait_for_ports(self.proc, self.state, 30, self.log.name)
         self.ctx = ssl.create_default_context(cafile=os.path.join(self.state, "tls-cert.pem"))
         with open(os.path.join(self.state, "admin-token")) as f:
             self.admin_token = f.read().strip()

@@ -38,6 +38,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402  (waiting for ports.json)
+
 SKIP = 77
 ITEMS = 20
 FAILS = []
@@ -59,21 +62,7 @@ class Aggregator:
         self.proc = subprocess.Popen(
             [binary, "serve", "--state-dir", self.state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
              "--threads", "2"] + list(extra), stdout=self.log, stderr=self.log, env=env)
-        ports_path = os.path.join(self.state, "ports.json")
-        deadline = time.time() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit("dprec-aggregator exited early (%d); see %s" % (self.proc.returncode, self.log.name))
-            try:
-                with open(ports_path) as f:
-                    ports = json.load(f)
-                if ports.get("pid") == self.proc.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            if time.time() > deadline:
-                raise SystemExit("dprec-aggregator wrote no ports.json in 60 s")
-            time.sleep(0.05)
+        ports = serve_util.wait_for_ports(self.proc, self.state, 60, self.log.name, what="dprec-aggregator")
         self.device_port, self.admin_port = ports["device"], ports["admin"]
         self.url = "https://127.0.0.1:%d" % self.device_port
         self.ca = os.path.join(self.state, "tls-cert.pem")

@@ -13,6 +13,8 @@ usage: docs_check.py REPO_ROOT
 5. docs/architecture.md, the map of the tree: every folder its table names exists, every file a row names (`x.c`)
    exists in that row's folder, every top-level folder of the product is in the table, and README.md links the page
    on its first screen (its first 25 lines).
+6. Every Prometheus series the servers export (a `# TYPE dprec_...` in aggregator/ or relay/) is named in
+   docs/operations.md.
 Exits non-zero listing every mismatch."""
 import os
 import re
@@ -99,6 +101,13 @@ for d in sorted(product_dirs - mapped):
         problems.append(f"docs/architecture.md's folder table does not map {d}/")
 if "docs/architecture.md" not in "\n".join(read("README.md").split("\n")[:25]):
     problems.append("README.md does not link docs/architecture.md on its first screen (its first 25 lines)")
+
+# 6. every exported series is documented
+ops = read("docs/operations.md")
+for rel in sorted(files_under("aggregator", "relay", exts=(".c",))):
+    for name in sorted(set(re.findall(r"# TYPE (dprec_[a-z0-9_]+) ", read(rel)))):
+        if not re.search(r"`%s(?![a-z0-9_])" % name, ops):  # `name`, `name{label}`: not a longer name
+            problems.append(f"{rel} exports {name}, which docs/operations.md does not name")
 
 for p in problems:
     print("docs_check:", p)

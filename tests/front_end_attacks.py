@@ -5,12 +5,13 @@ One check per attack; ctest runs each against each server. Numbers are small and
 has a bound past which the check fails, and the bounds are the documented timeouts plus slack.
 
 usage: front_end_attacks.py PATH/TO/dprec-aggregator|dprec-relay CHECK      (CHECK: framing, slow_head, budget, all)
+The aggregator's state is on SQLite, or on PostgreSQL with DPREC_TEST_STATE=postgresql (tests/serve_util.py; ctest
+runs framing, the check that looks at what was stored, on both); the relay's is SQLite, its only engine.
 Exits 0 when every check passed, 1 with the failed ones listed.
 """
 import os
 import shutil
 import socket
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -18,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agg_hardening as H  # noqa: E402  (the Server harness; it takes the binary from argv[1] too)
+import serve_util  # noqa: E402  (the aggregator's state engine: DPREC_TEST_STATE)
 
 check = H.check
 RELAY = "relay" in os.path.basename(H.BIN)
@@ -67,11 +69,7 @@ def statuses(raw):
 def devices(srv):
     if RELAY:
         return None
-    c = sqlite3.connect("file:%s?mode=ro" % os.path.join(srv.state, "state.db"), uri=True)
-    try:
-        return c.execute("SELECT count(*) FROM devices").fetchone()[0]
-    finally:
-        c.close()
+    return int(serve_util.state_query(srv.state, "SELECT count(*) FROM devices"))
 
 
 REG = "POST /v1/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

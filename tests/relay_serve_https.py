@@ -20,7 +20,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402  (waiting for ports.json)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "dprec-relay"
 FAILS = []
@@ -41,26 +43,11 @@ class Relay:
         self.proc = None
 
     def start(self):
-        ports = os.path.join(self.state, "ports.json")
-        if os.path.exists(ports):
-            os.unlink(ports)
+        serve_util.remove_ports(self.state)
         self.log = open(os.path.join(os.path.dirname(self.state), "relay.log"), "ab")
         self.proc = subprocess.Popen([BIN, "serve", "--state-dir", self.state, "--listen", "127.0.0.1:0",
                                       "--admin-listen", "127.0.0.1:0"], stdout=self.log, stderr=self.log)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit("relay exited early with status %d" % self.proc.returncode)
-            try:
-                with open(ports) as f:
-                    self.ports = json.load(f)
-                if self.ports.get("pid") == self.proc.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        else:
-            raise SystemExit("no ports.json after 30 s")
+        self.ports = serve_util.wait_for_ports(self.proc, self.state, 30, self.log.name, what="relay")
         self.ctx = ssl.create_default_context(cafile=os.path.join(self.state, "tls-cert.pem"))
         with open(os.path.join(self.state, "admin-token")) as f:
             self.admin = f.read().strip()

@@ -26,6 +26,7 @@
 #include <mbedtls/pk.h>
 
 #include "agg.h"
+#include "base/agg_base.h"
 #include "bytes.h"
 #include "dprec/release.h"
 #include "ldp.h"
@@ -1346,6 +1347,17 @@ static void test_agg_concurrent_reports_are_all_committed_and_finalize_once(void
         w[t].ok = 0;
         for (int k = 0; k < PER_THREAD; k++) register_device(e->a, w[t].tokens[k]);
     }
+    /* reports per commit (dprec_commit_reports, docs/operations.md): read before the reports and after */
+    static const char *const series[] = {"dprec_commits_total",
+                                         "dprec_committed_reports_total",
+                                         "dprec_commit_reports_count",
+                                         "dprec_commit_reports_sum",
+                                         "dprec_commit_reports_bucket{le=\"0\"}",
+                                         "dprec_commit_reports_bucket{le=\"+Inf\"}"};
+    long long before[6], after[6];
+    for (int k = 0; k < 6; k++) before[k] = metric_value(e->a, series[k]);
+    /* the registrations above were answered one at a time: each is a commit that stored no report */
+    assert_true(before[4] >= THREADS * PER_THREAD);
     pthread_t th[THREADS];
     for (int t = 0; t < THREADS; t++) assert_int_equal(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
     int ok = 0;
@@ -1359,11 +1371,32 @@ static void test_agg_concurrent_reports_are_all_committed_and_finalize_once(void
     assert_int_equal(job_field(e->a, job, "round"), 2);
     char *metrics = dprec_agg_metrics(e->a);
     assert_non_null(strstr(metrics, "dprec_rounds_finalized_total 1\n"));
-    const char *c = strstr(metrics, "\ndprec_commits_total ");
-    assert_non_null(c);
-    fprintf(stderr, "group commit: %d reports in %lld commits\n", THREADS * PER_THREAD,
-            atoll(c + strlen("\ndprec_commits_total ")));
     free(metrics);
+    for (int k = 0; k < 6; k++) {
+        after[k] = metric_value(e->a, series[k]);
+        assert_true(before[k] >= 0 && after[k] >= before[k]);
+    }
+    long long commits = after[0] - before[0];
+    /* every report was stored by exactly one commit, and each of those commits stored at least one */
+    assert_int_equal(after[1] - before[1], THREADS * PER_THREAD);
+    assert_true(commits >= 1 && commits <= THREADS * PER_THREAD);
+    assert_int_equal(after[4], before[4]);
+    /* the histogram agrees with the counters: _count the commits, _sum the reports, +Inf every commit */
+    assert_int_equal(after[2], after[0]);
+    assert_int_equal(after[3], after[1]);
+    assert_int_equal(after[5], after[2]);
+    /* and its buckets are cumulative */
+    long long prev = after[4];
+    for (int k = 1; k < AGG_COMMIT_BUCKETS; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "dprec_commit_reports_bucket{le=\"%llu\"}",
+                 (unsigned long long)agg_commit_bucket_le(k));
+        long long v = metric_value(e->a, name);
+        assert_true(v >= prev && v <= after[5]);
+        prev = v;
+    }
+    fprintf(stderr, "group commit: %d reports in %lld commits (%.2f reports per commit)\n", THREADS * PER_THREAD,
+            commits, (double)(THREADS * PER_THREAD) / (double)commits);
 }
 
 /* ---- two instances on one PostgreSQL state: the lease and the closing mark (docs/notes/multi-instance.md) ---- */

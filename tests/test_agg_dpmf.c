@@ -1,6 +1,8 @@
 /* dpmf (seed 004) end to end, in process: real SDK devices (dprec_client_sync) against the real aggregator core and the
- * real relay core (relay/relay.h), each with its own SQLite state and key. Every request the devices send to either
- * service is recorded, so that the test can check, outside the protocol, what each party received:
+ * real relay core (relay/relay.h), each with its own state and key (the aggregator's on the engine the program runs
+ * on, tests/test_state.h: `test_agg_dpmf postgresql` runs it on PostgreSQL; the relay's is SQLite, its only engine).
+ * Every request the devices send to either service is recorded, so that the test can check, outside the protocol,
+ * what each party received:
  *   - relay mode (static users): the recommender's unmasked sum equals, exactly (mod 2^64), the sum of what the
  *     devices put under their masks (their encoded gradients and noise shares), and what the relay received is
  *     masked (uniform on the wire, small under the masks);
@@ -23,7 +25,6 @@
 
 #include <cmocka.h>
 #include <math.h>
-#include <sqlite3.h>
 
 #include "agg.h"
 #include "bytes.h"
@@ -38,6 +39,7 @@
 #include "protocol.h"
 #include "relay.h"
 #include "report.h"
+#include "test_state.h"
 
 #define M 24u
 #define D 3u
@@ -48,7 +50,8 @@
 /* ---- two services in a temporary directory ------------------------------------------------------------------ */
 
 typedef struct world {
-    char dir[64], db[128], key[128], rdb[128], rkey[128];
+    char dir[64], key[128], rdb[128], rkey[128];
+    test_state st; /* the aggregator's state: a SQLite file, or a PostgreSQL database */
     dprec_agg *agg;
     dprec_relay *relay;
     unsigned char pub[256], rpub[256];
@@ -59,13 +62,13 @@ static void world_open(world *w) {
     memset(w, 0, sizeof *w);
     snprintf(w->dir, sizeof w->dir, "/tmp/dprec-dpmf-XXXXXX");
     assert_non_null(mkdtemp(w->dir));
-    snprintf(w->db, sizeof w->db, "%s/state.db", w->dir);
+    assert_int_equal(test_state_new(&w->st, "dpmf"), 0);
     snprintf(w->key, sizeof w->key, "%s/signing.pem", w->dir);
     snprintf(w->rdb, sizeof w->rdb, "%s/relay.db", w->dir);
     snprintf(w->rkey, sizeof w->rkey, "%s/relay.pem", w->dir);
     dprec_agg_config ac;
     dprec_agg_config_default(&ac);
-    ac.state_path = w->db;
+    ac.state_path = w->st.path;
     ac.signing_key_path = w->key;
     ac.admin_token = ADMIN_TOKEN;
     ac.seed = 1;
@@ -98,7 +101,7 @@ static void rm(const char *base) {
 static void world_close(world *w) {
     if (w->agg != NULL) dprec_agg_close(w->agg);
     if (w->relay != NULL) dprec_relay_close(w->relay);
-    rm(w->db);
+    assert_int_equal(test_state_remove(&w->st), 0);
     rm(w->rdb);
     unlink(w->key);
     unlink(w->rkey);
@@ -330,25 +333,20 @@ typedef struct stored {
 } stored;
 
 static void load_round(world *w, uint64_t job, uint64_t round, stored *s) {
-    sqlite3 *db = NULL;
     memset(s, 0, sizeof *s);
-    assert_int_equal(sqlite3_open_v2(w->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT r.device, p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
-                                            " WHERE r.job = ? AND r.round = ?", -1, &q, NULL), SQLITE_OK);
-    sqlite3_bind_int64(q, 1, (sqlite3_int64)job);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)round);
-    while (sqlite3_step(q) == SQLITE_ROW && s->n < 64) {
-        size_t n = (size_t)sqlite3_column_bytes(q, 1);
-        s->bytes[s->n] = malloc(n);
-        memcpy(s->bytes[s->n], sqlite3_column_blob(q, 1), n);
-        s->r[s->n].device = sqlite3_column_int64(q, 0);
-        s->r[s->n].payload = s->bytes[s->n] + DPREC_ENVELOPE_HEADER;
-        s->r[s->n].payload_len = n - DPREC_ENVELOPE_HEADER;
-        s->n++;
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT r.device, p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
+                              " WHERE r.job = %llu AND r.round = %llu",
+             (unsigned long long)job, (unsigned long long)round);
+    int64_t devices[64];
+    size_t lens[64];
+    s->n = test_state_blobs(&w->st, sql, devices, s->bytes, lens, 64);
+    for (size_t i = 0; i < s->n; i++) {
+        assert_true(lens[i] >= DPREC_ENVELOPE_HEADER);
+        s->r[i].device = devices[i];
+        s->r[i].payload = s->bytes[i] + DPREC_ENVELOPE_HEADER;
+        s->r[i].payload_len = lens[i] - DPREC_ENVELOPE_HEADER;
     }
-    sqlite3_finalize(q);
-    sqlite3_close(db);
 }
 
 static void stored_free(stored *s) {
@@ -1058,7 +1056,8 @@ static void test_dpmf_trusted_job_runs_end_to_end(void **state) {
     world_close(&w);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_state_engine_from_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dpmf_relay_unmasked_sum_equals_the_true_noisy_sum_exactly),
         cmocka_unit_test(test_dpmf_dynamic_round_survives_a_device_that_drops_out),

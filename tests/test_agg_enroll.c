@@ -2,7 +2,8 @@
  * the relay register a device only with a token of the app's enrollment key, for this app, not expired, for the
  * identity key the device proves it holds, and each token once; devices running dprec_client_sync get
  * DPREC_ERR_ENROLLMENT until the app gives them a token, then register with their durable identity. With "open",
- * any device registers and its identity is kept. */
+ * any device registers and its identity is kept. The aggregator's state is on the engine the program runs on
+ * (tests/test_state.h: `test_agg_enroll postgresql` runs it on PostgreSQL); the relay's is SQLite, its only engine. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,12 +27,14 @@
 #include "identity.h"
 #include "relay.h"
 #include "state/agg_store.h"
+#include "test_state.h"
 
 #define ADMIN "admin-token-0123456789abcdef"
 #define APP "org.example.recs"
 
 typedef struct env {
     char dir[64];
+    test_state st; /* the aggregator's state: a SQLite file, or a PostgreSQL database */
     dprec_agg *a;
     dprec_relay *r;
     fake_signer backend, forger;
@@ -39,14 +42,13 @@ typedef struct env {
 } env;
 
 static int open_services(env *e, int token) {
-    char db[128], key[128], rdb[128], rkey[128], err[256] = "";
-    snprintf(db, sizeof db, "%s/state.db", e->dir);
+    char key[128], rdb[128], rkey[128], err[256] = "";
     snprintf(key, sizeof key, "%s/key.pem", e->dir);
     snprintf(rdb, sizeof rdb, "%s/relay.db", e->dir);
     snprintf(rkey, sizeof rkey, "%s/relay-key.pem", e->dir);
     dprec_agg_config cfg;
     dprec_agg_config_default(&cfg);
-    cfg.state_path = db;
+    cfg.state_path = e->st.path;
     cfg.signing_key_path = key;
     cfg.admin_token = ADMIN;
     cfg.seed = 7;
@@ -78,7 +80,7 @@ static int open_services(env *e, int token) {
 static int setup_with(void **state, int token) {
     env *e = calloc(1, sizeof *e);
     snprintf(e->dir, sizeof e->dir, "/tmp/dprec-enroll-XXXXXX");
-    if (mkdtemp(e->dir) == NULL) return -1;
+    if (mkdtemp(e->dir) == NULL || test_state_new(&e->st, "enroll") != 0) return -1;
     fake_signer_init(&e->backend, 101);
     fake_signer_init(&e->forger, 102);
     unsigned char seed[16] = "enrollment test";
@@ -99,7 +101,7 @@ static int teardown(void **state) {
     dprec_rng_free(&e->rng);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
-    if (system(cmd) != 0) return -1;
+    if (system(cmd) != 0 || test_state_remove(&e->st) != 0) return -1;
     free(e);
     return 0;
 }
@@ -314,7 +316,8 @@ static void test_devices_register_only_with_the_apps_token_and_keep_their_identi
     fake_port_free(&fp);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_state_engine_from_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_token_registration_refuses_forged_expired_foreign_and_used_tokens,
                                         setup_token, teardown),

@@ -43,6 +43,7 @@
 #include "report.h"
 #include "rounds/agg_secagg.h"
 #include "secagg.h"
+#include "test_state.h"
 
 #define M 30u
 #define D 3u
@@ -110,7 +111,8 @@ typedef struct proxy {
 } proxy;
 
 struct world {
-    char dir[64], db[128], key[128];
+    char dir[64], key[128];
+    test_state st; /* the aggregator's state: a SQLite file, or a PostgreSQL database (tests/test_state.h) */
     dprec_agg *a;
     dprec_agg_transport ip;
     dprec_transport inner;
@@ -456,7 +458,7 @@ static void world_open(world *w, int attack, int victim_has_key) {
     w->attack = attack;
     snprintf(w->dir, sizeof w->dir, "/tmp/dprec-secagg-mal-XXXXXX");
     assert_non_null(mkdtemp(w->dir));
-    snprintf(w->db, sizeof w->db, "%s/state.db", w->dir);
+    assert_int_equal(test_state_new(&w->st, "secagg_mal"), 0);
     snprintf(w->key, sizeof w->key, "%s/signing.pem", w->dir);
     fake_signer_init(&w->app, 501);
     fake_signer_init(&w->rogue, 502);
@@ -464,7 +466,7 @@ static void world_open(world *w, int attack, int victim_has_key) {
     assert_int_equal(dprec_rng_init(&w->rng, NULL, seed, sizeof seed, "test"), DPREC_OK);
     dprec_agg_config acfg;
     dprec_agg_config_default(&acfg);
-    acfg.state_path = w->db;
+    acfg.state_path = w->st.path;
     acfg.signing_key_path = w->key;
     acfg.admin_token = ADMIN;
     acfg.seed = 1;
@@ -526,6 +528,7 @@ static void world_close(world *w) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", w->dir);
     assert_int_equal(system(cmd), 0);
+    assert_int_equal(test_state_remove(&w->st), 0);
 }
 
 /* One sync of device i (again after a retry-later, up to 4 times). */
@@ -1193,7 +1196,8 @@ static void test_a_server_that_says_a_devices_neighbours_dropped_needs_their_nei
     free(w);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_state_engine_from_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_an_honest_round_of_enrolled_devices_that_check_each_other_completes),
         cmocka_unit_test(test_a_device_whose_storage_failed_at_its_masked_input_leaves_the_round),

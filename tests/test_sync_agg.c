@@ -1,11 +1,11 @@
-/* End to end, in process: devices running dprec_client_sync against the real aggregator core
- * (aggregator/agg.h, dprec_agg_handle as the transport, SQLite state in a temporary directory). A `plain`
- * job of two rounds with two devices: registration, signed releases verified against the key the devices
- * pinned, reports accepted and rounds finalized, then the job is done. The same for an ldp-gd job (seed 000):
- * one randomized 12-byte report per device and round, the job's epsilon charged in the ledger; an ldp-rr job
- * with its pinned coordinate left out of the report. And a gauss-gd job
- * (seed 001) whose devices keep their own u and move it by one gradient step a round (params.u_update). And an sgld
- * job (seed 003) whose devices upload their trimmed ratings once, each charged its own epsilon_i. */
+/* End to end, in process: devices running dprec_client_sync against the real aggregator core (aggregator/agg.h,
+ * dprec_agg_handle as the transport; its state on the engine the program runs on, tests/test_state.h: SQLite, or
+ * PostgreSQL with `test_sync_agg postgresql`). A `plain` job of two rounds with two devices: registration, signed
+ * releases verified against the key the devices pinned, reports accepted and rounds finalized, then the job is done.
+ * The same for an ldp-gd job (seed 000): one randomized 12-byte report per device and round, the job's epsilon charged
+ * in the ledger; an ldp-rr job with its pinned coordinate left out of the report. And a gauss-gd job (seed 001) whose
+ * devices keep their own u and move it by one gradient step a round (params.u_update). And an sgld job (seed 003) whose
+ * devices upload their trimmed ratings once, each charged its own epsilon_i. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +18,6 @@
 
 #include <cmocka.h>
 #include <math.h>
-#include <sqlite3.h>
 
 #include "agg.h"
 #include "client_priv.h"
@@ -30,6 +29,7 @@
 #include "ldp.h"
 #include "report.h"
 #include "sgld.h"
+#include "test_state.h"
 
 #define M 30u
 #define D 3u
@@ -96,20 +96,39 @@ static void device_close(device *dv) {
     fake_port_free(&dv->fake);
 }
 
-/* Called after both devices synced in a round (the reports are committed to the state database db). */
-typedef void (*round_check_fn)(device dev[2], uint64_t round, const char *db);
+/* Called after both devices synced in a round (the reports are committed to the state st). */
+typedef void (*round_check_fn)(device dev[2], uint64_t round, const test_state *st);
+
+/* The stored reports of a round, in the order they were stored (their bytes malloc'd: round_reports_free). */
+typedef struct round_reports {
+    unsigned char *b[8];
+    size_t len[8], n;
+} round_reports;
+
+static void round_reports_load(const test_state *st, uint64_t round, round_reports *rr) {
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT r.id, p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
+                              " WHERE r.round = %llu ORDER BY r.id", (unsigned long long)round);
+    rr->n = test_state_blobs(st, sql, NULL, rr->b, rr->len, 8);
+}
+
+static void round_reports_free(round_reports *rr) {
+    for (size_t i = 0; i < rr->n; i++) free(rr->b[i]);
+    rr->n = 0;
+}
 
 /* Runs a job of `rounds` rounds with two devices to the end; every report of the job must be payload_len bytes
  * (0: not checked) and each device's ledger must hold job_epsilon (0: not checked). */
 static void run_job(const char *spec, uint64_t rounds, size_t payload_len, double job_epsilon, round_check_fn check) {
     char dir[] = "/tmp/dprec-sync-agg-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char db[128], key[128];
-    snprintf(db, sizeof db, "%s/state.db", dir);
+    test_state stt;
+    assert_int_equal(test_state_new(&stt, "sync"), 0);
+    char key[128];
     snprintf(key, sizeof key, "%s/signing.pem", dir);
     dprec_agg_config acfg;
     dprec_agg_config_default(&acfg);
-    acfg.state_path = db;
+    acfg.state_path = stt.path;
     acfg.signing_key_path = key;
     acfg.admin_token = ADMIN_TOKEN;
     acfg.seed = 1;
@@ -160,7 +179,7 @@ static void run_job(const char *spec, uint64_t rounds, size_t payload_len, doubl
                 assert_true(r.outcome == DPREC_SYNC_NOTHING_TO_DO);
             }
         }
-        if (check != NULL) check(dev, round, db);
+        if (check != NULL) check(dev, round, &stt);
         /* local and non-private protocols close at min_reports; central and joint ones only at the deadline
          * (docs/protocol.md): the aggregator's clock moves a day past it. Only for a round still open: every round
          * now closes at its deadline whatever its count, so a tick past the deadline of the next round, which nobody
@@ -189,38 +208,25 @@ static void run_job(const char *spec, uint64_t rounds, size_t payload_len, doubl
     }
     /* one report per device and round as stored, each of the protocol's payload size (envelope 56 + payload) */
     if (payload_len > 0) {
-        sqlite3 *db3 = NULL;
-        assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-        sqlite3_stmt *q = NULL;
-        assert_int_equal(sqlite3_prepare_v2(db3, "SELECT r.round, count(*), count(DISTINCT r.device), min(length(p.bytes)),"
-                                                 " max(length(p.bytes)) FROM reports r JOIN report_payloads p"
-                                                 " ON p.id = r.id GROUP BY r.round ORDER BY r.round",
-                                            -1, &q, NULL),
-                         SQLITE_OK);
-        int rounds_seen = 0;
-        while (sqlite3_step(q) == SQLITE_ROW) {
-            rounds_seen++;
-            assert_int_equal(sqlite3_column_int64(q, 0), rounds_seen);
-            assert_int_equal(sqlite3_column_int64(q, 1), 2);
-            assert_int_equal(sqlite3_column_int64(q, 2), 2);
-            assert_int_equal(sqlite3_column_int64(q, 3), 56 + (int64_t)payload_len);
-            assert_int_equal(sqlite3_column_int64(q, 4), 56 + (int64_t)payload_len);
+        assert_int_equal(test_state_int(&stt, "SELECT count(DISTINCT round) FROM reports"), (int64_t)rounds);
+        for (uint64_t r = 1; r <= rounds; r++) {
+            char sql[200];
+            const char *what[4] = {"count(*)", "count(DISTINCT r.device)", "min(length(p.bytes))",
+                                   "max(length(p.bytes))"};
+            const int64_t want[4] = {2, 2, 56 + (int64_t)payload_len, 56 + (int64_t)payload_len};
+            for (int k = 0; k < 4; k++) {
+                snprintf(sql, sizeof sql, "SELECT %s FROM reports r JOIN report_payloads p ON p.id = r.id"
+                                          " WHERE r.round = %llu", what[k], (unsigned long long)r);
+                assert_int_equal(test_state_int(&stt, sql), want[k]);
+            }
         }
-        assert_int_equal(rounds_seen, (int)rounds);
-        sqlite3_finalize(q);
-        sqlite3_close(db3);
     }
     st = admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out);
     assert_int_equal(st, 200);
 
     for (int i = 0; i < 2; i++) device_close(&dev[i]);
     dprec_agg_close(a);
-    unlink(db);
-    char side[160];
-    snprintf(side, sizeof side, "%s-wal", db);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", db);
-    unlink(side);
+    assert_int_equal(test_state_remove(&stt), 0);
     unlink(key);
     rmdir(dir);
 }
@@ -246,17 +252,14 @@ static void test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round(vo
 /* ldp-rr (seed 000's randomized response + Laplace, user level) through the real sync: one report per device
  * and round of the fixed size; with user_bias every item's pinned coordinate is exactly 0 (no data, no noise)
  * and every learned coordinate carries Laplace noise (exactly 0 has probability about 2^-41 per value). */
-static void check_rr_report(device dev[2], uint64_t round, const char *db) {
+static void check_rr_report(device dev[2], uint64_t round, const test_state *st) {
     (void)dev;
-    sqlite3 *db3 = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id WHERE r.round = ?", -1, &q, NULL), SQLITE_OK);
-    sqlite3_bind_int64(q, 1, (sqlite3_int64)round);
-    int rows = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        const unsigned char *b = sqlite3_column_blob(q, 0);
-        assert_int_equal(sqlite3_column_bytes(q, 0), 56 + (int)dprec_ldp_rr_payload(M, D));
+    round_reports rr;
+    round_reports_load(st, round, &rr);
+    assert_int_equal(rr.n, 2);
+    for (size_t i = 0; i < rr.n; i++) {
+        const unsigned char *b = rr.b[i];
+        assert_int_equal(rr.len[i], 56 + dprec_ldp_rr_payload(M, D));
         const unsigned char *g = b + 56 + 8 + 4; /* [m][d], ceil(30 / 8) = 4 bytes of y* */
         for (uint32_t k = 0; k < M * D; k++) {
             float v;
@@ -264,11 +267,8 @@ static void check_rr_report(device dev[2], uint64_t round, const char *db) {
             if (k % D == 0) assert_true(v == 0.0f);
             else assert_true(v != 0.0f && isfinite(v));
         }
-        rows++;
     }
-    assert_int_equal(rows, 2);
-    sqlite3_finalize(q);
-    sqlite3_close(db3);
+    round_reports_free(&rr);
 }
 
 static void test_sync_runs_an_ldp_rr_job_with_the_pinned_coordinate_left_out(void **state) {
@@ -286,30 +286,23 @@ static void test_sync_runs_an_ldp_rr_job_with_the_pinned_coordinate_left_out(voi
 #define GAUSS_LAMBDA 0.1
 static float prev_u[D];
 
-static void stored_x(const char *db, uint64_t round, float *x) { /* device 0's report: its first in the round */
-    sqlite3 *db3 = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
-                                        " WHERE r.round = ? ORDER BY r.id LIMIT 1", -1, &q,
-                                        NULL),
-                     SQLITE_OK);
-    sqlite3_bind_int64(q, 1, (sqlite3_int64)round);
-    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-    const unsigned char *b = sqlite3_column_blob(q, 0);
-    assert_true(sqlite3_column_bytes(q, 0) >= 56 + 8 + 4 * (int)(D + 1));
-    for (uint32_t k = 0; k < D; k++) memcpy(&x[k], b + 56 + 8 + 4 * k, 4); /* little-endian float32 (docs/protocol.md) */
-    sqlite3_finalize(q);
-    sqlite3_close(db3);
+static void stored_x(const test_state *st, uint64_t round, float *x) { /* device 0's report: its first in the round */
+    round_reports rr;
+    round_reports_load(st, round, &rr);
+    assert_true(rr.n >= 1);
+    assert_true(rr.len[0] >= 56 + 8 + 4 * (D + 1));
+    /* little-endian float32 (docs/protocol.md) */
+    for (uint32_t k = 0; k < D; k++) memcpy(&x[k], rr.b[0] + 56 + 8 + 4 * k, 4);
+    round_reports_free(&rr);
 }
 
-static void check_gradient_u(device dev[2], uint64_t round, const char *db) {
+static void check_gradient_u(device dev[2], uint64_t round, const test_state *st) {
     dprec_client *c = dev[0].c;
     uint64_t st_job = 0, st_round = 0;
     const float *gu = dprec_gauss_state_u(c, &st_job, &st_round);
     assert_true(st_job != 0 && st_round == round);
     float x[D];
-    stored_x(db, round, x);
+    stored_x(st, round, x);
     for (uint32_t k = 0; k < D; k++) assert_true(x[k] == gu[k]); /* the report carries the device's iterate */
     double diff = 0;
     for (uint32_t k = 0; k < D; k++) diff += fabs((double)gu[k] - (double)c->u[k]);
@@ -352,7 +345,7 @@ static void test_sync_gauss_gd_gradient_mode_steps_the_devices_own_u_once_a_roun
  * centre - r (L is large: nothing is clipped); the centre is the one dprec_fw_user_offset gives in every round. */
 static double fw_centre[2];
 
-static void check_fw_centre(device dev[2], uint64_t round, const char *db) {
+static void check_fw_centre(device dev[2], uint64_t round, const test_state *st) {
     for (int i = 0; i < 2; i++) {
         dprec_client *c = dev[i].c;
         double sum = 3.0;
@@ -364,15 +357,11 @@ static void check_fw_centre(device dev[2], uint64_t round, const char *db) {
         assert_true(got == fw_centre[i]); /* chosen once, kept */
     }
     if (round != 1) return;
-    sqlite3 *db3 = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
-                                        " WHERE r.round = 1 ORDER BY r.id", -1, &q, NULL),
-                     SQLITE_OK);
+    round_reports rr;
+    round_reports_load(st, 1, &rr);
+    assert_int_equal(rr.n, 2);
     for (int i = 0; i < 2; i++) { /* the devices synced in order: device 0's report first */
-        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-        const unsigned char *b = (const unsigned char *)sqlite3_column_blob(q, 0) + 56;
+        const unsigned char *b = rr.b[i] + 56;
         uint32_t n;
         memcpy(&n, b, 4);
         assert_int_equal(n, 8);
@@ -386,8 +375,7 @@ static void check_fw_centre(device dev[2], uint64_t round, const char *db) {
             assert_true(fabs((double)a - (fw_centre[i] - (double)dev[i].c->ratings[at].value)) <= 1e-5);
         }
     }
-    sqlite3_finalize(q);
-    sqlite3_close(db3);
+    round_reports_free(&rr);
 }
 
 static void test_sync_private_fw_centres_each_device_on_its_own_mean(void **state) {
@@ -406,24 +394,20 @@ static void test_sync_private_fw_centres_each_device_on_its_own_mean(void **stat
  * (weight 1), device 1 its own epsilon_i = 1 (weight 1/4). Each ledger is charged exactly its device's epsilon, as a
  * posterior-sampling heuristic at user level, and that is the personalized guarantee eps B_i / B of the weight and
  * the count the aggregator received (common/protocols/sgld.h). */
-static void check_sgld_reports(device dev[2], uint64_t round, const char *db) {
+static void check_sgld_reports(device dev[2], uint64_t round, const test_state *st) {
     assert_int_equal(round, 1);
     const double eps = 4.0, want[2] = {4.0, 1.0};
-    sqlite3 *db3 = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT p.bytes FROM reports r JOIN report_payloads p ON p.id = r.id"
-                                        " WHERE r.round = 1 ORDER BY r.id", -1, &q, NULL),
-                     SQLITE_OK);
+    round_reports rr;
+    round_reports_load(st, 1, &rr);
+    assert_int_equal(rr.n, 2);
     for (int i = 0; i < 2; i++) {
         dprec_ledger_entry line;
         assert_int_equal(dprec_ledger_job(dev[i].c, 1, &line), DPREC_OK);
         assert_true(line.epsilon == want[i] && line.user_epsilon == want[i] && line.delta == 0.0);
         assert_int_equal(line.model, DPREC_MODEL_POSTERIOR_HEURISTIC);
         assert_int_equal(line.unit, DPREC_UNIT_USER);
-        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-        assert_int_equal(sqlite3_column_bytes(q, 0), 56 + (int)dprec_sgld_payload_size(5));
-        const unsigned char *b = (const unsigned char *)sqlite3_column_blob(q, 0) + 56;
+        assert_int_equal(rr.len[i], 56 + dprec_sgld_payload_size(5));
+        const unsigned char *b = rr.b[i] + 56;
         uint32_t tau;
         float w;
         memcpy(&tau, b, 4);
@@ -449,8 +433,7 @@ static void check_sgld_reports(device dev[2], uint64_t round, const char *db) {
         assert_true(fabs(dprec_sgld_personal_epsilon(eps, bi, bb) - want[i]) <= 1e-6 * want[i]);
         assert_true(dprec_sgld_personal_epsilon(eps, bi, bb) <= want[i]);
     }
-    sqlite3_finalize(q);
-    sqlite3_close(db3);
+    round_reports_free(&rr);
 }
 
 static void test_sync_sgld_charges_each_device_its_own_epsilon(void **state) {
@@ -465,7 +448,8 @@ static void test_sync_sgld_charges_each_device_its_own_epsilon(void **state) {
     sgld_eps1 = 0.0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_state_engine_from_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_with_the_real_aggregator_runs_a_plain_job_to_the_end),
         cmocka_unit_test(test_sync_runs_an_ldp_gd_job_with_one_report_per_device_and_round),

@@ -1,5 +1,6 @@
 /* Secure aggregation end to end, in process: devices running dprec_client_sync against the real aggregator core
- * (dprec_agg_handle as the transport, SQLite state in a temporary directory) on a gauss-gd job with
+ * (dprec_agg_handle as the transport; its state on the engine the program runs on, tests/test_state.h: SQLite, or
+ * PostgreSQL with `test_sync_agg_secure postgresql`) on a gauss-gd job with
  * params.aggregation "secure" (docs/privacy.md "Secure aggregation"). Each round runs the five steps, one sync call
  * per device and step, as the fleet does; the operator's round close closes a phase that devices left open (a
  * device that dropped) and finally unmasks the sum and finalizes the round. Checked: the steps' outcomes, the
@@ -20,7 +21,6 @@
 
 #include <cmocka.h>
 #include <math.h>
-#include <sqlite3.h>
 
 #include "agg.h"
 #include "dprec/dprec.h"
@@ -28,6 +28,7 @@
 #include "dprec/sync.h"
 #include "fake_port.h"
 #include "json.h"
+#include "test_state.h"
 #include "secagg.h"
 
 #define M 30u
@@ -105,18 +106,8 @@ static void job_state(dprec_agg *a, char *phase, size_t cap, double *rounds_done
     (void)dprec_json_get_number(&doc, 0, "privacy.epsilon", epsilon);
 }
 
-static int64_t reports_stored(const char *db) {
-    sqlite3 *db3 = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &db3, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db3, "SELECT (SELECT count(*) FROM reports) + (SELECT count(*) FROM report_payloads)",
-                                        -1, &q, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-    int64_t n = sqlite3_column_int64(q, 0);
-    sqlite3_finalize(q);
-    sqlite3_close(db3);
-    return n;
+static int64_t reports_stored(const test_state *st) {
+    return test_state_int(st, "SELECT (SELECT count(*) FROM reports) + (SELECT count(*) FROM report_payloads)");
 }
 
 /* A transport that loses the answer of every third secure-aggregation POST (and of every fourth report) after the
@@ -197,20 +188,21 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
         if (!abort_expected) assert_int_equal(reported[i], dropout[i] == 1 ? 0 : 1);
 }
 
-/* An aggregator core on fresh temporary state (dir, its database and signing key); agg_close removes them. */
+/* An aggregator core on fresh temporary state (dir with its signing key, and its state); agg_close removes them. */
 typedef struct agg_tmp {
-    char dir[32], db[128], key[128];
+    char dir[32], key[128];
+    test_state st;
     dprec_agg *a;
 } agg_tmp;
 
 static void agg_open(agg_tmp *t, int keep_payloads) {
     snprintf(t->dir, sizeof t->dir, "/tmp/dprec-sync-secure-XXXXXX");
     assert_non_null(mkdtemp(t->dir));
-    snprintf(t->db, sizeof t->db, "%s/state.db", t->dir);
+    assert_int_equal(test_state_new(&t->st, "secure"), 0);
     snprintf(t->key, sizeof t->key, "%s/signing.pem", t->dir);
     dprec_agg_config acfg;
     dprec_agg_config_default(&acfg);
-    acfg.state_path = t->db;
+    acfg.state_path = t->st.path;
     acfg.signing_key_path = t->key;
     acfg.admin_token = ADMIN_TOKEN;
     acfg.seed = 1;
@@ -223,12 +215,7 @@ static void agg_open(agg_tmp *t, int keep_payloads) {
 
 static void agg_close(agg_tmp *t) {
     dprec_agg_close(t->a);
-    char side[160];
-    unlink(t->db);
-    snprintf(side, sizeof side, "%s-wal", t->db);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", t->db);
-    unlink(side);
+    assert_int_equal(test_state_remove(&t->st), 0);
     unlink(t->key);
     rmdir(t->dir);
 }
@@ -237,7 +224,7 @@ static void run_secure_job(const char *spec) {
     agg_tmp tmp;
     agg_open(&tmp, 1); /* keep_report_payloads: were any report stored, it would stay for the check below */
     dprec_agg *a = tmp.a;
-    const char *db = tmp.db;
+    const test_state *db = &tmp.st;
     char out[8192];
     tick_clock = (int64_t)time(NULL);
     int st = admin(a, "POST", "/v1/admin/jobs", spec, out, sizeof out);
@@ -330,7 +317,8 @@ static void test_a_secure_job_with_sampling_is_refused(void **state) {
     agg_close(&tmp);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_state_engine_from_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_secure_job_with_sampling_is_refused),
         cmocka_unit_test(test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report),

@@ -90,6 +90,14 @@ const char *agg_release_encoding_name(uint16_t enc);
 
 enum { AGG_HIST_BUCKETS = 12, AGG_STATUS_SLOTS = 16 };
 
+/* Reports per group commit (one transaction, one fsync: rounds/agg_engine.c), as a histogram: bucket k counts the
+ * commits that stored at most agg_commit_bucket_le(k) reports (0, 1, 2, 4, ..., 1024), the last slot those that
+ * stored more. Rendered as dprec_commit_reports by core/agg.c. */
+enum { AGG_COMMIT_BUCKETS = 12 };
+static inline uint64_t agg_commit_bucket_le(int k) {
+    return k == 0 ? 0 : (uint64_t)1 << (k - 1);
+}
+
 /* Why a round was finalized with its model unchanged (release r+1 carries release r's model; no global step ran):
  * AGG_ROUND_CHANGED for a round that ran its global step; below min_reports at its deadline (none, for the protocols
  * that close early); a secure round with no sum (nobody joined it, or it could not be unmasked). The counters'
@@ -104,6 +112,7 @@ typedef struct agg_metrics {
     uint64_t rounds_unchanged[AGG_ROUND_REASONS]; /* by AGG_ROUND_UNCHANGED_* (slot 0 unused) */
     uint64_t commits, committed_reports, committed_ops;
     uint64_t sum_checkpoints;  /* folded rounds' checkpoints written (rounds/agg_sums.c) */
+    uint64_t commit_hist[AGG_COMMIT_BUCKETS + 1]; /* commits by reports stored, see agg_commit_bucket_le */
     uint64_t latency_hist[AGG_HIST_BUCKETS + 1];
     double latency_sum;
     uint64_t latency_count;

@@ -268,6 +268,20 @@ char *dprec_agg_metrics(dprec_agg *a) {
                   "(stored or refused).\n# TYPE dprec_committed_operations_total counter\n"
                   "dprec_committed_operations_total %llu\n",
               (unsigned long long)m.committed_ops);
+    /* reports per group commit: one transaction and one fsync each (rounds/agg_engine.c); _sum / _count is the mean */
+    sb_printf(&s, "# HELP dprec_commit_reports Reports stored by each group commit (one transaction, one fsync); a "
+                  "commit of registrations, duplicates or refusals only stores 0.\n"
+                  "# TYPE dprec_commit_reports histogram\n");
+    uint64_t ccum = 0;
+    for (int b = 0; b < AGG_COMMIT_BUCKETS; b++) {
+        ccum += m.commit_hist[b];
+        sb_printf(&s, "dprec_commit_reports_bucket{le=\"%llu\"} %llu\n", (unsigned long long)agg_commit_bucket_le(b),
+                  (unsigned long long)ccum);
+    }
+    sb_printf(&s, "dprec_commit_reports_bucket{le=\"+Inf\"} %llu\ndprec_commit_reports_sum %llu\n"
+                  "dprec_commit_reports_count %llu\n",
+              (unsigned long long)(ccum + m.commit_hist[AGG_COMMIT_BUCKETS]), (unsigned long long)m.committed_reports,
+              (unsigned long long)m.commits);
     sb_printf(&s, "# HELP dprec_request_seconds Time the core took to answer a request (a report: until durable).\n"
                   "# TYPE dprec_request_seconds histogram\n");
     uint64_t cum = 0;

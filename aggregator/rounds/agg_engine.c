@@ -187,7 +187,8 @@ static void run_batch(dprec_agg *a, agg_op *batch, agg_op ***done_tail) {
         *kept_tail = op;
         kept_tail = &op->next;
     }
-    if (agg_store_commit(a) != 0) {
+    int committed = agg_store_commit(a) == 0;
+    if (!committed) {
         agg_store_log_error(a, "commit");
         agg_store_rollback(a);
         for (agg_op *op = kept; op != NULL; op = op->next)
@@ -244,10 +245,16 @@ static void run_batch(dprec_agg *a, agg_op *batch, agg_op ***done_tail) {
         }
         for (size_t k = 0; k < nstarted; k++) agg_fin_queue(a, started[k]);
     }
+    /* a commit that failed stored nothing and is not counted: commits and reports per commit are what became durable */
+    int bucket = 0;
+    while (bucket < AGG_COMMIT_BUCKETS && inserted > agg_commit_bucket_le(bucket)) bucket++;
     pthread_mutex_lock(&a->m_mu);
-    a->metrics.commits++;
-    a->metrics.committed_reports += inserted;
-    a->metrics.committed_ops += nops;
+    if (committed) {
+        a->metrics.commits++;
+        a->metrics.committed_reports += inserted;
+        a->metrics.committed_ops += nops;
+        a->metrics.commit_hist[bucket]++;
+    }
     pthread_mutex_unlock(&a->m_mu);
     **done_tail = kept;
     while (**done_tail != NULL) *done_tail = &(**done_tail)->next;
