@@ -1,6 +1,6 @@
 /* Secure aggregation end to end, in process: devices running dprec_client_sync against the real aggregator core
- * (dprec_agg_handle as the transport; its state on the engine the program runs on, tests/test_state.h: SQLite, or
- * PostgreSQL with `test_sync_agg_secure postgresql`) on a gauss-gd job with
+ * (dprec_agg_handle as the transport; its state SQLite's: a secure job is refused on a PostgreSQL state, whose
+ * instances would not share the round's memory) on a gauss-gd job with
  * params.aggregation "secure" (docs/privacy.md "Secure aggregation"). Each round runs the five steps, one sync call
  * per device and step, as the fleet does; the operator's round close closes a phase that devices left open (a
  * device that dropped) and finally unmasks the sum and finalizes the round. Checked: the steps' outcomes, the
@@ -319,6 +319,11 @@ static void test_a_secure_job_with_sampling_is_refused(void **state) {
 
 int main(int argc, char **argv) {
     test_state_engine_from_args(argc, argv);
+    if (test_state_engine != TEST_STATE_SQLITE) { /* docs/operations.md, "Several instances on one database" */
+        fprintf(stderr, "%s: SQLite only: a secure-aggregation job is refused on a PostgreSQL state "
+                        "(409 secure_needs_one_instance, which test_agg_core_postgresql checks)\n", argv[0]);
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_secure_job_with_sampling_is_refused),
         cmocka_unit_test(test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report),
