@@ -463,16 +463,17 @@ static int load_shards(agg_pg_conn *c, int64_t job, int64_t round, const char *i
     return rc;
 }
 
-static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
-                             agg_store_shards *sh, char *err, size_t errcap) {
-    agg_pg_conn *c = reader_get(a);
+/* Round r's release and, in one snapshot with it, its reports (sh NULL; l NULL: none) or a folded round's log rows
+ * and checkpoints (sh not NULL: a checkpoint and the deletion of the log rows it covers commit together, so the
+ * snapshot sees every report once). */
+static int load_round(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l,
+                      agg_store_shards *sh, char *err, size_t errcap) {
+    agg_pg_conn *c = reader_get(a); /* held for the load only: the global step runs without it */
     if (c == NULL) {
         snprintf(err, errcap, "the state database cannot be reached");
         return -1;
     }
     int rc = -1;
-    /* one snapshot for the release, the log and the checkpoints: a checkpoint and the deletion of the log rows it
-     * covers commit together, so the snapshot sees every report once */
     if (begin_on(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") == 0) {
         agg_pg_params p = {0};
         agg_pg_p_i64(&p, job);
@@ -485,8 +486,11 @@ static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model
             else snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
             PQclear(r);
         }
-        if (rc == 0 && load_shards(c, job, round, NULL, log, sh) != 0) {
+        if (rc == 0 && sh != NULL && load_shards(c, job, round, NULL, l, sh) != 0) {
             snprintf(err, errcap, "loading the round's sum failed");
+            rc = -1;
+        } else if (rc == 0 && sh == NULL && l != NULL && load_reports(c, job, round, l) != 0) {
+            snprintf(err, errcap, "loading the round's reports failed");
             rc = -1;
         }
         agg_pg_exec(c, rc == 0 ? "COMMIT" : "ROLLBACK");
@@ -498,34 +502,12 @@ static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model
 
 static int round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
                       size_t errcap) {
-    agg_pg_conn *c = reader_get(a); /* held for the load only: the global step runs without it */
-    if (c == NULL) {
-        snprintf(err, errcap, "the state database cannot be reached");
-        return -1;
-    }
-    int rc = -1;
-    /* one snapshot for the release and the reports */
-    if (begin_on(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") == 0) {
-        agg_pg_params p = {0};
-        agg_pg_p_i64(&p, job);
-        agg_pg_p_i64(&p, round);
-        PGresult *r = agg_pg_run(c, "SELECT bytes FROM releases WHERE job = $1 AND version = $2", &p);
-        if (r != NULL) {
-            size_t n;
-            const unsigned char *b = PQntuples(r) > 0 ? agg_pg_col_bytes(r, 0, 0, &n) : NULL;
-            if (b != NULL && agg_release_to_model(b, n, prev) == 0) rc = 0;
-            else snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
-            PQclear(r);
-        }
-        if (rc == 0 && l != NULL && load_reports(c, job, round, l) != 0) {
-            snprintf(err, errcap, "loading the round's reports failed");
-            rc = -1;
-        }
-        agg_pg_exec(c, rc == 0 ? "COMMIT" : "ROLLBACK");
-    }
-    if (rc != 0 && err[0] == '\0') snprintf(err, errcap, "%s", c->err);
-    reader_put(c);
-    return rc;
+    return load_round(a, job, round, prev, l, NULL, err, errcap);
+}
+
+static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                             agg_store_shards *sh, char *err, size_t errcap) {
+    return load_round(a, job, round, prev, log, sh, err, errcap);
 }
 
 /* ---- writes: the writer's connection ----------------------------------------------------------------------------- */

@@ -245,35 +245,6 @@ static int load_reports(agg_sqlite_conn *c, int64_t job, int64_t round, agg_stor
     return (rc == SQLITE_DONE || rc == SQLITE_ROW) && l->n == (size_t)count ? 0 : -1;
 }
 
-static int round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
-                      size_t errcap) {
-    /* shared with the readers (the writer's connection without durability), held for one round's load at a time */
-    agg_sqlite_conn *c = a->cfg.sync_full ? &SQLITE_STORE(a)->readers[0] : &SQLITE_STORE(a)->w;
-    int rc = -1;
-    pthread_mutex_lock(&c->mu); /* the connection only for the load: the global step runs without it */
-    if (agg_sqlite_exec(c, "BEGIN") == 0) { /* one snapshot for the release and the reports */
-        sqlite3_stmt *st = prep(c, "SELECT bytes FROM releases WHERE job = ? AND version = ?");
-        if (st != NULL) {
-            sqlite3_bind_int64(st, 1, job);
-            sqlite3_bind_int64(st, 2, round);
-            if (sqlite3_step(st) == SQLITE_ROW &&
-                agg_release_to_model(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), prev) == 0)
-                rc = 0;
-            else
-                snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
-            finish(c, st);
-        }
-        if (rc == 0 && l != NULL && load_reports(c, job, round, l) != 0) {
-            snprintf(err, errcap, "loading the round's reports failed");
-            rc = -1;
-        }
-        agg_sqlite_exec(c, "COMMIT");
-    }
-    if (rc != 0 && err[0] == '\0') snprintf(err, errcap, "%s", sqlite3_errmsg(c->db));
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
 /* A folded round's log rows (instance NULL: every instance's) and checkpoints, on c inside its transaction. */
 static int load_shards(agg_sqlite_conn *c, int64_t job, int64_t round, const char *instance, agg_store_reports *log,
                        agg_store_shards *sh) {
@@ -332,12 +303,15 @@ static int load_shards(agg_sqlite_conn *c, int64_t job, int64_t round, const cha
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
-                             agg_store_shards *sh, char *err, size_t errcap) {
+/* Round r's release and, in the same snapshot, its reports (sh NULL; l NULL: none) or a folded round's log rows and
+ * checkpoints (sh not NULL). */
+static int load_round(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l,
+                      agg_store_shards *sh, char *err, size_t errcap) {
+    /* shared with the readers (the writer's connection without durability), held for one round's load at a time */
     agg_sqlite_conn *c = a->cfg.sync_full ? &SQLITE_STORE(a)->readers[0] : &SQLITE_STORE(a)->w;
     int rc = -1;
-    pthread_mutex_lock(&c->mu);
-    if (agg_sqlite_exec(c, "BEGIN") == 0) { /* one snapshot for the release, the log and the checkpoints */
+    pthread_mutex_lock(&c->mu); /* the connection only for the load: the global step runs without it */
+    if (agg_sqlite_exec(c, "BEGIN") == 0) { /* one snapshot for the release and the reports, or the log and sums */
         sqlite3_stmt *st = prep(c, "SELECT bytes FROM releases WHERE job = ? AND version = ?");
         if (st != NULL) {
             sqlite3_bind_int64(st, 1, job);
@@ -349,8 +323,11 @@ static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model
                 snprintf(err, errcap, "release %lld missing or damaged", (long long)round);
             finish(c, st);
         }
-        if (rc == 0 && load_shards(c, job, round, NULL, log, sh) != 0) {
+        if (rc == 0 && sh != NULL && load_shards(c, job, round, NULL, l, sh) != 0) {
             snprintf(err, errcap, "loading the round's sum failed");
+            rc = -1;
+        } else if (rc == 0 && sh == NULL && l != NULL && load_reports(c, job, round, l) != 0) {
+            snprintf(err, errcap, "loading the round's reports failed");
             rc = -1;
         }
         agg_sqlite_exec(c, "COMMIT");
@@ -358,6 +335,16 @@ static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model
     if (rc != 0 && err[0] == '\0') snprintf(err, errcap, "%s", sqlite3_errmsg(c->db));
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+static int round_load(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l, char *err,
+                      size_t errcap) {
+    return load_round(a, job, round, prev, l, NULL, err, errcap);
+}
+
+static int round_load_folded(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *log,
+                             agg_store_shards *sh, char *err, size_t errcap) {
+    return load_round(a, job, round, prev, log, sh, err, errcap);
 }
 
 /* ---- writes: the writer's connection ------------------------------------------------------------------------ */
