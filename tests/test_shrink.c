@@ -188,9 +188,9 @@ static void test_a_release_of_pure_noise_predicts_the_devices_own_mean(void **st
     assert_int_equal(test_trust(f->c, r1, l1), DPREC_OK);
     assert_int_equal(dprec_fit(f->c, r1, l1), DPREC_OK);
     predict_all(f, r1, l1, q);
-    double worst = 0.0;
-    for (uint32_t j = 0; j < M; j++) worst = fmax(worst, fabs(q[j] - mean));
-    assert_true(worst > 0.5);
+    uint32_t far = 0; /* counted, not a max: gcc 12's aarch64 vectorizer fails (an internal error) on fmax here */
+    for (uint32_t j = 0; j < M; j++) far += fabs(q[j] - mean) > 0.5;
+    assert_true(far > 0);
     /* every unrated item scores the same in the top-K, by either way in */
     dprec_recommendation a[K], s[K];
     uint32_t na, ns;
