@@ -34,6 +34,8 @@
 #include "test_state.h"
 
 #define ENGINE_PG (test_state_engine == TEST_STATE_PG)
+/* each engine's schema version (its own steps: PostgreSQL's 4 added round_counts, which SQLite's one instance keeps in memory) */
+#define SCHEMA_NOW (ENGINE_PG ? 4 : 3)
 
 typedef struct env {
     test_state st;        /* the state: a SQLite file, or a PostgreSQL database */
@@ -216,8 +218,8 @@ static void test_store_creates_its_schema_and_opens_it_again(void **state) {
     assert_int_equal(e->last_id, 0);
     assert_int_equal(agg_store_health(e->a), 0);
     assert_string_equal(agg_store_engine_name(e->a), ENGINE_PG ? "postgresql" : "sqlite");
-    if (ENGINE_PG) assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 3);
-    else assert_int_equal(raw_int(e, "PRAGMA user_version"), 3);
+    if (ENGINE_PG) assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), SCHEMA_NOW);
+    else assert_int_equal(raw_int(e, "PRAGMA user_version"), SCHEMA_NOW);
     reopen(e);
     assert_int_equal(agg_store_health(e->a), 0);
     assert_int_equal(raw_int(e, "SELECT count(*) FROM jobs"), 0);
@@ -233,8 +235,8 @@ static void test_store_refuses_a_state_of_a_newer_schema(void **state) {
     char err[256];
     assert_int_not_equal(store_open(e, err, sizeof err), 0);
     assert_non_null(strstr(err, "newer than this build"));
-    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 3" : "PRAGMA user_version = 3"),
-                     0);
+    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 4" : "PRAGMA user_version = 3"),
+                     0); /* SCHEMA_NOW */
     assert_int_equal(store_open(e, err, sizeof err), 0);
 }
 
@@ -592,6 +594,101 @@ static void test_pg_gives_a_lease_to_one_holder_until_it_expires(void **state) {
     free(held);
 }
 
+/* The open round's count (the job state every instance reads on its tick and on a device's GET) comes from
+ * round_counts, one row per instance written in the batch's transaction: it equals the rows stored by both handles,
+ * a rolled-back batch adds nothing, and the round's commit leaves no count behind. */
+static int64_t state_count(dprec_agg *a, int64_t job) {
+    agg_job j = {0};
+    agg_store_job_state st = {0};
+    assert_int_equal(agg_store_job_read(a, job, &j, &st), 1);
+    agg_job_free(&j);
+    return st.in_round;
+}
+
+static void test_pg_counts_an_open_rounds_reports_per_instance_in_their_batch(void **state) {
+    env *e = *state;
+    add_job(e, 1);
+    dprec_agg *first = e->a;
+    snprintf(first->instance_id, sizeof first->instance_id, "first");
+    char err[256];
+    e->a = NULL;
+    assert_int_equal(store_open(e, err, sizeof err), 0);
+    dprec_agg *second = e->a;
+    snprintf(second->instance_id, sizeof second->instance_id, "second");
+    dprec_agg *by[5] = {first, first, second, first, second};
+    int64_t dev[5];
+    e->a = first;
+    assert_int_equal(agg_store_begin(first), 0);
+    char tok[16];
+    for (int i = 0; i < 5; i++) {
+        snprintf(tok, sizeof tok, "token-%d", i);
+        dev[i] = add_device(e, tok);
+    }
+    assert_int_equal(agg_store_commit(first), 0);
+    unsigned char id[DPREC_REPORT_ID_SIZE];
+    size_t len;
+    for (int i = 0; i < 5; i++) { /* each in its own batch, on the handle by[i] */
+        unsigned char *r = make_report(1, 1, (uint8_t)(0x40 + i), 16, 1, id, &len);
+        assert_int_equal(agg_store_begin(by[i]), 0);
+        assert_int_equal(agg_store_report_insert(by[i], 1, 1, dev[i], id, r, len, 1000 + i), 0);
+        assert_int_equal(agg_store_report_insert(by[i], 1, 1, dev[i], id, r, len, 1000 + i), AGG_STORE_CONFLICT);
+        assert_int_equal(agg_store_commit(by[i]), 0);
+        free(r);
+    }
+    { /* a batch rolled back counts nothing */
+        unsigned char *r = make_report(1, 1, 0x7F, 16, 1, id, &len);
+        assert_int_equal(agg_store_begin(second), 0);
+        e->a = second;
+        int64_t d = add_device(e, "token-rolled-back");
+        assert_int_equal(agg_store_report_insert(second, 1, 1, d, id, r, len, 2000), 0);
+        assert_int_equal(agg_store_rollback(second), 0);
+        free(r);
+    }
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM reports"), 5);
+    assert_int_equal(state_count(first, 1), 5);
+    assert_int_equal(state_count(second, 1), 5);
+    assert_int_equal(raw_int(e, "SELECT n FROM round_counts WHERE instance = 'first'"), 3);
+    assert_int_equal(raw_int(e, "SELECT n FROM round_counts WHERE instance = 'second'"), 2);
+    size_t rl;
+    unsigned char *rel2 = make_release(1, 2, 4, 2, 0.5f, &rl);
+    agg_store_round rd = {.job = 1, .round = 1, .release = rel2, .release_len = rl, .now = 3000, .deadline = 3600};
+    assert_int_equal(agg_store_round_commit(second, &rd, err, sizeof err), 1);
+    free(rel2);
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM round_counts"), 0);
+    assert_int_equal(state_count(first, 1), 0); /* round 2 holds nothing yet */
+    agg_store_close(first);
+    free(first);
+    e->a = second;
+}
+
+/* A state of schema 3 (before round_counts) with reports in its open round: brought to 4 at open, the open round
+ * counted once (as instance ''), and the next report of another instance adds to it. */
+static void test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count(void **state) {
+    env *e = *state;
+    add_job(e, 1);
+    assert_int_equal(agg_store_begin(e->a), 0);
+    int64_t d[3] = {add_device(e, "token-a"), add_device(e, "token-b"), add_device(e, "token-c")};
+    unsigned char id[DPREC_REPORT_ID_SIZE];
+    size_t len;
+    for (int i = 0; i < 2; i++) {
+        unsigned char *r = make_report(1, 1, (uint8_t)(0x20 + i), 16, 1, id, &len);
+        assert_int_equal(agg_store_report_insert(e->a, 1, 1, d[i], id, r, len, 1000 + i), 0);
+        free(r);
+    }
+    assert_int_equal(agg_store_commit(e->a), 0);
+    assert_int_equal(raw_exec(e, "DROP TABLE round_counts; UPDATE dprec_schema SET version = 3"), 0);
+    reopen(e);
+    assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 4);
+    assert_int_equal(state_count(e->a, 1), 2);
+    snprintf(e->a->instance_id, sizeof e->a->instance_id, "after");
+    unsigned char *r = make_report(1, 1, 0x22, 16, 1, id, &len);
+    assert_int_equal(agg_store_begin(e->a), 0);
+    assert_int_equal(agg_store_report_insert(e->a, 1, 1, d[2], id, r, len, 1002), 0);
+    assert_int_equal(agg_store_commit(e->a), 0);
+    free(r);
+    assert_int_equal(state_count(e->a, 1), 3);
+}
+
 static void test_pg_refuses_a_release_that_skips_a_version(void **state) {
     env *e = *state;
     add_job(e, 1);
@@ -645,6 +742,8 @@ int main(int argc, char **argv) {
         T(test_pg_opens_a_second_aggregator_on_the_same_database),
         T(test_pg_refuses_a_report_once_its_round_is_marked_closing),
         T(test_pg_gives_a_lease_to_one_holder_until_it_expires),
+        T(test_pg_counts_an_open_rounds_reports_per_instance_in_their_batch),
+        T(test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count),
         T(test_pg_refuses_a_release_that_skips_a_version),
         T(test_pg_connects_again_after_its_sessions_were_lost),
     };

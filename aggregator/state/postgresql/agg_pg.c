@@ -525,15 +525,53 @@ static int writer_begin(agg_pg_conn *w) {
 }
 
 static int begin(dprec_agg *a) {
+    PG_STORE(a)->n_counts = 0;
     return writer_begin(&PG_STORE(a)->w);
 }
 
+/* One more report of (job, round) in the writer's open transaction. 0, or -1 out of memory (the batch then fails). */
+static int count_add(agg_pg_store *s, int64_t job, int64_t round) {
+    for (size_t i = 0; i < s->n_counts; i++)
+        if (s->counts[i].job == job && s->counts[i].round == round) {
+            s->counts[i].n++;
+            return 0;
+        }
+    if (s->n_counts == s->cap_counts) {
+        size_t cap = s->cap_counts ? 2 * s->cap_counts : 8;
+        struct agg_pg_count *c = realloc(s->counts, cap * sizeof *c);
+        if (c == NULL) return -1;
+        s->counts = c;
+        s->cap_counts = cap;
+    }
+    s->counts[s->n_counts++] = (struct agg_pg_count){job, round, 1};
+    return 0;
+}
+
+/* The batch's reports added to this instance's row of each round's count (round_counts, schema 4), in the batch's
+ * transaction: the count and the rows it counts commit together. Each instance writes only its own rows, so the
+ * instances' batches never wait for each other here. */
 static int commit(dprec_agg *a) {
-    return agg_pg_commit(&PG_STORE(a)->w);
+    agg_pg_store *s = PG_STORE(a);
+    agg_pg_conn *w = &s->w;
+    for (size_t i = 0; i < s->n_counts; i++) {
+        agg_pg_params p = {0};
+        agg_pg_p_i64(&p, s->counts[i].job);
+        agg_pg_p_i64(&p, s->counts[i].round);
+        agg_pg_p_text(&p, a->instance_id);
+        agg_pg_p_i64(&p, s->counts[i].n);
+        PGresult *r = agg_pg_run(w, "INSERT INTO round_counts(job, round, instance, n) VALUES($1, $2, $3, $4)"
+                                    " ON CONFLICT (job, round, instance) DO UPDATE SET n = round_counts.n + excluded.n",
+                                 &p);
+        if (r == NULL) return -1; /* the caller rolls the batch back: nothing of it is acknowledged */
+        PQclear(r);
+    }
+    s->n_counts = 0;
+    return agg_pg_commit(w);
 }
 
 static int rollback(dprec_agg *a) {
     agg_pg_conn *w = &PG_STORE(a)->w;
+    PG_STORE(a)->n_counts = 0;
     char keep[sizeof w->err]; /* the failure being rolled back is the one worth logging */
     memcpy(keep, w->err, sizeof keep);
     int rc = agg_pg_exec(w, "ROLLBACK");
@@ -599,6 +637,7 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
              : agg_pg_col_i64(r, 0, 1) == 1 ? 0
                                             : AGG_STORE_CONFLICT;
     PQclear(r);
+    if (rc == 0 && count_add(PG_STORE(a), job, round) != 0) return -1;
     return rc;
 }
 
@@ -744,11 +783,13 @@ static int round_commit(dprec_agg *a, const agg_store_round *rd, char *err, size
         if ((r = agg_pg_run(w, "DELETE FROM report_payloads WHERE job = $1 AND round = $2", &d)) == NULL) goto fail;
         PQclear(r);
     }
-    {   /* a folded round's checkpoints did their work too; deleted whatever keep_report_payloads says */
+    {   /* a folded round's checkpoints did their work too, and so did its counts (the rows stay, and count) */
         agg_pg_params d = {0};
         agg_pg_p_i64(&d, job);
         agg_pg_p_i64(&d, round);
         if ((r = agg_pg_run(w, "DELETE FROM round_sums WHERE job = $1 AND round = $2", &d)) == NULL) goto fail;
+        PQclear(r);
+        if ((r = agg_pg_run(w, "DELETE FROM round_counts WHERE job = $1 AND round = $2", &d)) == NULL) goto fail;
         PQclear(r);
     }
     if (rd->ledger) {
@@ -815,8 +856,8 @@ fail:
 
 #define JOB_STATE_SQL                                                                                                  \
     "SELECT j.id, j.round, j.deadline, j.rounds, (j.state = 'done')::int, (j.closing_round >= j.round)::int,"          \
-    " CASE WHEN j.state = 'running' THEN (SELECT count(*) FROM reports r WHERE r.job = j.id AND r.round = j.round)"    \
-    " ELSE 0 END FROM jobs j"
+    " CASE WHEN j.state = 'running' THEN (SELECT COALESCE(sum(c.n), 0)::bigint FROM round_counts c"                 \
+    " WHERE c.job = j.id AND c.round = j.round) ELSE 0 END FROM jobs j"
 
 static void state_row(const PGresult *r, int i, agg_store_job_state *st) {
     st->id = agg_pg_col_i64(r, i, 0);

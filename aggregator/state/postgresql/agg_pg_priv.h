@@ -14,7 +14,7 @@
 
 /* The schema's version, kept in the table dprec_schema (one row). 1: the first; 2: several instances; 3: folded rounds (report_payloads' round and instance, round_sums). A state of an older version is brought
  * to this one at open, one step of agg_pg_open.c's list at a time; a newer one is refused. */
-#define AGG_PG_SCHEMA_VERSION 3
+#define AGG_PG_SCHEMA_VERSION 4
 
 /* Advisory lock keys: the schema's step takes key + 1 for its transaction (key itself was the single-instance lock of
  * schema 1's builds; not taken any more). */
@@ -44,6 +44,11 @@ typedef struct agg_pg_store {
     agg_pg_conn w;               /* the writer's connection (the writer thread only, once open returned) */
     agg_pg_conn readers[AGG_PG_READERS];
     unsigned reader_next;
+    /* the writer's open transaction: reports inserted per (job, round), added to round_counts at its commit */
+    struct agg_pg_count {
+        int64_t job, round, n;
+    } *counts;
+    size_t n_counts, cap_counts;
 } agg_pg_store;
 
 #define PG_STORE(a) ((agg_pg_store *)(a)->store)
