@@ -41,6 +41,11 @@ typedef struct options {
     unsigned d, m;
     int preregister;
     int baseline;
+    unsigned long prefill;       /* reports stored (each after its own registration) before the measured run */
+    const char *spawn_state;     /* --spawn-state URI: the spawned server's --state (PostgreSQL) */
+    const char *device_url;      /* --device-url: where the devices connect (e.g. haproxy's front) */
+    const char *state_dirs[8];   /* --state-dir, once per instance */
+    unsigned n_state_dirs;
 } options;
 
 typedef struct shared {
@@ -54,6 +59,10 @@ typedef struct shared {
     atomic_int stop;
     double deadline;
     pthread_barrier_t barrier; /* --preregister: registration done, reports start */
+    unsigned long progress;    /* print a line to stderr every this many issued reports (0: none) */
+    /* Called by run_load when the measured reports start (end 0: after the registrations of --preregister 1) and
+     * when they are done (end 1): the server's CPU and commit counters are read around the reports alone. */
+    void (*mark)(struct shared *sh, int end);
 } shared;
 
 typedef struct worker {
@@ -268,6 +277,7 @@ static void *worker_main(void *arg)
         snprintf(w->last_error, sizeof w->last_error, "transport init failed");
         if (sh->opt->preregister) {
             pthread_barrier_wait(&sh->barrier);
+            pthread_barrier_wait(&sh->barrier);
         }
         return NULL;
     }
@@ -294,6 +304,7 @@ static void *worker_main(void *arg)
             w->lat_register_us[w->n_register++] = (uint32_t)((t1 - t0) * 1e6);
         }
         pthread_barrier_wait(&sh->barrier);
+        pthread_barrier_wait(&sh->barrier); /* while run_load reads the servers' counters */
         for (size_t i = 0; report != NULL && i < w->n_tokens && now_s() < sh->deadline; i++) {
             int status = 0;
             size_t len = build_report(sh, report, &rng);
@@ -310,8 +321,12 @@ static void *worker_main(void *arg)
         }
     }
     while (!sh->opt->preregister && report != NULL && !atomic_load(&sh->stop)) {
-        if (atomic_fetch_add(&sh->issued, 1) >= sh->opt->reports || now_s() > sh->deadline) {
+        unsigned long issued = atomic_fetch_add(&sh->issued, 1);
+        if (issued >= sh->opt->reports || now_s() > sh->deadline) {
             break;
+        }
+        if (sh->progress != 0 && issued != 0 && issued % sh->progress == 0) {
+            fprintf(stderr, "  ... %lu of %lu\n", issued, sh->opt->reports);
         }
         int status = 0;
         double t0 = now_s();
@@ -381,6 +396,9 @@ static int run_load(shared *sh_in, const char *label, result *res)
         return -1;
     }
     size_t per = o->reports / o->threads + 2;
+    if (!o->preregister && shp->mark != NULL) {
+        shp->mark(shp, 0);
+    }
     double t0 = now_s();
     shp->deadline = t0 + o->seconds;
     if (o->preregister && pthread_barrier_init(&shp->barrier, NULL, o->threads + 1) != 0) {
@@ -405,16 +423,26 @@ static int run_load(shared *sh_in, const char *label, result *res)
         t_reg = now_s() - t0;
         t0 = now_s();
     }
+    if (o->preregister) {
+        if (shp->mark != NULL) {
+            shp->mark(shp, 0); /* every thread waits at the barrier: nothing in flight */
+        }
+        pthread_barrier_wait(&shp->barrier);
+        t0 = now_s();
+    }
     size_t nrep = 0, nreg = 0;
     for (unsigned i = 0; i < o->threads; i++) {
         pthread_join(ws[i].tid, NULL);
         nrep += ws[i].n_report;
         nreg += ws[i].n_register;
     }
+    double wall = now_s() - t0;
+    if (shp->mark != NULL) {
+        shp->mark(shp, 1);
+    }
     if (o->preregister) {
         pthread_barrier_destroy(&shp->barrier);
     }
-    double wall = now_s() - t0;
     uint32_t *rep = malloc((nrep + 1) * sizeof *rep), *reg = malloc((nreg + 1) * sizeof *reg);
     size_t a = 0, g = 0;
     const char *err = NULL;
@@ -431,7 +459,15 @@ static int run_load(shared *sh_in, const char *label, result *res)
             err = ws[i].last_error;
         }
     }
-    if (rep != NULL && reg != NULL) {
+    if (rep != NULL && reg != NULL && label == NULL) {
+        res->accepted = atomic_load(&shp->accepted);
+        res->failed = atomic_load(&shp->failed);
+        res->rep_per_s = (double)res->accepted / wall;
+        rc = res->accepted > 0 ? 0 : -1;
+        if (err != NULL) {
+            fprintf(stderr, "last error: %s\n", err);
+        }
+    } else if (rep != NULL && reg != NULL) {
         qsort(rep, nrep, sizeof *rep, cmp_u32);
         qsort(reg, nreg, sizeof *reg, cmp_u32);
         res->accepted = atomic_load(&shp->accepted);
@@ -588,7 +624,7 @@ static struct MHD_Daemon *baseline_start(const char *state, unsigned threads, ui
     return d;
 }
 
-static pid_t spawn_server(const char *bin, const char *state, unsigned threads)
+static pid_t spawn_server(const char *bin, const char *state, const char *state_uri, unsigned threads)
 {
     char th[16];
     snprintf(th, sizeof th, "%u", threads);
@@ -600,8 +636,14 @@ static pid_t spawn_server(const char *bin, const char *state, unsigned threads)
             _exit(127);
         }
         /* every client comes from 127.0.0.1: the per-address limits are for the internet, not for this run */
-        execl(bin, bin, "serve", "--state-dir", state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-              "--threads", th, "--connections-per-address", "0", "--register-per-minute", "0", (char *)NULL);
+        if (state_uri != NULL) { /* PostgreSQL: keys and certificates stay in the state directory */
+            execl(bin, bin, "serve", "--state-dir", state, "--state", state_uri, "--listen", "127.0.0.1:0",
+                  "--admin-listen", "127.0.0.1:0", "--threads", th, "--connections-per-address", "0",
+                  "--register-per-minute", "0", (char *)NULL);
+        } else {
+            execl(bin, bin, "serve", "--state-dir", state, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+                  "--threads", th, "--connections-per-address", "0", "--register-per-minute", "0", (char *)NULL);
+        }
         _exit(127);
     }
     return pid;
@@ -609,65 +651,153 @@ static pid_t spawn_server(const char *bin, const char *state, unsigned threads)
 
 static void usage(void)
 {
-    fputs("usage: dprec-bench-load (--spawn PATH/dprec-aggregator | --state-dir DIR) [--threads N] [--reports N]\n"
-          "                        [--seconds S] [--server-threads N] [--d D] [--m M]\n"
+    fputs("usage: dprec-bench-load (--spawn PATH/dprec-aggregator [--spawn-state URI] | --state-dir DIR ...)\n"
+          "                        [--threads N] [--reports N] [--prefill N] [--seconds S] [--server-threads N]\n"
+          "                        [--d D] [--m M] [--preregister 0|1] [--baseline 0|1] [--device-url URL]\n"
           "  --spawn BIN          start BIN serve on 127.0.0.1 with ephemeral ports in a fresh state directory\n"
+          "  --spawn-state URI    the spawned server keeps its state in this PostgreSQL database (--state URI)\n"
           "  --state-dir DIR      use the aggregator already running on this state directory (ports.json,\n"
-          "                       tls-cert.pem, admin-token); it must listen on loopback\n"
+          "                       tls-cert.pem, admin-token); it must listen on loopback. Give it once per\n"
+          "                       instance of a several-instance deployment: the job is created on the first,\n"
+          "                       the CPU and commits are summed over all (the admin token and TLS\n"
+          "                       certificate are the first's)\n"
+          "  --device-url URL     where the devices connect (default: the first instance's device listener),\n"
+          "                       e.g. https://127.0.0.1:8443, haproxy's front (deploy/run-local.sh)\n"
           "  --threads N          client threads, each with one keep-alive connection (default 16)\n"
-          "  --reports N          stop after N reports (default 20000, at most 1000000)\n"
-          "  --seconds S          stop after S seconds (default 30, at most 600)\n"
+          "  --reports N          the measured run: stop after N reports (default 20000, at most 1000000)\n"
+          "  --prefill N          first store N reports (each after its own registration), not measured, so the\n"
+          "                       measured run meets a state that already holds them (default 0, at most\n"
+          "                       5000000; progress on stderr)\n"
+          "  --seconds S          the measured run stops after S seconds (default 30, at most 600)\n"
           "  --server-threads N   --threads for a spawned server, and the baseline's (default 4)\n"
           "  --d D --m M          job dimensions (default 16, 1000)\n"
           "  --preregister 1      register every device first, then time the reports alone (default 0: each\n"
-          "                       report follows its own device's registration, both timed)\n",
+          "                       report follows its own device's registration, both timed)\n"
+          "  --baseline 1         first the same load on the same HTTPS stack answering from memory (one\n"
+          "                       instance only)\n",
           stderr);
+}
+
+/* One aggregator process under load. */
+typedef struct instance {
+    char state[1024];
+    long pid, device_port, admin_port;
+    char admin_url[64];
+} instance;
+
+/* What the measured run's start and end read off the servers: their CPU and their group commits. */
+typedef struct probe {
+    instance *inst;
+    unsigned n;
+    double cpu[8][2];
+    int commits_ok;
+    double commits[8][2], empty[8][2], reports[8][2];
+    const char *ca;
+} probe;
+
+static probe g_probe;
+
+static void probe_mark(shared *sh, int end)
+{
+    (void)sh;
+    probe *p = &g_probe;
+    for (unsigned i = 0; i < p->n; i++) {
+        p->cpu[i][end] = p->inst[i].pid > 0 ? cpu_of_pid(p->inst[i].pid) : -1.0;
+        if (commit_counts(p->inst[i].admin_url, p->ca, &p->commits[i][end], &p->empty[i][end], &p->reports[i][end]) !=
+            0) {
+            p->commits_ok = 0;
+        }
+    }
+}
+
+static int wait_ports(instance *in, pid_t spawned)
+{
+    char path[sizeof in->state + 16], ports[512] = "";
+    snprintf(path, sizeof path, "%.1000s/ports.json", in->state);
+    for (int i = 0; i < 300; i++) {
+        if (read_text(path, ports, sizeof ports) == 0 && json_int(ports, "device") > 0 &&
+            (spawned < 0 || json_int(ports, "pid") == (long)spawned)) {
+            in->pid = json_int(ports, "pid");
+            in->device_port = json_int(ports, "device");
+            in->admin_port = json_int(ports, "admin");
+            /* Loopback only, whatever the listener's configured host: connect to 127.0.0.1. */
+            snprintf(in->admin_url, sizeof in->admin_url, "https://127.0.0.1:%ld", in->admin_port);
+            return 0;
+        }
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "no aggregator: %s not found or stale\n", path);
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
-    options opt = {NULL, NULL, 16, 20000, 30, 4, 16, 1000, 0, 0};
+    options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.threads = 16;
+    opt.reports = 20000;
+    opt.seconds = 30;
+    opt.server_threads = 4;
+    opt.d = 16;
+    opt.m = 1000;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
+        if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
+            usage();
+            return 0;
+        }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
             usage();
             return 2;
         }
         i++;
-        unsigned long n = strtoul(v, NULL, 10);
+        char *end = NULL;
+        unsigned long n = strtoul(v, &end, 10);
+        int num = end != v && *end == '\0';
         if (strcmp(f, "--spawn") == 0) {
             opt.spawn = v;
-        } else if (strcmp(f, "--state-dir") == 0) {
-            opt.state_dir = v;
-        } else if (strcmp(f, "--threads") == 0 && n >= 1 && n <= 256) {
+        } else if (strcmp(f, "--spawn-state") == 0) {
+            opt.spawn_state = v;
+        } else if (strcmp(f, "--state-dir") == 0 && opt.n_state_dirs < 8) {
+            opt.state_dirs[opt.n_state_dirs++] = v;
+        } else if (strcmp(f, "--device-url") == 0 && strlen(v) < sizeof ((shared *)0)->device_url) {
+            opt.device_url = v;
+        } else if (strcmp(f, "--threads") == 0 && num && n >= 1 && n <= 256) {
             opt.threads = (unsigned)n;
-        } else if (strcmp(f, "--reports") == 0 && n >= 1 && n <= 1000000) {
+        } else if (strcmp(f, "--reports") == 0 && num && n >= 1 && n <= 1000000) {
             opt.reports = n;
-        } else if (strcmp(f, "--seconds") == 0 && n >= 1 && n <= 600) {
+        } else if (strcmp(f, "--prefill") == 0 && num && n <= 5000000) {
+            opt.prefill = n;
+        } else if (strcmp(f, "--seconds") == 0 && num && n >= 1 && n <= 600) {
             opt.seconds = (unsigned)n;
-        } else if (strcmp(f, "--server-threads") == 0 && n >= 1 && n <= 256) {
+        } else if (strcmp(f, "--server-threads") == 0 && num && n >= 1 && n <= 256) {
             opt.server_threads = (unsigned)n;
-        } else if (strcmp(f, "--d") == 0 && n >= 1 && n <= 256) {
+        } else if (strcmp(f, "--d") == 0 && num && n >= 1 && n <= 256) {
             opt.d = (unsigned)n;
-        } else if (strcmp(f, "--m") == 0 && n >= 1 && n <= 16777216) {
+        } else if (strcmp(f, "--m") == 0 && num && n >= 1 && n <= 16777216) {
             opt.m = (unsigned)n;
-        } else if (strcmp(f, "--preregister") == 0 && n <= 1) {
+        } else if (strcmp(f, "--preregister") == 0 && num && n <= 1) {
             opt.preregister = (int)n;
-        } else if (strcmp(f, "--baseline") == 0 && n <= 1) {
+        } else if (strcmp(f, "--baseline") == 0 && num && n <= 1) {
             opt.baseline = (int)n;
         } else {
+            fprintf(stderr, "dprec-bench-load: bad or unknown option %s %s\n", f, v);
             usage();
             return 2;
         }
     }
-    if ((opt.spawn == NULL) == (opt.state_dir == NULL)) {
+    if ((opt.spawn == NULL) == (opt.n_state_dirs == 0) || (opt.spawn_state != NULL && opt.spawn == NULL) ||
+        (opt.baseline && opt.n_state_dirs > 1)) {
         usage();
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
 
-    char state[1024], tmpdir[64] = "";
+    static instance inst[8];
+    unsigned ninst = opt.spawn != NULL ? 1 : opt.n_state_dirs;
+    char tmpdir[64] = "";
     pid_t server = -1;
     if (opt.spawn != NULL) {
         snprintf(tmpdir, sizeof tmpdir, "/tmp/dprec-bench-load-XXXXXX");
@@ -675,34 +805,29 @@ int main(int argc, char **argv)
             perror("mkdtemp");
             return 1;
         }
-        snprintf(state, sizeof state, "%s/state", tmpdir);
-        server = spawn_server(opt.spawn, state, opt.server_threads);
+        snprintf(inst[0].state, sizeof inst[0].state, "%s/state", tmpdir);
+        server = spawn_server(opt.spawn, inst[0].state, opt.spawn_state, opt.server_threads);
     } else {
-        snprintf(state, sizeof state, "%s", opt.state_dir);
+        for (unsigned i = 0; i < ninst; i++) {
+            snprintf(inst[i].state, sizeof inst[i].state, "%s", opt.state_dirs[i]);
+        }
     }
+    const char *state = inst[0].state;
 
     static shared sh;
     sh.opt = &opt;
-    char path[1100], ports[512] = "", admin_token[256] = "", admin_url[64];
-    snprintf(path, sizeof path, "%s/ports.json", state);
-    int ready = 0;
-    for (int i = 0; i < 300 && !ready; i++) {
-        if (read_text(path, ports, sizeof ports) == 0 && json_int(ports, "device") > 0 &&
-            (server < 0 || json_int(ports, "pid") == (long)server)) {
-            ready = 1;
-        } else {
-            struct timespec ts = {0, 100000000L};
-            nanosleep(&ts, NULL);
+    char path[1100], admin_token[256] = "";
+    int exit_code = 1;
+    for (unsigned i = 0; i < ninst; i++) {
+        if (wait_ports(&inst[i], i == 0 ? server : -1) != 0) {
+            goto out;
         }
     }
-    int exit_code = 1;
-    if (!ready) {
-        fprintf(stderr, "no aggregator: %s not found or stale\n", path);
-        goto out;
+    if (opt.device_url != NULL) {
+        snprintf(sh.device_url, sizeof sh.device_url, "%s", opt.device_url);
+    } else {
+        snprintf(sh.device_url, sizeof sh.device_url, "https://127.0.0.1:%ld", inst[0].device_port);
     }
-    /* Loopback only, whatever the listener's configured host: connect to 127.0.0.1. */
-    snprintf(sh.device_url, sizeof sh.device_url, "https://127.0.0.1:%ld", json_int(ports, "device"));
-    snprintf(admin_url, sizeof admin_url, "https://127.0.0.1:%ld", json_int(ports, "admin"));
     snprintf(sh.ca, sizeof sh.ca, "%s/tls-cert.pem", state);
     snprintf(path, sizeof path, "%s/admin-token", state);
     if (read_text(path, admin_token, sizeof admin_token) != 0) {
@@ -716,7 +841,7 @@ int main(int argc, char **argv)
         dprec_transport_curl st;
         dprec_curl_options co = {0};
         co.ca_file = sh.ca;
-        if (dprec_transport_curl_init(&t, &st, admin_url, &co) != DPREC_OK) {
+        if (dprec_transport_curl_init(&t, &st, inst[0].admin_url, &co) != DPREC_OK) {
             fprintf(stderr, "transport init failed\n");
             goto out;
         }
@@ -725,7 +850,7 @@ int main(int argc, char **argv)
                  "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":1000,"
                  "\"min_reports\":%lu,\"round_seconds\":604800,\"participation\":1.0,"
                  "\"params\":{\"lambda\":0.1,\"seed\":1}}",
-                 opt.d, opt.m, opt.reports + 1000);
+                 opt.d, opt.m, opt.prefill + opt.reports + 1000);
         body b;
         int status = 0;
         int rc = call(&t, "POST", "/v1/admin/jobs", admin_token, "application/json", spec, strlen(spec), &b, &status);
@@ -764,7 +889,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "cannot start the baseline server (it needs %s/tls-cert.pem and tls-key.pem)\n", state);
             goto out;
         }
-        char agg_url[64];
+        char agg_url[sizeof sh.device_url];
         snprintf(agg_url, sizeof agg_url, "%s", sh.device_url);
         snprintf(sh.device_url, sizeof sh.device_url, "https://127.0.0.1:%u", (unsigned)port);
         double c0 = cpu_of_threads("MHD");
@@ -779,27 +904,77 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    long spid = json_int(ports, "pid");
-    double g0c = 0, g0z = 0, g0r = 0, g1c = 0, g1z = 0, g1r = 0;
-    int groups = commit_counts(admin_url, sh.ca, &g0c, &g0z, &g0r);
-    double a0 = spid > 0 ? cpu_of_pid(spid) : -1.0, k0 = cpu_of_pid((long)getpid());
+    if (opt.prefill > 0) {
+        /* Not measured: the state the measured run meets. Each prefill report is its own device's first. */
+        options pre = opt;
+        pre.reports = opt.prefill;
+        pre.preregister = 0;
+        pre.seconds = 24 * 3600;
+        sh.opt = &pre;
+        sh.progress = 100000;
+        fprintf(stderr, "prefill: storing %lu reports (each after its own registration) ...\n", opt.prefill);
+        double t0 = now_s();
+        result pre_res;
+        int prc = run_load(&sh, NULL, &pre_res);
+        double t1 = now_s();
+        sh.opt = &opt;
+        sh.progress = 0;
+        if (prc != 0 || pre_res.accepted != opt.prefill || pre_res.failed != 0) {
+            fprintf(stderr, "prefill failed: %lu of %lu stored, %lu failed\n", pre_res.accepted, opt.prefill,
+                    pre_res.failed);
+            goto out;
+        }
+        printf("prefill: %lu reports stored (registration + report each) in %.1f s, not measured\n",
+               pre_res.accepted, t1 - t0);
+    }
+    g_probe.inst = inst;
+    g_probe.n = ninst;
+    g_probe.ca = sh.ca;
+    g_probe.commits_ok = 1;
+    sh.mark = probe_mark;
+    double k0 = cpu_of_pid((long)getpid());
     int arc = run_load(&sh, "dprec-aggregator (every report durable before its 200)", &agg_res);
-    double a1 = spid > 0 ? cpu_of_pid(spid) : -1.0, k1 = cpu_of_pid((long)getpid());
-    double nreq = (double)(agg_res.accepted + (opt.preregister ? agg_res.accepted : 0));
-    if (arc == 0 && a0 >= 0 && a1 >= 0) {
-        printf("server CPU: %.2f s, %.1f us per request\n", a1 - a0, 1e6 * (a1 - a0) / nreq);
+    double k1 = cpu_of_pid((long)getpid());
+    sh.mark = NULL;
+    /* what the server did for the measured requests: the reports alone with --preregister 1 (the registrations are
+     * read off before them), a registration and a report each otherwise */
+    const char *per = opt.preregister ? "durable report" : "registration + durable report";
+    double nrep = (double)agg_res.accepted;
+    if (arc == 0) {
+        double all = 0;
+        int cpu_ok = 1;
+        for (unsigned i = 0; i < ninst; i++) {
+            cpu_ok = cpu_ok && g_probe.cpu[i][0] >= 0 && g_probe.cpu[i][1] >= 0;
+            all += g_probe.cpu[i][1] - g_probe.cpu[i][0];
+        }
+        if (cpu_ok) {
+            printf("server CPU (%u instance%s): %.2f s, %.1f us per %s\n", ninst, ninst > 1 ? "s together" : "", all,
+                   1e6 * all / nrep, per);
+        }
+        for (unsigned i = 0; cpu_ok && g_probe.commits_ok && ninst > 1 && i < ninst; i++) {
+            double r = g_probe.reports[i][1] - g_probe.reports[i][0];
+            double c = g_probe.cpu[i][1] - g_probe.cpu[i][0];
+            printf("  instance %u (pid %ld): %.0f reports, %.2f s CPU, %.1f us per %s\n", i + 1, inst[i].pid, r, c,
+                   r > 0 ? 1e6 * c / r : 0.0, per);
+        }
     }
     if (arc == 0 && k0 >= 0 && k1 >= 0) {
-        printf("client CPU (these libcurl clients, same machine): %.2f s, %.1f us per request\n", k1 - k0,
-               1e6 * (k1 - k0) / nreq);
+        printf("client CPU (these libcurl clients, same machine): %.2f s, %.1f us per measured report\n", k1 - k0,
+               1e6 * (k1 - k0) / nrep);
     }
     /* one group commit is one transaction and one fsync: reports per commit is reports per fsync (the commits of
-     * registrations alone, with --preregister 1, are counted apart) */
-    if (arc == 0 && groups == 0 && commit_counts(admin_url, sh.ca, &g1c, &g1z, &g1r) == 0 &&
-        g1c - g1z > g0c - g0z) {
-        double with = (g1c - g1z) - (g0c - g0z);
-        printf("group commits: %.0f (%.0f of registrations alone); %.0f with reports, storing %.0f: %.2f reports per "
-               "commit (fsync)\n", g1c - g0c, g1z - g0z, with, g1r - g0r, (g1r - g0r) / with);
+     * registrations alone are counted apart) */
+    if (arc == 0 && g_probe.commits_ok) {
+        double c = 0, z = 0, r = 0;
+        for (unsigned i = 0; i < ninst; i++) {
+            c += g_probe.commits[i][1] - g_probe.commits[i][0];
+            z += g_probe.empty[i][1] - g_probe.empty[i][0];
+            r += g_probe.reports[i][1] - g_probe.reports[i][0];
+        }
+        if (c - z > 0) {
+            printf("group commits: %.0f (%.0f of registrations alone); %.0f with reports, storing %.0f: %.2f reports "
+                   "per commit (fsync)\n", c, z, c - z, r, r / (c - z));
+        }
     }
     if (arc == 0) {
         exit_code = 0;

@@ -6,12 +6,16 @@
 #   deploy/run-local.sh DIR POSTGRESQL_URI [AGGREGATOR]    start; devices: https://127.0.0.1:8443, admin: :8444
 #   deploy/run-local.sh --stop DIR                         SIGTERM to the four processes
 #
+# DPREC_INSTANCES=1 starts instance a alone behind the same haproxy (its three server lines all name a): the
+# one-instance row of the ingest benchmark (bench/ingest.sh). haproxy's other settings come from the environment
+# too (DPREC_PER_SOURCE, DPREC_PER_SOURCE_RATE: deploy/haproxy.cfg).
+#
 # Instance a starts first: it creates the release-signing key, the TLS certificate and key and the admin token in
 # DIR/a; b and c use a's certificate, key and token (their configs name a's files) and a copy of its signing key (the
 # database refuses another). Ports: instances 8451-8453 (devices) and 8461-8463 (admin), loopback only. Logs: DIR/*.log.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
   -h|--help) usage; exit 0 ;;
   --stop)
@@ -42,15 +46,22 @@ start() { # name
   echo "run-local.sh: instance $1 did not start in 30 s; see $dir/$1.log" >&2; exit 1
 }
 
+instances="${DPREC_INSTANCES:-3}"
+case "$instances" in 1|3) ;; *) echo "run-local.sh: DPREC_INSTANCES is 1 or 3, not $instances" >&2; exit 2 ;; esac
 config a 8451 8461 ""
 start a
-shared=", \"cert\": \"$dir/a/tls-cert.pem\", \"key\": \"$dir/a/tls-key.pem\", \"admin_token_file\": \"$dir/a/admin-token\""
-for n in b c; do
-  mkdir -p -m 0700 "$dir/$n"
-  cp -p "$dir/a/signing-key.pem" "$dir/$n/signing-key.pem"
-done
-config b 8452 8462 "$shared"; start b
-config c 8453 8463 "$shared"; start c
+back_b=8452; back_c=8453; admin_b=8462; admin_c=8463
+if [ "$instances" = 3 ]; then
+  shared=", \"cert\": \"$dir/a/tls-cert.pem\", \"key\": \"$dir/a/tls-key.pem\", \"admin_token_file\": \"$dir/a/admin-token\""
+  for n in b c; do
+    mkdir -p -m 0700 "$dir/$n"
+    cp -p "$dir/a/signing-key.pem" "$dir/$n/signing-key.pem"
+  done
+  config b 8452 8462 "$shared"; start b
+  config c 8453 8463 "$shared"; start c
+else
+  back_b=8451; back_c=8451; admin_b=8461; admin_c=8461
+fi
 
 # haproxy needs two descriptors a connection and cannot pass the hard limit (ulimit -Hn): maxconn stays under it
 limit="$(ulimit -Hn)"; maxconn=40000
@@ -58,8 +69,8 @@ if [ "$limit" != unlimited ] && [ $(( (limit - 200) / 2 )) -lt $maxconn ]; then
   maxconn=$(( (limit - 200) / 2 ))
 fi
 DPREC_MAXCONN="${DPREC_MAXCONN:-$maxconn}" DPREC_FRONT=0.0.0.0:8443 DPREC_ADMIN_FRONT=127.0.0.1:8444 \
-DPREC_A=127.0.0.1:8451 DPREC_B=127.0.0.1:8452 DPREC_C=127.0.0.1:8453 \
-DPREC_A_ADMIN=127.0.0.1:8461 DPREC_B_ADMIN=127.0.0.1:8462 DPREC_C_ADMIN=127.0.0.1:8463 \
+DPREC_A=127.0.0.1:8451 DPREC_B=127.0.0.1:$back_b DPREC_C=127.0.0.1:$back_c \
+DPREC_A_ADMIN=127.0.0.1:8461 DPREC_B_ADMIN=127.0.0.1:$admin_b DPREC_C_ADMIN=127.0.0.1:$admin_c \
 DPREC_CA="$dir/a/tls-cert.pem" DPREC_CHECK_HOST=localhost \
   haproxy -f "$here/haproxy.cfg" -db >>"$dir/haproxy.log" 2>&1 &
 echo $! > "$dir/haproxy.pid"
