@@ -42,10 +42,12 @@ typedef struct options {
     int preregister;
     int baseline;
     unsigned long prefill;       /* reports stored (each after its own registration) before the measured run */
+    unsigned prefill_threads;    /* the client threads that store them (large batches: the prefill is not measured) */
     const char *spawn_state;     /* --spawn-state URI: the spawned server's --state (PostgreSQL) */
     const char *device_url;      /* --device-url: where the devices connect (e.g. haproxy's front) */
     const char *state_dirs[8];   /* --state-dir, once per instance */
     unsigned n_state_dirs;
+    int dpals;                   /* --protocol dpals: a folded round (the writer adds each report to the round's sum) */
 } options;
 
 typedef struct shared {
@@ -235,7 +237,8 @@ static void put_f32(unsigned char *p, float f)
     put_u32(p, v);
 }
 
-/* A plain report: [d][n] u (d floats) then n (item, rating) pairs, items increasing. */
+/* A plain report: [d][n] u (d floats) then n (item, rating) pairs, items increasing. A dpals report (docs/protocol.md
+ * "dpals"): [d][k] w (d - 1 floats) then k = max_items pairs, here all real (k = n). */
 static size_t build_report(const shared *sh, unsigned char *out, uint64_t *rng)
 {
     unsigned d = sh->opt->d, m = sh->opt->m, n = m < 20 ? m : 20;
@@ -243,7 +246,7 @@ static size_t build_report(const shared *sh, unsigned char *out, uint64_t *rng)
     put_u32(p, d);
     put_u32(p + 4, n);
     p += 8;
-    for (unsigned k = 0; k < d; k++, p += 4) {
+    for (unsigned k = 0; k < (sh->opt->dpals ? d - 1 : d); k++, p += 4) {
         put_f32(p, 0.05f * (float)(k % 7));
     }
     unsigned char r;
@@ -254,7 +257,7 @@ static size_t build_report(const shared *sh, unsigned char *out, uint64_t *rng)
     }
     dprec_envelope e;
     memset(&e, 0, sizeof e);
-    e.protocol = DPREC_PROTO_PLAIN;
+    e.protocol = sh->opt->dpals ? DPREC_PROTO_DPALS : DPREC_PROTO_PLAIN;
     e.job_id = sh->job;
     e.round = sh->round;
     fill_random(e.report_id, sizeof e.report_id, rng);
@@ -479,7 +482,8 @@ static int run_load(shared *sh_in, const char *label, result *res)
         res->rep_max = nrep > 0 ? (double)rep[nrep - 1] / 1000.0 : 0.0;
         res->reg_p50 = pct(reg, nreg, 0.5);
         res->reg_p99 = pct(reg, nreg, 0.99);
-        printf("== %s: %u client threads, plain d=%u, HTTPS keep-alive on loopback\n", label, o->threads, o->d);
+        printf("== %s: %u client threads, %s d=%u, HTTPS keep-alive on loopback\n", label, o->threads,
+               o->dpals ? "dpals (folded)" : "plain", o->d);
         if (o->preregister) {
             printf("registered %zu devices in %.2f s = %.0f registrations/s\n", nreg, t_reg, res->reg_per_s);
         }
@@ -652,8 +656,10 @@ static pid_t spawn_server(const char *bin, const char *state, const char *state_
 static void usage(void)
 {
     fputs("usage: dprec-bench-load (--spawn PATH/dprec-aggregator [--spawn-state URI] | --state-dir DIR ...)\n"
-          "                        [--threads N] [--reports N] [--prefill N] [--seconds S] [--server-threads N]\n"
-          "                        [--d D] [--m M] [--preregister 0|1] [--baseline 0|1] [--device-url URL]\n"
+          "                        [--threads N] [--reports N] [--prefill N] [--prefill-threads N] [--seconds S]\n"
+          "                        [--server-threads N]\n"
+          "                        [--d D] [--m M] [--protocol plain|dpals] [--preregister 0|1] [--baseline 0|1]\n"
+          "                        [--device-url URL]\n"
           "  --spawn BIN          start BIN serve on 127.0.0.1 with ephemeral ports in a fresh state directory\n"
           "  --spawn-state URI    the spawned server keeps its state in this PostgreSQL database (--state URI)\n"
           "  --state-dir DIR      use the aggregator already running on this state directory (ports.json,\n"
@@ -668,9 +674,12 @@ static void usage(void)
           "  --prefill N          first store N reports (each after its own registration), not measured, so the\n"
           "                       measured run meets a state that already holds them (default 0, at most\n"
           "                       5000000; progress on stderr)\n"
+          "  --prefill-threads N  client threads of the prefill (default 128: large group commits)\n"
           "  --seconds S          the measured run stops after S seconds (default 30, at most 600)\n"
           "  --server-threads N   --threads for a spawned server, and the baseline's (default 4)\n"
           "  --d D --m M          job dimensions (default 16, 1000)\n"
+          "  --protocol P         plain (default: every report stored) or dpals (a folded round: each report is\n"
+          "                       added to the round's sum as it is stored; epsilon 1, delta 1e-6, max_items 20)\n"
           "  --preregister 1      register every device first, then time the reports alone (default 0: each\n"
           "                       report follows its own device's registration, both timed)\n"
           "  --baseline 1         first the same load on the same HTTPS stack answering from memory (one\n"
@@ -741,6 +750,7 @@ int main(int argc, char **argv)
     opt.server_threads = 4;
     opt.d = 16;
     opt.m = 1000;
+    opt.prefill_threads = 128;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
@@ -770,6 +780,8 @@ int main(int argc, char **argv)
             opt.reports = n;
         } else if (strcmp(f, "--prefill") == 0 && num && n <= 5000000) {
             opt.prefill = n;
+        } else if (strcmp(f, "--prefill-threads") == 0 && num && n >= 1 && n <= 256) {
+            opt.prefill_threads = (unsigned)n;
         } else if (strcmp(f, "--seconds") == 0 && num && n >= 1 && n <= 600) {
             opt.seconds = (unsigned)n;
         } else if (strcmp(f, "--server-threads") == 0 && num && n >= 1 && n <= 256) {
@@ -778,6 +790,8 @@ int main(int argc, char **argv)
             opt.d = (unsigned)n;
         } else if (strcmp(f, "--m") == 0 && num && n >= 1 && n <= 16777216) {
             opt.m = (unsigned)n;
+        } else if (strcmp(f, "--protocol") == 0 && (strcmp(v, "plain") == 0 || strcmp(v, "dpals") == 0)) {
+            opt.dpals = strcmp(v, "dpals") == 0;
         } else if (strcmp(f, "--preregister") == 0 && num && n <= 1) {
             opt.preregister = (int)n;
         } else if (strcmp(f, "--baseline") == 0 && num && n <= 1) {
@@ -846,11 +860,19 @@ int main(int argc, char **argv)
             goto out;
         }
         char spec[512];
-        snprintf(spec, sizeof spec,
-                 "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":1000,"
-                 "\"min_reports\":%lu,\"round_seconds\":604800,\"participation\":1.0,"
-                 "\"params\":{\"lambda\":0.1,\"seed\":1}}",
-                 opt.d, opt.m, opt.prefill + opt.reports + 1000);
+        if (opt.dpals) {
+            snprintf(spec, sizeof spec,
+                     "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,"
+                     "\"min_reports\":%lu,\"round_seconds\":604800,\"participation\":1.0,"
+                     "\"params\":{\"max_items\":%u,\"seed\":1},\"budget\":{\"epsilon\":1,\"delta\":1e-6}}",
+                     opt.d, opt.m, opt.prefill + opt.reports + 1000, opt.m < 20 ? opt.m : 20);
+        } else {
+            snprintf(spec, sizeof spec,
+                     "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":1,\"rating_max\":5,\"rounds\":1000,"
+                     "\"min_reports\":%lu,\"round_seconds\":604800,\"participation\":1.0,"
+                     "\"params\":{\"lambda\":0.1,\"seed\":1}}",
+                     opt.d, opt.m, opt.prefill + opt.reports + 1000);
+        }
         body b;
         int status = 0;
         int rc = call(&t, "POST", "/v1/admin/jobs", admin_token, "application/json", spec, strlen(spec), &b, &status);
@@ -908,6 +930,7 @@ int main(int argc, char **argv)
         /* Not measured: the state the measured run meets. Each prefill report is its own device's first. */
         options pre = opt;
         pre.reports = opt.prefill;
+        pre.threads = opt.prefill_threads;
         pre.preregister = 0;
         pre.seconds = 24 * 3600;
         sh.opt = &pre;
