@@ -8,11 +8,11 @@ budget so large that its noise is negligible (its x stands for the item's true v
   python3 scripts/experiments/spread_probe.py NOISY REF
 
 Per band of items ranked by their noisy Gram entry g^ (the order the release itself shows): the mean g^ and the true
-g, the column's gain a and the measured one, Cov(x, t) / Var t (the regression of the release on the truth,
-the gain's definition, docs/privacy.md "Release uncertainty"), the column's noise N and the measured one,
+g, the column's gain a and the measured one, E[x t] / E[t^2] (the regression through 0 of the release on the truth,
+the gain of the model x = a t + n, docs/privacy.md "Release uncertainty"), the column's noise N and the measured one,
 E[(x - a t)^2] with the measured a. Then the spread: the noiseless release's E[t^2] over items, and what
 the column's estimator (eb_spread2: T^2 = max(0, sum(x^2 - N) - 2 sqrt(sum 2 N^2)) / sum a^2) gives on NOISY; and the
-same with each gain corrected for the Gram's noise by Tweedie's formula, a_j f(g^_j) E[g_j | g^_j] / (f(g^_j) g^_j),
+same with each gain a_j = f(g^_j) g^_j corrected for the Gram's noise to f(g^_j) E[g_j | g^_j] by Tweedie's formula,
 E[g | g^] = g^ + s^2 d log p(g^) / dg^ (Efron, "Tweedie's formula and selection bias", JASA 2011), p the items' g^
 density by a Gaussian kernel of Silverman's bandwidth 0.9 min(sd, IQR / 1.34) m^(-1/5), s the Gram's noise measured
 as the spread of g^ - g over the items, E[g | g^] at least 0 (with and without the margin)."""
