@@ -144,7 +144,7 @@ typedef struct fleet_proto {
     /* --audit-canaries: the protocol's canaries and its adversary's score (NULL: the protocol refuses the audit) */
     const fleet_audit_hooks *audit;
     /* After the data is loaded and split, before the job: the defaults that follow the population (the devices,
-     * the catalogue, the budget; examples/fleet/fleet_rule.h), for every setting not given on the command line,
+     * the catalogue, the budget; aggregator/protocols/dpals_rule.h), for every setting not given on the command line,
      * and a line that says what they are and why. NULL: the protocol's defaults do not depend on it. */
     void (*population)(fleet_common *o, const fleet_data *d);
 } fleet_proto;
@@ -156,7 +156,7 @@ int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
 
 /* bias's population hook (protocols/dpals.c): the bias model's device ridge, and the line of what the rule
- * (fleet_rule.h) chooses for dpals on this fleet. */
+ * (aggregator/protocols/dpals_rule.h) chooses for dpals on this fleet. */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of

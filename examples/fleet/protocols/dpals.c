@@ -7,7 +7,7 @@
 #include "bytes.h"
 #include "dpals.h"
 #include "fleet_proto.h"
-#include "fleet_rule.h"
+#include "protocols/dpals_rule.h"
 #include "report.h"
 #include "secagg.h"
 
@@ -140,10 +140,10 @@ static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     }
 }
 
-/* The population rule (fleet_rule.h) for the fleet at hand: N, m and the rating scale from the data, k = the report
+/* The population rule (aggregator/protocols/dpals_rule.h) for the fleet at hand: N, m and the rating scale from the data, k = the report
  * size dpals_effective chooses, a = the devices' mean training ratings (the app's declared activity; the fleet reads
  * it off its data, as it reads the rating capacity that bounds k). 0, or -1 (nothing chosen). */
-static int dpals_rule(const fleet_common *o, const fleet_data *d, fleet_rule_in *in, fleet_rule_out *out) {
+static int dpals_rule(const fleet_common *o, const fleet_data *d, agg_dpals_rule_in *in, agg_dpals_rule_out *out) {
     dpals_eff e;
     dpals_effective(o, d, &e);
     size_t ntrain = 0;
@@ -155,10 +155,10 @@ static int dpals_rule(const fleet_common *o, const fleet_data *d, fleet_rule_in 
     in->scale_width = (double)d->rating_max - (double)d->rating_min;
     in->max_items = e.max_items;
     in->activity = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
-    return fleet_rule_choose(in, out);
+    return agg_dpals_rule_choose(in, out);
 }
 
-static void rule_print(const fleet_rule_in *in, const fleet_rule_out *out, unsigned d, int chosen) {
+static void rule_print(const agg_dpals_rule_in *in, const agg_dpals_rule_out *out, unsigned d, int chosen) {
     printf("rule: %u devices, %u items, k = %u, %.1f ratings a device (declared: the data's mean), epsilon %g, delta %g: "
            "an average item's weighted reports %.1f, the first factor's signal over its noise %.2f at 3 rounds "
            "(z = %.3g), %.2f at 5 (z = %.3g): %s\n",
@@ -173,10 +173,10 @@ static void rule_print(const fleet_rule_in *in, const fleet_rule_out *out, unsig
 
 /* The devices' ridge at d: the rule's fixed ridge for the bias model (unless --lambda, the devices' fixed ridge of
  * dpals, was given), the factors' per-rating ridge with its floor at d > 1; each unless given. */
-static void population_ridge(fleet_common *o, const fleet_rule_out *r) {
+static void population_ridge(fleet_common *o, const agg_dpals_rule_out *r) {
     if (o->rank == 1) {
         if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
-        if (!o->lambda_set) o->lambda = r->device_lambda_fixed > 0 ? r->device_lambda_fixed : FLEET_RULE_BIAS_RIDGE;
+        if (!o->lambda_set) o->lambda = r->device_lambda_fixed > 0 ? r->device_lambda_fixed : AGG_DPALS_RULE_BIAS_RIDGE;
         if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
     } else {
         if (!o->device_lambda_set) o->device_lambda_per_rating = r->factor_lambda_per_rating;
@@ -186,8 +186,8 @@ static void population_ridge(fleet_common *o, const fleet_rule_out *r) {
 
 /* The defaults that follow the population: d, the rounds and the devices' ridge, each unless given. */
 static void dpals_population(fleet_common *o, const fleet_data *d) {
-    fleet_rule_in in;
-    fleet_rule_out r;
+    agg_dpals_rule_in in;
+    agg_dpals_rule_out r;
     if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
     int chosen = !o->rank_set;
     if (chosen) o->rank = r.rank;
@@ -199,8 +199,8 @@ static void dpals_population(fleet_common *o, const fleet_data *d) {
 /* bias: d = 1 whatever the population (its rounds its own); the bias model's ridge, and the rule's line, which says
  * what it would choose for dpals. */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d) {
-    fleet_rule_in in;
-    fleet_rule_out r;
+    agg_dpals_rule_in in;
+    agg_dpals_rule_out r;
     if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
     population_ridge(o, &r);
     rule_print(&in, &r, 1, r.rank == 1);
