@@ -545,13 +545,8 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         cJSON *record = NULL;
         if (empty == NULL) {
             snprintf(err, sizeof err, "out of memory");
-        } else if (rule != NULL) {
-            if (s.proto->population_rule(&s, rule, empty, &record, err, sizeof err) != 0) {
-                if (err[0] == '\0') snprintf(err, sizeof err, "invalid population_rule");
-            } else if (rule_into_spec(o, &s, record, empty) != 0) {
-                snprintf(err, sizeof err, "out of memory");
-            }
-            rule = params = NULL; /* o's items, replaced */
+        } else if (rule != NULL && s.proto->population_rule(&s, rule, empty, &record, err, sizeof err) != 0) {
+            if (err[0] == '\0') snprintf(err, sizeof err, "invalid population_rule");
         }
         if (err[0] != '\0') {
             /* refused above */
@@ -564,6 +559,17 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         } else if (err[0] == '\0') {
             snprintf(err, sizeof err, "invalid job");
         }
+        if (record != NULL && err[0] == '\0') {
+            /* the budget the rule read is the job's: its unit and model as the job's privacy block says them */
+            if (!cJSON_AddStringToObject(record, "unit", unit_name(s.proto->unit_of != NULL ? s.proto->unit_of(&s)
+                                                                                             : s.proto->unit)) ||
+                !cJSON_AddStringToObject(record, "model", model_name(agg_job_model(&s))) ||
+                rule_into_spec(o, &s, record, empty) != 0)
+                snprintf(err, sizeof err, "out of memory");
+            record = NULL; /* taken */
+            rule = params = NULL; /* o's items, replaced */
+        }
+        cJSON_Delete(record);
         cJSON_Delete(empty);
     }
     /* secure aggregation keeps a round's keys, shares and masked inputs in the memory of the instance that took them

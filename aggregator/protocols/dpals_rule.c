@@ -1,5 +1,5 @@
 /* dprec aggregator core: dpals's population rule, the defaults that follow the population (dpals_rule.h; docs/results.md
- * "The population rule"), which a dpals job's "population_rule" asks for and dprec-fleet's `dpals` and `bias` use.
+ * "The population rule"), which a dpals job's "population_rule" asks for (dprec-fleet's `dpals` asks by default).
  *
  * Signal against noise for an average item, before any report (dpals's statistics: common/protocols/dpals.h):
  *  - The noise. Each round the aggregator adds to item j's normalized right-hand side Gaussian noise of sd z Delta,
@@ -180,9 +180,8 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     ok = ok && cJSON_AddNumberToObject(r, "ratings_per_device", in.activity);
     ok = ok && cJSON_AddNumberToObject(r, "items", in.items) && cJSON_AddNumberToObject(r, "max_items", in.max_items);
     ok = ok && cJSON_AddNumberToObject(r, "scale_width", in.scale_width);
-    /* the budget the rule read: the job's, user level, joint DP (its privacy block) */
+    /* the budget the rule read: the job's (the request layer adds its unit and model, as the job's privacy block) */
     ok = ok && cJSON_AddNumberToObject(r, "epsilon", in.epsilon) && cJSON_AddNumberToObject(r, "delta", in.delta);
-    ok = ok && cJSON_AddStringToObject(r, "unit", "user") && cJSON_AddStringToObject(r, "model", "joint");
     ok = ok && cJSON_AddNumberToObject(r, "reports_per_item", out.reports_per_item);
     ok = ok && cJSON_AddNumberToObject(r, "z3", out.z3) && cJSON_AddNumberToObject(r, "snr3", out.snr3);
     ok = ok && cJSON_AddNumberToObject(r, "z5", out.z5) && cJSON_AddNumberToObject(r, "snr5", out.snr5);

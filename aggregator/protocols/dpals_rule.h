@@ -1,14 +1,14 @@
 /* dprec aggregator core — dpals's population rule (docs/results.md, "The population rule"): the defaults that follow
  * the population, which a dpals job asks for with its spec's "population_rule" (docs/protocol.md; the aggregator
- * chooses d, the rounds and the devices' ridge at creation, aggregator/protocols/dpals.c) and which dprec-fleet's
- * `dpals` and `bias` use. A pure function, apart from the job so that a unit test (tests/test_dpals_rule.c) can hold
- * its choices for the shapes. Part of the protocols/ layer (docs/architecture.md); not API. The device library does
- * not carry it: a device takes d and the rounds as job parameters, and its ridge is the app's setting.
+ * chooses d and the rounds at creation and recommends the devices' ridge; dprec-fleet's `dpals` asks by default). A
+ * pure function, apart from the job so that a unit test (tests/test_dpals_rule.c) can hold its choices for the
+ * shapes. Part of the protocols/ layer (docs/architecture.md); not API. The device library does not carry it: a
+ * device takes d and the rounds as job parameters, and its ridge is the app's setting.
  *
- * The rule reads public quantities only: the devices N (declared with the job: docs/protocol.md), the catalogue size m, the budget (epsilon,
- * delta), the rating scale's width W, the report size k (at most the app's rating capacity) and the ratings a
- * device typically holds, a, which the app declares (dprec-fleet declares its data's mean; printed as such). From
- * them it predicts, before any report, how well a release can measure an item's first factor against the noise, and
+ * The rule reads public quantities only: the devices N (declared with the job: docs/protocol.md), the catalogue size
+ * m, the budget (epsilon, delta), the rating scale's width W, the report size k (at most the app's rating capacity)
+ * and the ratings a device typically holds, a, which the app declares (dprec-fleet declares its data's mean; printed
+ * as such). From them it predicts, before any report, how well a release can measure an item's first factor against the noise, and
  * chooses the bias model (d = 1) when factors cannot pay. */
 #ifndef DPREC_AGG_DPALS_RULE_H
 #define DPREC_AGG_DPALS_RULE_H

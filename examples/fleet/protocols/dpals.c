@@ -205,11 +205,13 @@ int fleet_dpals_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *
         fprintf(stderr, "dprec-fleet: the job's answer carries no population rule's choice\n");
         return -1;
     }
+    const cJSON *unit = cJSON_GetObjectItemCaseSensitive(r, "unit"), *model = cJSON_GetObjectItemCaseSensitive(r, "model");
     printf("rule: %.0f devices, %.0f items, k = %.0f, %.1f ratings a device (declared: the data's mean), epsilon %g "
-           "(user level, joint DP), delta %g: an average item's weighted reports %.1f, the first factor's signal over "
+           "(%s level, %s DP), delta %g: an average item's weighted reports %.1f, the first factor's signal over "
            "its noise %.2f at 3 rounds (z = %.3g), %.2f at 5 (z = %.3g): %s\n",
            rule_num(r, "devices"), rule_num(r, "items"), rule_num(r, "max_items"), rule_num(r, "ratings_per_device"),
-           rule_num(r, "epsilon"), rule_num(r, "delta"), rule_num(r, "reports_per_item"), rule_num(r, "snr3"),
+           rule_num(r, "epsilon"), cJSON_IsString(unit) ? unit->valuestring : "?",
+           cJSON_IsString(model) ? model->valuestring : "?", rule_num(r, "delta"), rule_num(r, "reports_per_item"), rule_num(r, "snr3"),
            rule_num(r, "z3"), rule_num(r, "snr5"), rule_num(r, "z5"), choice->valuestring);
     const fleet_common before = *o;
     o->rank = (unsigned)jd;
