@@ -49,7 +49,8 @@ typedef struct fleet_common {
      * their own in the main job (fleet_proto.worst_report; docs/privacy.md "Poisoning"); 0: none */
     double malicious;
     /* set by a protocol's population hook: its job spec asks the aggregator's population rule (docs/protocol.md, "The
-     * population rule") for d and the rounds, and the protocol's rule_applied takes them from the created job */
+     * population rule") for d and the rounds, and fleet_proto_rule_applied's function takes them from the created
+     * job */
     int population_rule;
 } fleet_common;
 
