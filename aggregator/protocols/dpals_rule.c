@@ -1,5 +1,6 @@
-/* dprec aggregator core: dpals's population rule, the defaults that follow the population (dpals_rule.h; docs/results.md
- * "The population rule"), which a dpals job's "population_rule" asks for (dprec-fleet's `dpals` asks by default).
+/* dprec aggregator core: dpals's population rule, the defaults that follow the population (dpals_rule.h;
+ * docs/results.md "The population rule"), which a dpals job's "population_rule" asks for (dprec-fleet's `dpals`
+ * asks by default).
  *
  * Signal against noise for an average item, before any report (dpals's statistics: common/protocols/dpals.h):
  *  - The noise. Each round the aggregator adds to item j's normalized right-hand side Gaussian noise of sd z Delta,
@@ -114,9 +115,9 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     }
     const cJSON *it;
     cJSON_ArrayForEach(it, option) {
-        if (it->string == NULL || (strcmp(it->string, "devices") != 0 && strcmp(it->string, "ratings_per_device") != 0)) {
-            snprintf(err, errcap, "population_rule.%.40s is not an input of the rule (devices, ratings_per_device)",
-                     it->string != NULL ? it->string : "?");
+        const char *k = it->string != NULL ? it->string : "?";
+        if (strcmp(k, "devices") != 0 && strcmp(k, "ratings_per_device") != 0) {
+            snprintf(err, errcap, "population_rule.%.40s is not an input of the rule (devices, ratings_per_device)", k);
             return -1;
         }
     }
@@ -124,14 +125,15 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
      * creation count nothing of the population (docs/protocol.md) */
     const cJSON *nd = cJSON_GetObjectItemCaseSensitive(option, "devices");
     const cJSON *na = cJSON_GetObjectItemCaseSensitive(option, "ratings_per_device");
-    if (!cJSON_IsNumber(nd) || !isfinite(nd->valuedouble) || nd->valuedouble < 1 || nd->valuedouble > RULE_MAX_DEVICES ||
-        floor(nd->valuedouble) != nd->valuedouble) {
-        snprintf(err, errcap, "population_rule.devices must be an integer in 1..1e9: the devices the app has, declared");
+    if (!cJSON_IsNumber(nd) || !isfinite(nd->valuedouble) || nd->valuedouble < 1 ||
+        nd->valuedouble > RULE_MAX_DEVICES || floor(nd->valuedouble) != nd->valuedouble) {
+        snprintf(err, errcap, "population_rule.devices must be an integer in 1..1e9: the devices the app has, "
+                              "declared");
         return -1;
     }
     if (!cJSON_IsNumber(na) || !isfinite(na->valuedouble) || !(na->valuedouble > 0) || na->valuedouble > shape->m) {
-        snprintf(err, errcap, "population_rule.ratings_per_device must be a number in (0, m = %u]: the ratings a device "
-                 "typically holds, at most the catalogue's items", shape->m);
+        snprintf(err, errcap, "population_rule.ratings_per_device must be a number in (0, m = %u]: the ratings a "
+                 "device typically holds, at most the catalogue's items", shape->m);
         return -1;
     }
     if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
@@ -141,9 +143,9 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     }
     if (cJSON_GetObjectItemCaseSensitive(params, "noise_multiplier") != NULL ||
         cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL) {
+        const int factors = cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL;
         snprintf(err, errcap, "population_rule chooses the model and reads the noise from the budget: a spec gives it "
-                 "or params.%s, not both", cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL ? "factors"
-                                                                                                   : "noise_multiplier");
+                 "or params.%s, not both", factors ? "factors" : "noise_multiplier");
         return -1;
     }
     /* k: the job's params.max_items as dpals reads it (a malformed one is refused by the job's validation after) */
@@ -176,7 +178,8 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
                  out.rounds == 5 ? ">=" : "<", AGG_DPALS_RULE_MORE_ROUNDS_EPSILON);
     cJSON *r = cJSON_CreateObject(), *ridge = NULL;
     int ok = r != NULL;
-    ok = ok && cJSON_AddNumberToObject(r, "devices", in.devices) && cJSON_AddStringToObject(r, "devices_from", "declared");
+    ok = ok && cJSON_AddNumberToObject(r, "devices", in.devices);
+    ok = ok && cJSON_AddStringToObject(r, "devices_from", "declared");
     ok = ok && cJSON_AddNumberToObject(r, "ratings_per_device", in.activity);
     ok = ok && cJSON_AddNumberToObject(r, "items", in.items) && cJSON_AddNumberToObject(r, "max_items", in.max_items);
     ok = ok && cJSON_AddNumberToObject(r, "scale_width", in.scale_width);

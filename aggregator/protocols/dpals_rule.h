@@ -8,8 +8,8 @@
  * The rule reads public quantities only: the devices N (declared with the job: docs/protocol.md), the catalogue size
  * m, the budget (epsilon, delta), the rating scale's width W, the report size k (at most the app's rating capacity)
  * and the ratings a device typically holds, a, which the app declares (dprec-fleet declares its data's mean; printed
- * as such). From them it predicts, before any report, how well a release can measure an item's first factor against the noise, and
- * chooses the bias model (d = 1) when factors cannot pay. */
+ * as such). From them it predicts, before any report, how well a release can measure an item's first factor against
+ * the noise, and chooses the bias model (d = 1) when factors cannot pay. */
 #ifndef DPREC_AGG_DPALS_RULE_H
 #define DPREC_AGG_DPALS_RULE_H
 
