@@ -52,6 +52,8 @@ typedef struct fleet_common {
      * population rule") for d and the rounds, and fleet_proto_rule_applied's function takes them from the created
      * job */
     int population_rule;
+    unsigned rule_devices;          /* with population_rule: the devices N it declares */
+    double rule_ratings_per_device; /* and the ratings a device typically holds, a */
 } fleet_common;
 
 /* What a malicious device's worst report is built from (fleet_proto.worst_report): the payload its SDK built for the

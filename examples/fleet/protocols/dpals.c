@@ -99,7 +99,7 @@ static int dpals_finish(fleet_common *o) {
     return 0;
 }
 
-static void rule_option(const fleet_data *d, char *out, size_t cap);
+static void rule_option(const fleet_common *o, char *out, size_t cap);
 
 static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
     char rc[512] = "";
@@ -123,7 +123,7 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     /* d and the rounds: the aggregator's population rule chooses them (with the factors' rating_clip, unless given),
      * or as given */
     char shape[256];
-    if (o->population_rule) rule_option(d, shape, sizeof shape);
+    if (o->population_rule) rule_option(o, shape, sizeof shape);
     else snprintf(shape, sizeof shape, "\"d\":%u,\"rounds\":%u,", o->rank, o->rounds);
     snprintf(out, cap,
              "{\"protocol\":\"dpals\",%s\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,"
@@ -149,14 +149,12 @@ static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     }
 }
 
-/* The population rule (aggregator/protocols/dpals_rule.h), which the job asks the aggregator for: N and m from the
- * data, a = the devices' mean training ratings (the app's declared activity; the fleet reads it off its data, as it
- * reads the rating capacity that bounds k); the aggregator reads k, the scale and the budget from the job itself. */
-static void rule_option(const fleet_data *d, char *out, size_t cap) {
-    size_t ntrain = 0;
-    for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
-    snprintf(out, cap, "\"population_rule\":{\"devices\":%u,\"ratings_per_device\":%.17g},", d->num_users,
-             d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0);
+/* The population rule (aggregator/protocols/dpals_rule.h), which the job asks the aggregator for: N and a as the
+ * population hook declared them (fleet_common.rule_devices, rule_ratings_per_device); the aggregator reads m, k, the
+ * scale and the budget from the job itself. */
+static void rule_option(const fleet_common *o, char *out, size_t cap) {
+    snprintf(out, cap, "\"population_rule\":{\"devices\":%u,\"ratings_per_device\":%.17g},", o->rule_devices,
+             o->rule_ratings_per_device);
 }
 
 /* The devices' ridge of the bias model (d = 1): the rule's fixed ridge (unless --lambda, the devices' fixed ridge of
@@ -172,7 +170,6 @@ static void bias_ridge(fleet_common *o, double fixed) {
  * the bias model's at d = 1) and no rule. Until the job answers, the devices are set up for the bias model, and set up
  * again if the rule chooses factors. */
 static void dpals_population(fleet_common *o, const fleet_data *d) {
-    (void)d;
     if (o->base_model) return;
     if (o->rank_set || o->rounds_set) {
         if (o->rank == 1) {
@@ -184,7 +181,13 @@ static void dpals_population(fleet_common *o, const fleet_data *d) {
                o->rounds);
         return;
     }
+    /* N: the fleet's devices; a: their mean training ratings (the app's declared activity; the fleet reads it off its
+     * data, as it reads the rating capacity that bounds k), both before --audit-canaries adds its canaries */
+    size_t ntrain = 0;
+    for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
     o->population_rule = 1;
+    o->rule_devices = d->num_users;
+    o->rule_ratings_per_device = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
     o->rank = 1;
     o->rounds = 2;
     bias_ridge(o, AGG_DPALS_RULE_BIAS_RIDGE);
