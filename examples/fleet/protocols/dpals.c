@@ -166,7 +166,7 @@ static void bias_ridge(fleet_common *o, double fixed) {
 }
 
 /* The defaults that follow the population: d, the rounds and the devices' ridge, chosen by the aggregator's rule for the
- * job (dpals_rule_applied), unless --rank or --rounds was given: then dpals's own defaults (dpals_finish's at d > 1,
+ * job (fleet_dpals_rule_applied), unless --rank or --rounds was given: then dpals's own defaults (dpals_finish's at d > 1,
  * the bias model's at d = 1) and no rule. Until the job answers, the devices are set up for the bias model, and set up
  * again if the rule chooses factors. */
 static void dpals_population(fleet_common *o, const fleet_data *d) {
@@ -214,8 +214,8 @@ int fleet_dpals_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *
            "its noise %.2f at 3 rounds (z = %.3g), %.2f at 5 (z = %.3g): %s\n",
            rule_num(r, "devices"), rule_num(r, "items"), rule_num(r, "max_items"), rule_num(r, "ratings_per_device"),
            rule_num(r, "epsilon"), cJSON_IsString(unit) ? unit->valuestring : "?",
-           cJSON_IsString(model) ? model->valuestring : "?", rule_num(r, "delta"), rule_num(r, "reports_per_item"), rule_num(r, "snr3"),
-           rule_num(r, "z3"), rule_num(r, "snr5"), rule_num(r, "z5"), choice->valuestring);
+           cJSON_IsString(model) ? model->valuestring : "?", rule_num(r, "delta"), rule_num(r, "reports_per_item"),
+           rule_num(r, "snr3"), rule_num(r, "z3"), rule_num(r, "snr5"), rule_num(r, "z5"), choice->valuestring);
     const fleet_common before = *o;
     o->rank = (unsigned)jd;
     o->rounds = (unsigned)jr;
