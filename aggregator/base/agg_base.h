@@ -50,6 +50,10 @@ typedef struct agg_job {
      * release format 3 (docs/release-format.md, "Format 3"), for a protocol that computes it (agg_protocol.h,
      * releases_uncertainty). Post-processing of the noise the job adds and of its model: no privacy cost. */
     int release_uncertainty;
+    /* Spec field "population_rule" (docs/protocol.md, "The population rule"): the record of the rule that chose the
+     * job's d and rounds at creation, its inputs, signal over noise and choice (JSON object text, malloc'd; NULL: the
+     * job's d and rounds were given). Kept in the stored spec, shown by the job's views. */
+    char *rule;
     /* A secure job's round, for its global step only (rounds/agg_secure.h; set by the finalizer): the decoded noisy
      * sum of the survivors' vectors (NULL: the round could not be unmasked, nothing was learned) and their number. */
     const double *secure_sum;

@@ -16,6 +16,8 @@ void agg_job_free(agg_job *j) {
     if (j == NULL) return;
     free(j->params);
     j->params = NULL;
+    free(j->rule);
+    j->rule = NULL;
 }
 
 void agg_model_free(agg_model *x) {

@@ -121,6 +121,13 @@ static const char *model_name(dprec_model m) {
     }
 }
 
+/* A job whose d and rounds its population rule chose: the rule's record (its inputs, signal over noise, choice and the
+ * devices' ridge it recommends; docs/protocol.md, "The population rule"). */
+static void add_rule(cJSON *o, const agg_job *j) {
+    cJSON *r = j->rule != NULL ? cJSON_Parse(j->rule) : NULL;
+    if (r != NULL && !cJSON_AddItemToObject(o, "population_rule", r)) cJSON_Delete(r);
+}
+
 static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
@@ -140,6 +147,7 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     if (j->base_job > 0) cJSON_AddNumberToObject(o, "base_job", (double)j->base_job);
     if (j->release_encoding != 0) cJSON_AddStringToObject(o, "release_encoding", agg_release_encoding_name(j->release_encoding));
     if (j->release_uncertainty) cJSON_AddBoolToObject(o, "release_uncertainty", 1);
+    add_rule(o, j);
     cJSON *params = cJSON_Parse(j->params);
     cJSON_AddItemToObject(o, "params", params != NULL ? params : cJSON_CreateObject());
     cJSON *priv = cJSON_AddObjectToObject(o, "privacy");
@@ -272,6 +280,11 @@ static void call_done(agg_op *op) {
     } else if (c->kind == CALL_JOB_CREATE) {
         cJSON *r = cJSON_CreateObject();
         if (r != NULL) cJSON_AddNumberToObject(r, "job", (double)op->id);
+        if (r != NULL && c->spec.rule != NULL) { /* what the rule chose, which the spec did not say */
+            cJSON_AddNumberToObject(r, "d", c->spec.d);
+            cJSON_AddNumberToObject(r, "rounds", (double)c->spec.rounds);
+            add_rule(r, &c->spec);
+        }
         agg_respond_json(resp, 201, r);
     } else {
         agg_job j;
@@ -444,6 +457,24 @@ static void create_build(void *arg) {
     call_done(&c->op);
 }
 
+/* The spec stored for a job whose population rule chose its d and rounds (docs/protocol.md, "The population rule"): an
+ * ordinary spec (the chosen d and rounds, params with the rule's defaults) with the rule's record in place of the
+ * option, and the record's text in s->rule for the job's views. Takes record. 0, or -1 out of memory. */
+static int rule_into_spec(cJSON *o, agg_job *s, cJSON *record, const cJSON *params) {
+    s->rule = cJSON_PrintUnformatted(record);
+    cJSON *pcopy = cJSON_Duplicate(params, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "population_rule");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "params");
+    int ok = s->rule != NULL && pcopy != NULL && cJSON_AddItemToObject(o, "population_rule", record);
+    if (ok) record = NULL;
+    ok = ok && cJSON_AddItemToObject(o, "params", pcopy);
+    if (ok) pcopy = NULL;
+    ok = ok && cJSON_AddNumberToObject(o, "d", s->d) != NULL && cJSON_AddNumberToObject(o, "rounds", (double)s->rounds) != NULL;
+    cJSON_Delete(record);
+    cJSON_Delete(pcopy);
+    return ok ? 0 : -1;
+}
+
 static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
                              const req_ctx *ctx) {
     cJSON *o = agg_parse_object(req, 0);
@@ -455,17 +486,27 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "protocol");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
     const cJSON *budget = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    /* the defaults that follow the population (docs/protocol.md, "The population rule"): the protocol's rule chooses d
+     * and the rounds, so a spec that also gives either is refused, not silently overridden */
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(o, "population_rule");
     s.participation = 1.0;
     if (!cJSON_IsString(pr)) snprintf(err, sizeof err, "protocol must be a string");
     else if ((s.proto = agg_protocol_by_name(pr->valuestring)) == NULL)
         snprintf(err, sizeof err, "protocol '%.40s' is not supported by this aggregator", pr->valuestring);
-    else if (get_int(o, "d", 1, DPREC_MAX_DIM, &d) != 1) snprintf(err, sizeof err, "d must be an integer in 1..256");
+    else if (rule != NULL && s.proto->population_rule == NULL)
+        snprintf(err, sizeof err, "protocol %s has no population rule (population_rule: dpals)", s.proto->name);
+    else if (rule != NULL &&
+             (cJSON_GetObjectItemCaseSensitive(o, "d") != NULL || cJSON_GetObjectItemCaseSensitive(o, "rounds") != NULL))
+        snprintf(err, sizeof err, "population_rule chooses d and rounds: a spec gives either population_rule or d and "
+                                  "rounds, not both");
+    else if (rule == NULL && get_int(o, "d", 1, DPREC_MAX_DIM, &d) != 1)
+        snprintf(err, sizeof err, "d must be an integer in 1..256");
     else if (get_int(o, "m", 1, DPREC_MAX_ITEMS, &m) != 1)
         snprintf(err, sizeof err, "m must be an integer in 1..16777216");
     else if (get_num(o, "rating_min", &s.rating_min) != 1 || get_num(o, "rating_max", &s.rating_max) != 1 ||
              !(s.rating_min < s.rating_max) || fabs(s.rating_min) > 1e6 || fabs(s.rating_max) > 1e6)
         snprintf(err, sizeof err, "rating_min < rating_max must be finite numbers within +-1e6");
-    else if (get_int(o, "rounds", 1, 100000, &s.rounds) != 1)
+    else if (rule == NULL && get_int(o, "rounds", 1, 100000, &s.rounds) != 1)
         snprintf(err, sizeof err, "rounds must be an integer in 1..100000");
     else if (get_int(o, "min_reports", 1, 1000000000, &s.min_reports) != 1)
         snprintf(err, sizeof err, "min_reports must be an integer in 1..1e9");
@@ -499,9 +540,17 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         s.d = (uint32_t)d;
         s.m = (uint32_t)m;
         s.has_budget = budget != NULL;
-        cJSON *empty = cJSON_CreateObject();
-        const cJSON *pp = params != NULL ? params : empty;
-        if (s.proto->validate_job(&s, pp, err, sizeof err) == 0) {
+        cJSON *empty = params != NULL ? cJSON_Duplicate(params, 1) : cJSON_CreateObject();
+        const cJSON *pp = empty;
+        cJSON *record = NULL;
+        if (empty == NULL) {
+            snprintf(err, sizeof err, "out of memory");
+        } else if (rule != NULL && s.proto->population_rule(&s, rule, empty, &record, err, sizeof err) != 0) {
+            if (err[0] == '\0') snprintf(err, sizeof err, "invalid population_rule");
+        }
+        if (err[0] != '\0') {
+            /* refused above */
+        } else if (s.proto->validate_job(&s, pp, err, sizeof err) == 0) {
             s.params = cJSON_PrintUnformatted(pp);
             double eps1 = 0.0;
             if (s.params == NULL) snprintf(err, sizeof err, "out of memory");
@@ -510,6 +559,17 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         } else if (err[0] == '\0') {
             snprintf(err, sizeof err, "invalid job");
         }
+        if (record != NULL && err[0] == '\0') {
+            /* the budget the rule read is the job's: its unit and model as the job's privacy block says them */
+            if (!cJSON_AddStringToObject(record, "unit", unit_name(s.proto->unit_of != NULL ? s.proto->unit_of(&s)
+                                                                                             : s.proto->unit)) ||
+                !cJSON_AddStringToObject(record, "model", model_name(agg_job_model(&s))) ||
+                rule_into_spec(o, &s, record, empty) != 0)
+                snprintf(err, sizeof err, "out of memory");
+            record = NULL; /* taken */
+            rule = params = NULL; /* o's items, replaced */
+        }
+        cJSON_Delete(record);
         cJSON_Delete(empty);
     }
     /* secure aggregation keeps a round's keys, shares and masked inputs in the memory of the instance that took them
@@ -518,7 +578,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
      * out"). One instance on SQLite runs it. */
     if (err[0] == '\0' && agg_store_shared(a) && agg_secure_job(&s, NULL)) {
         cJSON_Delete(o);
-        free(s.params);
+        agg_job_free(&s);
         return agg_respond_error(resp, 409, "secure_needs_one_instance",
                                  "secure aggregation keeps each round in one instance's memory: it is not run on a "
                                  "PostgreSQL state, which several instances may share; run the job on an aggregator "
@@ -548,7 +608,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     }
     if (err[0] != '\0') {
         cJSON_Delete(o);
-        free(s.params);
+        agg_job_free(&s);
         agg_model_free(&base);
         return agg_respond_error(resp, 400, "bad_field", err);
     }
@@ -557,7 +617,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     agg_call *c = spec != NULL ? call_new(a, req, resp, R_ADMIN, CALL_JOB_CREATE, AGG_OP_JOB_CREATE, ctx) : NULL;
     if (c == NULL) {
         free(spec);
-        free(s.params);
+        agg_job_free(&s);
         agg_model_free(&base);
         return agg_respond_error(resp, 500, "internal", "out of memory");
     }

@@ -114,6 +114,13 @@ typedef struct agg_protocol {
     int (*fold)(const agg_job *job, const unsigned char *payload, size_t len, agg_sum *sum);
     int (*sum_step)(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng, agg_model *next,
                     char *err, size_t errcap);
+    /* Optional (NULL: a spec's "population_rule" is refused): the defaults that follow the population (docs/protocol.md,
+     * "The population rule"). From the spec's option (any JSON value: the hook checks it), the job's shape (m, the
+     * rating scale and the budget in *shape; d and rounds not given) and its params (an object, which it may add the
+     * rule's defaults to), sets shape->d and shape->rounds; *record gets the rule's inputs, its signal over noise and its
+     * choice (a JSON object the caller owns). The job is then validated as any other. 0, or -1 with a message. */
+    int (*population_rule)(agg_job *shape, const cJSON *option, cJSON *params, cJSON **record, char *err,
+                           size_t errcap);
 } agg_protocol;
 
 /* agg_budget.c: whether `rounds` rounds of the job fit its budget (RDP accountant, CKS conversion at the

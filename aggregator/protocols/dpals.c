@@ -48,6 +48,7 @@
 
 #include "agg_protocol.h"
 #include "agg_secure_spec.h"
+#include "dpals_rule.h"
 #include "secagg.h"
 #include "bytes.h"
 #include "dpals.h"
@@ -945,4 +946,5 @@ const agg_protocol agg_protocol_dpals = {
     .fold_spec = dpals_fold_spec,
     .fold = dpals_fold,
     .sum_step = dpals_sum_step,
+    .population_rule = agg_dpals_population_rule,
 };

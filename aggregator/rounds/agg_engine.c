@@ -296,6 +296,12 @@ static void job_create(dprec_agg *a, agg_op *op) {
     if (f != NULL) {
         cJSON_AddNumberToObject(f, "job", (double)spec->id);
         cJSON_AddStringToObject(f, "protocol", spec->proto->name);
+        cJSON *rule = spec->rule != NULL ? cJSON_Parse(spec->rule) : NULL; /* d and rounds the population rule chose */
+        if (rule != NULL) {
+            cJSON_AddNumberToObject(f, "d", spec->d);
+            cJSON_AddNumberToObject(f, "rounds", (double)spec->rounds);
+            if (!cJSON_AddItemToObject(f, "population_rule", rule)) cJSON_Delete(rule);
+        }
     }
     agg_log(a, "info", "job_created", f);
 }

@@ -27,7 +27,12 @@ agg_slot *agg_jobs_find(dprec_agg *a, int64_t id) {
 int agg_jobs_copy(const agg_job *src, agg_job *out) {
     *out = *src;
     out->params = strdup(src->params != NULL ? src->params : "{}");
-    return out->params != NULL ? 0 : -1;
+    out->rule = src->rule != NULL ? strdup(src->rule) : NULL;
+    if (out->params == NULL || (src->rule != NULL && out->rule == NULL)) {
+        agg_job_free(out);
+        return -1;
+    }
+    return 0;
 }
 
 static size_t report_cap_of(dprec_agg *a, const agg_job *j) {

@@ -28,6 +28,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;
     o->c.device_lambda_floor = o->device_lambda_floor_given;
     o->c.device_lambda_fixed = 0;
+    o->c.population_rule = 0; /* the comparison's population hook sets its own */
     o->c.secure_agg = 0; /* a comparison runs with its own trusted aggregator */
     o->c.dropout = 0;
     o->c.epsilon = o->total_epsilon; /* the whole budget, which a --bias-base run spends over two jobs */

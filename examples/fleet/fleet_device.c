@@ -364,7 +364,12 @@ int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce) {
         fprintf(stderr, "dprec-fleet: %llu devices failed to load; first: %s\n", failed, f->first_error);
         return -1;
     }
-    if (!announce) return 0;
+    f->load_seconds = fleet_now_s() - t0;
+    if (announce) fleet_print_devices(f);
+    return 0;
+}
+
+void fleet_print_devices(fleet *f) {
     uint32_t max_mem = 0;
     for (uint32_t u = 0; u < f->data.num_users; u++) {
         if (f->dev[u].client == NULL) continue; /* a canary out of the run */
@@ -373,6 +378,5 @@ int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce) {
     }
     printf("devices: %u SDK clients (%s stores, largest %u ratings, %u KiB of SDK memory at most), loaded in %.1f s\n",
            f->data.num_users, f->o->store_dir ? "POSIX" : "in-memory", f->data.max_train, (unsigned)(max_mem / 1024),
-           fleet_now_s() - t0);
-    return 0;
+           f->load_seconds);
 }

@@ -123,7 +123,8 @@ int main(int argc, char **argv) {
     }
 
     /* the devices and the job (after --bias-base's job, on the same devices) */
-    if (fleet_load_devices(&f, ws, nthreads, 1) != 0) goto out;
+    /* with the aggregator's population rule the devices' line waits for the job's choice (fleet_run_job) */
+    if (fleet_load_devices(&f, ws, nthreads, !o.c.population_rule) != 0) goto out;
     if (fleet_poison_start(&f, ws, nthreads) != 0) goto out;
     if (o.bias_base > 0) {
         if (fleet_run_base(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "dprec/dprec.h"
 #include "fleet.h"
 
@@ -46,6 +48,12 @@ typedef struct fleet_common {
     /* --malicious F: the share of the devices (chosen by the seed) that send the protocol's worst report instead of
      * their own in the main job (fleet_proto.worst_report; docs/privacy.md "Poisoning"); 0: none */
     double malicious;
+    /* set by a protocol's population hook: its job spec asks the aggregator's population rule (docs/protocol.md, "The
+     * population rule") for d and the rounds, and fleet_proto_rule_applied's function takes them from the created
+     * job */
+    int population_rule;
+    unsigned rule_devices;          /* with population_rule: the devices N it declares */
+    double rule_ratings_per_device; /* and the ratings a device typically holds, a */
 } fleet_common;
 
 /* What a malicious device's worst report is built from (fleet_proto.worst_report): the payload its SDK built for the
@@ -143,9 +151,10 @@ typedef struct fleet_proto {
                         size_t cap, size_t *len);
     /* --audit-canaries: the protocol's canaries and its adversary's score (NULL: the protocol refuses the audit) */
     const fleet_audit_hooks *audit;
-    /* After the data is loaded and split, before the job: the defaults that follow the population (the devices,
-     * the catalogue, the budget; examples/fleet/fleet_rule.h), for every setting not given on the command line,
-     * and a line that says what they are and why. NULL: the protocol's defaults do not depend on it. */
+    /* After the data is loaded and split, before the devices and the job: the defaults that follow the population (the
+     * devices, the catalogue, the budget), for every setting not given on the command line: either the protocol's own
+     * (and a line that says what they are and why), or it sets o->population_rule and its spec asks the aggregator's
+     * rule (aggregator/protocols/dpals_rule.h). NULL: the protocol's defaults do not depend on it. */
     void (*population)(fleet_common *o, const fleet_data *d);
 } fleet_proto;
 
@@ -155,9 +164,18 @@ typedef struct fleet_proto {
 int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
 
-/* bias's population hook (protocols/dpals.c): the bias model's device ridge, and the line of what the rule
- * (fleet_rule.h) chooses for dpals on this fleet. */
+/* bias's population hook (protocols/dpals.c): the bias model's device ridge (each unless given). */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d);
+
+/* With o->population_rule, once the job is created: job is the aggregator's answer, which carries the rule's choice
+ * (docs/protocol.md, "The population rule"); takes the job's d, rounds and the devices' ridge the rule recommends (each
+ * unless given) and prints the rule's line. 1 if the devices' configuration changed (the fleet loads them again), 0 if
+ * not, -1 (printed) on an answer without the rule's record. */
+typedef int (*fleet_rule_applied_fn)(fleet_common *o, const fleet_data *d, const cJSON *job);
+/* The protocols whose population hook may set population_rule: one line of examples/fleet/protocols/table.c's list
+ * (NULL: none). */
+fleet_rule_applied_fn fleet_proto_rule_applied(const fleet_proto *p);
+int fleet_dpals_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *job);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
  * examples/fleet/protocols/table.c's secure list. */

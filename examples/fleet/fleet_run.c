@@ -122,6 +122,12 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         goto out;
     }
     f->job = (uint64_t)fleet_json_num(j, "job", 0);
+    if (f->job != 0 && o->c.population_rule && fleet_proto_rule_applied(o->proto) != NULL) {
+        /* d, the rounds and the devices' ridge as the aggregator's population rule chose them for the job */
+        int changed = fleet_proto_rule_applied(o->proto)(&o->c, &f->data, j);
+        if (changed < 0 || (changed > 0 && fleet_load_devices(f, ws, nthreads, 0) != 0)) goto out;
+        if (main_job) fleet_print_devices(f);
+    }
     const cJSON *jpriv = cJSON_GetObjectItemCaseSensitive(j, "privacy");
     const cJSON *jmodel = jpriv != NULL ? cJSON_GetObjectItemCaseSensitive(jpriv, "model") : NULL;
     int heuristic = cJSON_IsString(jmodel) && strcmp(jmodel->valuestring, dprec_model_name(DPREC_MODEL_POSTERIOR_HEURISTIC)) == 0;

@@ -107,6 +107,7 @@ typedef struct fleet {
     /* work distribution */
     atomic_uint_fast64_t next, done, reported, errors;
     double mae; /* the last evaluation's mean absolute error */
+    double load_seconds; /* the last fleet_load_devices's */
     int phase; /* 0 load, 1 sync, 2 evaluate */
     int secure_step; /* a secure round's pass: 0 advertise, 1 share, 2 mask, 3 consistency, 4 unmask (-1: not secure) */
     unsigned round;  /* the round being run */
@@ -176,8 +177,11 @@ void fleet_run_phase(fleet *f, int phase, const char *name, worker *ws, unsigned
 double fleet_evaluate(fleet *f, worker *ws, unsigned nthreads, size_t ntest);
 /* Frees every device's client, memory and port. */
 void fleet_free_devices(fleet *f);
-/* A fresh fleet for the selected protocol, each device loaded with its training ratings. 0 or -1 (printed). */
+/* A fresh fleet for the selected protocol, each device loaded with its training ratings; announce: then the devices'
+ * line (fleet_print_devices). 0 or -1 (printed). */
 int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce);
+/* The devices' line: how many, their stores, the largest SDK memory, the last load's time. */
+void fleet_print_devices(fleet *f);
 
 /* ---- fleet_run.c: one job against the aggregator --------------------------------------------------------- */
 

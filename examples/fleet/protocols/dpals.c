@@ -1,13 +1,14 @@
 /* dprec-fleet: `dpals` (private alternating least squares, Chien et al. ICML 2021; user-level joint DP;
  * docs/privacy.md "dpals"). */
 #include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bytes.h"
 #include "dpals.h"
 #include "fleet_proto.h"
-#include "fleet_rule.h"
+#include "protocols/dpals_rule.h"
 #include "report.h"
 #include "secagg.h"
 
@@ -72,7 +73,8 @@ static void dpals_effective(const fleet_common *o, const fleet_data *d, dpals_ef
     e->max_items = dp.max_items > 0 ? dp.max_items : DPREC_DPALS_DEFAULT_MAX_ITEMS;
     if (dp.max_items == 0 && d->max_train > 0 && d->max_train < e->max_items) e->max_items = d->max_train;
     e->u_clip = dp.u_clip > 0 ? dp.u_clip : DPREC_DPALS_DEFAULT_U_CLIP;
-    e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 && !o->base_model ? 0.5 : 0.0);
+    /* with the population rule, the aggregator gives the factors their 0.5 (aggregator/protocols/dpals_rule.h) */
+    e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 && !o->base_model && !o->population_rule ? 0.5 : 0.0);
     /* the aggregator's default bias feature (u_clip: half of each report's sensitivity for the item bias). 1.5 (90%)
      * was within the runs' spread on ml10m:0.1 at epsilon 1 (0.8620 and 0.8624 against 0.8666) and worse on ml-100k
      * at epsilon 0.5 (1.0914 against 1.0458): its prior on b_j = 1.5 s is 1.5 times looser (docs/results.md) */
@@ -97,6 +99,8 @@ static int dpals_finish(fleet_common *o) {
     return 0;
 }
 
+static void rule_option(const fleet_common *o, char *out, size_t cap);
+
 static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
     char rc[512] = "";
     size_t n = 0;
@@ -116,12 +120,17 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
         snprintf(rc + n, sizeof rc - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
                  fleet_secure_min_survivors(o, d->num_users));
+    /* d and the rounds: the aggregator's population rule chooses them (with the factors' rating_clip, unless given),
+     * or as given */
+    char shape[256];
+    if (o->population_rule) rule_option(o, shape, sizeof shape);
+    else snprintf(shape, sizeof shape, "\"d\":%u,\"rounds\":%u,", o->rank, o->rounds);
     snprintf(out, cap,
-             "{\"protocol\":\"dpals\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
+             "{\"protocol\":\"dpals\",%s\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
              "\"params\":{\"max_items\":%u,\"u_clip\":%.17g,\"init_scale\":%.17g,\"seed\":%llu%s},"
              "\"budget\":{\"epsilon\":%.17g,\"delta\":%.17g}}",
-             o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users,
+             shape, d->num_items, (double)d->rating_min, (double)d->rating_max, d->num_users,
              dp.sampling_rate, e.max_items, e.u_clip, dp.init_scale, (unsigned long long)o->seed, rc,
              o->epsilon, o->delta);
 }
@@ -140,70 +149,93 @@ static void dpals_device(const fleet_common *o, const fleet_data *d, uint32_t nt
     }
 }
 
-/* The population rule (fleet_rule.h) for the fleet at hand: N, m and the rating scale from the data, k = the report
- * size dpals_effective chooses, a = the devices' mean training ratings (the app's declared activity; the fleet reads
- * it off its data, as it reads the rating capacity that bounds k). 0, or -1 (nothing chosen). */
-static int dpals_rule(const fleet_common *o, const fleet_data *d, fleet_rule_in *in, fleet_rule_out *out) {
-    dpals_eff e;
-    dpals_effective(o, d, &e);
+/* The population rule (aggregator/protocols/dpals_rule.h), which the job asks the aggregator for: N and a as the
+ * population hook declared them (fleet_common.rule_devices, rule_ratings_per_device); the aggregator reads m, k, the
+ * scale and the budget from the job itself. */
+static void rule_option(const fleet_common *o, char *out, size_t cap) {
+    snprintf(out, cap, "\"population_rule\":{\"devices\":%u,\"ratings_per_device\":%.17g},", o->rule_devices,
+             o->rule_ratings_per_device);
+}
+
+/* The devices' ridge of the bias model (d = 1): the rule's fixed ridge (unless --lambda, the devices' fixed ridge of
+ * dpals, was given); each unless given. */
+static void bias_ridge(fleet_common *o, double fixed) {
+    if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
+    if (!o->lambda_set) o->lambda = fixed;
+    if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
+}
+
+/* The defaults that follow the population: d, the rounds and the devices' ridge, chosen by the aggregator's rule for the
+ * job (fleet_dpals_rule_applied), unless --rank or --rounds was given: then dpals's own defaults (dpals_finish's at d > 1,
+ * the bias model's at d = 1) and no rule. Until the job answers, the devices are set up for the bias model, and set up
+ * again if the rule chooses factors. */
+static void dpals_population(fleet_common *o, const fleet_data *d) {
+    if (o->base_model) return;
+    if (o->rank_set || o->rounds_set) {
+        if (o->rank == 1) {
+            if (!o->rounds_set) o->rounds = 2;
+            bias_ridge(o, AGG_DPALS_RULE_BIAS_RIDGE);
+        }
+        printf("rule: not applied: %s given (d = %u, %u rounds; the job asks no population_rule)\n",
+               o->rank_set && o->rounds_set ? "--rank and --rounds" : o->rank_set ? "--rank" : "--rounds", o->rank,
+               o->rounds);
+        return;
+    }
+    /* N: the fleet's devices; a: their mean training ratings (the app's declared activity; the fleet reads it off its
+     * data, as it reads the rating capacity that bounds k), both before --audit-canaries adds its canaries */
     size_t ntrain = 0;
     for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
-    in->devices = d->num_users;
-    in->items = d->num_items;
-    in->epsilon = o->epsilon;
-    in->delta = o->delta;
-    in->scale_width = (double)d->rating_max - (double)d->rating_min;
-    in->max_items = e.max_items;
-    in->activity = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
-    return fleet_rule_choose(in, out);
+    o->population_rule = 1;
+    o->rule_devices = d->num_users;
+    o->rule_ratings_per_device = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
+    o->rank = 1;
+    o->rounds = 2;
+    bias_ridge(o, AGG_DPALS_RULE_BIAS_RIDGE);
 }
 
-static void rule_print(const fleet_rule_in *in, const fleet_rule_out *out, unsigned d, int chosen) {
-    printf("rule: %u devices, %u items, k = %u, %.1f ratings a device (declared: the data's mean), epsilon %g, delta %g: "
-           "an average item's weighted reports %.1f, the first factor's signal over its noise %.2f at 3 rounds "
-           "(z = %.3g), %.2f at 5 (z = %.3g): %s\n",
-           in->devices, in->items, in->max_items, in->activity, in->epsilon, in->delta, out->reports_per_item, out->snr3,
-           out->z3, out->snr5, out->z5,
-           out->rank == 1 ? "factors cannot pay at this population and budget (below 4): d = 1, the bias model, "
-                            "the devices' fixed ridge 1"
-                          : out->rounds == 5 ? "factors pay (4 or more): d = 10, 5 rounds (epsilon >= 5)"
-                                             : "factors pay (4 or more): d = 10, 3 rounds (epsilon < 5)");
-    if (!chosen) printf("rule: not applied: d = %u was given (--rank, or the protocol's own)\n", d);
+static double rule_num(const cJSON *r, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* The devices' ridge at d: the rule's fixed ridge for the bias model (unless --lambda, the devices' fixed ridge of
- * dpals, was given), the factors' per-rating ridge with its floor at d > 1; each unless given. */
-static void population_ridge(fleet_common *o, const fleet_rule_out *r) {
-    if (o->rank == 1) {
-        if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
-        if (!o->lambda_set) o->lambda = r->device_lambda_fixed > 0 ? r->device_lambda_fixed : FLEET_RULE_BIAS_RIDGE;
-        if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
-    } else {
-        if (!o->device_lambda_set) o->device_lambda_per_rating = r->factor_lambda_per_rating;
-        if (!o->device_lambda_floor_set) o->device_lambda_floor = 3.0;
+int fleet_dpals_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *job) {
+    (void)d;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(job, "population_rule");
+    const cJSON *ridge = cJSON_GetObjectItemCaseSensitive(r, "device_ridge");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(r, "choice");
+    double jd = rule_num(job, "d"), jr = rule_num(job, "rounds");
+    if (!cJSON_IsObject(r) || !cJSON_IsObject(ridge) || !cJSON_IsString(choice) || !(jd >= 1 && jd <= 64) || !(jr >= 1)) {
+        fprintf(stderr, "dprec-fleet: the job's answer carries no population rule's choice\n");
+        return -1;
     }
+    const cJSON *unit = cJSON_GetObjectItemCaseSensitive(r, "unit"), *model = cJSON_GetObjectItemCaseSensitive(r, "model");
+    printf("rule: %.0f devices, %.0f items, k = %.0f, %.1f ratings a device (declared: the data's mean), epsilon %g "
+           "(%s level, %s DP), delta %g: an average item's weighted reports %.1f, the first factor's signal over "
+           "its noise %.2f at 3 rounds (z = %.3g), %.2f at 5 (z = %.3g): %s\n",
+           rule_num(r, "devices"), rule_num(r, "items"), rule_num(r, "max_items"), rule_num(r, "ratings_per_device"),
+           rule_num(r, "epsilon"), cJSON_IsString(unit) ? unit->valuestring : "?",
+           cJSON_IsString(model) ? model->valuestring : "?", rule_num(r, "delta"), rule_num(r, "reports_per_item"),
+           rule_num(r, "snr3"), rule_num(r, "z3"), rule_num(r, "snr5"), rule_num(r, "z5"), choice->valuestring);
+    const fleet_common before = *o;
+    o->rank = (unsigned)jd;
+    o->rounds = (unsigned)jr;
+    double fixed = rule_num(ridge, "fixed"), per = rule_num(ridge, "per_rating"), floor3 = rule_num(ridge, "floor");
+    if (o->rank == 1) bias_ridge(o, fixed > 0 ? fixed : AGG_DPALS_RULE_BIAS_RIDGE);
+    else {
+        if (!o->device_lambda_set && per > 0) o->device_lambda_per_rating = per;
+        if (!o->device_lambda_floor_set && floor3 >= 0) o->device_lambda_floor = floor3;
+        if (!o->lambda_set) o->lambda = 10.0; /* dpals_finish's, which the per-rating ridge replaces on every device */
+    }
+    return o->rank != before.rank || o->lambda != before.lambda ||
+           o->device_lambda_per_rating != before.device_lambda_per_rating ||
+           o->device_lambda_floor != before.device_lambda_floor;
 }
 
-/* The defaults that follow the population: d, the rounds and the devices' ridge, each unless given. */
-static void dpals_population(fleet_common *o, const fleet_data *d) {
-    fleet_rule_in in;
-    fleet_rule_out r;
-    if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
-    int chosen = !o->rank_set;
-    if (chosen) o->rank = r.rank;
-    if (!o->rounds_set) o->rounds = o->rank == 1 ? 2 : r.factor_rounds;
-    population_ridge(o, &r);
-    rule_print(&in, &r, o->rank, chosen);
-}
-
-/* bias: d = 1 whatever the population (its rounds its own); the bias model's ridge, and the rule's line, which says
- * what it would choose for dpals. */
+/* bias: d = 1 whatever the population (its rounds its own), and the bias model's ridge. */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d) {
-    fleet_rule_in in;
-    fleet_rule_out r;
-    if (o->base_model || dpals_rule(o, d, &in, &r) != 0) return;
-    population_ridge(o, &r);
-    rule_print(&in, &r, 1, r.rank == 1);
+    (void)d;
+    if (o->base_model) return;
+    bias_ridge(o, AGG_DPALS_RULE_BIAS_RIDGE);
 }
 
 static void dpals_describe(const fleet_common *o, const fleet_data *d) {
@@ -251,12 +283,13 @@ static const char *const dpals_flags[] = {"--residual", "--reweight", "--max-ite
 const fleet_proto fleet_proto_dpals = {
     "dpals",
     "dpals (private alternating least squares, Chien et al. 2021; user-level joint DP; docs/privacy.md):\n"
-    "  (defaults: --rank by the population rule, docs/results.md \"The population rule\": d = 10 when\n"
-    "  the first factor's signal over its noise is 4 or more for an average item, else d = 1, the bias\n"
-    "  model, 2 rounds, the devices' fixed ridge --lambda 1; with factors, at epsilon >= 5 5 rounds and\n"
-    "  --device-lambda-per-rating 0.02,\n"
-    "  below 3 rounds and the fleet's device ridge, and --device-lambda-floor 3; --max-items 400, at\n"
-    "  most the largest device's training ratings; the fleet prints the rule's choice, `rule: ...`)\n"
+    "  (defaults: d and the rounds by the aggregator's population rule, which the job asks for\n"
+    "  (population_rule; docs/results.md \"The population rule\"): d = 10 when the first factor's signal\n"
+    "  over its noise is 4 or more for an average item, else d = 1, the bias model, 2 rounds, the\n"
+    "  devices' fixed ridge --lambda 1; with factors, at epsilon >= 5 5 rounds and\n"
+    "  --device-lambda-per-rating 0.02, below 3 rounds and 0.1, and --device-lambda-floor 3; the fleet\n"
+    "  prints the job's choice, `rule: ...`; --rank or --rounds given: no rule, dpals's own defaults;\n"
+    "  --max-items 400, at most the largest device's training ratings)\n"
     "  --residual on|off        targets are residuals of the round's release, which the solve corrects\n"
     "                           (params.residual; default on)\n"
     "  --reweight on|off        a report of n < k ratings is scaled by sqrt(k / n), so that every report\n"

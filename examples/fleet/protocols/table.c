@@ -78,6 +78,19 @@ int fleet_proto_release_uncertainty(const fleet_proto *p) {
     return 0;
 }
 
+/* The protocols whose job may ask the aggregator's population rule (fleet_common.population_rule), and the function
+ * that takes the created job's choice. */
+static const struct {
+    const fleet_proto *proto;
+    fleet_rule_applied_fn applied;
+} population_rule[] = {{&fleet_proto_dpals, fleet_dpals_rule_applied}};
+
+fleet_rule_applied_fn fleet_proto_rule_applied(const fleet_proto *p) {
+    for (size_t i = 0; i < sizeof population_rule / sizeof population_rule[0]; i++)
+        if (population_rule[i].proto == p) return population_rule[i].applied;
+    return NULL;
+}
+
 const fleet_proto *fleet_proto_base_model(void) {
     return &fleet_proto_bias;
 }

@@ -1,4 +1,4 @@
-/* Tests of the population rule of the `dpals` and `bias` defaults (examples/fleet/fleet_rule.c; docs/results.md "The
+/* Tests of the population rule of the `dpals` and `bias` defaults (aggregator/protocols/dpals_rule.c; docs/results.md "The
  * population rule"): its choices for the leaderboard's shapes, each from its public quantities only (devices,
  * items, the rating scale, epsilon, delta, k = 400 and the declared ratings a device holds: 90% of the shape's
  * ratings over its devices, the fleet's training split), and the properties the rule's derivation promises: more
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "fleet_rule.h"
+#include "protocols/dpals_rule.h"
 #include "test_util.h"
 
 static const double eps_grid[5] = {0.5, 1, 2, 5, 10};
@@ -35,8 +35,8 @@ static const shape shapes[] = {
     {"app2000", 2000, 2500, 4.5, 50000, {1, 1, 1, 1, 1}, {2, 2, 2, 2, 2}},
 };
 
-static fleet_rule_in input(const shape *s, double eps) {
-    fleet_rule_in in = {s->devices, s->items, eps, 1e-6, s->width, 400, 0.9 * s->ratings / s->devices};
+static agg_dpals_rule_in input(const shape *s, double eps) {
+    agg_dpals_rule_in in = {s->devices, s->items, eps, 1e-6, s->width, 400, 0.9 * s->ratings / s->devices};
     return in;
 }
 
@@ -44,9 +44,9 @@ static void test_rule_chooses_the_bias_model_for_the_small_apps_and_factors_at_l
     (void)state;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t e = 0; e < 5; e++) {
-            fleet_rule_in in = input(&shapes[i], eps_grid[e]);
-            fleet_rule_out out;
-            assert_int_equal(fleet_rule_choose(&in, &out), 0);
+            agg_dpals_rule_in in = input(&shapes[i], eps_grid[e]);
+            agg_dpals_rule_out out;
+            assert_int_equal(agg_dpals_rule_choose(&in, &out), 0);
             if (out.rank != shapes[i].rank[e] || out.rounds != shapes[i].rounds[e])
                 fail_msg("%s at epsilon %g: d = %u, %u rounds (SNR %.3f at 3 rounds, %.3f at 5); expected d = %u, %u rounds",
                          shapes[i].name, eps_grid[e], out.rank, out.rounds, out.snr3, out.snr5, shapes[i].rank[e],
@@ -56,17 +56,17 @@ static void test_rule_chooses_the_bias_model_for_the_small_apps_and_factors_at_l
 
 static void test_rule_gives_the_bias_model_its_own_rounds_and_ridge(void **state) {
     (void)state;
-    fleet_rule_in in = input(&shapes[3], 1.0);
-    fleet_rule_out out;
-    assert_int_equal(fleet_rule_choose(&in, &out), 0);
+    agg_dpals_rule_in in = input(&shapes[3], 1.0);
+    agg_dpals_rule_out out;
+    assert_int_equal(agg_dpals_rule_choose(&in, &out), 0);
     assert_int_equal(out.rank, 1);
     assert_int_equal(out.rounds, 2);
     assert_true(out.device_lambda_per_rating == 0.0); /* a fixed ridge: the device's own offset, not factors */
-    assert_true(out.device_lambda_fixed == FLEET_RULE_BIAS_RIDGE);
+    assert_true(out.device_lambda_fixed == AGG_DPALS_RULE_BIAS_RIDGE);
     assert_true(out.device_lambda_floor == 0.0);
     in = input(&shapes[1], 10.0);
-    assert_int_equal(fleet_rule_choose(&in, &out), 0);
-    assert_int_equal(out.rank, FLEET_RULE_FACTOR_RANK);
+    assert_int_equal(agg_dpals_rule_choose(&in, &out), 0);
+    assert_int_equal(out.rank, AGG_DPALS_RULE_FACTOR_RANK);
     assert_true(out.device_lambda_per_rating == 0.02);
     assert_true(out.device_lambda_fixed == 0.0);
     assert_true(out.device_lambda_floor == 3.0);
@@ -76,55 +76,55 @@ static void test_rule_gives_the_bias_model_its_own_rounds_and_ridge(void **state
  * noise instead of 3's; the factor threshold sits where the derivation puts it. */
 static void test_rule_signal_grows_with_devices_and_budget_and_falls_with_items(void **state) {
     (void)state;
-    fleet_rule_in in = input(&shapes[0], 1.0);
-    fleet_rule_out a, b;
-    assert_int_equal(fleet_rule_choose(&in, &a), 0);
+    agg_dpals_rule_in in = input(&shapes[0], 1.0);
+    agg_dpals_rule_out a, b;
+    assert_int_equal(agg_dpals_rule_choose(&in, &a), 0);
     assert_true(a.snr5 < a.snr3);
     assert_true(a.z5 > a.z3);
     in.devices *= 4;
-    assert_int_equal(fleet_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_dpals_rule_choose(&in, &b), 0);
     assert_true(fabs((b.snr3) - (4.0 * a.snr3)) <= 1e-9 * b.snr3); /* linear in N: n_w = N sqrt(k min(a, k)) / m */
     in = input(&shapes[0], 2.0);
-    assert_int_equal(fleet_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_dpals_rule_choose(&in, &b), 0);
     assert_true(b.snr3 > a.snr3);
     in = input(&shapes[0], 1.0);
     in.items *= 2;
-    assert_int_equal(fleet_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_dpals_rule_choose(&in, &b), 0);
     assert_true(fabs((b.snr3) - (a.snr3 / 2.0)) <= 1e-9 * a.snr3);
     /* a device holding more than k ratings reports k: the activity beyond k changes nothing */
     in = input(&shapes[0], 1.0);
     in.activity = 400;
-    assert_int_equal(fleet_rule_choose(&in, &a), 0);
+    assert_int_equal(agg_dpals_rule_choose(&in, &a), 0);
     in.activity = 4000;
-    assert_int_equal(fleet_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_dpals_rule_choose(&in, &b), 0);
     assert_true(fabs((a.snr3) - (b.snr3)) <= 0.0);
     /* at the threshold: scale N so that the SNR at 3 rounds is just above and just below 4 */
     in = input(&shapes[1], 1.0);
-    assert_int_equal(fleet_rule_choose(&in, &a), 0);
-    double n_at = in.devices * FLEET_RULE_FACTORS_PAY / a.snr3;
+    assert_int_equal(agg_dpals_rule_choose(&in, &a), 0);
+    double n_at = in.devices * AGG_DPALS_RULE_FACTORS_PAY / a.snr3;
     in.devices = (uint32_t)ceil(n_at * 1.001);
-    assert_int_equal(fleet_rule_choose(&in, &b), 0);
-    assert_int_equal(b.rank, FLEET_RULE_FACTOR_RANK);
+    assert_int_equal(agg_dpals_rule_choose(&in, &b), 0);
+    assert_int_equal(b.rank, AGG_DPALS_RULE_FACTOR_RANK);
     in.devices = (uint32_t)floor(n_at * 0.999);
-    assert_int_equal(fleet_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_dpals_rule_choose(&in, &b), 0);
     assert_int_equal(b.rank, 1);
 }
 
 static void test_rule_refuses_inputs_out_of_range(void **state) {
     (void)state;
-    fleet_rule_out out;
-    fleet_rule_in good = input(&shapes[0], 1.0), in;
-    in = good; in.devices = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.items = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.max_items = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.epsilon = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.epsilon = NAN; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.delta = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.delta = 1; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.scale_width = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    in = good; in.activity = 0; assert_int_equal(fleet_rule_choose(&in, &out), -1);
-    assert_int_equal(fleet_rule_choose(NULL, &out), -1);
-    assert_int_equal(fleet_rule_choose(&good, NULL), -1);
+    agg_dpals_rule_out out;
+    agg_dpals_rule_in good = input(&shapes[0], 1.0), in;
+    in = good; in.devices = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.items = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.max_items = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.epsilon = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.epsilon = NAN; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.delta = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.delta = 1; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.scale_width = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    in = good; in.activity = 0; assert_int_equal(agg_dpals_rule_choose(&in, &out), -1);
+    assert_int_equal(agg_dpals_rule_choose(NULL, &out), -1);
+    assert_int_equal(agg_dpals_rule_choose(&good, NULL), -1);
 }
 
 int main(void) {

@@ -1,0 +1,207 @@
+/* dprec aggregator core: dpals's population rule, the defaults that follow the population (dpals_rule.h;
+ * docs/results.md "The population rule"), which a dpals job's "population_rule" asks for (dprec-fleet's `dpals`
+ * asks by default).
+ *
+ * Signal against noise for an average item, before any report (dpals's statistics: common/protocols/dpals.h):
+ *  - The noise. Each round the aggregator adds to item j's normalized right-hand side Gaussian noise of sd z Delta,
+ *    Delta = sqrt(k (1 + alpha^2)), z the smallest multiplier whose R rounds fit (epsilon, delta) under the accountant
+ *    the aggregator itself inverts (dprec_gauss_noise_multiplier, the same call); scaled back, sigma_h =
+ *    z Delta Gamma_r sqrt(X2) on h_j, X2 = Gamma_u^2 + S^2 = 2 Gamma_u^2 at d > 1 (S = Gamma_u, dprec_dpals_x2).
+ *  - The reports. A device holding a ratings reports min(a, k) of them, each scaled by omega = sqrt(k / min(a, k))
+ *    (params.reweight), so an average item's Gram diagonal and right-hand side add up the weights of
+ *    n_w = N min(a, k) / m reporting devices times omega: n_w = N sqrt(k min(a, k)) / m.
+ *  - The factors. With d - 1 factor coordinates whose share of a device's clipped w decays as 1 / t (real rating
+ *    matrices' spectra decay: docs/results.md, the MovieLens-10M shape), coordinate t has E[w_t^2] =
+ *    Gamma_u^2 / (t H_{d-1}) (H_n the n-th harmonic number), so the Gram diagonal is n_w E[w_t^2] and the noise of
+ *    v_jt, in the rating units of a prediction (times |u_t|), is
+ *        noise_t = sigma_h / (n_w sqrt(E[w_t^2])) = sqrt(2) z Delta Gamma_r sqrt(t H_{d-1}) / n_w.
+ *    The signal of coordinate t is s_t = s_f / sqrt(t H_D), s_f the spread of the user-item interaction, with the
+ *    same spectrum over D = 10 components. s_f is a prior on rating data, not a measurement: W / 10 (0.45 on a
+ *    0.5..5 scale; on MovieLens 100K and 10M the interaction's spread is 0.4-0.5, what plain ALS gains over the
+ *    biases).
+ *  - SNR = s_1 / noise_1 (coordinate t = 1, d = 10). The posterior solve keeps a coordinate in the share
+ *    SNR^2 / (1 + SNR^2). The factors are fitted when SNR >= 4 at 3 rounds (the first factor kept at 94%): every
+ *    coordinate beyond the first is weaker (coordinate t's SNR is the first's over t), the factors' job measures the
+ *    item biases with sqrt(2) more noise than the bias model's (X2 = 2 Gamma_u^2 against S^2 = 1) over more
+ *    rounds, and its first round fits the devices to a random V; so the first factor must be measured well, not
+ *    merely above its noise. Below, d = 1 (the bias model, 2 rounds). With factors, 5 rounds and a device
+ *    ridge of 0.02 per rating at epsilon >= 5, else 3 and 0.1 (the switch measured, in agg_dpals_rule_choose).
+ *  - The bias model's device ridge. At d = 1 the device's only coordinate is its own offset c from the public mu (the
+ *    scale's middle, no estimate of anything), so a ridge of 0.1 per rating (the factors', ALS-WR's) pulls every
+ *    device's level 9% toward the scale's middle. The posterior mean of c under the prior N(0, E[c^2]) takes the
+ *    fixed ridge sigma^2 / E[c^2] instead: a rating's residual variance over the spread of the users' offsets from the
+ *    scale's middle, both about (W / 4.5)^2 on rating data (residual sd about 1 after the biases on MovieLens; the
+ *    users' offsets from the middle 0.5-0.8 plus their own spread 0.5), so 1, whatever W. Measured after it was chosen
+ *    (bias, seed 1 unless said): the small app at epsilon 1 0.9400 against 0.9422 with 0.1 per rating, at 0.5 (seed
+ *    2) 0.9659 against 0.9676; ml-100k at 1 and 10 1.0234 and 0.9709 against 1.0235 and 0.9698 (within the runs'
+ *    spread); 0.01 per rating was as good on the small app and worse on ml-100k (1.0245, 0.9735).
+ * Nothing here is a data set's measurement: N, m, k, epsilon, delta and W are the job's; a is declared by the app.
+ * The constants (4, W / 10) are round numbers; the threshold 4 was set with the MovieLens-10M shape's rows in view
+ * (there bias beat dpals at epsilon 2, SNR 3.8, and lost at 5, SNR 8.7: docs/results.md), then checked on the other
+ * shapes, not fitted to them. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dpals.h"
+#include "dprec/status.h"
+#include "gauss.h"
+#include "protocols/dpals_rule.h"
+
+static double harmonic(unsigned n) {
+    double h = 0;
+    for (unsigned t = 1; t <= n; t++) h += 1.0 / t;
+    return h;
+}
+
+/* The first factor's SNR at multiplier z. */
+static double snr_first(const agg_dpals_rule_in *in, double nw, double z) {
+    const double delta_s = dprec_dpals_sensitivity(in->max_items, DPREC_DPALS_DEFAULT_GRAM_WEIGHT);
+    const double rating_clip = 0.5; /* the factors' Gamma_r (params.rating_clip of a rule's job at d > 1) */
+    const double s_f = in->scale_width / 10.0;
+    const unsigned d = AGG_DPALS_RULE_FACTOR_RANK;
+    double noise = sqrt(2.0) * z * delta_s * rating_clip * sqrt(harmonic(d - 1)) / nw;
+    double signal = s_f / sqrt(harmonic(10));
+    return signal / noise;
+}
+
+int agg_dpals_rule_choose(const agg_dpals_rule_in *in, agg_dpals_rule_out *out) {
+    if (in == NULL || out == NULL || in->devices < 1 || in->items < 1 || in->max_items < 1 || !(in->epsilon > 0) ||
+        !(in->delta > 0 && in->delta < 1) || !(in->scale_width > 0) || !(in->activity > 0))
+        return -1;
+    const double k = in->max_items, used = in->activity < k ? in->activity : k;
+    out->reports_per_item = (double)in->devices * sqrt(k * used) / (double)in->items;
+    if (dprec_gauss_noise_multiplier(in->epsilon, in->delta, 3, 1.0, &out->z3) != DPREC_OK ||
+        dprec_gauss_noise_multiplier(in->epsilon, in->delta, 5, 1.0, &out->z5) != DPREC_OK)
+        return -1;
+    out->snr3 = snr_first(in, out->reports_per_item, out->z3);
+    out->snr5 = snr_first(in, out->reports_per_item, out->z5);
+    /* the factors' rounds follow the budget, as measured (docs/results.md "Defaults", dpals): 5 at epsilon >= 5 on
+     * both the MovieLens-10M shape (0.8182 against 0.8359 at epsilon 5) and 120 light devices at epsilon 8 (0.79-0.87;
+     * 3 rounds and the ridge of 0.1: 1.0084, seed 4); an SNR rule for them (5 rounds from SNR 4 at 5 rounds) chose 3
+     * on the light devices and lost there */
+    const int more = in->epsilon >= AGG_DPALS_RULE_MORE_ROUNDS_EPSILON;
+    out->factor_rounds = more ? 5 : 3;
+    /* with 5 rounds' noise per round the ridge of 0.1 per rating shrank the devices' factors too far: 0.02 (the
+     * factors' floor of 3, so that a device with a few ratings does not fit its d coordinates to them, is the
+     * caller's at any d > 1; docs/results.md "Defaults") */
+    out->factor_lambda_per_rating = more ? 0.02 : 0.1;
+    if (out->snr3 >= AGG_DPALS_RULE_FACTORS_PAY) {
+        out->rank = AGG_DPALS_RULE_FACTOR_RANK;
+        out->rounds = out->factor_rounds;
+        out->device_lambda_per_rating = out->factor_lambda_per_rating;
+        out->device_lambda_floor = 3.0;
+        out->device_lambda_fixed = 0.0;
+    } else {
+        out->rank = 1;
+        out->rounds = 2; /* the bias model's: its own bias fitted on release 1, the item biases corrected once */
+        out->device_lambda_per_rating = 0.0;
+        out->device_lambda_floor = 0.0;
+        out->device_lambda_fixed = AGG_DPALS_RULE_BIAS_RIDGE;
+    }
+    return 0;
+}
+
+/* ---- the job's option (agg_protocol.population_rule) ------------------------------------------------------------ */
+
+#define RULE_MAX_DEVICES 1e9 /* as the spec's min_reports */
+
+int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params, cJSON **record, char *err,
+                              size_t errcap) {
+    *record = NULL;
+    if (!cJSON_IsObject(option)) {
+        snprintf(err, errcap, "population_rule must be an object {\"devices\": N, \"ratings_per_device\": a}");
+        return -1;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, option) {
+        const char *k = it->string != NULL ? it->string : "?";
+        if (strcmp(k, "devices") != 0 && strcmp(k, "ratings_per_device") != 0) {
+            snprintf(err, errcap, "population_rule.%.40s is not an input of the rule (devices, ratings_per_device)", k);
+            return -1;
+        }
+    }
+    /* N is declared: a device registers on its first sync, which needs a job, so the registrations at a first job's
+     * creation count nothing of the population (docs/protocol.md) */
+    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(option, "devices");
+    const cJSON *na = cJSON_GetObjectItemCaseSensitive(option, "ratings_per_device");
+    if (!cJSON_IsNumber(nd) || !isfinite(nd->valuedouble) || nd->valuedouble < 1 ||
+        nd->valuedouble > RULE_MAX_DEVICES || floor(nd->valuedouble) != nd->valuedouble) {
+        snprintf(err, errcap, "population_rule.devices must be an integer in 1..1e9: the devices the app has, "
+                              "declared");
+        return -1;
+    }
+    if (!cJSON_IsNumber(na) || !isfinite(na->valuedouble) || !(na->valuedouble > 0) || na->valuedouble > shape->m) {
+        snprintf(err, errcap, "population_rule.ratings_per_device must be a number in (0, m = %u]: the ratings a "
+                 "device typically holds, at most the catalogue's items", shape->m);
+        return -1;
+    }
+    if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
+        snprintf(err, errcap, "population_rule needs a budget with delta > 0 (the rule inverts the accountant at "
+                 "(epsilon, delta))");
+        return -1;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(params, "noise_multiplier") != NULL ||
+        cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL) {
+        const int factors = cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL;
+        snprintf(err, errcap, "population_rule chooses the model and reads the noise from the budget: a spec gives it "
+                 "or params.%s, not both", factors ? "factors" : "noise_multiplier");
+        return -1;
+    }
+    /* k: the job's params.max_items as dpals reads it (a malformed one is refused by the job's validation after) */
+    uint32_t k = DPREC_DPALS_DEFAULT_MAX_ITEMS;
+    const cJSON *mi = cJSON_GetObjectItemCaseSensitive(params, "max_items");
+    if (cJSON_IsNumber(mi) && mi->valuedouble >= 1 && mi->valuedouble <= (double)DPREC_DPALS_MAX_MAX_ITEMS &&
+        floor(mi->valuedouble) == mi->valuedouble)
+        k = (uint32_t)mi->valuedouble;
+    agg_dpals_rule_in in = {(uint32_t)nd->valuedouble, shape->m, shape->budget_epsilon, shape->budget_delta,
+                            shape->rating_max - shape->rating_min, k, na->valuedouble};
+    agg_dpals_rule_out out;
+    if (agg_dpals_rule_choose(&in, &out) != 0) {
+        snprintf(err, errcap, "population_rule: the accountant has no noise multiplier for this budget");
+        return -1;
+    }
+    shape->d = out.rank;
+    shape->rounds = out.rounds;
+    const int rating_clip = out.rank > 1 && cJSON_GetObjectItemCaseSensitive(params, "rating_clip") == NULL;
+    if (rating_clip && cJSON_AddNumberToObject(params, "rating_clip", 0.5) == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    char choice[160];
+    if (out.rank == 1)
+        snprintf(choice, sizeof choice, "factors cannot pay at this population and budget (below %g): d = 1, the bias "
+                 "model, the devices' fixed ridge %g", AGG_DPALS_RULE_FACTORS_PAY, out.device_lambda_fixed);
+    else
+        snprintf(choice, sizeof choice, "factors pay (%g or more): d = %u, %u rounds (epsilon %s %g)",
+                 AGG_DPALS_RULE_FACTORS_PAY, out.rank, out.rounds,
+                 out.rounds == 5 ? ">=" : "<", AGG_DPALS_RULE_MORE_ROUNDS_EPSILON);
+    cJSON *r = cJSON_CreateObject(), *ridge = NULL;
+    int ok = r != NULL;
+    ok = ok && cJSON_AddNumberToObject(r, "devices", in.devices);
+    ok = ok && cJSON_AddStringToObject(r, "devices_from", "declared");
+    ok = ok && cJSON_AddNumberToObject(r, "ratings_per_device", in.activity);
+    ok = ok && cJSON_AddNumberToObject(r, "items", in.items) && cJSON_AddNumberToObject(r, "max_items", in.max_items);
+    ok = ok && cJSON_AddNumberToObject(r, "scale_width", in.scale_width);
+    /* the budget the rule read: the job's (the request layer adds its unit and model, as the job's privacy block) */
+    ok = ok && cJSON_AddNumberToObject(r, "epsilon", in.epsilon) && cJSON_AddNumberToObject(r, "delta", in.delta);
+    ok = ok && cJSON_AddNumberToObject(r, "reports_per_item", out.reports_per_item);
+    ok = ok && cJSON_AddNumberToObject(r, "z3", out.z3) && cJSON_AddNumberToObject(r, "snr3", out.snr3);
+    ok = ok && cJSON_AddNumberToObject(r, "z5", out.z5) && cJSON_AddNumberToObject(r, "snr5", out.snr5);
+    ok = ok && cJSON_AddNumberToObject(r, "factors_pay", AGG_DPALS_RULE_FACTORS_PAY);
+    ok = ok && cJSON_AddNumberToObject(r, "d", out.rank) && cJSON_AddNumberToObject(r, "rounds", out.rounds);
+    if (ok && rating_clip) ok = cJSON_AddNumberToObject(r, "rating_clip", 0.5) != NULL;
+    ok = ok && (ridge = cJSON_AddObjectToObject(r, "device_ridge")) != NULL;
+    if (ok && out.rank == 1) ok = cJSON_AddNumberToObject(ridge, "fixed", out.device_lambda_fixed) != NULL;
+    else if (ok)
+        ok = cJSON_AddNumberToObject(ridge, "per_rating", out.device_lambda_per_rating) &&
+             cJSON_AddNumberToObject(ridge, "floor", out.device_lambda_floor);
+    ok = ok && cJSON_AddStringToObject(r, "choice", choice);
+    if (!ok) {
+        cJSON_Delete(r);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    *record = r;
+    return 0;
+}
