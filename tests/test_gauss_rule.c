@@ -25,20 +25,21 @@ typedef struct shape {
     uint32_t devices, items;
     double width, ratings;
     int binds[5]; /* 1 where the Wiener step is the least of the three at each epsilon of eps_grid */
+    int fixed[5]; /* 1 where the devices take the fixed ridge */
 } shape;
 
 /* ml-100k's scale is 1..5 (W = 4); the synthetic shapes' 0.5..5 (W = 4.5). */
 static const shape shapes[] = {
-    {"ml-100k", 943, 1682, 4.0, 100000, {1, 0, 0, 0, 0}},
-    {"ml10m:0.1", 7000, 1000, 4.5, 1004963, {0, 0, 0, 0, 0}},
-    {"small", 600, 9700, 4.5, 100000, {1, 1, 1, 1, 0}},
-    {"app2000", 2000, 2500, 4.5, 50000, {1, 1, 0, 0, 0}},
+    {"ml-100k", 943, 1682, 4.0, 100000, {1, 0, 0, 0, 0}, {0, 0, 0, 0, 0}},
+    {"ml10m:0.1", 7000, 1000, 4.5, 1004963, {0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}},
+    {"small", 600, 9700, 4.5, 100000, {1, 1, 1, 1, 0}, {1, 1, 1, 0, 0}},
+    {"app2000", 2000, 2500, 4.5, 50000, {1, 1, 0, 0, 0}, {1, 0, 0, 0, 0}},
 };
 
 static fleet_gauss_rule_in input(const shape *s, double eps) {
     double z = 0;
     assert_int_equal(dprec_gauss_noise_multiplier(eps, 1e-6, 10, 1.0, &z), DPREC_OK);
-    fleet_gauss_rule_in in = {s->devices, s->items, s->width, 10, z, 1.0, 1000, 0.9 * s->ratings / s->devices};
+    fleet_gauss_rule_in in = {s->devices, s->items, s->width, 10, z, 1.0, 1000, 0.9 * s->ratings / s->devices, 0.1};
     return in;
 }
 
@@ -53,6 +54,11 @@ static void test_gauss_rule_binds_where_an_average_item_is_mostly_noise(void **s
             assert_true(out.lr == out.lr_carry || out.lr == out.lr_noise || out.lr == out.lr_snr);
             const int binds = out.lr == out.lr_snr && out.lr_snr < out.lr_carry && out.lr_snr < out.lr_noise;
             if (binds) assert_true(out.snr < 0.4); /* only where an average item is mostly noise */
+            /* the fixed ridge where the release's gain SNR^2 (W / 10)^2 is below the pull (0.1 / 1.1)^2 (W / 4.5)^2 */
+            assert_int_equal(out.fixed_ridge, binds && out.snr < (0.1 / 1.1) * (10.0 / 4.5));
+            if (out.fixed_ridge != shapes[i].fixed[e])
+                fail_msg("%s at epsilon %g: SNR %.3f: fixed ridge %d, expected %d", shapes[i].name, eps_grid[e], out.snr,
+                         out.fixed_ridge, shapes[i].fixed[e]);
             if (binds != shapes[i].binds[e])
                 fail_msg("%s at epsilon %g: SNR %.3f, steps 1/n %.4g, noise %.4g, Wiener %.4g: binds %d, expected %d",
                          shapes[i].name, eps_grid[e], out.snr, out.lr_carry, out.lr_noise, out.lr_snr, binds,
@@ -131,6 +137,7 @@ static void test_gauss_rule_refuses_inputs_out_of_range(void **state) {
     in = good; in.clip = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
     in = good; in.scale_width = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
     in = good; in.activity = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
+    in = good; in.device_lambda_per_rating = -1; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
     assert_int_equal(fleet_gauss_rule_choose(NULL, &out), -1);
     assert_int_equal(fleet_gauss_rule_choose(&good, NULL), -1);
 }

@@ -20,6 +20,7 @@ typedef struct fleet_gauss_rule_in {
     double clip;              /* C */
     uint32_t max_items;       /* k: the (item, coef) pairs of a report */
     double activity;          /* a: the ratings a device typically holds (declared) */
+    double device_lambda_per_rating; /* the devices' ridge per rating where the rule does not fix it (0.1) */
 } fleet_gauss_rule_in;
 
 typedef struct fleet_gauss_rule_out {
@@ -29,12 +30,15 @@ typedef struct fleet_gauss_rule_out {
     double lr_snr;            /* SNR^2 / g: the step that minimizes an average item's error where noise dominates */
     double raters_per_item;   /* n = N min(a, k) / m */
     double snr;               /* an average item's bias after T steps: its signal over its noise */
+    int fixed_ridge;          /* 1: the devices' fixed ridge FLEET_GAUSS_RULE_FIXED_RIDGE, 0: the per-rating one */
 } fleet_gauss_rule_out;
 
 #define FLEET_GAUSS_RULE_LR_PER_RATER 1.0
 #define FLEET_GAUSS_RULE_LR_NOISE 0.2
+#define FLEET_GAUSS_RULE_FIXED_RIDGE 1.0 /* the bias model's (fleet_rule.h FLEET_RULE_BIAS_RIDGE): gauss_rule.c */
 
-/* The rule's step for `in`. 0, or -1 if an input is out of range (N, m, k, T >= 1, W, sigma, C, a > 0). */
+/* The rule's step and the devices' ridge for `in`. 0, or -1 if an input is out of range (N, m, k, T >= 1, W, sigma, C,
+ * a > 0, the per-rating ridge >= 0). */
 int fleet_gauss_rule_choose(const fleet_gauss_rule_in *in, fleet_gauss_rule_out *out);
 
 #endif /* DPREC_FLEET_GAUSS_RULE_H */

@@ -21,7 +21,6 @@
  * average number of raters); 0.2 on the default synthetic fleet at epsilon 1 (z = 14: lr 0.0025, 0.005, 0.01,
  * 0.02 gave 1.0024, 0.9930, 1.0229, 1.2500). */
 #define GAUSS_DEFAULT_ROUNDS 10
-#define GAUSS_NOISY_RIDGE 1.0 /* the devices' fixed ridge where the rule's Wiener step binds (gauss_population) */
 static double lr_used; /* the step of the last job spec (--lr, or the default for its data) */
 static double rule_snr = NAN; /* the rule's SNR of an average item (gauss_rule.c), printed */
 
@@ -124,25 +123,26 @@ static int gauss_rule(const fleet_common *o, const fleet_data *d, fleet_gauss_ru
     if (o->secure_agg && sigma > 0) /* the shares are sized for the fewest survivors: all of them add more */
         sigma *= sqrt((double)d->num_users / fleet_secure_min_survivors(o, d->num_users));
     fleet_gauss_rule_in in = {d->num_users, d->num_items, (double)d->rating_max - (double)d->rating_min, o->rounds, sigma,
-                              gp.clip, gp.max_ratings, d->num_users > 0 && train > 0 ? (double)train / d->num_users : 1.0};
+                              gp.clip, gp.max_ratings, d->num_users > 0 && train > 0 ? (double)train / d->num_users : 1.0,
+                              FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING};
     return fleet_gauss_rule_choose(&in, r);
 }
 
-/* The devices' ridge that follows the population. Where the rule's Wiener step binds (an average item's bias is mostly
- * noise, gauss_rule.c), the release carries little beyond each device's own level, and the coordinate a device fits
- * is its own offset c from the public mu (the scale's middle): the bias model's fixed ridge of 1 (fleet_rule.h,
- * FLEET_RULE_BIAS_RIDGE: a rating's residual variance over the spread of the users' offsets, both about (W / 4.5)^2),
- * instead of 0.1 per rating, which pulls every device's level 9% toward the scale's middle. Each unless given. */
+/* The devices' ridge that follows the population (gauss_rule.c): where the rule's Wiener step binds and an average
+ * item's bias carries less than the per-rating ridge's pull toward the scale's middle costs, the bias model's fixed
+ * ridge of 1; else the per-rating one. Each unless given. */
 static void gauss_population(fleet_common *o, const fleet_data *d) {
     fleet_gauss_rule_out r;
     if (gp.lr > 0 || gauss_rule(o, d, &r) != 0) return;
     const int binds = r.lr == r.lr_snr && r.lr_snr < r.lr_carry && r.lr_snr < r.lr_noise;
     printf("rule: %u devices, %u items, %.1f ratings an item, %g rounds: an average item's bias after them has SNR %.3g; "
            "%s\n", d->num_users, d->num_items, r.raters_per_item, (double)o->rounds, r.snr,
-           binds ? "mostly noise: the Wiener step, and the devices' fixed ridge 1" : "the measured steps bind");
-    if (!binds) return;
+           !binds ? "the measured steps bind"
+           : r.fixed_ridge ? "mostly noise: the Wiener step, and the devices' fixed ridge 1 (below 0.202)"
+                           : "mostly noise: the Wiener step, the devices' ridge per rating (0.202 or above)");
+    if (!r.fixed_ridge) return;
     if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
-    if (!o->lambda_set) o->lambda = GAUSS_NOISY_RIDGE;
+    if (!o->lambda_set) o->lambda = FLEET_GAUSS_RULE_FIXED_RIDGE;
     if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
 }
 
