@@ -479,6 +479,8 @@ static void test_gauss_uncertainty_column_carries_the_noise_of_its_steps(void **
             const unsigned char *u = next.unc + (size_t)it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
             const double sb = dprec_uncertainty_sd(pu[0]), sv = dprec_uncertainty_sd(pu[3]);
             assert_int_equal(u[0], dprec_uncertainty_code(sqrt(c * c * sb * sb + add)));
+            if (round == 1) /* the first step's noise alone: no earlier noise on the biases */
+                assert_int_equal(u[0], dprec_uncertainty_code(lr * z * sens / q));
             assert_int_equal(u[3], dprec_uncertainty_code(sqrt(c * c * sv * sv + add)));
             assert_int_equal(u[1], 255); /* gain 1 */
             assert_int_equal(u[4], 255);
@@ -487,7 +489,6 @@ static void test_gauss_uncertainty_column_carries_the_noise_of_its_steps(void **
         agg_model_free(&prev);
         prev = next;
     }
-    /* the first step's noise alone: no earlier noise on the biases, so their noise is lr sigma / q */
     agg_model_free(&prev);
     dprec_rng_free(&rng);
 }
@@ -515,6 +516,14 @@ static void test_gauss_a_release_of_pure_noise_keeps_almost_nothing(void **state
         agg_model_free(&prev);
         prev = next;
     }
+    /* the column's noise is the step's: the biases, 0 in release 1 and moved by the noise alone, have the variance it
+     * publishes. Sample variance of 2,000 values: relative sd sqrt(2 / 1999) = 3.2%; the code rounds the sd to 1/32 of
+     * an octave either way (2.2%, 4.4% in variance); 0.25 is more than 6 sd above both (false failure below 1e-9). */
+    double var = 0.0;
+    for (uint32_t it = 0; it < m; it++) var += (double)prev.bias[it] * prev.bias[it];
+    var /= m;
+    const double nb = dprec_uncertainty_sd(prev.unc[0]);
+    assert_true(fabs(var / (nb * nb) - 1.0) <= 0.25);
     unsigned kept = 0;
     double keep_b = 0.0, keep_v = 0.0;
     for (uint32_t it = 0; it < m; it++) {
