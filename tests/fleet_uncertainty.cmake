@@ -1,4 +1,4 @@
-# The bias model's default run with its releases' uncertainty (release format 3, docs/privacy.md "Release
+# The bias model's and gauss-gd's default runs with their releases' uncertainty (release format 3, docs/privacy.md "Release
 # uncertainty") on a fleet whose budget leaves the release pure noise: 300 devices, 200 items, epsilon 0.1. The fleet
 # asks for the column by default for bias, says so, and every device predicts its own level: at or below the user mean,
 # what each device has for free (on this shape 1.1256 in most runs, 1.1216-1.1281 in others, against 1.1323; without
@@ -20,4 +20,24 @@ fleet_ledgers_within()
 fleet_baseline("user mean" user)
 if(rmse GREATER user)
   message(FATAL_ERROR "the bias model on a release of noise (${rmse}) is worse than the user mean (${user})")
+endif()
+
+# gauss-gd's default run on the same fleet: its releases carry the column too, and the step rule
+# (examples/fleet/gauss_rule.c) finds an average item's bias mostly noise, so it takes the Wiener step and the devices'
+# fixed ridge 1; every device then predicts about its own level, at or below the user mean (1.1233 against 1.1323 here).
+execute_process(COMMAND ${BIN} --synthetic 300,200,6000,3 --protocol gauss-gd --epsilon 0.1 --in-process --threads 2
+                        --seed 4 --compare none
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
+fleet_run_ok()
+if(NOT out MATCHES "releases: with each item's uncertainty \\(release format 3\\)")
+  message(FATAL_ERROR "the gauss-gd job's releases do not carry their items' uncertainty by default")
+endif()
+if(NOT out MATCHES "rule: [^\n]*mostly noise: the Wiener step, and the devices' fixed ridge 1 \\(below 0.202\\)")
+  message(FATAL_ERROR "the gauss-gd step rule did not find this fleet's items mostly noise")
+endif()
+fleet_final(gauss-gd 10 0.1 rmse)
+fleet_ledgers_within()
+fleet_baseline("user mean" user)
+if(rmse GREATER user)
+  message(FATAL_ERROR "gauss-gd on a release of noise (${rmse}) is worse than the user mean (${user})")
 endif()

@@ -609,7 +609,7 @@ static void test_agg_a_job_with_compact_releases_publishes_them_signed(void **st
  * its rounds publish, also after a restart, are format 3 with the uncertainty column, signed like the others; release 1
  * holds no noise (every posterior code 0: the identity on a device). A round with no report releases the noise alone,
  * and its column says so: nearly every item keeps nothing of it. The job view says it; a protocol that does not compute
- * it, or a value that is not a boolean, is refused. */
+ * it (gauss-gd with secure aggregation among them), or a value that is not a boolean, is refused. */
 static void test_agg_a_job_with_release_uncertainty_publishes_the_column_signed(void **state) {
     env *e = *state;
     char tok[65];
@@ -662,8 +662,10 @@ static void test_agg_a_job_with_release_uncertainty_publishes_the_column_signed(
     const char *bad[] = {
         "{\"protocol\":\"plain\",\"d\":2,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
         "\"round_seconds\":600,\"release_uncertainty\":true}",
-        "{\"protocol\":\"gauss-gd\",\"d\":2,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
-        "\"round_seconds\":600,\"release_uncertainty\":true,\"budget\":{\"epsilon\":1,\"delta\":1e-6}}",
+        /* gauss-gd computes it for the aggregator's own noise, not for secure aggregation's shares */
+        "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,\"min_reports\":8,"
+        "\"round_seconds\":600,\"release_uncertainty\":true,\"params\":{\"clip\":1,\"lr\":0.05,\"aggregation\":\"secure\","
+        "\"secagg_neighbours\":4,\"secagg_min_survivors\":5},\"budget\":{\"epsilon\":8,\"delta\":1e-6}}",
         "{\"protocol\":\"dpals\",\"d\":1,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
         "\"round_seconds\":600,\"release_uncertainty\":1,\"budget\":{\"epsilon\":1,\"delta\":1e-6}}",
     };

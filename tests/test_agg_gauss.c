@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "dprec/release.h"
 #include "protocols/agg_protocol.h"
 #include "gauss.h"
 #include "noise.h"
@@ -442,6 +443,133 @@ static void test_gauss_grid_allowance_covers_the_rounding_or_the_job_is_refused(
     cJSON_Delete(p);
 }
 
+/* The items' uncertainty of a gauss-gd release (release_uncertainty; aggregator/protocols/gauss.c gauss_uncertainty,
+ * docs/privacy.md "Release uncertainty"). Release 1: biases without noise, factors the public draw on [-0.1, 0.1)
+ * (noise sd 0.1 / sqrt(3), gain 0). Each step adds (lr sigma / q)^2 to every coordinate's noise, after the ridge's
+ * contraction (1 - lr lambda)^2 of the previous release's (read back from its column, as coded), with sigma the
+ * sampler's (agg_gauss_noise_scale). Exact: the codes are compared, not a tolerance. */
+static void test_gauss_uncertainty_column_carries_the_noise_of_its_steps(void **state) {
+    (void)state;
+    const uint32_t m = 30, d = 4;
+    const double lr = 0.05, lambda = 2.0, z = 3.0, q = 0.5;
+    agg_job j = make_job("{\"unit\":\"user\",\"noise_multiplier\":3,\"lr\":0.05,\"lambda\":2}", m, d, 1e6, 1e-5, 3, q);
+    j.release_uncertainty = 1;
+    char err[AGG_ERRMSG];
+    agg_model prev, next;
+    assert_int_equal(agg_protocol_gauss_gd.initial_model(&j, &prev, err, sizeof err), 0);
+    assert_non_null(prev.unc);
+    assert_int_equal(prev.unc_flags, DPREC_RELEASE_UNC_PINNED0);
+    for (uint32_t it = 0; it < m; it++) {
+        const unsigned char *u = prev.unc + (size_t)it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        assert_int_equal(u[0], 0); /* b = 0, no noise: kept (and 0) */
+        assert_int_equal(u[3], dprec_uncertainty_code(0.1 / sqrt(3.0)));
+        assert_int_equal(u[4], 0); /* the draw carries nothing of the items: a device keeps none of it */
+    }
+    double sens, sigma;
+    assert_int_equal(agg_gauss_noise_scale(&j, (uint64_t)m * (d + 1), &sens, &sigma), 0);
+    assert_true(fabs(sigma - z * sens) <= 1e-12 * sigma);
+    const double add = (lr * sigma / q) * (lr * sigma / q), c = 1.0 - lr * lambda;
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"gauss-unc", 9, "test"), DPREC_OK);
+    for (int round = 1; round <= 2; round++) {
+        assert_int_equal(agg_protocol_gauss_gd.global_step(&j, &prev, NULL, 0, &rng, &next, err, sizeof err), 0);
+        assert_non_null(next.unc);
+        for (uint32_t it = 0; it < m; it++) {
+            const unsigned char *pu = prev.unc + (size_t)it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            const unsigned char *u = next.unc + (size_t)it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            const double sb = dprec_uncertainty_sd(pu[0]), sv = dprec_uncertainty_sd(pu[3]);
+            assert_int_equal(u[0], dprec_uncertainty_code(sqrt(c * c * sb * sb + add)));
+            if (round == 1) /* the first step's noise alone: no earlier noise on the biases */
+                assert_int_equal(u[0], dprec_uncertainty_code(lr * z * sens / q));
+            assert_int_equal(u[3], dprec_uncertainty_code(sqrt(c * c * sv * sv + add)));
+            assert_int_equal(u[1], 255); /* gain 1 */
+            assert_int_equal(u[4], 255);
+            assert_int_equal(u[2], 255); /* the biases' spread unbounded: kept whole */
+        }
+        agg_model_free(&prev);
+        prev = next;
+    }
+    agg_model_free(&prev);
+    dprec_rng_free(&rng);
+}
+
+/* A release of pure noise (steps with no report: every value is the noise, nothing of any item) gives almost every item's
+ * factors a spread of 0, so a device keeps none of them; the biases it keeps whole (their spread is published without
+ * bound: gauss_uncertainty says why). Here p = 3 unpinned factor coordinates a row of equal noise N, so a row keeps
+ * something when ||x||^2 / N, chi^2_3, exceeds 3 + 2 sqrt(6) = 7.90: probability 2 Q(sqrt(7.90)) + sqrt(2 7.90 / pi)
+ * e^(-7.90 / 2) = 4.8% (chi^2_3's tail in closed form). Over m = 2,000 items we allow 10% (the binomial's mean 96, sd 9.6:
+ * 200 is 11 sd above). What is kept is little: keep = (1 - 3 / (X - 2 sqrt(6)))+ has mean 0.017 and sd 0.086 (a
+ * simulation of 200,000 rows), so the mean keep over 2,000 items has sd 0.0019 and we allow 0.03 (7 sd). Fixed seeds:
+ * the outcome is deterministic. */
+static void test_gauss_a_release_of_pure_noise_keeps_almost_nothing(void **state) {
+    (void)state;
+    const uint32_t m = 2000, d = 4;
+    agg_job j = make_job("{\"unit\":\"user\",\"noise_multiplier\":2,\"lr\":0.1}", m, d, 1e6, 1e-5, 5, 1.0);
+    j.release_uncertainty = 1;
+    char err[AGG_ERRMSG];
+    agg_model prev, next;
+    assert_int_equal(agg_protocol_gauss_gd.initial_model(&j, &prev, err, sizeof err), 0);
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"gauss-pure", 10, "test"), DPREC_OK);
+    for (int round = 1; round <= 5; round++) {
+        assert_int_equal(agg_protocol_gauss_gd.global_step(&j, &prev, NULL, 0, &rng, &next, err, sizeof err), 0);
+        agg_model_free(&prev);
+        prev = next;
+    }
+    /* the column's noise is the step's: the biases, 0 in release 1 and moved by the noise alone, have the variance it
+     * publishes. Sample variance of 2,000 values: relative sd sqrt(2 / 1999) = 3.2%; the code rounds the sd to 1/32 of
+     * an octave either way (2.2%, 4.4% in variance); 0.25 is more than 6 sd above both (false failure below 1e-9). */
+    double var = 0.0;
+    for (uint32_t it = 0; it < m; it++) var += (double)prev.bias[it] * prev.bias[it];
+    var /= m;
+    const double nb = dprec_uncertainty_sd(prev.unc[0]);
+    assert_true(fabs(var / (nb * nb) - 1.0) <= 0.25);
+    unsigned kept = 0;
+    double keep_b = 0.0, keep_v = 0.0;
+    for (uint32_t it = 0; it < m; it++) {
+        dprec_item_uncertainty unc;
+        dprec_uncertainty_decode(prev.unc + (size_t)it * DPREC_RELEASE_UNCERTAINTY_WIDTH, prev.unc_flags, &unc);
+        assert_true(unc.bias_keep >= 0.0f && unc.v_keep >= 0.0f);
+        kept += unc.v_keep > 0.0f;
+        keep_b += unc.bias_keep;
+        keep_v += unc.v_keep;
+    }
+    assert_true(kept <= m / 10u);
+    assert_true(keep_b == (double)m); /* every bias kept whole */
+    assert_true(keep_v / m < 0.03);
+    agg_model_free(&prev);
+    dprec_rng_free(&rng);
+}
+
+/* An item whose factors stand far above the noise (here factors of 5 against noise of sd lr sigma = 0.01) is kept
+ * nearly whole, whatever its count of raters: the spread is the row's own. Keep = 1 - p N / (||x||^2 - 2 sqrt(2 p) N),
+ * here above 0.999 (the codes' 1/16-octave steps move it by less than 1e-4). */
+static void test_gauss_a_well_measured_item_is_kept_nearly_whole(void **state) {
+    (void)state;
+    const uint32_t m = 20, d = 4;
+    agg_job j = make_job("{\"unit\":\"user\",\"noise_multiplier\":1,\"lr\":0.01}", m, d, 1e6, 1e-5, 1, 1.0);
+    j.release_uncertainty = 1;
+    char err[AGG_ERRMSG];
+    agg_model prev, next;
+    assert_int_equal(agg_protocol_gauss_gd.initial_model(&j, &prev, err, sizeof err), 0);
+    for (uint32_t it = 0; it < m; it++) {
+        prev.bias[it] = it % 2 ? 5.0f : -5.0f;
+        for (uint32_t k = 1; k < d; k++) prev.v[(size_t)it * d + k] = (k + it) % 2 ? 5.0f : -5.0f;
+    }
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"gauss-well", 10, "test"), DPREC_OK);
+    assert_int_equal(agg_protocol_gauss_gd.global_step(&j, &prev, NULL, 0, &rng, &next, err, sizeof err), 0);
+    for (uint32_t it = 0; it < m; it++) {
+        dprec_item_uncertainty unc;
+        dprec_uncertainty_decode(next.unc + (size_t)it * DPREC_RELEASE_UNCERTAINTY_WIDTH, next.unc_flags, &unc);
+        assert_true(unc.bias_keep > 0.999f && unc.v_keep > 0.999f);
+        assert_true(unc.pinned == 1);
+    }
+    agg_model_free(&next);
+    agg_model_free(&prev);
+    dprec_rng_free(&rng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gauss_one_rating_change_moves_the_sum_by_at_most_tau_c),
@@ -454,6 +582,9 @@ int main(void) {
         cmocka_unit_test(test_gauss_reproduces_seed001_eps_opt),
         cmocka_unit_test(test_gauss_job_validation_refuses_bad_params),
         cmocka_unit_test(test_gauss_grid_allowance_covers_the_rounding_or_the_job_is_refused),
+        cmocka_unit_test(test_gauss_uncertainty_column_carries_the_noise_of_its_steps),
+        cmocka_unit_test(test_gauss_a_release_of_pure_noise_keeps_almost_nothing),
+        cmocka_unit_test(test_gauss_a_well_measured_item_is_kept_nearly_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

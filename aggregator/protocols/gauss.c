@@ -28,6 +28,7 @@
 #include "agg_secure_spec.h"
 #include "secagg.h"
 #include "bytes.h"
+#include "dprec/release.h"
 #include "dprec/status.h"
 #include "gauss.h"
 #include "noise.h"
@@ -35,6 +36,7 @@
 #define GAUSS_MAX_CELLS ((uint64_t)1 << 26)
 #define GAUSS_DEFAULT_MAX_RATINGS 1000u /* as the devices' default (sdk/protocols/gauss.c) */
 #define GAUSS_MAX_MAX_RATINGS 65535u
+#define GAUSS_INIT_SCALE 0.1 /* release 1's factors: uniform on [-0.1, 0.1) (agg_model_random) */
 
 typedef struct gauss_params {
     dprec_unit unit;
@@ -287,6 +289,12 @@ static int gauss_validate_job(const agg_job *shape, const cJSON *params, char *e
         int sec = ptext != NULL ? secure_of(&tmp, &gp, &sp, err, errcap) : -1;
         free(ptext);
         if (sec < 0) return -1;
+        /* the column models the aggregator's own noise (gauss_uncertainty), not the devices' shares */
+        if (sec == 1 && shape->release_uncertainty) {
+            snprintf(err, errcap, "gauss-gd: release_uncertainty is not computed for secure aggregation (the devices' "
+                     "shares make the noise)");
+            return -1;
+        }
     }
     if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
         snprintf(err, errcap, "gauss-gd needs a budget with delta > 0 (seed 001's delta_r)");
@@ -457,9 +465,88 @@ int agg_gauss_noise_scale(const agg_job *job, uint64_t coords, double *sensitivi
 static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
     gauss_params gp;
     if (job_params(job, &gp, err, errcap) != 0) return -1;
-    if (agg_model_random(job, gp.seed, 0.1, gp.mu, out, err, errcap) != 0) return -1; /* V in [-0.1, 0.1), b = 0 */
+    /* V in [-0.1, 0.1), b = 0 */
+    if (agg_model_random(job, gp.seed, GAUSS_INIT_SCALE, gp.mu, out, err, errcap) != 0) return -1;
     if (gp.user_bias)
         for (size_t j = 0; j < job->m; j++) out->v[j * job->d] = 1.0f; /* pinned: the users' own bias */
+    if (job->release_uncertainty) {
+        /* release 1 (gauss_uncertainty's model): its biases are 0 (no noise: a device keeps them, and they are 0), or a
+         * base job's with that release's own column; its factors the public draw, uniform on [-0.1, 0.1): noise of
+         * variance 0.1^2 / 3 with nothing of the items in it (gain 0: a device keeps none of it) */
+        out->unc = calloc((size_t)job->m, DPREC_RELEASE_UNCERTAINTY_WIDTH);
+        if (out->unc == NULL) {
+            agg_model_free(out);
+            snprintf(err, errcap, "out of memory");
+            return -1;
+        }
+        out->unc_flags = gp.user_bias ? DPREC_RELEASE_UNC_PINNED0 : 0u;
+        const uint8_t init_noise = dprec_uncertainty_code(GAUSS_INIT_SCALE / sqrt(3.0));
+        for (size_t j = 0; j < job->m; j++) {
+            unsigned char *u = out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            u[3] = init_noise;
+            if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL)
+                memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
+        }
+    }
+    return 0;
+}
+
+/* The items' uncertainty of a gauss-gd release (docs/privacy.md, "Release uncertainty", gauss-gd). The step
+ * W <- (1 - lr lambda) W - lr (S + noise) / q adds to every coordinate of every item, rated or not, independent
+ * Gaussian noise of sd lr sigma / q, sigma = z S_eff (noise_scale: public, from the budget), so the noise a coordinate
+ * carries after this round is, counting the ridge's contraction c = 1 - lr lambda only,
+ *     N = c^2 N_prev + (lr sigma / q)^2,
+ * N_prev read from the previous release's column (release 1: 0 for the biases, 0.1^2 / 3 for the public random
+ * factors). It overstates the noise of an item that many devices rate: their gradient pulls the item back each round
+ * (the sum over its raters of x x^T, which the aggregator does not publish and whose count is private), so that
+ * contraction is not counted, and the gain is not modelled (a = 1).
+ *  - The factors: the spread is the item's own, not one across items. Its p = d - 1 unpinned coordinates (d without the
+ *    pin) are read as x_k = t_k + n_k with t_k ~ N(0, T_j^2) and n_k ~ N(0, N), and T_j^2 is the method of moments on
+ *    that row (James and Stein 1961; Efron and Morris, "Stein's estimation rule and its competitors", JASA 1973), with
+ *    the margin of eb_spread2 in dpals.c, two standard errors of sum_k x_k^2 under "no signal" (variance 2 p N^2):
+ *        T_j^2 = max(0, sum_k x_k^2 - p N - 2 sqrt(2 p) N) / p,
+ *    so that a device keeps T_j^2 / (T_j^2 + N) = 1 - p N / (||x||^2 - 2 sqrt(2 p) N) of them (positive part;
+ *    James-Stein's own factor is 1 - (p - 2) N / ||x||^2): a row of noise shrinks to 0 but in about 5% of rows, and a
+ *    well-measured one (||x||^2 far above p N, whatever its count of raters) is kept nearly whole.
+ *  - The biases: published with their noise, gain 1 and a spread without bound (code 255), so a device keeps them
+ *    whole. A bias is one value, whose own row cannot tell a popular item from a rare one, and one spread across items
+ *    shrinks every item alike; the test error weighs items by their ratings, and the popular ones, which the steps
+ *    measure best, lost most: on ml-100k at epsilon 1 (1.0142 without the column) one spread across items gave 1.0421,
+ *    the bias pooled with the factors' row 1.0399, the bias's own positive part 1.0314 (1.0195 without the margin),
+ *    and the biases kept whole 1.0132 (docs/results.md, gauss-gd). Where an average item's bias is mostly noise the
+ *    step rule of the fleet keeps that noise small instead (examples/fleet/gauss_rule.c).
+ * Every input is the release itself, the previous release's column and public parameters (lr, lambda, sigma, q):
+ * post-processing, no privacy cost. -1 out of memory. */
+static int gauss_uncertainty(const agg_job *job, const gauss_params *gp, const agg_model *prev, double sigma, double q,
+                             agg_model *next) {
+    const uint32_t m = job->m, d = job->d, first = gp->user_bias ? 1u : 0u;
+    next->unc = malloc((size_t)m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+    if (next->unc == NULL) return -1;
+    next->unc_flags = gp->user_bias ? DPREC_RELEASE_UNC_PINNED0 : 0u;
+    const double c = 1.0 - gp->lr * gp->lambda, add = (gp->lr * sigma / q) * (gp->lr * sigma / q);
+    const double p = (double)(d - first);
+    for (uint32_t j = 0; j < m; j++) {
+        double nb = add, nv = add;
+        if (prev->unc != NULL) {
+            const unsigned char *pu = prev->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            const double sb = dprec_uncertainty_sd(pu[0]), sv = dprec_uncertainty_sd(pu[3]);
+            nb += c * c * sb * sb;
+            nv += c * c * sv * sv;
+        }
+        double sum = 0.0;
+        for (uint32_t k = first; k < d; k++) {
+            const double x = (double)next->v[(size_t)j * d + k];
+            sum += x * x;
+        }
+        sum -= p * nv + 2.0 * sqrt(2.0 * p) * nv;
+        unsigned char *u = next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[0] = dprec_uncertainty_code(sqrt(nb));
+        u[1] = 255u; /* gain 1 */
+        u[2] = 255u; /* no bound on the biases' spread: a device keeps them whole (above) */
+        u[3] = d > first ? dprec_uncertainty_code(sqrt(nv)) : 0u; /* no unpinned factor: nothing to shrink */
+        u[4] = d > first ? 255u : 0u;
+        u[5] = d > first ? dprec_uncertainty_code(sum > 0.0 ? sqrt(sum / p) : 0.0) : 0u;
+    }
     return 0;
 }
 
@@ -527,6 +614,11 @@ static int gauss_step(const agg_job *job, const agg_model *prev, const agg_sum *
         }
     }
     free(sum);
+    if (job->release_uncertainty && gauss_uncertainty(job, &gp, prev, sigma, q, next) != 0) {
+        agg_model_free(next);
+        snprintf(err, errcap, "out of memory in the gauss-gd global step");
+        return -1;
+    }
     return 0;
 }
 
@@ -599,6 +691,7 @@ const agg_protocol agg_protocol_gauss_gd = {
     .model = DPREC_MODEL_CENTRAL,
     .needs_budget = 1,
     .releases_biases = 1,
+    .releases_uncertainty = 1,
     .validate_job = gauss_validate_job,
     .validate_payload = gauss_validate_payload,
     .max_payload = gauss_max_payload,

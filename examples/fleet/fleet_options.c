@@ -114,7 +114,7 @@ static const char help_tail[] =
     "                           factors with a scale per row, docs/release-format.md); the devices predict from\n"
     "                           what they receive, so the RMSE shows what the encoding costs\n"
     "  --uncertainty on|off     the jobs' releases carry each item's uncertainty, and the devices shrink noisy\n"
-    "                           items toward what they know (release_uncertainty; dpals, bias; default on;\n"
+    "                           items toward what they know (release_uncertainty; dpals, bias, gauss-gd; default on;\n"
     "                           docs/privacy.md \"Release uncertainty\")\n"
     "  --verify-each            every device checks every release signature itself (default: the devices\n"
     "                           share one check per release through dprec_sync_config's memo, as one\n"

@@ -183,8 +183,9 @@ int fleet_proto_secure_agg(const fleet_proto *p);
 
 /* Whether protocol p's aggregator publishes its items' uncertainty for a job that asks (release_uncertainty; the devices
  * then shrink noisy items, docs/privacy.md "Release uncertainty"): 0 no, 1 yes when --uncertainty on, 2 yes unless
- * --uncertainty off. One line of examples/fleet/protocols/table.c's list. */
-int fleet_proto_release_uncertainty(const fleet_proto *p);
+ * --uncertainty off; for a job with secure aggregation (secure 1), 0 for a protocol whose column does not model the
+ * devices' shares (gauss-gd). One line of examples/fleet/protocols/table.c's list. */
+int fleet_proto_release_uncertainty(const fleet_proto *p, int secure);
 
 /* The fewest survivors a secure round of n devices may unmask, as the fleet asks (secagg_min_survivors): 95% of the
  * devices --dropout leaves through the consistency round (a round unmasks only once that many survivors attested the

@@ -8,22 +8,21 @@
 #include "bytes.h"
 #include "fleet_proto.h"
 #include "gauss.h"
+#include "gauss_rule.h"
 #include "report.h"
 #include "secagg.h"
 
-/* The default step (docs/results.md, "Defaults"): lr = min(GAUSS_LR_PER_RATER / n, GAUSS_LR_NOISE / (sigma sqrt(T)))
- * with n the average number of raters per item, sigma the noise on each summed coordinate and T the rounds. The
- * gradient is a sum over an item's raters, so a step of about 1 / n moves an item's row by its own scale; and the
- * noise a step injects, lr sigma per coordinate, accumulates over T steps, so lr sigma sqrt(T) is kept at 0.2.
- * Both constants were chosen on synthetic fleets, not on ml-100k: 1 / n because 3 / n, though better on the
+/* The default step (docs/results.md, "Defaults"): gauss_rule.c's, lr = min(1 / n, 0.2 / (sigma sqrt(T)), lr_snr) with n
+ * the ratings an average item has in the reports, sigma the noise on each summed coordinate and T the rounds; lr_snr
+ * is the step that minimizes an average item's error when the release can carry little (gauss_rule.c). The constants
+ * 1 and 0.2 were chosen on synthetic fleets, not on ml-100k: 1 / n because 3 / n, though better on the
  * MovieLens-10M-shaped fleet (ml10m:0.1, epsilon 10: 0.8299 against 0.8550; 0.3 / n: 0.8875), diverged on the
  * default synthetic fleet (1.1152 against 0.8394 at epsilon 10: its most popular items have 150 times the
  * average number of raters); 0.2 on the default synthetic fleet at epsilon 1 (z = 14: lr 0.0025, 0.005, 0.01,
  * 0.02 gave 1.0024, 0.9930, 1.0229, 1.2500). */
-#define GAUSS_LR_PER_RATER 1.0
-#define GAUSS_LR_NOISE 0.2
 #define GAUSS_DEFAULT_ROUNDS 10
 static double lr_used; /* the step of the last job spec (--lr, or the default for its data) */
+static double rule_snr = NAN; /* the rule's SNR of an average item (gauss_rule.c), printed */
 
 static struct {
     const char *unit, *u_update;
@@ -94,9 +93,7 @@ static int gauss_finish(fleet_common *o) {
     if (o->lambda < 0) o->lambda = 10.0;
     if (gp.unit == NULL) gp.unit = "user";
     if (gp.clip == 0) gp.clip = 1.0;
-    /* the step: --lr, or GAUSS_LR_PER_RATER over the average number of raters per item (gauss_spec), since the
-     * noisy gradient is a sum over the raters of each item; rounds: GAUSS_DEFAULT_ROUNDS (docs/results.md,
-     * "Defaults") */
+    /* the step: --lr, or gauss_rule.c's (gauss_spec); rounds: GAUSS_DEFAULT_ROUNDS (docs/results.md, "Defaults") */
     if (!o->rounds_set) o->rounds = GAUSS_DEFAULT_ROUNDS;
     if (gp.delta_i == 0) gp.delta_i = 0.01;
     if (gp.max_ratings == 0) gp.max_ratings = 1000;
@@ -112,22 +109,57 @@ static int gauss_finish(fleet_common *o) {
     return 0;
 }
 
+/* gauss_rule.c's choice for this fleet: N, m and W of the data, the job's rounds, the noise the aggregator will add to
+ * each summed coordinate (z C from the budget by the accountant it inverts; seed 001's sigma at unit rating), k, and the
+ * ratings a device holds, declared (here the data's mean over its devices, as for dpals's rule). */
+static int gauss_rule(const fleet_common *o, const fleet_data *d, fleet_gauss_rule_out *r) {
+    size_t train = 0;
+    for (uint32_t u = 0; u < d->num_users; u++) train += d->ntrain[u];
+    double z = 0, sigma = NAN;
+    if (strcmp(gp.unit, "rating") == 0)
+        sigma = dprec_gauss_sigma_seed001((double)d->rating_max - (double)d->rating_min, gp.clip, gp.eps_i, gp.delta_i);
+    else if (dprec_gauss_noise_multiplier(o->epsilon, o->delta, o->rounds, gp.sampling_rate, &z) == DPREC_OK)
+        sigma = z * gp.clip;
+    if (o->secure_agg && sigma > 0) /* the shares are sized for the fewest survivors: all of them add more */
+        sigma *= sqrt((double)d->num_users / fleet_secure_min_survivors(o, d->num_users));
+    fleet_gauss_rule_in in = {d->num_users, d->num_items, (double)d->rating_max - (double)d->rating_min, o->rounds, sigma,
+                              gp.clip, gp.max_ratings, d->num_users > 0 && train > 0 ? (double)train / d->num_users : 1.0,
+                              FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING};
+    return fleet_gauss_rule_choose(&in, r);
+}
+
+/* The devices' ridge that follows the population (gauss_rule.c): where the rule's Wiener step binds and an average
+ * item's bias carries less than the per-rating ridge's pull toward the scale's middle costs, the bias model's fixed
+ * ridge of 1; else the per-rating one. Each unless given. */
+static void gauss_population(fleet_common *o, const fleet_data *d) {
+    fleet_gauss_rule_out r;
+    if (gp.lr > 0 || gauss_rule(o, d, &r) != 0) return;
+    const int binds = r.lr == r.lr_snr && r.lr_snr < r.lr_carry && r.lr_snr < r.lr_noise;
+    printf("rule: %u devices, %u items, %.1f ratings an item, %g rounds: an average item's bias after them has SNR %.3g; "
+           "%s\n", d->num_users, d->num_items, r.raters_per_item, (double)o->rounds, r.snr,
+           !binds ? "the measured steps bind"
+           : r.fixed_ridge ? "mostly noise: the Wiener step, and the devices' fixed ridge 1 (below 0.202)"
+                           : "mostly noise: the Wiener step, the devices' ridge per rating (0.202 or above)");
+    if (!r.fixed_ridge) return;
+    if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
+    if (!o->lambda_set) o->lambda = FLEET_GAUSS_RULE_FIXED_RIDGE;
+    if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
+}
+
 static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
     int rating = strcmp(gp.unit, "rating") == 0;
-    if (!(gp.lr > 0)) { /* the raters per item: a public figure of the deployment's size, here counted in its data */
-        size_t train = 0;
-        for (uint32_t u = 0; u < d->num_users; u++) train += d->ntrain[u];
-        double per_item = d->num_items > 0 ? (double)train / d->num_items : 1.0;
-        lr_used = GAUSS_LR_PER_RATER / (per_item > 1.0 ? per_item : 1.0);
-        double z = 0, sigma = NAN; /* the noise the aggregator will add to each summed coordinate */
-        if (rating)
-            sigma = dprec_gauss_sigma_seed001((double)d->rating_max - (double)d->rating_min, gp.clip, gp.eps_i, gp.delta_i);
-        else if (dprec_gauss_noise_multiplier(o->epsilon, o->delta, o->rounds, gp.sampling_rate, &z) == DPREC_OK)
-            sigma = z * gp.clip;
-        if (o->secure_agg && sigma > 0) /* the shares are sized for the fewest survivors: all of them add more */
-            sigma *= sqrt((double)d->num_users / fleet_secure_min_survivors(o, d->num_users));
-        if (sigma > 0 && GAUSS_LR_NOISE / (sigma * sqrt((double)o->rounds)) < lr_used)
-            lr_used = GAUSS_LR_NOISE / (sigma * sqrt((double)o->rounds));
+    if (!(gp.lr > 0)) { /* the rule's step (gauss_rule.c), from the deployment's public size */
+        fleet_gauss_rule_out r;
+        if (gauss_rule(o, d, &r) == 0) {
+            lr_used = r.lr;
+            rule_snr = r.snr;
+        } else { /* no noise figure (a budget the accountant cannot meet: the job is refused anyway) */
+            size_t train = 0;
+            for (uint32_t u = 0; u < d->num_users; u++) train += d->ntrain[u];
+            double per_item = d->num_items > 0 ? (double)train / d->num_items : 1.0;
+            lr_used = FLEET_GAUSS_RULE_LR_PER_RATER / (per_item > 1.0 ? per_item : 1.0);
+            rule_snr = NAN;
+        }
     } else {
         lr_used = gp.lr;
     }
@@ -163,9 +195,12 @@ static void gauss_device(const fleet_common *o, const fleet_data *d, uint32_t nt
 
 static void gauss_describe(const fleet_common *o, const fleet_data *d) {
     (void)d;
+    char why[160] = "";
+    if (!(gp.lr > 0))
+        snprintf(why, sizeof why, " (the default: min(1 / n, 0.2 / (sigma sqrt(rounds))), the Wiener step of an average "
+                 "item at SNR %.3g; gauss_rule.c)", rule_snr);
     printf("gauss-gd (seed 001): unit %s, clip %g, step %g%s, reports of %u (item, coef) pairs\n", gp.unit, gp.clip,
-           lr_used, gp.lr > 0 ? "" : " (the default: min(1 / raters per item, 0.2 / (sigma sqrt(rounds))))",
-           gp.max_ratings);
+           lr_used, why, gp.max_ratings);
     if (strcmp(gp.unit, "rating") == 0) {
         char opt[32], held[32];
         dprec_format_up(dprec_eps_opt_seed001(o->rounds, gp.eps_i, gp.delta_i, o->delta), opt, sizeof opt);
@@ -224,8 +259,8 @@ const fleet_proto fleet_proto_gauss_gd = {
     "  --clip C                 clipping norm (default 1)\n"
     "  --sampling-rate Q        unit user: Poisson sampling rate of the devices per round (default 1)\n"
     "  --lr LR                  step size of the item-side gradient step (default min(1 / n, 0.2 / (sigma\n"
-    "                           sqrt(rounds))), n the raters per item, sigma the noise per coordinate;\n"
-    "                           seed 001: 5e-4)\n"
+    "                           sqrt(rounds)), the Wiener step of an average item), n the raters per item,\n"
+    "                           sigma the noise per coordinate (gauss_rule.c; seed 001: 5e-4)\n"
     "  --max-ratings N          the (item, coef) pairs every report carries, padded (default 1000); a device\n"
     "                           with more ratings reports a uniform sample of N each round\n"
     "  --u-update lsq|gradient  the u a device reports with: its exact least-squares fit on the release\n"
@@ -236,5 +271,5 @@ const fleet_proto fleet_proto_gauss_gd = {
     "                           (default 1e-5), by the group bound over --max-ratings (u is fitted from all of a\n"
     "                           user's ratings); seed 001's eps_opt, far below it, is printed but does not hold\n",
     gauss_flags, gauss_arg, gauss_finish, gauss_spec, gauss_device, NULL, gauss_describe, "bias",
-    "seed 001 Gaussian gradient descent, central DP", gauss_worst, &gauss_audit, NULL,
+    "seed 001 Gaussian gradient descent, central DP", gauss_worst, &gauss_audit, gauss_population,
 };
