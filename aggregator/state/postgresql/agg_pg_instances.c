@@ -69,27 +69,32 @@ int agg_pg_job_read(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state 
     return rc;
 }
 
-int agg_pg_leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n) {
+/* One statement of its own on the writer's connection, made usable again first if it was lost: its result (PQclear
+ * it), or NULL with the failure, of the connection or of the statement, logged as a db_error event named what. The
+ * opening and the error path that the writer's statements below share. */
+static PGresult *writer_run(dprec_agg *a, const char *what, const char *sql, const agg_pg_params *p) {
     agg_pg_conn *w = &PG_STORE(a)->w;
-    if (agg_pg_conn_check(w) != 0) {
-        agg_pg_log_conn_error(a, w, "lease");
-        return -1;
-    }
+    PGresult *r = agg_pg_conn_check(w) == 0 ? agg_pg_run(w, sql, p) : NULL;
+    if (r == NULL) agg_pg_log_conn_error(a, w, what);
+    return r;
+}
+
+int agg_pg_leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n) {
     agg_pg_params p = {0};
     agg_pg_p_text(&p, holder);
     agg_pg_p_i64(&p, seconds);
     /* one statement, its own transaction: the database server's clock decides expiry, so instances' clocks never
      * matter; a lease is taken only when free, expired, or already the holder's */
-    PGresult *r = agg_pg_run(w, "INSERT INTO leases(job, holder, expires_at)"
-                                " SELECT id, $1, extract(epoch FROM clock_timestamp()) + $2 FROM jobs WHERE state = 'running'"
-                                " ON CONFLICT (job) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at"
-                                " WHERE leases.holder = excluded.holder"
-                                " OR leases.expires_at < extract(epoch FROM clock_timestamp())"
-                                " RETURNING job", &p);
-    if (r == NULL) {
-        agg_pg_log_conn_error(a, w, "lease");
-        return -1;
-    }
+    PGresult *r = writer_run(a, "lease",
+                             "INSERT INTO leases(job, holder, expires_at)"
+                             " SELECT id, $1, extract(epoch FROM clock_timestamp()) + $2"
+                             " FROM jobs WHERE state = 'running'"
+                             " ON CONFLICT (job) DO UPDATE SET holder = excluded.holder,"
+                             " expires_at = excluded.expires_at"
+                             " WHERE leases.holder = excluded.holder"
+                             " OR leases.expires_at < extract(epoch FROM clock_timestamp())"
+                             " RETURNING job", &p);
+    if (r == NULL) return -1;
     int rows = PQntuples(r);
     *jobs = malloc((size_t)(rows > 0 ? rows : 1) * sizeof **jobs);
     if (*jobs != NULL)
@@ -100,32 +105,27 @@ int agg_pg_leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t *
 }
 
 int agg_pg_round_closing(dprec_agg *a, int64_t job, int64_t round) {
-    agg_pg_conn *w = &PG_STORE(a)->w;
-    if (agg_pg_conn_check(w) != 0) {
-        agg_pg_log_conn_error(a, w, "round_closing");
-        return -1;
-    }
     agg_pg_params p = {0};
     agg_pg_p_i64(&p, job);
     agg_pg_p_i64(&p, round);
     /* waits for every batch that holds the row FOR SHARE (they inserted into this round) to commit */
-    PGresult *r = agg_pg_run(w, "UPDATE jobs SET closing_round = $2 WHERE id = $1 AND round = $2 AND state = 'running'"
-                                " RETURNING id", &p);
-    if (r == NULL) {
-        agg_pg_log_conn_error(a, w, "round_closing");
-        return -1;
-    }
+    PGresult *r = writer_run(a, "round_closing",
+                             "UPDATE jobs SET closing_round = $2 WHERE id = $1 AND round = $2 AND state = 'running'"
+                             " RETURNING id", &p);
+    if (r == NULL) return -1;
     int marked = PQntuples(r) == 1;
     PQclear(r);
     return marked;
 }
 
 int64_t agg_pg_job_id_next(dprec_agg *a) {
-    agg_pg_conn *w = &PG_STORE(a)->w;
-    pthread_mutex_lock(&w->mu); /* between two passes of the writer: no transaction is open on it */
-    int64_t id = agg_pg_conn_check(w) == 0 ? agg_pg_query_i64(w, "SELECT nextval('dprec_job_ids')", NULL, -1) : -1;
-    if (id < 0) agg_pg_log_conn_error(a, w, "job_id");
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_t *mu = &PG_STORE(a)->w.mu;
+    pthread_mutex_lock(mu); /* between two passes of the writer: no transaction is open on it */
+    PGresult *r = writer_run(a, "job_id", "SELECT nextval('dprec_job_ids')", NULL);
+    pthread_mutex_unlock(mu);
+    /* nextval answers one row, a positive id (the sequence counts from 1: agg_pg_open.c), or fails (logged above) */
+    int64_t id = r != NULL && PQntuples(r) == 1 ? agg_pg_col_i64(r, 0, 0) : -1;
+    PQclear(r);
     return id;
 }
 
