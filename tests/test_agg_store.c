@@ -689,6 +689,16 @@ static void test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count(void
     assert_int_equal(state_count(e->a, 1), 3);
 }
 
+/* The server ends every session of the store's handle: the writer's and the readers'. */
+static void end_the_stores_sessions(env *e) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
+             " AND application_name = 'dprec-aggregator'", e->st.db);
+    assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
+    struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
+    nanosleep(&ts, NULL);
+}
+
 /* What several instances ask of the writer's connection outside a batch (a lease renewal, a round's closing mark, a
  * job id) answers -1 when its statement fails, and logs the failure as a db_error event named for it, with PostgreSQL's
  * message and SQLSTATE. Each statement is broken in the schema in turn (42P01: no such table or sequence; 42703: no
@@ -724,12 +734,7 @@ static void test_pg_renews_marks_and_numbers_again_after_the_writers_session_was
     add_job(e, 1);
     int64_t first_id = agg_store_job_id_next(e->a);
     assert_true(first_id > 0);
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
-             " AND application_name = 'dprec-aggregator'", e->st.db);
-    assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
-    struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
-    nanosleep(&ts, NULL);
+    end_the_stores_sessions(e);
     int64_t *held = NULL;
     size_t n = 0;
     e->log[0] = '\0';
@@ -783,12 +788,7 @@ static void test_pg_refuses_a_release_that_skips_a_version(void **state) {
 static void test_pg_connects_again_after_its_sessions_were_lost(void **state) {
     env *e = *state;
     add_job(e, 1);
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
-             " AND application_name = 'dprec-aggregator'", e->st.db);
-    assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
-    struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
-    nanosleep(&ts, NULL);
+    end_the_stores_sessions(e);
     /* a read, a round's load and a batch's BEGIN that find their session lost make it again and go on */
     agg_model prev;
     char lerr[160] = "";
