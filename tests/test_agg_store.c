@@ -689,6 +689,95 @@ static void test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count(void
     assert_int_equal(state_count(e->a, 1), 3);
 }
 
+/* The server ends every session of the store's handle: the writer's and the readers'. */
+static void end_the_stores_sessions(env *e) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
+             " AND application_name = 'dprec-aggregator'", e->st.db);
+    assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
+    struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
+    nanosleep(&ts, NULL);
+}
+
+/* What several instances ask of the writer's connection outside a batch (a lease renewal, a round's closing mark, a
+ * job id) answers -1 when its statement fails, and logs the failure as a db_error event named for it, with PostgreSQL's
+ * message and SQLSTATE. Each statement is broken in the schema in turn (42P01: no such table or sequence; 42703: no
+ * such column). */
+static void test_pg_logs_a_failed_lease_closing_mark_or_job_id_as_a_db_error_named_for_it(void **state) {
+    env *e = *state;
+    add_job(e, 1);
+    int64_t *held = NULL;
+    size_t n = 0;
+    assert_int_equal(raw_exec(e, "ALTER TABLE leases RENAME TO leases_gone"), 0);
+    e->log[0] = '\0';
+    assert_int_equal(agg_store_leases_renew(e->a, "first", 60, &held, &n), -1);
+    assert_non_null(strstr(e->log, "\"what\":\"lease\""));
+    assert_non_null(strstr(e->log, "\"postgresql\":"));
+    assert_non_null(strstr(e->log, "\"sqlstate\":\"42P01\""));
+    assert_int_equal(raw_exec(e, "ALTER TABLE jobs RENAME COLUMN closing_round TO closing_gone"), 0);
+    e->log[0] = '\0';
+    assert_int_equal(agg_store_round_closing(e->a, 1, 1), -1);
+    assert_non_null(strstr(e->log, "\"what\":\"round_closing\""));
+    assert_non_null(strstr(e->log, "\"sqlstate\":\"42703\""));
+    assert_int_equal(raw_exec(e, "DROP SEQUENCE dprec_job_ids"), 0);
+    e->log[0] = '\0';
+    assert_int_equal(agg_store_job_id_next(e->a), -1);
+    assert_non_null(strstr(e->log, "\"what\":\"job_id\""));
+    assert_non_null(strstr(e->log, "\"sqlstate\":\"42P01\""));
+}
+
+/* The writer's statements for several instances after the server ended its session: one that finds the session lost
+ * may fail (then logged as its own), and the next makes the session again; then each works: the lease is taken, the
+ * round marked closing, and job ids go on from the sequence. */
+static void test_pg_renews_marks_and_numbers_again_after_the_writers_session_was_lost(void **state) {
+    env *e = *state;
+    add_job(e, 1);
+    int64_t first_id = agg_store_job_id_next(e->a);
+    assert_true(first_id > 0);
+    end_the_stores_sessions(e);
+    int64_t *held = NULL;
+    size_t n = 0;
+    e->log[0] = '\0';
+    int rc = agg_store_leases_renew(e->a, "first", 60, &held, &n);
+    if (rc != 0) { /* the statement that found the session lost */
+        assert_non_null(strstr(e->log, "\"what\":\"lease\""));
+        rc = agg_store_leases_renew(e->a, "first", 60, &held, &n);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(held[0], 1);
+    free(held);
+    assert_int_equal(agg_store_round_closing(e->a, 1, 1), 1);
+    assert_int_equal(raw_int(e, "SELECT closing_round FROM jobs WHERE id = 1"), 1);
+    assert_true(agg_store_job_id_next(e->a) > first_id);
+}
+
+/* The batch's round counts are written just before its COMMIT, in its transaction: a batch whose count cannot be
+ * written fails whole (its reports are not stored, and so never acknowledged), and the next batch goes on. */
+static void test_pg_fails_a_batch_whose_round_count_cannot_be_written(void **state) {
+    env *e = *state;
+    add_job(e, 1);
+    assert_int_equal(agg_store_begin(e->a), 0);
+    int64_t dev = add_device(e, "token-one");
+    assert_int_equal(agg_store_commit(e->a), 0);
+    assert_int_equal(raw_exec(e, "ALTER TABLE round_counts RENAME TO round_counts_gone"), 0);
+    unsigned char id[DPREC_REPORT_ID_SIZE];
+    size_t len;
+    unsigned char *r = make_report(1, 1, 0x31, 16, 1, id, &len);
+    assert_int_equal(agg_store_begin(e->a), 0);
+    assert_int_equal(agg_store_report_insert(e->a, 1, 1, dev, id, r, len, 1001), 0);
+    assert_int_equal(agg_store_commit(e->a), -1);
+    assert_int_equal(agg_store_rollback(e->a), 0);
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM reports"), 0);
+    assert_int_equal(raw_exec(e, "ALTER TABLE round_counts_gone RENAME TO round_counts"), 0);
+    assert_int_equal(agg_store_begin(e->a), 0); /* the same report again: stored and counted once */
+    assert_int_equal(agg_store_report_insert(e->a, 1, 1, dev, id, r, len, 1002), 0);
+    assert_int_equal(agg_store_commit(e->a), 0);
+    free(r);
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM reports"), 1);
+    assert_int_equal(state_count(e->a, 1), 1);
+}
+
 static void test_pg_refuses_a_release_that_skips_a_version(void **state) {
     env *e = *state;
     add_job(e, 1);
@@ -699,12 +788,7 @@ static void test_pg_refuses_a_release_that_skips_a_version(void **state) {
 static void test_pg_connects_again_after_its_sessions_were_lost(void **state) {
     env *e = *state;
     add_job(e, 1);
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
-             " AND application_name = 'dprec-aggregator'", e->st.db);
-    assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
-    struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
-    nanosleep(&ts, NULL);
+    end_the_stores_sessions(e);
     /* a read, a round's load and a batch's BEGIN that find their session lost make it again and go on */
     agg_model prev;
     char lerr[160] = "";
@@ -746,6 +830,9 @@ int main(int argc, char **argv) {
         T(test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count),
         T(test_pg_refuses_a_release_that_skips_a_version),
         T(test_pg_connects_again_after_its_sessions_were_lost),
+        T(test_pg_logs_a_failed_lease_closing_mark_or_job_id_as_a_db_error_named_for_it),
+        T(test_pg_renews_marks_and_numbers_again_after_the_writers_session_was_lost),
+        T(test_pg_fails_a_batch_whose_round_count_cannot_be_written),
     };
     test_state_engine_from_args(argc, argv);
     if (ENGINE_PG) {

@@ -15,8 +15,9 @@
  * and parsed; a release's megabytes are not hex-encoded). Each statement is prepared once per connection.
  *
  * Several aggregators may share the database (docs/notes/multi-instance.md): every instance inserts reports, and the one
- * holding a job's lease (leases_renew) finalizes its rounds, first marking the round closing (round_closing), which
- * the fenced report insert respects. In each instance, a single writer, as for SQLite: the round engine's writer thread owns the writer's connection, and readers use a pool
+ * holding a job's lease (leases_renew, agg_pg_instances.c with the rest of what instances share) finalizes its rounds,
+ * first marking the round closing (round_closing), which the fenced report insert here respects. In each instance, a
+ * single writer, as for SQLite: the round engine's writer thread owns the writer's connection, and readers use a pool
  * of read-only connections, so a commit waiting for its flush blocks no reader. A connection that was lost is made
  * again at the start of the next unit of work (a batch, a round's commit, a reader's query). */
 #include <limits.h>
@@ -222,7 +223,7 @@ void agg_pg_log_conn_error(dprec_agg *a, agg_pg_conn *c, const char *what) {
 }
 
 /* A reader's connection from the pool, usable (made again if it was lost), or NULL with its error logged. */
-static agg_pg_conn *reader_get(dprec_agg *a) {
+agg_pg_conn *agg_pg_reader_get(dprec_agg *a) {
     agg_pg_store *s = PG_STORE(a);
     unsigned start = __atomic_fetch_add(&s->reader_next, 1u, __ATOMIC_RELAXED);
     agg_pg_conn *c = NULL;
@@ -242,15 +243,15 @@ static agg_pg_conn *reader_get(dprec_agg *a) {
     return c;
 }
 
-static void reader_put(agg_pg_conn *c) {
+void agg_pg_reader_put(agg_pg_conn *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-/* One statement of its own on a reader (its result; the reader held in *held for reader_put, or NULL when none could
- * be had). A session found lost by this statement is made again and the statement run once more: a read outside a
- * transaction changes nothing, so running it again is safe. */
-static PGresult *reader_run(dprec_agg *a, const char *sql, const agg_pg_params *p, agg_pg_conn **held) {
-    agg_pg_conn *c = *held = reader_get(a);
+/* One statement of its own on a reader (its result; the reader held in *held for agg_pg_reader_put, or NULL when none
+ * could be had). A session found lost by this statement is made again and the statement run once more: a read outside
+ * a transaction changes nothing, so running it again is safe. */
+PGresult *agg_pg_reader_run(dprec_agg *a, const char *sql, const agg_pg_params *p, agg_pg_conn **held) {
+    agg_pg_conn *c = *held = agg_pg_reader_get(a);
     if (c == NULL) return NULL;
     PGresult *r = agg_pg_run(c, sql, p);
     if (r == NULL && PQstatus(c->db) != CONNECTION_OK && agg_pg_conn_check(c) == 0) r = agg_pg_run(c, sql, p);
@@ -323,13 +324,14 @@ static int release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char
     agg_pg_p_i64(&p, job);
     if (version > 0) agg_pg_p_i64(&p, version);
     agg_pg_conn *c;
-    PGresult *r = version > 0 ? reader_run(a, "SELECT bytes FROM releases WHERE job = $1 AND version = $2", &p, &c)
-                              : reader_run(a, "SELECT bytes FROM releases WHERE job = $1 ORDER BY version DESC LIMIT 1", &p,
-                                           &c);
+    PGresult *r = version > 0
+                      ? agg_pg_reader_run(a, "SELECT bytes FROM releases WHERE job = $1 AND version = $2", &p, &c)
+                      : agg_pg_reader_run(a, "SELECT bytes FROM releases WHERE job = $1 ORDER BY version DESC LIMIT 1",
+                                          &p, &c);
     int result = -1;
     if (r != NULL) result = PQntuples(r) == 0 ? 0 : copy_bytes(r, 0, out, len) == 0 ? 1 : -1;
     PQclear(r);
-    if (c != NULL) reader_put(c);
+    if (c != NULL) agg_pg_reader_put(c);
     return result;
 }
 
@@ -337,18 +339,18 @@ static int64_t device_by_token(dprec_agg *a, const unsigned char h[32]) {
     agg_pg_params p = {0};
     agg_pg_p_bytes(&p, h, 32);
     agg_pg_conn *c;
-    PGresult *r = reader_run(a, "SELECT id FROM devices WHERE token_sha256 = $1", &p, &c);
+    PGresult *r = agg_pg_reader_run(a, "SELECT id FROM devices WHERE token_sha256 = $1", &p, &c);
     int64_t id = r == NULL ? -1 : PQntuples(r) > 0 ? agg_pg_col_i64(r, 0, 0) : 0;
     PQclear(r);
-    if (c != NULL) reader_put(c);
+    if (c != NULL) agg_pg_reader_put(c);
     return id;
 }
 
 static int health(dprec_agg *a) {
     agg_pg_conn *c;
-    PGresult *r = reader_run(a, "SELECT count(*) FROM dprec_schema", NULL, &c);
+    PGresult *r = agg_pg_reader_run(a, "SELECT count(*) FROM dprec_schema", NULL, &c);
     PQclear(r);
-    if (c != NULL) reader_put(c);
+    if (c != NULL) agg_pg_reader_put(c);
     return r != NULL ? 0 : -1;
 }
 
@@ -356,7 +358,8 @@ static int device_enrollment(dprec_agg *a, int64_t device, agg_enrollment *out) 
     agg_pg_params p = {0};
     agg_pg_p_i64(&p, device);
     agg_pg_conn *c;
-    PGresult *r = reader_run(a, "SELECT identity, token, token_sha256 FROM enrollments WHERE device = $1", &p, &c);
+    PGresult *r =
+        agg_pg_reader_run(a, "SELECT identity, token, token_sha256 FROM enrollments WHERE device = $1", &p, &c);
     int result = -1;
     if (r != NULL && PQntuples(r) == 0) {
         result = 0;
@@ -376,7 +379,7 @@ static int device_enrollment(dprec_agg *a, int64_t device, agg_enrollment *out) 
         }
     }
     PQclear(r);
-    if (c != NULL) reader_put(c);
+    if (c != NULL) agg_pg_reader_put(c);
     return result;
 }
 
@@ -468,7 +471,7 @@ static int load_shards(agg_pg_conn *c, int64_t job, int64_t round, const char *i
  * snapshot sees every report once). */
 static int load_round(dprec_agg *a, int64_t job, int64_t round, agg_model *prev, agg_store_reports *l,
                       agg_store_shards *sh, char *err, size_t errcap) {
-    agg_pg_conn *c = reader_get(a); /* held for the load only: the global step runs without it */
+    agg_pg_conn *c = agg_pg_reader_get(a); /* held for the load only: the global step runs without it */
     if (c == NULL) {
         snprintf(err, errcap, "the state database cannot be reached");
         return -1;
@@ -496,7 +499,7 @@ static int load_round(dprec_agg *a, int64_t job, int64_t round, agg_model *prev,
         agg_pg_exec(c, rc == 0 ? "COMMIT" : "ROLLBACK");
     }
     if (rc != 0 && err[0] == '\0') snprintf(err, errcap, "%s", c->err);
-    reader_put(c);
+    agg_pg_reader_put(c);
     return rc;
 }
 
@@ -529,44 +532,11 @@ static int begin(dprec_agg *a) {
     return writer_begin(&PG_STORE(a)->w);
 }
 
-/* One more report of (job, round) in the writer's open transaction. 0, or -1 out of memory (the batch then fails). */
-static int count_add(agg_pg_store *s, int64_t job, int64_t round) {
-    for (size_t i = 0; i < s->n_counts; i++)
-        if (s->counts[i].job == job && s->counts[i].round == round) {
-            s->counts[i].n++;
-            return 0;
-        }
-    if (s->n_counts == s->cap_counts) {
-        size_t cap = s->cap_counts ? 2 * s->cap_counts : 8;
-        struct agg_pg_count *c = realloc(s->counts, cap * sizeof *c);
-        if (c == NULL) return -1;
-        s->counts = c;
-        s->cap_counts = cap;
-    }
-    s->counts[s->n_counts++] = (struct agg_pg_count){job, round, 1};
-    return 0;
-}
-
-/* The batch's reports added to this instance's row of each round's count (round_counts, schema 4), in the batch's
- * transaction: the count and the rows it counts commit together. Each instance writes only its own rows, so the
- * instances' batches never wait for each other here. */
+/* The batch's counts of its rounds (agg_pg_counts_write, agg_pg_instances.c), then its COMMIT: the counts and the rows
+ * they count commit together. */
 static int commit(dprec_agg *a) {
-    agg_pg_store *s = PG_STORE(a);
-    agg_pg_conn *w = &s->w;
-    for (size_t i = 0; i < s->n_counts; i++) {
-        agg_pg_params p = {0};
-        agg_pg_p_i64(&p, s->counts[i].job);
-        agg_pg_p_i64(&p, s->counts[i].round);
-        agg_pg_p_text(&p, a->instance_id);
-        agg_pg_p_i64(&p, s->counts[i].n);
-        PGresult *r = agg_pg_run(w, "INSERT INTO round_counts(job, round, instance, n) VALUES($1, $2, $3, $4)"
-                                    " ON CONFLICT (job, round, instance) DO UPDATE SET n = round_counts.n + excluded.n",
-                                 &p);
-        if (r == NULL) return -1; /* the caller rolls the batch back: nothing of it is acknowledged */
-        PQclear(r);
-    }
-    s->n_counts = 0;
-    return agg_pg_commit(w);
+    if (agg_pg_counts_write(a) != 0) return -1; /* the caller rolls the batch back: nothing of it is acknowledged */
+    return agg_pg_commit(&PG_STORE(a)->w);
 }
 
 static int rollback(dprec_agg *a) {
@@ -637,7 +607,7 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
              : agg_pg_col_i64(r, 0, 1) == 1 ? 0
                                             : AGG_STORE_CONFLICT;
     PQclear(r);
-    if (rc == 0 && count_add(PG_STORE(a), job, round) != 0) return -1;
+    if (rc == 0 && agg_pg_count_add(PG_STORE(a), job, round) != 0) return -1;
     return rc;
 }
 
@@ -852,122 +822,6 @@ fail:
     return -1;
 }
 
-/* ---- several instances on one database (docs/notes/multi-instance.md) ------------------------------------------ */
-
-#define JOB_STATE_SQL                                                                                                  \
-    "SELECT j.id, j.round, j.deadline, j.rounds, (j.state = 'done')::int, (j.closing_round >= j.round)::int,"          \
-    " CASE WHEN j.state = 'running' THEN (SELECT COALESCE(sum(c.n), 0)::bigint FROM round_counts c"                 \
-    " WHERE c.job = j.id AND c.round = j.round) ELSE 0 END FROM jobs j"
-
-static void state_row(const PGresult *r, int i, agg_store_job_state *st) {
-    st->id = agg_pg_col_i64(r, i, 0);
-    st->round = agg_pg_col_i64(r, i, 1);
-    st->deadline = agg_pg_col_i64(r, i, 2);
-    st->rounds = agg_pg_col_i64(r, i, 3);
-    st->done = agg_pg_col_i64(r, i, 4) != 0;
-    st->closing = agg_pg_col_i64(r, i, 5) != 0;
-    st->in_round = agg_pg_col_i64(r, i, 6);
-}
-
-static int jobs_state(dprec_agg *a, agg_store_job_state **out, size_t *n) {
-    agg_pg_conn *c;
-    PGresult *r = reader_run(a, JOB_STATE_SQL " ORDER BY j.id", NULL, &c);
-    int rc = -1;
-    if (r != NULL) {
-        int rows = PQntuples(r);
-        *out = malloc((size_t)(rows > 0 ? rows : 1) * sizeof **out);
-        if (*out != NULL) {
-            for (int i = 0; i < rows; i++) state_row(r, i, &(*out)[i]);
-            *n = (size_t)rows;
-            rc = 0;
-        }
-    }
-    if (r == NULL && c != NULL) agg_pg_log_conn_error(a, c, "jobs_state");
-    PQclear(r);
-    if (c != NULL) reader_put(c);
-    return rc;
-}
-
-static int job_read(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state *st) {
-    agg_pg_conn *c = reader_get(a);
-    if (c == NULL) return -1;
-    int rc = agg_pg_job_row(c, id, out);
-    if (rc == 1 && st != NULL) {
-        agg_pg_params p = {0};
-        agg_pg_p_i64(&p, id);
-        PGresult *r = agg_pg_run(c, JOB_STATE_SQL " WHERE j.id = $1", &p);
-        if (r != NULL && PQntuples(r) == 1) state_row(r, 0, st);
-        else rc = -1;
-        PQclear(r);
-    }
-    if (rc < 0) {
-        agg_pg_log_conn_error(a, c, "job_read");
-        if (out->params != NULL) agg_job_free(out);
-    }
-    reader_put(c);
-    return rc;
-}
-
-static int leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n) {
-    agg_pg_conn *w = &PG_STORE(a)->w;
-    if (agg_pg_conn_check(w) != 0) {
-        agg_pg_log_conn_error(a, w, "lease");
-        return -1;
-    }
-    agg_pg_params p = {0};
-    agg_pg_p_text(&p, holder);
-    agg_pg_p_i64(&p, seconds);
-    /* one statement, its own transaction: the database server's clock decides expiry, so instances' clocks never
-     * matter; a lease is taken only when free, expired, or already the holder's */
-    PGresult *r = agg_pg_run(w, "INSERT INTO leases(job, holder, expires_at)"
-                                " SELECT id, $1, extract(epoch FROM clock_timestamp()) + $2 FROM jobs WHERE state = 'running'"
-                                " ON CONFLICT (job) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at"
-                                " WHERE leases.holder = excluded.holder"
-                                " OR leases.expires_at < extract(epoch FROM clock_timestamp())"
-                                " RETURNING job", &p);
-    if (r == NULL) {
-        agg_pg_log_conn_error(a, w, "lease");
-        return -1;
-    }
-    int rows = PQntuples(r);
-    *jobs = malloc((size_t)(rows > 0 ? rows : 1) * sizeof **jobs);
-    if (*jobs != NULL)
-        for (int i = 0; i < rows; i++) (*jobs)[i] = agg_pg_col_i64(r, i, 0);
-    *n = *jobs != NULL ? (size_t)rows : 0;
-    PQclear(r);
-    return *jobs != NULL ? 0 : -1;
-}
-
-static int round_closing(dprec_agg *a, int64_t job, int64_t round) {
-    agg_pg_conn *w = &PG_STORE(a)->w;
-    if (agg_pg_conn_check(w) != 0) {
-        agg_pg_log_conn_error(a, w, "round_closing");
-        return -1;
-    }
-    agg_pg_params p = {0};
-    agg_pg_p_i64(&p, job);
-    agg_pg_p_i64(&p, round);
-    /* waits for every batch that holds the row FOR SHARE (they inserted into this round) to commit */
-    PGresult *r = agg_pg_run(w, "UPDATE jobs SET closing_round = $2 WHERE id = $1 AND round = $2 AND state = 'running'"
-                                " RETURNING id", &p);
-    if (r == NULL) {
-        agg_pg_log_conn_error(a, w, "round_closing");
-        return -1;
-    }
-    int marked = PQntuples(r) == 1;
-    PQclear(r);
-    return marked;
-}
-
-static int64_t job_id_next(dprec_agg *a) {
-    agg_pg_conn *w = &PG_STORE(a)->w;
-    pthread_mutex_lock(&w->mu); /* between two passes of the writer: no transaction is open on it */
-    int64_t id = agg_pg_conn_check(w) == 0 ? agg_pg_query_i64(w, "SELECT nextval('dprec_job_ids')", NULL, -1) : -1;
-    if (id < 0) agg_pg_log_conn_error(a, w, "job_id");
-    pthread_mutex_unlock(&w->mu);
-    return id;
-}
-
 /* ---- the engine -------------------------------------------------------------------------------------------------- */
 
 /* libpq's URI schemes (a key=value connection string is not taken: the setting must say which engine it means) */
@@ -1002,9 +856,9 @@ const agg_store_engine agg_store_engine_postgresql = {
     .job_set_deadline = job_set_deadline,
     .job_set_rounds = job_set_rounds,
     .round_commit = round_commit,
-    .job_read = job_read,
-    .jobs_state = jobs_state,
-    .leases_renew = leases_renew,
-    .round_closing = round_closing,
-    .job_id_next = job_id_next,
+    .job_read = agg_pg_job_read,
+    .jobs_state = agg_pg_jobs_state,
+    .leases_renew = agg_pg_leases_renew,
+    .round_closing = agg_pg_round_closing,
+    .job_id_next = agg_pg_job_id_next,
 };

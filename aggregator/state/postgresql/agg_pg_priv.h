@@ -1,7 +1,8 @@
-/* dprec aggregator core — what the PostgreSQL engine's two files share (not API; state/postgresql/ only): a
+/* dprec aggregator core — what the PostgreSQL engine's three files share (not API; state/postgresql/ only): a
  * connection with its prepared statements and its last error, a statement's parameters and columns in libpq's binary
  * format, and the engine's store behind dprec_agg's opaque pointer. agg_pg.c holds the statements and the engine's
- * table, agg_pg_open.c the connections' lifetime and the schema. */
+ * table, agg_pg_instances.c the statements several instances on one database need, agg_pg_open.c the connections'
+ * lifetime and the schema. */
 #ifndef DPREC_AGG_PG_PRIV_H
 #define DPREC_AGG_PG_PRIV_H
 
@@ -89,6 +90,25 @@ int64_t agg_pg_query_i64(agg_pg_conn *c, const char *sql, const agg_pg_params *p
 void agg_pg_log_conn_error(dprec_agg *a, agg_pg_conn *c, const char *what);
 /* Reads one job row (proto left NULL): 1 found, 0 not, -1 error. */
 int agg_pg_job_row(agg_pg_conn *c, int64_t id, agg_job *out);
+/* A reader's connection from the pool, usable (made again if it was lost), or NULL with its error logged; handed back
+ * with agg_pg_reader_put. */
+agg_pg_conn *agg_pg_reader_get(dprec_agg *a);
+void agg_pg_reader_put(agg_pg_conn *c);
+/* One statement of its own on a reader: its result (NULL on failure), the reader held in *held for agg_pg_reader_put,
+ * or NULL when none could be had. */
+PGresult *agg_pg_reader_run(dprec_agg *a, const char *sql, const agg_pg_params *p, agg_pg_conn **held);
+
+/* agg_pg_instances.c: the engine's entries for several instances (agg_store_engine.h says what each does), and the
+ * count of each open round's reports: agg_pg_count_add counts one more report of (job, round) in the writer's open
+ * transaction (0, or -1 out of memory: the batch then fails); agg_pg_counts_write adds the transaction's counts to
+ * this instance's rows of round_counts, just before the batch's COMMIT (0, or -1 with the writer's error set). */
+int agg_pg_jobs_state(dprec_agg *a, agg_store_job_state **out, size_t *n);
+int agg_pg_job_read(dprec_agg *a, int64_t id, agg_job *out, agg_store_job_state *st);
+int agg_pg_leases_renew(dprec_agg *a, const char *holder, int seconds, int64_t **jobs, size_t *n);
+int agg_pg_round_closing(dprec_agg *a, int64_t job, int64_t round);
+int64_t agg_pg_job_id_next(dprec_agg *a);
+int agg_pg_count_add(agg_pg_store *s, int64_t job, int64_t round);
+int agg_pg_counts_write(dprec_agg *a);
 
 /* agg_pg_open.c: the engine's open and close; a connection made usable again after it was lost (reconnected, its
  * session set up): 0, or -1 with c->err set. */
