@@ -24,6 +24,13 @@
  * (aggregator/protocols/plain.c). 0 or -1. */
 int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
                      size_t errcap);
+/* Release 1's uncertainty column (docs/release-format.md) into out->unc, flags into out->unc_flags: the biases 0 with
+ * no noise (a device keeps them, and they are 0), or a base job's biases with that release's own column; the factors
+ * the public random draw of agg_model_random, noise of sd factor_sd (uniform on [-s, s): s / sqrt(3)) with nothing of
+ * the items in it (gain 0: a device keeps none of it); factor_sd 0: no factors to shrink (code 0). 0, or -1 out of
+ * memory (out freed, err set). */
+int agg_model_unc_release1(const agg_job *job, uint8_t flags, double factor_sd, agg_model *out, char *err,
+                           size_t errcap);
 
 /* How far k reports move one round of a job, whatever their devices sent: the bounds its global step enforces (issue 36;
  * docs/privacy.md "Poisoning", which derives each). A field that is NAN states no bound (the page says why). */

@@ -561,25 +561,11 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
         if (!p.factors) /* the bias model at d: no factors, so a device's u is [c_i; 0] */
             for (uint32_t a = 1; a < job->d; a++) out->v[j * job->d + a] = 0.0f;
     }
-    if (job->release_uncertainty) {
-        /* release 1 (encode_uncertainty's model): its biases are 0 (no noise: a device keeps them, and they are 0), its
-         * factors the public random draw, noise of variance S^2 / 3 with nothing of the items in it (gain 0: a device
-         * keeps none of them); a base job's biases keep that release's own column */
-        out->unc = calloc((size_t)job->m, DPREC_RELEASE_UNCERTAINTY_WIDTH);
-        if (out->unc == NULL) {
-            agg_model_free(out);
-            snprintf(err, errcap, "out of memory");
-            return -1;
-        }
-        out->unc_flags = DPREC_RELEASE_UNC_PINNED0;
-        const uint8_t init_noise = p.factors && job->d > 1 ? dprec_uncertainty_code(p.init_scale / sqrt(3.0)) : 0u;
-        for (size_t j = 0; j < job->m; j++) {
-            unsigned char *u = out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
-            u[3] = init_noise;
-            if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL)
-                memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
-        }
-    }
+    /* release 1's column (encode_uncertainty's model): the factors' noise is the public draw's, S^2 / 3 */
+    if (job->release_uncertainty &&
+        agg_model_unc_release1(job, DPREC_RELEASE_UNC_PINNED0, p.factors && job->d > 1 ? p.init_scale / sqrt(3.0) : 0.0,
+                               out, err, errcap) != 0)
+        return -1;
     return 0;
 }
 

@@ -469,25 +469,11 @@ static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, si
     if (agg_model_random(job, gp.seed, GAUSS_INIT_SCALE, gp.mu, out, err, errcap) != 0) return -1;
     if (gp.user_bias)
         for (size_t j = 0; j < job->m; j++) out->v[j * job->d] = 1.0f; /* pinned: the users' own bias */
-    if (job->release_uncertainty) {
-        /* release 1 (gauss_uncertainty's model): its biases are 0 (no noise: a device keeps them, and they are 0), or a
-         * base job's with that release's own column; its factors the public draw, uniform on [-0.1, 0.1): noise of
-         * variance 0.1^2 / 3 with nothing of the items in it (gain 0: a device keeps none of it) */
-        out->unc = calloc((size_t)job->m, DPREC_RELEASE_UNCERTAINTY_WIDTH);
-        if (out->unc == NULL) {
-            agg_model_free(out);
-            snprintf(err, errcap, "out of memory");
-            return -1;
-        }
-        out->unc_flags = gp.user_bias ? DPREC_RELEASE_UNC_PINNED0 : 0u;
-        const uint8_t init_noise = dprec_uncertainty_code(GAUSS_INIT_SCALE / sqrt(3.0));
-        for (size_t j = 0; j < job->m; j++) {
-            unsigned char *u = out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
-            u[3] = init_noise;
-            if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL)
-                memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
-        }
-    }
+    /* release 1's column (gauss_uncertainty's model): the factors' noise is the public draw's, 0.1^2 / 3 */
+    if (job->release_uncertainty &&
+        agg_model_unc_release1(job, gp.user_bias ? DPREC_RELEASE_UNC_PINNED0 : 0u, GAUSS_INIT_SCALE / sqrt(3.0), out,
+                               err, errcap) != 0)
+        return -1;
     return 0;
 }
 

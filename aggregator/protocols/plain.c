@@ -38,6 +38,7 @@
 
 #include "agg_protocol.h"
 #include "bytes.h"
+#include "dprec/release.h"
 #include "dprec/status.h"
 #include "linalg.h"
 
@@ -233,6 +234,25 @@ int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu,
     if (job->base != NULL && job->base->m == job->m) { /* a job built on another starts from its biases */
         out->mu = job->base->mu;
         if (job->base->bias != NULL) memcpy(out->bias, job->base->bias, sizeof(float) * job->m);
+    }
+    return 0;
+}
+
+int agg_model_unc_release1(const agg_job *job, uint8_t flags, double factor_sd, agg_model *out, char *err,
+                           size_t errcap) {
+    out->unc = calloc((size_t)job->m, DPREC_RELEASE_UNCERTAINTY_WIDTH);
+    if (out->unc == NULL) {
+        agg_model_free(out);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    out->unc_flags = flags;
+    const uint8_t factor_code = factor_sd > 0.0 ? dprec_uncertainty_code(factor_sd) : 0u;
+    for (size_t j = 0; j < job->m; j++) {
+        unsigned char *u = out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[3] = factor_code;
+        if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL) /* the base's biases, its column */
+            memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
     }
     return 0;
 }
