@@ -7,7 +7,8 @@
 #               (deploy/run-local.sh): first one instance, then three on the same database (the state already holds
 #               what the one-instance rows stored).
 # Each row is one dprec-bench-load run (bench/load_https.c): reports/s, report latency p50/p99, the server's CPU per
-# durable report (every instance's together, and each instance's own), reports per group commit (fsync).
+# durable report (every instance's together, and each instance's own; PostgreSQL's own processes apart), reports per
+# group commit (fsync).
 #
 #   bash bench/ingest.sh [--engine sqlite|postgresql|all] [--prefill N] [--reports N] [--build DIR]
 #
@@ -17,7 +18,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 engine=all; prefill=1000000; reports=200000; build="$here/build"
-usage() { sed -n '12,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '13,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --engine) engine="$2"; shift 2 ;;
@@ -81,10 +82,10 @@ if [ "$engine" != sqlite ]; then
     sleep 3 # haproxy's health checks mark the servers up (rise 2, inter 1 s)
     first=$([ $n = 1 ] && echo "$prefill" || echo 0)
     machine
-    "$load" "${dirs[@]}" --device-url https://127.0.0.1:8443 --threads 16 --reports "$reports" --prefill "$first" \
+    "$load" "${dirs[@]}" --device-url https://127.0.0.1:8443 --db-cpu postgres --threads 16 --reports "$reports" --prefill "$first" \
       --preregister 1 --seconds 600
     machine
-    "$load" "${dirs[@]}" --device-url https://127.0.0.1:8443 --threads 128 --reports "$reports" --preregister 1 \
+    "$load" "${dirs[@]}" --device-url https://127.0.0.1:8443 --db-cpu postgres --threads 128 --reports "$reports" --preregister 1 \
       --seconds 600
     bash "$here/deploy/run-local.sh" --stop "$tmp/run"
     wait_gone "$tmp"/run/*.pid

@@ -48,6 +48,7 @@ typedef struct options {
     const char *state_dirs[8];   /* --state-dir, once per instance */
     unsigned n_state_dirs;
     int dpals;                   /* --protocol dpals: a folded round (the writer adds each report to the round's sum) */
+    const char *db_comm;         /* --db-cpu NAME: also the CPU of the processes so named (a database server's) */
 } options;
 
 typedef struct shared {
@@ -560,6 +561,33 @@ static double cpu_of_pid(long pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* CPU seconds of every process on the machine whose name (comm) starts with prefix: a database server's processes
+ * (PostgreSQL's backends are named postgres). A process that exits between two readings takes its CPU with it. */
+static double cpu_of_processes(const char *prefix)
+{
+    DIR *d = opendir("/proc");
+    double sum = 0.0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], name[64] = "";
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') {
+            continue;
+        }
+        snprintf(path, sizeof path, "/proc/%s/comm", e->d_name);
+        if (read_text(path, name, sizeof name) != 0 || strncmp(name, prefix, strlen(prefix)) != 0) {
+            continue;
+        }
+        double c = cpu_of_pid(strtol(e->d_name, NULL, 10));
+        if (c > 0) {
+            sum += c;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return sum;
+}
+
 static double cpu_of_threads(const char *prefix)
 {
     DIR *d = opendir("/proc/self/task");
@@ -659,7 +687,7 @@ static void usage(void)
           "                        [--threads N] [--reports N] [--prefill N] [--prefill-threads N] [--seconds S]\n"
           "                        [--server-threads N]\n"
           "                        [--d D] [--m M] [--protocol plain|dpals] [--preregister 0|1] [--baseline 0|1]\n"
-          "                        [--device-url URL]\n"
+          "                        [--device-url URL] [--db-cpu NAME]\n"
           "  --spawn BIN          start BIN serve on 127.0.0.1 with ephemeral ports in a fresh state directory\n"
           "  --spawn-state URI    the spawned server keeps its state in this PostgreSQL database (--state URI)\n"
           "  --state-dir DIR      use the aggregator already running on this state directory (ports.json,\n"
@@ -667,6 +695,7 @@ static void usage(void)
           "                       instance of a several-instance deployment: the job is created on the first,\n"
           "                       the CPU and commits are summed over all (the admin token and TLS\n"
           "                       certificate are the first's)\n"
+          "  --db-cpu NAME        also the CPU of the processes named NAME* (e.g. postgres: the database server's)\n"
           "  --device-url URL     where the devices connect (default: the first instance's device listener),\n"
           "                       e.g. https://127.0.0.1:8443, haproxy's front (deploy/run-local.sh)\n"
           "  --threads N          client threads, each with one keep-alive connection (default 16)\n"
@@ -701,7 +730,8 @@ typedef struct probe {
     double cpu[8][2];
     int commits_ok;
     double commits[8][2], empty[8][2], reports[8][2];
-    const char *ca;
+    double db_cpu[2];
+    const char *ca, *db_comm;
 } probe;
 
 static probe g_probe;
@@ -710,6 +740,7 @@ static void probe_mark(shared *sh, int end)
 {
     (void)sh;
     probe *p = &g_probe;
+    p->db_cpu[end] = p->db_comm != NULL ? cpu_of_processes(p->db_comm) : 0.0;
     for (unsigned i = 0; i < p->n; i++) {
         p->cpu[i][end] = p->inst[i].pid > 0 ? cpu_of_pid(p->inst[i].pid) : -1.0;
         if (commit_counts(p->inst[i].admin_url, p->ca, &p->commits[i][end], &p->empty[i][end], &p->reports[i][end]) !=
@@ -792,6 +823,8 @@ int main(int argc, char **argv)
             opt.m = (unsigned)n;
         } else if (strcmp(f, "--protocol") == 0 && (strcmp(v, "plain") == 0 || strcmp(v, "dpals") == 0)) {
             opt.dpals = strcmp(v, "dpals") == 0;
+        } else if (strcmp(f, "--db-cpu") == 0 && strlen(v) >= 1 && strlen(v) < 16) {
+            opt.db_comm = v;
         } else if (strcmp(f, "--preregister") == 0 && num && n <= 1) {
             opt.preregister = (int)n;
         } else if (strcmp(f, "--baseline") == 0 && num && n <= 1) {
@@ -954,6 +987,7 @@ int main(int argc, char **argv)
     g_probe.n = ninst;
     g_probe.ca = sh.ca;
     g_probe.commits_ok = 1;
+    g_probe.db_comm = opt.db_comm;
     sh.mark = probe_mark;
     double k0 = cpu_of_pid((long)getpid());
     int arc = run_load(&sh, "dprec-aggregator (every report durable before its 200)", &agg_res);
@@ -980,6 +1014,10 @@ int main(int argc, char **argv)
             printf("  instance %u (pid %ld): %.0f reports, %.2f s CPU, %.1f us per %s\n", i + 1, inst[i].pid, r, c,
                    r > 0 ? 1e6 * c / r : 0.0, per);
         }
+    }
+    if (arc == 0 && opt.db_comm != NULL) {
+        double c = g_probe.db_cpu[1] - g_probe.db_cpu[0];
+        printf("database CPU (processes named %s*): %.2f s, %.1f us per %s\n", opt.db_comm, c, 1e6 * c / nrep, per);
     }
     if (arc == 0 && k0 >= 0 && k1 >= 0) {
         printf("client CPU (these libcurl clients, same machine): %.2f s, %.1f us per measured report\n", k1 - k0,
