@@ -545,11 +545,10 @@ static enum MHD_Result baseline_request(void *cls, struct MHD_Connection *c, con
     return ok;
 }
 
-/* CPU seconds (user + system) of a process, or of this process's threads whose name starts with prefix. */
-static double cpu_of_pid(long pid)
+/* CPU seconds (user + system) that a /proc/.../stat file reports, or -1 if it cannot be read. */
+static double cpu_of_stat(const char *path)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    char buf[1024];
     if (read_text(path, buf, sizeof buf) != 0) {
         return -1.0;
     }
@@ -561,11 +560,19 @@ static double cpu_of_pid(long pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* CPU seconds of every process on the machine whose name (comm) starts with prefix: a database server's processes
- * (PostgreSQL's backends are named postgres). A process that exits between two readings takes its CPU with it. */
-static double cpu_of_processes(const char *prefix)
+/* CPU seconds of a process. */
+static double cpu_of_pid(long pid)
 {
-    DIR *d = opendir("/proc");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    return cpu_of_stat(path);
+}
+
+/* CPU seconds of the entries of dir (/proc: processes; /proc/self/task: this process's threads) whose name (comm)
+ * starts with prefix. A process or thread that ends between two readings takes its CPU with it. */
+static double cpu_of_named(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
     double sum = 0.0;
     struct dirent *e;
     while (d != NULL && (e = readdir(d)) != NULL) {
@@ -573,11 +580,12 @@ static double cpu_of_processes(const char *prefix)
         if (e->d_name[0] < '1' || e->d_name[0] > '9') {
             continue;
         }
-        snprintf(path, sizeof path, "/proc/%s/comm", e->d_name);
+        snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
         if (read_text(path, name, sizeof name) != 0 || strncmp(name, prefix, strlen(prefix)) != 0) {
             continue;
         }
-        double c = cpu_of_pid(strtol(e->d_name, NULL, 10));
+        snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+        double c = cpu_of_stat(path);
         if (c > 0) {
             sum += c;
         }
@@ -588,35 +596,15 @@ static double cpu_of_processes(const char *prefix)
     return sum;
 }
 
+/* A database server's processes (PostgreSQL's are all named postgres), and this process's threads (the baseline's). */
+static double cpu_of_processes(const char *prefix)
+{
+    return cpu_of_named("/proc", prefix);
+}
+
 static double cpu_of_threads(const char *prefix)
 {
-    DIR *d = opendir("/proc/self/task");
-    double sum = 0.0;
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        char path[300], name[64] = "";
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        if (read_text(path, name, sizeof name) != 0 || strncmp(name, prefix, strlen(prefix)) != 0) {
-            continue;
-        }
-        char buf[1024];
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-        if (read_text(path, buf, sizeof buf) != 0) {
-            continue;
-        }
-        const char *p = strrchr(buf, ')');
-        unsigned long ut = 0, st = 0;
-        if (p != NULL && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
-            sum += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-        }
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    return sum;
+    return cpu_of_named("/proc/self/task", prefix);
 }
 
 static struct MHD_Daemon *baseline_start(const char *state, unsigned threads, uint16_t *port)
