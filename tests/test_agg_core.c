@@ -1439,7 +1439,7 @@ static dprec_agg *open_instance(env *e, const char *instance_id, fin_log *log) {
     cfg.signing_key_path = e->key;
     cfg.admin_token = ADMIN;
     cfg.instance_id = instance_id;
-    cfg.lease_seconds = 2;
+    cfg.lease_seconds = 60; /* no lease runs out while the test runs, however loaded the machine: hand-overs are clean stops */
     cfg.log = fin_log_line;
     cfg.log_user = log;
     char err[256] = "";
@@ -1485,7 +1485,7 @@ static void test_agg_two_instances_count_every_report_racing_a_closing_mark_once
     static fin_log la = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0}, lb = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0};
     e->a = open_instance(e, "instance-a", &la);
     dprec_agg *b = open_instance(e, "instance-b", &lb);
-    int64_t job = create_job(e->a, 2, 5, 3, 100000, NULL);
+    int64_t job = create_job(e->a, 2, 5, 4, 100000, NULL);
     la.job = lb.job = job;
     assert_int_equal(count_rows(e, "SELECT count(*) FROM leases WHERE holder = 'instance-a'"), 1);
     static char tokens[RACE_DEVICES][65];
@@ -1529,19 +1529,26 @@ static void test_agg_two_instances_count_every_report_racing_a_closing_mark_once
     assert_int_equal(job_field(b, job, "round"), 2);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 2);
 
-    /* round 2: B's close of a round A holds moves its deadline to now and is answered 202; A stops (a clean stop
-     * gives its leases up) before its tick; B's next tick takes the lease and closes the round that is due */
+    /* round 2: A closes it while B's job table still holds an older round (B has not ticked since); an operator's
+     * close sent to B then acts on the round the state has open, 3, not on B's copy (a close of the copy's round
+     * would be answered 409 round_closed) */
     la.round = lb.round = 2;
+    assert_int_equal(status_of(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, "{}", 2), 200);
+    assert_int_equal(la.lines, 2);
+
+    /* round 3: B's close of a round A holds moves its deadline to now and is answered 202; A stops (a clean stop
+     * gives its leases up) before its tick; B's next tick takes the lease and closes the round that is due */
+    la.round = lb.round = 3;
     assert_int_equal(status_of(b, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, "{}", 2), 202);
-    assert_int_equal(job_field(b, job, "round"), 2);
+    assert_int_equal(job_field(b, job, "round"), 3);
     dprec_agg_close(e->a);
     e->a = NULL;
     assert_int_equal(count_rows(e, "SELECT count(*) FROM leases WHERE holder = 'instance-b'"), 0);
     assert_int_equal(dprec_agg_tick(b, (int64_t)time(NULL) + 1), 1);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM leases WHERE holder = 'instance-b'"), 1);
-    assert_int_equal(job_field(b, job, "round"), 3);
+    assert_int_equal(job_field(b, job, "round"), 4);
     assert_int_equal(lb.lines, 1);
-    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 3);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM releases"), 4);
     e->a = b; /* teardown closes it */
 }
 

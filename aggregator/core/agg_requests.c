@@ -832,8 +832,10 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     rc = agg_job_get(a, t.job, &j, &in_round);
     if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
     if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
+    /* a shared state: this instance's table may trail a round another instance finalized; a view and an operator's
+     * close both act on the round as the state has it (a close of a stale round would be answered round_closed) */
+    fresh_state(a, &j, &in_round);
     if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
-        fresh_state(a, &j, &in_round);
         cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
         agg_secure_view(a, &j, v);
         agg_job_free(&j);
