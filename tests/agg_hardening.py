@@ -719,8 +719,9 @@ def check_report_reuse(tmp):
     check(srv.stop() == 0, "the server stops cleanly")
     if serve_util.PG:
         return  # what follows is SQLite's own: its schema 1 (PostgreSQL's first schema has the digest column)
-    # a state from before the digest column (schema 1): it opens, and is brought to schema 3 (2, then 3)
+    # a state from before the digest column (schema 1): it opens, and is brought to schema 4 (2, 3, then 4)
     db = sqlite3.connect(os.path.join(srv.state, "state.db"))
+    db.execute("DROP TABLE report_keys")
     db.execute("ALTER TABLE reports DROP COLUMN digest")
     db.execute("PRAGMA user_version=1")
     db.commit()
@@ -729,7 +730,7 @@ def check_report_reuse(tmp):
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(srv.state, "state.db"), uri=True)
     version = db.execute("PRAGMA user_version").fetchone()[0]
     db.close()
-    check(version == 3, "a schema-1 state opens and is brought to schema 3 (%s)" % version)
+    check(version == 4, "a schema-1 state opens and is brought to schema 4 (%s)" % version)
     st, body = post(a)
     check(st == 200 and body.get("duplicate") is True, "its old report's retry is still a duplicate (%s %s)" % (st, body))
     st, body = post(b)

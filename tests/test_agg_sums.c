@@ -600,7 +600,7 @@ static void test_agg_a_schema_2_state_is_brought_to_3_with_its_open_round(void *
           " ALTER TABLE report_payloads DROP COLUMN round; ALTER TABLE report_payloads DROP COLUMN job;"
           " PRAGMA user_version = 2"), 0);
     assert_int_equal(open_agg(e, "instance-a", &e->a), 0);
-    assert_int_equal(rows(e, ENGINE_PG ? "SELECT version FROM dprec_schema" : "PRAGMA user_version"), ENGINE_PG ? 4 : 3);
+    assert_int_equal(rows(e, ENGINE_PG ? "SELECT version FROM dprec_schema" : "PRAGMA user_version"), 4);
     assert_int_equal(rows(e, "SELECT count(*) FROM report_payloads WHERE instance = '' AND round = 1"), N);
     expect_stored_sum(e->a, e, 1, devs, N);
     for (int i = N; i < N + 20; i++) {

@@ -169,6 +169,38 @@ int agg_sqlite_job_row(agg_sqlite_conn *c, int64_t id, agg_job *out) {
     return 1;
 }
 
+/* The open round's keys from its rows, in storage order through the (job, round) index: a sequential read of one
+ * round. A row without a digest (written before digests were kept) gets its payload's, while the payload is there. */
+int64_t agg_sqlite_keys_load(agg_sqlite_store *s, int64_t job, int64_t round) {
+    agg_sqlite_conn *w = &s->w;
+    int64_t count = agg_sqlite_query_int(w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, job, round, 0);
+    agg_keys_round *kr;
+    if (count < 0 || count > (int64_t)AGG_KEYS_MAX) return -1;
+    if (count == 0) return 0;
+    if (agg_keys_reserve(&s->keys, job, round, (uint32_t)count, 0, &kr) != 0) return -1;
+    sqlite3_stmt *st = prep(w, "SELECT device, report_id, digest, CASE WHEN digest IS NULL THEN coalesce("
+                               "(SELECT p.bytes FROM report_payloads p WHERE p.id = r.id), r.bytes) END"
+                               " FROM reports r WHERE job = ? AND round = ? ORDER BY id");
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, round);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && (int64_t)kr->n < count) {
+        unsigned char digest[32];
+        int has = sqlite3_column_bytes(st, 2) == 32;
+        if (has) memcpy(digest, sqlite3_column_blob(st, 2), 32);
+        else if (sqlite3_column_bytes(st, 3) > 0)
+            has = dprec_sha256(sqlite3_column_blob(st, 3), (size_t)sqlite3_column_bytes(st, 3), digest) == 0;
+        if (sqlite3_column_bytes(st, 1) != DPREC_REPORT_ID_SIZE) {
+            rc = SQLITE_ERROR;
+            break;
+        }
+        agg_keys_add(&s->keys, kr, sqlite3_column_int64(st, 0), sqlite3_column_blob(st, 1), digest, has, 0);
+    }
+    finish(w, st);
+    return (rc == SQLITE_DONE || rc == SQLITE_ROW) && (int64_t)kr->n == count ? count : -1;
+}
+
 /* ---- reads: any thread ---------------------------------------------------------------------------------- */
 
 static int release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **out, size_t *len) {
@@ -361,25 +393,51 @@ static int begin(dprec_agg *a) {
     return agg_sqlite_exec(&SQLITE_STORE(a)->w, "BEGIN IMMEDIATE");
 }
 
+/* The open rounds' keys follow the transaction: what it added stays with its COMMIT and is taken back out when it rolls
+ * back, or when its COMMIT fails (which wrote nothing; the writer then rolls back, with nothing left to undo). */
 static int commit(dprec_agg *a) {
-    return agg_sqlite_exec(&SQLITE_STORE(a)->w, "COMMIT");
+    agg_sqlite_store *s = SQLITE_STORE(a);
+    int rc = agg_sqlite_exec(&s->w, "COMMIT");
+    if (rc == 0) agg_keys_commit(&s->keys);
+    else agg_keys_rollback(&s->keys);
+    return rc;
 }
 
 static int rollback(dprec_agg *a) {
-    return agg_sqlite_exec(&SQLITE_STORE(a)->w, "ROLLBACK");
+    agg_sqlite_store *s = SQLITE_STORE(a);
+    agg_keys_rollback(&s->keys);
+    return agg_sqlite_exec(&s->w, "ROLLBACK");
 }
 
 static void log_error(dprec_agg *a, const char *what) {
-    agg_sqlite_log_conn_error(a, &SQLITE_STORE(a)->w, what);
+    agg_sqlite_store *s = SQLITE_STORE(a);
+    if (s->keys_error == NULL) {
+        agg_sqlite_log_conn_error(a, &s->w, what);
+        return;
+    }
+    cJSON *f = cJSON_CreateObject();
+    if (f != NULL) {
+        cJSON_AddStringToObject(f, "what", what);
+        cJSON_AddStringToObject(f, "sqlite", s->keys_error);
+    }
+    s->keys_error = NULL;
+    agg_log(a, "error", "db_error", f);
 }
 
+/* A report id's key: the open round's, from the writer's memory; a finalized round's, from report_keys (filled by the
+ * finalization's transaction, and from every finalized row of a state written before schema 4 when it was brought to 4,
+ * so that `reports`, which has no index on report ids, is never searched for one). */
 static int report_find(dprec_agg *a, int64_t job, const unsigned char report_id[DPREC_REPORT_ID_SIZE], int64_t *device,
                        int64_t *round, unsigned char digest[32], int *has_digest) {
-    agg_sqlite_conn *w = &SQLITE_STORE(a)->w;
-    /* the digest kept with the row; for a row without one (written before digests were kept), the payload's, while
-     * the payload is there (the round is open, or keep_reports) */
-    sqlite3_stmt *st = prep(w, "SELECT r.device, r.round, r.digest, coalesce(p.bytes, r.bytes) FROM reports r"
-                               " LEFT JOIN report_payloads p ON p.id = r.id WHERE r.job = ? AND r.report_id = ?");
+    agg_sqlite_store *s = SQLITE_STORE(a);
+    const agg_keys_rec *e = agg_keys_find(&s->keys, job, report_id, round);
+    if (e != NULL) {
+        *device = e->device;
+        *has_digest = (int)e->has_digest;
+        if (e->has_digest) memcpy(digest, e->digest, 32);
+        return 1;
+    }
+    sqlite3_stmt *st = prep(&s->w, "SELECT device, round, digest FROM report_keys WHERE job = ? AND report_id = ?");
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_blob(st, 2, report_id, DPREC_REPORT_ID_SIZE, SQLITE_STATIC);
@@ -392,21 +450,41 @@ static int report_find(dprec_agg *a, int64_t job, const unsigned char report_id[
         if (sqlite3_column_bytes(st, 2) == 32) {
             memcpy(digest, sqlite3_column_blob(st, 2), 32);
             *has_digest = 1;
-        } else if (sqlite3_column_bytes(st, 3) > 0) {
-            const unsigned char *b = sqlite3_column_blob(st, 3);
-            *has_digest = b != NULL && dprec_sha256(b, (size_t)sqlite3_column_bytes(st, 3), digest) == 0;
         }
     }
-    finish(w, st);
+    finish(&s->w, st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? found : -1;
 }
 
 static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t device,
                          const unsigned char report_id[DPREC_REPORT_ID_SIZE], const unsigned char *bytes, size_t len,
                          const unsigned char digest[32], int64_t now) {
-    agg_sqlite_conn *w = &SQLITE_STORE(a)->w;
-    sqlite3_stmt *st = prep(w, "INSERT INTO reports(job, round, device, report_id, bytes, received_at, digest)"
-                               " VALUES(?,?,?,?,x'',?,?)");
+    agg_sqlite_store *s = SQLITE_STORE(a);
+    agg_sqlite_conn *w = &s->w;
+    /* the uniqueness rules, checked by the one writer: room for the key first, so that a stored row always enters
+     * the tables; then the round's devices, every open round's ids, and the finalized rounds' ids of the job (none
+     * before its round 2) */
+    agg_keys_round *kr;
+    if (agg_keys_reserve(&s->keys, job, round, 1, 1, &kr) != 0) {
+        s->keys_error = "out of memory (the open round's report keys)";
+        return -1;
+    }
+    int64_t seen_round;
+    if (agg_keys_has_device(&s->keys, kr, device) || agg_keys_find(&s->keys, job, report_id, &seen_round) != NULL)
+        return AGG_STORE_CONFLICT;
+    sqlite3_stmt *st;
+    if (round > 1) {
+        st = prep(w, "SELECT 1 FROM report_keys WHERE job = ? AND report_id = ?");
+        if (st == NULL) return -1;
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_blob(st, 2, report_id, DPREC_REPORT_ID_SIZE, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        finish(w, st);
+        if (rc == SQLITE_ROW) return AGG_STORE_CONFLICT;
+        if (rc != SQLITE_DONE) return -1;
+    }
+    st = prep(w, "INSERT INTO reports(job, round, device, report_id, bytes, received_at, digest)"
+                 " VALUES(?,?,?,?,x'',?,?)");
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int64(st, 2, round);
@@ -430,6 +508,7 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
     rc = sqlite3_step(st);
     finish(w, st);
     if (rc != SQLITE_DONE) goto undo;
+    agg_keys_add(&s->keys, kr, device, report_id, digest, 1, 1);
     return 0;
 undo: /* the batch commits: take the row back out, or it would stay without its payload */
     st = prep(w, "DELETE FROM reports WHERE id = ?");
@@ -630,8 +709,38 @@ fail:
     return -1;
 }
 
+/* The round's keys into report_keys, in ascending report id: appended this way, each leaf page of the table's B-tree
+ * is written once, however random the ids. 0, or -1 (err set). */
+static int keys_store(agg_sqlite_store *s, int64_t job, int64_t round, char *err, size_t errcap) {
+    agg_keys_round *kr = agg_keys_get(&s->keys, job, round);
+    if (kr == NULL || kr->n == 0) return 0;
+    const agg_keys_rec **order = agg_keys_sorted(kr);
+    if (order == NULL) {
+        snprintf(err, errcap, "out of memory (sorting the round's report keys)");
+        return -1;
+    }
+    sqlite3_stmt *st = prep(&s->w, "INSERT INTO report_keys(job, report_id, round, device, digest) VALUES(?,?,?,?,?)");
+    int rc = st != NULL ? SQLITE_DONE : SQLITE_ERROR;
+    for (uint32_t i = 0; rc == SQLITE_DONE && i < kr->n; i++) {
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_blob(st, 2, order[i]->id, DPREC_REPORT_ID_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, round);
+        sqlite3_bind_int64(st, 4, order[i]->device);
+        if (order[i]->has_digest) sqlite3_bind_blob(st, 5, order[i]->digest, 32, SQLITE_STATIC);
+        else sqlite3_bind_null(st, 5);
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+    }
+    finish(&s->w, st);
+    free(order);
+    if (rc == SQLITE_DONE) return 0;
+    snprintf(err, errcap, "%s", sqlite3_errmsg(s->w.db));
+    return -1;
+}
+
 static int round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_t errcap) {
-    agg_sqlite_conn *w = &SQLITE_STORE(a)->w;
+    agg_sqlite_store *s = SQLITE_STORE(a);
+    agg_sqlite_conn *w = &s->w;
     int64_t job = r->job, round = r->round, now = r->now;
     if (agg_sqlite_exec(w, "BEGIN IMMEDIATE") != 0) goto fail;
     sqlite3_stmt *st = prep(w, "SELECT round, state FROM jobs WHERE id = ?"); /* the exactly-once check */
@@ -654,6 +763,12 @@ static int round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_
     rc = sqlite3_step(st);
     finish(w, st);
     if (rc != SQLITE_DONE) goto fail;
+    /* the round's keys leave the writer's memory for report_keys, in the transaction that closes the round: a retry
+     * of it is answered from there once this commits, and from memory until then */
+    if (keys_store(s, job, round, err, errcap) != 0) {
+        agg_sqlite_exec(w, "ROLLBACK");
+        return -1;
+    }
     /* the payloads did their work: drop them with the finalization, atomically (a crash keeps both or neither).
      * The rows stay for idempotency; SQLite reuses the freed pages for the next round's payloads. The UPDATE
      * empties payloads that a state from before report_payloads holds in the row itself. */
@@ -697,6 +812,7 @@ static int round_commit(dprec_agg *a, const agg_store_round *r, char *err, size_
     rc = sqlite3_step(st);
     finish(w, st);
     if (rc != SQLITE_DONE || agg_sqlite_exec(w, "COMMIT") != 0) goto fail;
+    agg_keys_drop(&s->keys, job, round);
     return 1;
 fail:
     snprintf(err, errcap, "%s", sqlite3_errmsg(w->db));

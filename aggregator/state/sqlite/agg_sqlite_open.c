@@ -43,6 +43,38 @@ static const char schema_v2_to_v3[] =
     SCHEMA_V3_SUMS
     "PRAGMA user_version=3;";
 
+/* Schema 4 (docs/notes/sqlite-open-round-keys.md): a round's rows are found through (job, round), appended in order;
+ * the uniqueness of report ids and of a device's report in a round is the writer's (agg_sqlite_keys.h) while the round
+ * is open, and a finalized round's keys are in report_keys, one row per report id of the job, for the retries. */
+#define SCHEMA_V4_KEYS                                                                                                 \
+    "CREATE INDEX IF NOT EXISTS reports_round ON reports(job, round);"                                                \
+    "CREATE TABLE IF NOT EXISTS report_keys("                                                                         \
+    " job INTEGER NOT NULL, report_id BLOB NOT NULL, round INTEGER NOT NULL, device INTEGER NOT NULL, digest BLOB,"   \
+    " PRIMARY KEY(job, report_id)) WITHOUT ROWID;"
+#define SCHEMA_V4_REPORTS                                                                                              \
+    " id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), round INTEGER NOT NULL,"                       \
+    " device INTEGER NOT NULL REFERENCES devices(id), report_id BLOB NOT NULL, bytes BLOB NOT NULL,"                  \
+    " received_at INTEGER NOT NULL, digest BLOB)"
+
+/* From schema 3: `reports` rebuilt without its UNIQUE constraints (SQLite drops no constraint in place: a new table,
+ * the rows copied with their ids, the old one dropped, the new one renamed; its other indexes are made again apart),
+ * and report_keys filled with the rows of every finalized round (the job has moved past it), digests computed where a
+ * row has none but still its payload. */
+static const char schema_v3_to_v4[] =
+    "CREATE TABLE reports_v4(" SCHEMA_V4_REPORTS ";"
+    "INSERT INTO reports_v4(id, job, round, device, report_id, bytes, received_at, digest)"
+    " SELECT id, job, round, device, report_id, bytes, received_at, digest FROM reports ORDER BY id;"
+    "DROP TABLE reports;"
+    "ALTER TABLE reports_v4 RENAME TO reports;";
+static const char schema_v4_fill[] =
+    SCHEMA_V4_KEYS
+    "INSERT OR REPLACE INTO report_keys(job, report_id, round, device, digest)"
+    " SELECT r.job, r.report_id, r.round, r.device, coalesce(r.digest, dprec_sha256(coalesce("
+    "(SELECT p.bytes FROM report_payloads p WHERE p.id = r.id), r.bytes)))"
+    " FROM reports r JOIN jobs j ON j.id = r.job WHERE r.round < j.round OR j.state = 'done'"
+    " ORDER BY r.job, r.report_id;"
+    "PRAGMA user_version=4;";
+
 static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS jobs("
     " id INTEGER PRIMARY KEY AUTOINCREMENT, spec TEXT NOT NULL, protocol TEXT NOT NULL,"
@@ -60,10 +92,7 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS enrollments("
     " device INTEGER PRIMARY KEY REFERENCES devices(id), identity BLOB NOT NULL, token BLOB,"
     " token_sha256 BLOB UNIQUE);"
-    "CREATE TABLE IF NOT EXISTS reports("
-    " id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), round INTEGER NOT NULL,"
-    " device INTEGER NOT NULL REFERENCES devices(id), report_id BLOB NOT NULL, bytes BLOB NOT NULL,"
-    " received_at INTEGER NOT NULL, digest BLOB, UNIQUE(job, report_id), UNIQUE(job, round, device));"
+    "CREATE TABLE IF NOT EXISTS reports(" SCHEMA_V4_REPORTS ";"
     /* A report's payload, apart from its row so that dropping a finalized round's payloads frees whole pages
      * (a row of reports keeps 2 KB of an 18 KB blob inline; its page would stay mostly empty). reports.bytes
      * is empty for a report whose payload is here; states written before this table hold it there instead. */
@@ -71,6 +100,7 @@ static const char schema_sql[] =
     " id INTEGER PRIMARY KEY REFERENCES reports(id), bytes BLOB NOT NULL, job INTEGER, round INTEGER,"
     " instance TEXT NOT NULL DEFAULT '');"
     SCHEMA_V3_SUMS
+    SCHEMA_V4_KEYS
     "CREATE TABLE IF NOT EXISTS releases("
     " job INTEGER NOT NULL REFERENCES jobs(id), version INTEGER NOT NULL, bytes BLOB NOT NULL,"
     " created_at INTEGER NOT NULL, PRIMARY KEY(job, version));"
@@ -123,6 +153,58 @@ static void *checkpointer_main(void *arg) {
     return NULL;
 }
 
+/* ---- schema 4 ---------------------------------------------------------------------------------------- */
+
+/* dprec_sha256(blob): the SQL function schema 3 -> 4 computes a missing digest with; NULL for no payload. */
+static void sql_sha256(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    unsigned char d[32];
+    int n = sqlite3_value_bytes(argv[0]);
+    const void *b = sqlite3_value_blob(argv[0]);
+    if (b == NULL || n <= 0) sqlite3_result_null(ctx);
+    else if (dprec_sha256(b, (size_t)n, d) != 0) sqlite3_result_error(ctx, "sha256 failed", -1);
+    else sqlite3_result_blob(ctx, d, 32, SQLITE_TRANSIENT);
+}
+
+/* Brings a schema-3 state to 4 in one transaction, with foreign keys off around it (the old `reports` is dropped while
+ * report_payloads names it; the copy keeps every id). 0, or -1 (err set; nothing changed). */
+static int schema_3_to_4(agg_sqlite_conn *w, char *err, size_t errcap) {
+    char **idx = NULL;
+    size_t nidx = 0;
+    int ok = sqlite3_create_function(w->db, "dprec_sha256", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_sha256,
+                                     NULL, NULL) == SQLITE_OK &&
+             agg_sqlite_exec(w, "PRAGMA foreign_keys=OFF") == 0 && agg_sqlite_exec(w, "BEGIN IMMEDIATE") == 0;
+    /* the indexes `reports` has besides its constraints' (none in this build's schema 3; a later one's, or an
+     * operator's), made again on the new table */
+    sqlite3_stmt *st = ok ? agg_sqlite_prep_uncached(w, "SELECT sql FROM sqlite_master WHERE type = 'index'"
+                                                        " AND tbl_name = 'reports' AND sql IS NOT NULL")
+                          : NULL;
+    int rc = st != NULL ? SQLITE_ROW : SQLITE_ERROR;
+    while (rc == SQLITE_ROW && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char **p = realloc(idx, (nidx + 1) * sizeof *p);
+        char *sql = p != NULL ? strdup((const char *)sqlite3_column_text(st, 0)) : NULL;
+        if (p != NULL) idx = p;
+        if (sql == NULL) rc = SQLITE_NOMEM;
+        else idx[nidx++] = sql;
+    }
+    ok = rc == SQLITE_DONE;
+    sqlite3_finalize(st);
+    ok = ok && agg_sqlite_exec(w, schema_v3_to_v4) == 0;
+    for (size_t i = 0; i < nidx; i++) {
+        if (ok) ok = agg_sqlite_exec(w, idx[i]) == 0;
+        free(idx[i]);
+    }
+    free(idx);
+    ok = ok && agg_sqlite_exec(w, schema_v4_fill) == 0 && agg_sqlite_exec(w, "COMMIT") == 0;
+    if (!ok) {
+        snprintf(err, errcap, "cannot bring the state database from schema 3 to 4: %s", sqlite3_errmsg(w->db));
+        agg_sqlite_exec(w, "ROLLBACK");
+    }
+    agg_sqlite_exec(w, "PRAGMA foreign_keys=ON");
+    sqlite3_create_function(w->db, "dprec_sha256", 1, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+    return ok ? 0 : -1;
+}
+
 /* ---- open / close ------------------------------------------------------------------------------------- */
 
 /* The state file and its WAL and shared-memory files hold every device's reports: readable by the owner only
@@ -166,6 +248,7 @@ int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, 
     }
     s->base.engine = &agg_store_engine_sqlite;
     a->store = &s->base;
+    agg_keys_init(&s->keys);
     pthread_mutex_init(&s->c_mu, NULL);
     pthread_cond_init(&s->c_cv, NULL);
     for (int i = 0; i < AGG_READERS; i++) pthread_mutex_init(&s->readers[i].mu, NULL);
@@ -218,6 +301,7 @@ int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, 
             return -1;
         }
     }
+    if (version >= 1 && version <= 3 && schema_3_to_4(&s->w, err, errcap) != 0) return -1;
     if (version == 0) {
         char sql[64];
         snprintf(sql, sizeof sql, "PRAGMA user_version=%d", AGG_SCHEMA_VERSION);
@@ -228,7 +312,7 @@ int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, 
             return -1;
         }
     }
-    /* the job table, with each open round's report count */
+    /* the job table, with each open round's report count, and that round's keys rebuilt in the writer's memory */
     st = agg_sqlite_prep_uncached(&s->w, "SELECT id FROM jobs ORDER BY id");
     int rc = st != NULL ? SQLITE_ROW : SQLITE_ERROR;
     while (st != NULL && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -238,9 +322,7 @@ int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, 
             rc = SQLITE_ERROR;
             break;
         }
-        int64_t n = j.done ? 0
-                           : agg_sqlite_query_int(&s->w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, id,
-                                                j.round, 0);
+        int64_t n = j.done ? 0 : agg_sqlite_keys_load(s, id, j.round);
         if (n < 0 || job_loaded(a, &j, n) != 0) rc = SQLITE_ERROR;
         agg_job_free(&j);
         if (rc == SQLITE_ERROR) break;
@@ -248,7 +330,7 @@ int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, 
     sqlite3_finalize(st);
     int64_t seq = agg_sqlite_query_int(&s->w, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", 0, 0, 0, 0);
     if (rc != SQLITE_DONE || seq < 0) {
-        snprintf(err, errcap, "cannot read the jobs: %s", sqlite3_errmsg(s->w.db));
+        snprintf(err, errcap, "cannot read the jobs and their open rounds' report keys: %s", sqlite3_errmsg(s->w.db));
         return -1;
     }
     *last_id = seq;
@@ -306,6 +388,7 @@ void agg_sqlite_close(dprec_agg *a) {
     }
     pthread_mutex_destroy(&s->c_mu);
     pthread_cond_destroy(&s->c_cv);
+    agg_keys_free(&s->keys);
     free(s);
     a->store = NULL;
 }

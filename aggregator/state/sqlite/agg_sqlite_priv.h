@@ -9,12 +9,15 @@
 
 #include <sqlite3.h>
 
+#include "agg_sqlite_keys.h"
 #include "state/agg_store_engine.h"
 
 /* 1: the first; 2: reports.digest (the envelope's SHA-256, kept when a finalized round drops its payload). A
  * version-1 state is brought to 2 when it opens (agg_sqlite_open.c); its rows keep a NULL digest. 3: folded rounds
- * (report_payloads' round and instance, round_sums; docs/notes/streaming-sums.md), brought from 2 in place. */
-#define AGG_SCHEMA_VERSION 3
+ * (report_payloads' round and instance, round_sums; docs/notes/streaming-sums.md), brought from 2 in place. 4: the open
+ * round's uniqueness in the writer's memory (docs/notes/sqlite-open-round-keys.md): `reports` without its two UNIQUE
+ * constraints, an index on (job, round), and report_keys, the finalized rounds' keys; `reports` rebuilt from 3 once. */
+#define AGG_SCHEMA_VERSION 4
 
 /* A connection and its prepared statements. */
 #define AGG_STMT_CACHE 32
@@ -40,6 +43,8 @@ typedef struct agg_sqlite_store {
     pthread_mutex_t c_mu;      /* guards the flags below */
     pthread_cond_t c_cv;
     int ckpt_running, ckpt_wanted, ckpt_stopping;
+    agg_keys keys;             /* the open rounds' report ids and devices (the writer's; agg_sqlite_keys.h) */
+    const char *keys_error;    /* why the last report insert failed outside SQLite (its db_error says it), or NULL */
 } agg_sqlite_store;
 
 /* The SQLite store behind a->store (the engine's functions are called only with its own). */
@@ -54,6 +59,9 @@ int64_t agg_sqlite_query_int(agg_sqlite_conn *c, const char *sql, int nparams, i
 void agg_sqlite_conn_close(agg_sqlite_conn *c);
 void agg_sqlite_log_conn_error(dprec_agg *a, agg_sqlite_conn *c, const char *what);
 int agg_sqlite_job_row(agg_sqlite_conn *c, int64_t id, agg_job *out);
+/* agg_sqlite.c, for open: the keys of job's open round rebuilt from its committed rows (read once, in storage order).
+ * Its report count, or -1 (out of memory, or a database error). */
+int64_t agg_sqlite_keys_load(agg_sqlite_store *s, int64_t job, int64_t round);
 
 /* agg_sqlite_open.c, for the engine's table: open and close (agg_store_engine.h). */
 int agg_sqlite_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
