@@ -343,6 +343,121 @@ static void test_store_keeps_nothing_of_a_rolled_back_batch(void **state) {
     free(r);
 }
 
+/* What report_find answers for id: 1 with (device, round) and the digest of want's bytes, or 0 when want is NULL. */
+static void expect_key(env *e, int64_t job, const unsigned char id[DPREC_REPORT_ID_SIZE], int64_t device, int64_t round,
+                       const unsigned char *want, size_t len) {
+    int64_t dev = 0, r = 0;
+    unsigned char digest[32], d[32];
+    int has = 0;
+    assert_int_equal(agg_store_report_find(e->a, job, id, &dev, &r, digest, &has), want != NULL ? 1 : 0);
+    if (want == NULL) return;
+    assert_int_equal(dev, device);
+    assert_int_equal(r, round);
+    assert_true(has);
+    assert_int_equal(dprec_sha256(want, len, d), 0);
+    assert_memory_equal(digest, d, 32);
+}
+
+/* The uniqueness rules and the keys a retry is answered from, the same in the batch that stored a report (a later
+ * report of the batch sees it), in a later batch, after a reopen (SQLite rebuilds the open round's keys from its rows),
+ * and after the round is finalized (SQLite answers from report_keys): a report id stays the job's, so another device
+ * cannot use it in a later round. */
+static void test_store_answers_a_report_id_in_its_batch_after_a_reopen_and_after_its_round(void **state) {
+    env *e = *state;
+    add_job(e, 1);
+    assert_int_equal(agg_store_begin(e->a), 0);
+    int64_t x = add_device(e, "token-x"), y = add_device(e, "token-y");
+    unsigned char ida[DPREC_REPORT_ID_SIZE], idb[DPREC_REPORT_ID_SIZE], idc[DPREC_REPORT_ID_SIZE];
+    size_t la, lb, lc;
+    unsigned char *ra = make_report(1, 1, 0xA1, 40, 7, ida, &la), *rb = make_report(1, 1, 0xB2, 40, 9, idb, &lb);
+    unsigned char *rc2 = make_report(1, 2, 0xC3, 40, 3, idc, &lc);
+    assert_int_equal(agg_store_report_insert(e->a, 1, 1, x, ida, ra, la, 1001), 0);
+    for (int pass = 0; pass < 3; pass++) { /* in the batch; in the next; after a reopen */
+        expect_key(e, 1, ida, x, 1, ra, la);
+        expect_key(e, 1, idb, 0, 0, NULL, 0);
+        assert_int_equal(agg_store_report_insert(e->a, 1, 1, x, ida, ra, la, 1002), AGG_STORE_CONFLICT); /* a retry */
+        assert_int_equal(agg_store_report_insert(e->a, 1, 1, x, idb, rb, lb, 1003), AGG_STORE_CONFLICT); /* its second */
+        assert_int_equal(agg_store_report_insert(e->a, 1, 1, y, ida, rb, lb, 1004), AGG_STORE_CONFLICT); /* x's id */
+        expect_key(e, 1, idb, 0, 0, NULL, 0);
+        assert_int_equal(agg_store_commit(e->a), 0);
+        if (pass == 1) {
+            reopen(e);
+            assert_int_equal(e->in_round[0], 1);
+        }
+        assert_int_equal(agg_store_begin(e->a), 0);
+    }
+    assert_int_equal(agg_store_report_insert(e->a, 1, 1, y, idb, rb, lb, 1005), 0);
+    assert_int_equal(agg_store_commit(e->a), 0);
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM reports"), 2);
+
+    size_t rl;
+    unsigned char *rel = make_release(1, 2, 5, 3, 1.5f, &rl);
+    agg_store_round rd = {.job = 1, .round = 1, .release = rel, .release_len = rl, .now = 2000, .deadline = 2600};
+    char err[160] = "";
+    assert_int_equal(agg_store_round_commit(e->a, &rd, err, sizeof err), 1);
+    for (int pass = 0; pass < 2; pass++) { /* the round finalized; and after a reopen */
+        expect_key(e, 1, ida, x, 1, ra, la);
+        expect_key(e, 1, idb, y, 1, rb, lb);
+        assert_int_equal(agg_store_begin(e->a), 0);
+        /* round 2: x's round-1 id is refused to y, and to x; y's own new report is taken */
+        assert_int_equal(agg_store_report_insert(e->a, 1, 2, y, ida, rc2, lc, 2001), AGG_STORE_CONFLICT);
+        assert_int_equal(agg_store_report_insert(e->a, 1, 2, x, ida, rc2, lc, 2002), AGG_STORE_CONFLICT);
+        if (pass == 0) assert_int_equal(agg_store_report_insert(e->a, 1, 2, y, idc, rc2, lc, 2003), 0);
+        else assert_int_equal(agg_store_report_insert(e->a, 1, 2, y, idc, rc2, lc, 2003), AGG_STORE_CONFLICT);
+        assert_int_equal(agg_store_commit(e->a), 0);
+        expect_key(e, 1, idc, y, 2, rc2, lc);
+        if (pass == 0) reopen(e);
+    }
+    assert_int_equal(e->in_round[0], 1);
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM reports"), 3);
+    free(ra);
+    free(rb);
+    free(rc2);
+    free(rel);
+}
+
+/* Enough reports that the keys' tables grow in both batches: a batch rolled back takes back all of its keys and only
+ * its keys (a device and an id of it can report again), whatever order its reports' keys sit in. */
+static void test_store_takes_back_every_key_of_a_rolled_back_batch(void **state) {
+    env *e = *state;
+    enum { N = 700 };
+    add_job(e, 1);
+    int64_t dev[2 * N];
+    assert_int_equal(agg_store_begin(e->a), 0);
+    for (int i = 0; i < 2 * N; i++) {
+        char t[32];
+        snprintf(t, sizeof t, "token-%d", i);
+        dev[i] = add_device(e, t);
+    }
+    assert_int_equal(agg_store_commit(e->a), 0);
+    unsigned char id[DPREC_REPORT_ID_SIZE];
+    size_t len;
+    unsigned char *r = make_report(1, 1, 0, 8, 1, id, &len);
+    for (int batch = 0; batch < 3; batch++) { /* kept, rolled back, then the rolled-back one again, kept */
+        assert_int_equal(agg_store_begin(e->a), 0);
+        int from = batch == 0 ? 0 : N;
+        for (int i = from; i < from + N; i++) {
+            memset(id, 0, sizeof id);
+            memcpy(id, &i, sizeof i);
+            id[15] = (unsigned char)(i * 37);
+            assert_int_equal(agg_store_report_insert(e->a, 1, 1, dev[i], id, r, len, 1001), 0);
+        }
+        if (batch == 1) assert_int_equal(agg_store_rollback(e->a), 0);
+        else assert_int_equal(agg_store_commit(e->a), 0);
+        for (int i = 0; i < 2 * N; i++) {
+            memset(id, 0, sizeof id);
+            memcpy(id, &i, sizeof i);
+            id[15] = (unsigned char)(i * 37);
+            int64_t d = 0, round = 0;
+            unsigned char digest[32];
+            int has = 0;
+            assert_int_equal(agg_store_report_find(e->a, 1, id, &d, &round, digest, &has), i < N || batch == 2);
+        }
+    }
+    assert_int_equal(raw_int(e, "SELECT count(*) FROM reports"), 2 * N);
+    free(r);
+}
+
 static void test_store_registers_a_device_once_per_enrollment_token(void **state) {
     env *e = *state;
     agg_enrollment en;
@@ -813,6 +928,8 @@ int main(int argc, char **argv) {
         T(test_store_keeps_a_job_and_its_release_across_a_reopen),
         T(test_store_takes_one_report_per_report_id_and_per_device_in_a_round),
         T(test_store_keeps_nothing_of_a_rolled_back_batch),
+        T(test_store_answers_a_report_id_in_its_batch_after_a_reopen_and_after_its_round),
+        T(test_store_takes_back_every_key_of_a_rolled_back_batch),
         T(test_store_registers_a_device_once_per_enrollment_token),
         T(test_store_finalizes_a_round_exactly_once),
         T(test_store_keeps_the_payloads_when_configured),
