@@ -906,6 +906,173 @@ static void test_agg_finalizes_a_round_with_payloads_in_the_old_place(void **sta
     free(b1);
 }
 
+/* b's report id made from's (both envelopes written: their headers parse). */
+static void copy_report_id(unsigned char *b, size_t len, const unsigned char *from, size_t from_len) {
+    dprec_envelope ev, src;
+    assert_int_equal(dprec_envelope_parse(b, len, &ev), 0);
+    assert_int_equal(dprec_envelope_parse(from, from_len, &src), 0);
+    memcpy(ev.report_id, src.report_id, sizeof ev.report_id);
+    dprec_envelope_write_header(b, &ev);
+}
+
+/* What a job answers about x's accepted report b: its retry (same bytes) 200 duplicate; its id with other bytes
+ * (other) 409 report_id_reused; x's report under another id (second) `second_code`; y with b's id 409 already_reported. */
+static void expect_retry_answers(dprec_agg *a, int64_t job, const char *x, const char *y, const unsigned char *b,
+                                 const unsigned char *other, const unsigned char *second, size_t len,
+                                 const char *second_code) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/reports", (long long)job);
+    int dup = 0;
+    assert_int_equal(post_report(a, job, x, b, len, &dup), 200);
+    assert_int_equal(dup, 1);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", path, x, other, len, 409, "report_id_reused");
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", path, x, second, len, 409, second_code);
+    expect_error(a, DPREC_LISTENER_DEVICE, "POST", path, y, b, len, 409, "already_reported");
+}
+
+/* A report's retries are answered the same in a later batch, after a close and reopen (SQLite rebuilds the open
+ * round's keys from its rows), and after its round closed (SQLite answers from report_keys); a report id stays the
+ * job's: another device cannot use it in a later round, and a device refused once can report under its own id. */
+static void test_agg_answers_retries_alike_across_batches_a_reopen_and_the_rounds_close(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 3, 10, 3, 10, NULL); /* min_reports 10: the rounds close by the operator's hand */
+    char x[65], y[65], z[65];
+    register_device(e->a, x);
+    register_device(e->a, y);
+    register_device(e->a, z);
+    float u[3] = {0.5f, 0.5f, 0.5f};
+    uint32_t items[2] = {0, 9};
+    float r0[2] = {2.0f, 4.0f}, r1[2] = {5.0f, 5.0f};
+    size_t len;
+    unsigned char *bx = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r0, &len);
+    unsigned char *bx_other = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r1, &len);
+    unsigned char *bx_second = make_report((uint64_t)job, 1, 0x12, 3, u, 2, items, r0, &len);
+    unsigned char *by = make_report((uint64_t)job, 1, 0x21, 3, u, 2, items, r1, &len);
+    int dup = -1;
+    assert_int_equal(post_report(e->a, job, x, bx, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "already_reported");
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    assert_int_equal(open_agg(e), 0);
+    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "already_reported");
+    assert_int_equal(post_report(e->a, job, y, by, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+    cJSON_Delete(call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200));
+    assert_int_equal(job_field(e->a, job, "round"), 2);
+    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "round_closed");
+
+    /* round 2: x's round-1 id is y's no more than in round 1; y's and z's own reports are taken */
+    char rpath[64];
+    snprintf(rpath, sizeof rpath, "/v1/jobs/%lld/reports", (long long)job);
+    unsigned char *by2 = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r0, &len);
+    unsigned char *by2_taken = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r0, &len);
+    copy_report_id(by2_taken, len, bx, len);
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, y, by2_taken, len, 409, "already_reported");
+    unsigned char *bz2 = make_report((uint64_t)job, 2, 0x31, 3, u, 2, items, r1, &len);
+    assert_int_equal(post_report(e->a, job, z, bz2, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    assert_int_equal(post_report(e->a, job, y, by2, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    assert_int_equal(open_agg(e), 0);
+    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "round_closed");
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, y, by2_taken, len, 409, "already_reported");
+    assert_int_equal(post_report(e->a, job, z, bz2, len, &dup), 200);
+    assert_int_equal(dup, 1);
+    assert_int_equal(job_field(e->a, job, "reports_in_round"), 2);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 4);
+    free(bx);
+    free(bx_other);
+    free(bx_second);
+    free(by);
+    free(by2);
+    free(by2_taken);
+    free(bz2);
+}
+
+/* A SQLite state of schema 3 (its reports table with the two UNIQUE constraints; no report_keys), with a finalized
+ * round and an open one, is brought to 4 at open: the table rebuilt without them (its rows and ids kept), the finalized
+ * round's keys in report_keys, the open round's in memory. Retries of both rounds are answered as before, and new
+ * reports are taken. Simulated by writing the state with this build, then putting its reports table back in schema
+ * 3's form. */
+static void test_agg_brings_a_schema_3_state_to_4_and_answers_both_rounds(void **state) {
+    env *e = *state;
+    int64_t job = create_job(e->a, 3, 10, 3, 10, NULL);
+    char x[65], y[65], z[65];
+    register_device(e->a, x);
+    register_device(e->a, y);
+    register_device(e->a, z);
+    float u[3] = {0.5f, 0.5f, 0.5f};
+    uint32_t items[2] = {0, 9};
+    float r0[2] = {2.0f, 4.0f}, r1[2] = {5.0f, 5.0f};
+    size_t len;
+    unsigned char *bx = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r0, &len);
+    unsigned char *bx_other = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r1, &len);
+    unsigned char *bx_second = make_report((uint64_t)job, 1, 0x12, 3, u, 2, items, r0, &len);
+    unsigned char *by = make_report((uint64_t)job, 1, 0x21, 3, u, 2, items, r1, &len);
+    unsigned char *bx2 = make_report((uint64_t)job, 2, 0x13, 3, u, 2, items, r0, &len);
+    unsigned char *bx2_other = make_report((uint64_t)job, 2, 0x13, 3, u, 2, items, r1, &len);
+    unsigned char *bx2_second = make_report((uint64_t)job, 2, 0x14, 3, u, 2, items, r0, &len);
+    assert_int_equal(post_report(e->a, job, x, bx, len, NULL), 200);
+    assert_int_equal(post_report(e->a, job, y, by, len, NULL), 200);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+    cJSON_Delete(call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200));
+    assert_int_equal(post_report(e->a, job, x, bx2, len, NULL), 200);
+    dprec_agg_close(e->a);
+    e->a = NULL;
+    assert_int_equal(test_state_exec(&e->st,
+        "DROP TABLE report_keys; DROP INDEX reports_round;"
+        "CREATE TABLE reports_v3("
+        " id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), round INTEGER NOT NULL,"
+        " device INTEGER NOT NULL REFERENCES devices(id), report_id BLOB NOT NULL, bytes BLOB NOT NULL,"
+        " received_at INTEGER NOT NULL, digest BLOB, UNIQUE(job, report_id), UNIQUE(job, round, device));"
+        "INSERT INTO reports_v3 SELECT id, job, round, device, report_id, bytes, received_at, digest FROM reports;"
+        "DROP TABLE reports; ALTER TABLE reports_v3 RENAME TO reports; PRAGMA user_version = 3;"), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'reports'"
+                                   " AND name LIKE 'sqlite_autoindex%'"), 2);
+    assert_int_equal(open_agg(e), 0);
+    assert_int_equal(count_rows(e, "PRAGMA user_version"), 4);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'reports'"
+                                   " AND name LIKE 'sqlite_autoindex%'"), 0);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM sqlite_master WHERE name = 'reports_round'"), 1);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 3);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM report_keys WHERE round = 1 AND length(digest) = 32"), 2);
+    assert_int_equal(job_field(e->a, job, "reports_in_round"), 1);
+    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "round_closed");
+    expect_retry_answers(e->a, job, x, y, bx2, bx2_other, bx2_second, len, "already_reported");
+    char rpath[64];
+    snprintf(rpath, sizeof rpath, "/v1/jobs/%lld/reports", (long long)job);
+    unsigned char *by2 = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r1, &len);
+    copy_report_id(by2, len, bx, len); /* x's round-1 id */
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, y, by2, len, 409, "already_reported");
+    unsigned char *by2_own = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r1, &len);
+    unsigned char *bz2 = make_report((uint64_t)job, 2, 0x31, 3, u, 2, items, r0, &len);
+    int dup = -1;
+    assert_int_equal(post_report(e->a, job, y, by2_own, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    assert_int_equal(post_report(e->a, job, z, bz2, len, &dup), 200);
+    assert_int_equal(dup, 0);
+    assert_int_equal(job_field(e->a, job, "reports_in_round"), 3);
+    cJSON_Delete(call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200));
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM report_keys"), 5);
+    expect_retry_answers(e->a, job, x, y, bx2, bx2_other, bx2_second, len, "round_closed");
+    free(bx);
+    free(bx_other);
+    free(bx_second);
+    free(by);
+    free(bx2);
+    free(bx2_other);
+    free(bx2_second);
+    free(by2);
+    free(by2_own);
+    free(bz2);
+}
+
 /* A finalization that never committed (simulated: min_reports is lowered behind the aggregator's back while
  * it is closed, as if it had crashed after the last insert) is resumed by open, exactly once. */
 static void test_agg_open_resumes_an_unfinalized_full_round(void **state) {
@@ -1717,6 +1884,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_answers_retries_alike_across_batches_a_reopen_and_the_rounds_close, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_deadline_closes_an_empty_round_and_a_central_one_runs_its_step,
                                         setup, teardown),
@@ -1733,6 +1902,7 @@ int main(int argc, char **argv) {
     /* a SQLite state of an older layout (payloads in the report's row): SQLite's own; a PostgreSQL state never had it */
     const struct CMUnitTest sqlite_only[] = {
         cmocka_unit_test_setup_teardown(test_agg_finalizes_a_round_with_payloads_in_the_old_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_brings_a_schema_3_state_to_4_and_answers_both_rounds, setup, teardown),
     };
     /* several instances on one state: PostgreSQL's own (a SQLite state has one aggregator, its directory locked) */
     const struct CMUnitTest pg_only[] = {
