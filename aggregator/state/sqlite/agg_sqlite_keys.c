@@ -7,8 +7,8 @@
  * directory, and its one writer thread), which decides every report's outcome anyway: its tables are exact.
  *
  * How: a round's records are appended to one array; the two tables hold record indexes, with linear probing, at most
- * half full, doubled when a reserve would pass that. Removal (a rollback) shifts the following run back
- * (backward-shift deletion), so no tombstone is ever left and a lookup stops at the first empty slot. Report ids are
+ * half full, doubled when a reserve would pass that. Only a rollback removes, and it removes the last records added,
+ * last first: their slots are simply emptied (table_remove says why that is exact). Report ids are
  * chosen by devices: their hash is keyed with a random key, so that a device cannot aim its ids at one run of slots. */
 #include <stdlib.h>
 #include <string.h>
@@ -51,25 +51,15 @@ static void table_put(uint32_t *t, uint32_t mask, uint64_t h, uint32_t i) {
     t[s] = i + 1;
 }
 
-/* Takes record x out of one table: its slot emptied, and every entry of the run after it that may move back (its home
- * slot is not cyclically in (hole, its slot]) moved into the hole, which moves on to where it was. */
+/* Takes record x out of one table. x is the last record the table took: a table takes records in their order, also
+ * when it is made again at a new size, and a rollback takes them out last first. So no other record's probe passed
+ * over x's slot when it was placed (a probe stops at the first empty slot, and x's was empty then): emptying the slot
+ * gives back the table as it was before x, and no tombstone is needed. */
 static void table_remove(const agg_keys *k, agg_keys_round *r, int by_id, uint32_t x) {
     uint32_t *t = by_id ? r->by_id : r->by_device, mask = r->slots - 1;
     uint32_t i = (uint32_t)rec_hash(k, r, x, by_id) & mask;
     while (t[i] != x + 1) i = (i + 1) & mask;
-    uint32_t j = i;
-    for (;;) {
-        t[i] = 0;
-        for (;;) {
-            j = (j + 1) & mask;
-            if (t[j] == 0) return;
-            uint32_t h = (uint32_t)rec_hash(k, r, t[j] - 1, by_id) & mask;
-            if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
-            t[i] = t[j];
-            i = j;
-            break;
-        }
-    }
+    t[i] = 0;
 }
 
 /* Both tables at `slots` (a power of two) with every record in: 0, or -1 (out of memory; the old ones kept). */
