@@ -10,21 +10,23 @@
 # durable report (every instance's together, and each instance's own; PostgreSQL's own processes apart), reports per
 # group commit (fsync).
 #
-#   bash bench/ingest.sh [--engine sqlite|postgresql|all] [--prefill N] [--reports N] [--build DIR]
+#   bash bench/ingest.sh [--engine sqlite|postgresql|all] [--prefill N] [--reports N] [--build DIR] [--shuffle SEED]
 #
-# Defaults: all, 1000000, 200000, build. The prefill is not measured (progress on stderr); on this project's 2-core
-# machines it takes about 5 minutes on SQLite and longer on PostgreSQL. Ports: SQLite ephemeral; PostgreSQL
-# run-local.sh's fixed ports (8443, 8444, 8451-8453, 8461-8463), which must be free.
+# Defaults: all, 1000000, 200000, build, 0 (--shuffle SEED: each client thread reports for its devices in a random
+# order, dprec-bench-load --shuffle, instead of in their registration order). The prefill is not measured (progress
+# on stderr); on this project's 2-core machines it takes about 5 minutes on SQLite and longer on PostgreSQL. Ports:
+# SQLite ephemeral; PostgreSQL run-local.sh's fixed ports (8443, 8444, 8451-8453, 8461-8463), which must be free.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-engine=all; prefill=1000000; reports=200000; build="$here/build"
-usage() { sed -n '13,17p' "$0" | sed 's/^# \{0,1\}//'; }
+engine=all; prefill=1000000; reports=200000; build="$here/build"; shuffle=0
+usage() { sed -n '13,18p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --engine) engine="$2"; shift 2 ;;
     --prefill) prefill="$2"; shift 2 ;;
     --reports) reports="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
+    --shuffle) shuffle="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -62,9 +64,9 @@ if [ "$engine" != postgresql ]; then
   "$agg" serve --state-dir "$tmp/sqlite" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --threads 4 \
     --connections-per-address 0 --register-per-minute 0 2>"$tmp/sqlite.log" &
   pids+=($!)
-  "$load" --state-dir "$tmp/sqlite" --threads 16 --reports "$reports" --prefill "$prefill" --preregister 1 --seconds 600
+  "$load" --state-dir "$tmp/sqlite" --threads 16 --reports "$reports" --prefill "$prefill" --preregister 1 --shuffle "$shuffle" --seconds 600
   machine
-  "$load" --state-dir "$tmp/sqlite" --threads 128 --reports "$reports" --preregister 1 --seconds 600
+  "$load" --state-dir "$tmp/sqlite" --threads 128 --reports "$reports" --preregister 1 --shuffle "$shuffle" --seconds 600
   kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=()
 fi
 
@@ -83,10 +85,10 @@ if [ "$engine" != sqlite ]; then
     first=$([ $n = 1 ] && echo "$prefill" || echo 0)
     machine
     "$load" "${dirs[@]}" --device-url https://127.0.0.1:8443 --db-cpu postgres --threads 16 --reports "$reports" --prefill "$first" \
-      --preregister 1 --seconds 600
+      --preregister 1 --shuffle "$shuffle" --seconds 600
     machine
     "$load" "${dirs[@]}" --device-url https://127.0.0.1:8443 --db-cpu postgres --threads 128 --reports "$reports" --preregister 1 \
-      --seconds 600
+      --shuffle "$shuffle" --seconds 600
     bash "$here/deploy/run-local.sh" --stop "$tmp/run"
     wait_gone "$tmp"/run/*.pid
   done

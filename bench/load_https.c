@@ -49,6 +49,7 @@ typedef struct options {
     unsigned n_state_dirs;
     int dpals;                   /* --protocol dpals: a folded round (the writer adds each report to the round's sum) */
     const char *db_comm;         /* --db-cpu NAME: also the CPU of the processes so named (a database server's) */
+    unsigned long shuffle;       /* --shuffle SEED: each thread reports for its devices in a random order (0: in order) */
 } options;
 
 typedef struct shared {
@@ -75,6 +76,7 @@ typedef struct worker {
     size_t n_report, n_register, cap;
     char (*tokens)[80]; /* --preregister: the devices this thread registered */
     size_t n_tokens;
+    unsigned index;     /* the thread's number (its --shuffle permutation's seed) */
     char last_error[160];
 } worker;
 
@@ -268,6 +270,24 @@ static size_t build_report(const shared *sh, unsigned char *out, uint64_t *rng)
     return (size_t)(p - out);
 }
 
+/* --shuffle: the thread's devices in a random order (Fisher-Yates, from splitmix64 seeded with the seed and the thread's
+ * number: the same run gives the same order), so that the server does not see devices in their registration order. */
+static void shuffle_tokens(worker *w, unsigned long seed)
+{
+    uint64_t s = (uint64_t)seed ^ ((uint64_t)w->index * 0xd1b54a32d192ed03ull);
+    for (size_t i = w->n_tokens; i > 1; i--) {
+        unsigned char b[8];
+        fill_random(b, sizeof b, &s);
+        uint64_t r;
+        memcpy(&r, b, sizeof r);
+        size_t j = (size_t)(r % i);
+        char t[80];
+        memcpy(t, w->tokens[i - 1], sizeof t);
+        memcpy(w->tokens[i - 1], w->tokens[j], sizeof t);
+        memcpy(w->tokens[j], t, sizeof t);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
@@ -306,6 +326,9 @@ static void *worker_main(void *arg)
             }
             w->n_tokens++;
             w->lat_register_us[w->n_register++] = (uint32_t)((t1 - t0) * 1e6);
+        }
+        if (sh->opt->shuffle != 0) {
+            shuffle_tokens(w, sh->opt->shuffle);
         }
         pthread_barrier_wait(&sh->barrier);
         pthread_barrier_wait(&sh->barrier); /* while run_load reads the servers' counters */
@@ -411,6 +434,7 @@ static int run_load(shared *sh_in, const char *label, result *res)
     }
     for (unsigned i = 0; i < o->threads; i++) {
         ws[i].sh = shp;
+        ws[i].index = i;
         ws[i].cap = per;
         ws[i].lat_report_us = calloc(per, sizeof(uint32_t));
         ws[i].lat_register_us = calloc(per, sizeof(uint32_t));
@@ -487,6 +511,9 @@ static int run_load(shared *sh_in, const char *label, result *res)
                o->dpals ? "dpals (folded)" : "plain", o->d);
         if (o->preregister) {
             printf("registered %zu devices in %.2f s = %.0f registrations/s\n", nreg, t_reg, res->reg_per_s);
+        }
+        if (o->shuffle != 0) {
+            printf("devices reported in a random order per thread (--shuffle %lu)\n", o->shuffle);
         }
         printf("accepted reports: %lu in %.2f s = %.0f reports/s%s\n", res->accepted, wall, res->rep_per_s,
                o->preregister ? "" : " (each after its own registration)");
@@ -675,7 +702,7 @@ static void usage(void)
           "                        [--threads N] [--reports N] [--prefill N] [--prefill-threads N] [--seconds S]\n"
           "                        [--server-threads N]\n"
           "                        [--d D] [--m M] [--protocol plain|dpals] [--preregister 0|1] [--baseline 0|1]\n"
-          "                        [--device-url URL] [--db-cpu NAME]\n"
+          "                        [--device-url URL] [--db-cpu NAME] [--shuffle SEED]\n"
           "  --spawn BIN          start BIN serve on 127.0.0.1 with ephemeral ports in a fresh state directory\n"
           "  --spawn-state URI    the spawned server keeps its state in this PostgreSQL database (--state URI)\n"
           "  --state-dir DIR      use the aggregator already running on this state directory (ports.json,\n"
@@ -700,7 +727,10 @@ static void usage(void)
           "  --preregister 1      register every device first, then time the reports alone (default 0: each\n"
           "                       report follows its own device's registration, both timed)\n"
           "  --baseline 1         first the same load on the same HTTPS stack answering from memory (one\n"
-          "                       instance only)\n",
+          "                       instance only)\n"
+          "  --shuffle SEED       with --preregister 1: each thread reports for its devices in a random order\n"
+          "                       (Fisher-Yates from splitmix64 seeded with SEED and the thread's number: the same\n"
+          "                       SEED gives the same orders), not in their registration order (default 0: in order)\n",
           stderr);
 }
 
@@ -817,6 +847,8 @@ int main(int argc, char **argv)
             opt.preregister = (int)n;
         } else if (strcmp(f, "--baseline") == 0 && num && n <= 1) {
             opt.baseline = (int)n;
+        } else if (strcmp(f, "--shuffle") == 0 && num) {
+            opt.shuffle = n;
         } else {
             fprintf(stderr, "dprec-bench-load: bad or unknown option %s %s\n", f, v);
             usage();
@@ -824,7 +856,7 @@ int main(int argc, char **argv)
         }
     }
     if ((opt.spawn == NULL) == (opt.n_state_dirs == 0) || (opt.spawn_state != NULL && opt.spawn == NULL) ||
-        (opt.baseline && opt.n_state_dirs > 1)) {
+        (opt.baseline && opt.n_state_dirs > 1) || (opt.shuffle != 0 && !opt.preregister)) {
         usage();
         return 2;
     }
