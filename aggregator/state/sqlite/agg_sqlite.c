@@ -8,6 +8,11 @@
  * in one transaction of its own that first re-checks the round is still the job's open round: that check makes a
  * finalization exactly-once, and a crash before the COMMIT leaves the round open.
  *
+ * Uniqueness. The open round's rules (a report id once per job, a device once per round) are the writer's, in memory
+ * (agg_sqlite_keys.h), not unique indexes whose random keys dirtied a page per report; they follow the writer's
+ * transactions (begin/commit/rollback below), and a finalized round's keys move to report_keys in the transaction that
+ * commits the round (docs/notes/sqlite-open-round-keys.md).
+ *
  * Readers (releases, device tokens, health, a round being finalized) use a pool of read-only connections, never the
  * writer's, so a commit waiting for its fsync blocks no reader. A state without durability (the in-process fleet's
  * throw-away state) has one connection: its readers share the writer's, between its transactions.

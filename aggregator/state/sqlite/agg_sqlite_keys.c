@@ -16,6 +16,9 @@
 
 #include "agg_sqlite_keys.h"
 
+/* docs/operations.md states the memory a report costs from this size */
+_Static_assert(sizeof(agg_keys_rec) == 64, "a record is 64 bytes");
+
 /* ---- hashing ----------------------------------------------------------------------------------------------- */
 
 /* splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014): a
