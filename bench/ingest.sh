@@ -64,9 +64,11 @@ if [ "$engine" != postgresql ]; then
   "$agg" serve --state-dir "$tmp/sqlite" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --threads 4 \
     --connections-per-address 0 --register-per-minute 0 2>"$tmp/sqlite.log" &
   pids+=($!)
-  "$load" --state-dir "$tmp/sqlite" --threads 16 --reports "$reports" --prefill "$prefill" --preregister 1 --shuffle "$shuffle" --seconds 600
+  "$load" --state-dir "$tmp/sqlite" --threads 16 --reports "$reports" --prefill "$prefill" --preregister 1 \
+    --shuffle "$shuffle" --seconds 600
   machine
-  "$load" --state-dir "$tmp/sqlite" --threads 128 --reports "$reports" --preregister 1 --shuffle "$shuffle" --seconds 600
+  "$load" --state-dir "$tmp/sqlite" --threads 128 --reports "$reports" --preregister 1 --shuffle "$shuffle" \
+    --seconds 600
   kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=()
 fi
 

@@ -49,7 +49,7 @@ typedef struct options {
     unsigned n_state_dirs;
     int dpals;                   /* --protocol dpals: a folded round (the writer adds each report to the round's sum) */
     const char *db_comm;         /* --db-cpu NAME: also the CPU of the processes so named (a database server's) */
-    unsigned long shuffle;       /* --shuffle SEED: each thread reports for its devices in a random order (0: in order) */
+    unsigned long shuffle;       /* --shuffle SEED: each thread reports for its devices in a random order (0: no) */
 } options;
 
 typedef struct shared {
@@ -270,8 +270,9 @@ static size_t build_report(const shared *sh, unsigned char *out, uint64_t *rng)
     return (size_t)(p - out);
 }
 
-/* --shuffle: the thread's devices in a random order (Fisher-Yates, from splitmix64 seeded with the seed and the thread's
- * number: the same run gives the same order), so that the server does not see devices in their registration order. */
+/* --shuffle: the thread's devices in a random order (Fisher-Yates, from splitmix64 seeded with the seed and the
+ * thread's number: the same seed gives the same orders), so that the server does not see devices in their registration
+ * order. */
 static void shuffle_tokens(worker *w, unsigned long seed)
 {
     uint64_t s = (uint64_t)seed ^ ((uint64_t)w->index * 0xd1b54a32d192ed03ull);

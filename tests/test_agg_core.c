@@ -916,7 +916,8 @@ static void copy_report_id(unsigned char *b, size_t len, const unsigned char *fr
 }
 
 /* What a job answers about x's accepted report b: its retry (same bytes) 200 duplicate; its id with other bytes
- * (other) 409 report_id_reused; x's report under another id (second) `second_code`; y with b's id 409 already_reported. */
+ * (other) 409 report_id_reused; x's report under another id (second) `second_code`; y with b's id 409
+ * already_reported. */
 static void expect_retry_answers(dprec_agg *a, int64_t job, const char *x, const char *y, const unsigned char *b,
                                  const unsigned char *other, const unsigned char *second, size_t len,
                                  const char *second_code) {
@@ -1884,8 +1885,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_agg_answers_retries_alike_across_batches_a_reopen_and_the_rounds_close, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_agg_answers_retries_alike_across_batches_a_reopen_and_the_rounds_close,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_open_resumes_an_unfinalized_full_round, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_deadline_closes_an_empty_round_and_a_central_one_runs_its_step,
                                         setup, teardown),

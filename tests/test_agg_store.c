@@ -376,7 +376,7 @@ static void test_store_answers_a_report_id_in_its_batch_after_a_reopen_and_after
         expect_key(e, 1, ida, x, 1, ra, la);
         expect_key(e, 1, idb, 0, 0, NULL, 0);
         assert_int_equal(agg_store_report_insert(e->a, 1, 1, x, ida, ra, la, 1002), AGG_STORE_CONFLICT); /* a retry */
-        assert_int_equal(agg_store_report_insert(e->a, 1, 1, x, idb, rb, lb, 1003), AGG_STORE_CONFLICT); /* its second */
+        assert_int_equal(agg_store_report_insert(e->a, 1, 1, x, idb, rb, lb, 1003), AGG_STORE_CONFLICT); /* 2nd */
         assert_int_equal(agg_store_report_insert(e->a, 1, 1, y, ida, rb, lb, 1004), AGG_STORE_CONFLICT); /* x's id */
         expect_key(e, 1, idb, 0, 0, NULL, 0);
         assert_int_equal(agg_store_commit(e->a), 0);

@@ -10,11 +10,11 @@
  * What every engine guarantees (tests/test_agg_store.c checks each): a commit is durable when it returns; the
  * uniqueness rules of agg_store_report_insert hold for every writer of the state (a conflict is answered
  * AGG_STORE_CONFLICT and leaves the writer's transaction usable): in the database itself where several instances may
- * write (PostgreSQL), in the one writer's memory for the open round and a table for finalized ones (SQLite); agg_store_round_commit re-checks, in its own
- * transaction, that the round is still the job's open round, so a round is finalized at most once and releases are
- * contiguous (release r + 1 only after release r); releases are never changed once stored; the schema is versioned,
- * created or brought up to date at open, and a state of a newer schema is refused. Each function's contract is its
- * counterpart's in agg_store.h; the notes below say only what differs. */
+ * write (PostgreSQL), in the one writer's memory for the open round and a table for finalized ones (SQLite);
+ * agg_store_round_commit re-checks, in its own transaction, that the round is still the job's open round, so a round
+ * is finalized at most once and releases are contiguous (release r + 1 only after release r); releases are never
+ * changed once stored; the schema is versioned, created or brought up to date at open, and a state of a newer schema
+ * is refused. Each function's contract is its counterpart's in agg_store.h; the notes below say only what differs. */
 #ifndef DPREC_AGG_STORE_ENGINE_H
 #define DPREC_AGG_STORE_ENGINE_H
 

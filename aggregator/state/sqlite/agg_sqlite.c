@@ -178,7 +178,8 @@ int agg_sqlite_job_row(agg_sqlite_conn *c, int64_t id, agg_job *out) {
  * round. A row without a digest (written before digests were kept) gets its payload's, while the payload is there. */
 int64_t agg_sqlite_keys_load(agg_sqlite_store *s, int64_t job, int64_t round) {
     agg_sqlite_conn *w = &s->w;
-    int64_t count = agg_sqlite_query_int(w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, job, round, 0);
+    int64_t count =
+        agg_sqlite_query_int(w, "SELECT count(*) FROM reports WHERE job = ? AND round = ?", 2, job, round, 0);
     agg_keys_round *kr;
     if (count < 0 || count > (int64_t)AGG_KEYS_MAX) return -1;
     if (count == 0) return 0;
@@ -471,7 +472,7 @@ static int report_insert(dprec_agg *a, int64_t job, int64_t round, int64_t devic
      * before its round 2) */
     agg_keys_round *kr;
     if (agg_keys_reserve(&s->keys, job, round, 1, 1, &kr) != 0) {
-        s->keys_error = "out of memory (the open round's report keys)";
+        s->keys_error = "out of memory, or past 2^30 reports (the open round's report keys)";
         return -1;
     }
     int64_t seen_round;

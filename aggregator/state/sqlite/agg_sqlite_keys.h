@@ -1,5 +1,5 @@
-/* dprec aggregator core — the SQLite engine's open-round keys (not API; state/sqlite/ only): per job with an open round,
- * which device sent which report id, kept in the writer's memory (docs/notes/sqlite-open-round-keys.md).
+/* dprec aggregator core — the SQLite engine's open-round keys (not API; state/sqlite/ only): per job with an open
+ * round, which device sent which report id, kept in the writer's memory (docs/notes/sqlite-open-round-keys.md).
  *
  * A round's keys are one array of records (report id, digest, device) and two open-addressing hash tables over it,
  * device -> record and report id -> record, each slot a record's index. Every function is the writer thread's (or
