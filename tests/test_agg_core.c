@@ -931,65 +931,90 @@ static void expect_retry_answers(dprec_agg *a, int64_t job, const char *x, const
     expect_error(a, DPREC_LISTENER_DEVICE, "POST", path, y, b, len, 409, "already_reported");
 }
 
+/* A job whose rounds close by the operator's hand (min_reports 10), three devices, and x's round-1 report b under
+ * its id, the same id with other bytes, x's second id, and y's own report (all of one length). */
+typedef struct retry_case {
+    int64_t job;
+    char x[65], y[65], z[65];
+    size_t len;
+    unsigned char *bx, *bx_other, *bx_second, *by;
+} retry_case;
+
+static const float RETRY_U[3] = {0.5f, 0.5f, 0.5f}, RETRY_R0[2] = {2.0f, 4.0f}, RETRY_R1[2] = {5.0f, 5.0f};
+static const uint32_t RETRY_ITEMS[2] = {0, 9};
+
+/* A report of the retry case's shape for round, under id byte id, with ratings r. */
+static unsigned char *retry_report(const retry_case *c, uint64_t round, uint8_t id, const float *r) {
+    size_t len;
+    unsigned char *b = make_report((uint64_t)c->job, round, id, 3, RETRY_U, 2, RETRY_ITEMS, r, &len);
+    assert_int_equal(len, c->len);
+    return b;
+}
+
+static void retry_case_new(dprec_agg *a, retry_case *c) {
+    c->job = create_job(a, 3, 10, 3, 10, NULL);
+    register_device(a, c->x);
+    register_device(a, c->y);
+    register_device(a, c->z);
+    c->len = DPREC_ENVELOPE_HEADER + 8 + 4 * 3 + 8 * 2; /* make_report's plain payload: d = 3, two ratings */
+    c->bx = retry_report(c, 1, 0x11, RETRY_R0);
+    c->bx_other = retry_report(c, 1, 0x11, RETRY_R1);
+    c->bx_second = retry_report(c, 1, 0x12, RETRY_R0);
+    c->by = retry_report(c, 1, 0x21, RETRY_R1);
+}
+
+static void retry_case_free(retry_case *c) {
+    free(c->bx);
+    free(c->bx_other);
+    free(c->bx_second);
+    free(c->by);
+}
+
 /* A report's retries are answered the same in a later batch, after a close and reopen (SQLite rebuilds the open
  * round's keys from its rows), and after its round closed (SQLite answers from report_keys); a report id stays the
  * job's: another device cannot use it in a later round, and a device refused once can report under its own id. */
 static void test_agg_answers_retries_alike_across_batches_a_reopen_and_the_rounds_close(void **state) {
     env *e = *state;
-    int64_t job = create_job(e->a, 3, 10, 3, 10, NULL); /* min_reports 10: the rounds close by the operator's hand */
-    char x[65], y[65], z[65];
-    register_device(e->a, x);
-    register_device(e->a, y);
-    register_device(e->a, z);
-    float u[3] = {0.5f, 0.5f, 0.5f};
-    uint32_t items[2] = {0, 9};
-    float r0[2] = {2.0f, 4.0f}, r1[2] = {5.0f, 5.0f};
-    size_t len;
-    unsigned char *bx = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r0, &len);
-    unsigned char *bx_other = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r1, &len);
-    unsigned char *bx_second = make_report((uint64_t)job, 1, 0x12, 3, u, 2, items, r0, &len);
-    unsigned char *by = make_report((uint64_t)job, 1, 0x21, 3, u, 2, items, r1, &len);
+    retry_case c;
+    retry_case_new(e->a, &c);
+    size_t len = c.len;
     int dup = -1;
-    assert_int_equal(post_report(e->a, job, x, bx, len, &dup), 200);
+    assert_int_equal(post_report(e->a, c.job, c.x, c.bx, len, &dup), 200);
     assert_int_equal(dup, 0);
-    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "already_reported");
+    expect_retry_answers(e->a, c.job, c.x, c.y, c.bx, c.bx_other, c.bx_second, len, "already_reported");
     dprec_agg_close(e->a);
     e->a = NULL;
     assert_int_equal(open_agg(e), 0);
-    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "already_reported");
-    assert_int_equal(post_report(e->a, job, y, by, len, &dup), 200);
+    expect_retry_answers(e->a, c.job, c.x, c.y, c.bx, c.bx_other, c.bx_second, len, "already_reported");
+    assert_int_equal(post_report(e->a, c.job, c.y, c.by, len, &dup), 200);
     assert_int_equal(dup, 0);
     char path[64];
-    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)c.job);
     cJSON_Delete(call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200));
-    assert_int_equal(job_field(e->a, job, "round"), 2);
-    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "round_closed");
+    assert_int_equal(job_field(e->a, c.job, "round"), 2);
+    expect_retry_answers(e->a, c.job, c.x, c.y, c.bx, c.bx_other, c.bx_second, len, "round_closed");
 
     /* round 2: x's round-1 id is y's no more than in round 1; y's and z's own reports are taken */
     char rpath[64];
-    snprintf(rpath, sizeof rpath, "/v1/jobs/%lld/reports", (long long)job);
-    unsigned char *by2 = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r0, &len);
-    unsigned char *by2_taken = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r0, &len);
-    copy_report_id(by2_taken, len, bx, len);
-    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, y, by2_taken, len, 409, "already_reported");
-    unsigned char *bz2 = make_report((uint64_t)job, 2, 0x31, 3, u, 2, items, r1, &len);
-    assert_int_equal(post_report(e->a, job, z, bz2, len, &dup), 200);
+    snprintf(rpath, sizeof rpath, "/v1/jobs/%lld/reports", (long long)c.job);
+    unsigned char *by2 = retry_report(&c, 2, 0x22, RETRY_R0), *by2_taken = retry_report(&c, 2, 0x22, RETRY_R0);
+    copy_report_id(by2_taken, len, c.bx, len);
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, c.y, by2_taken, len, 409, "already_reported");
+    unsigned char *bz2 = retry_report(&c, 2, 0x31, RETRY_R1);
+    assert_int_equal(post_report(e->a, c.job, c.z, bz2, len, &dup), 200);
     assert_int_equal(dup, 0);
-    assert_int_equal(post_report(e->a, job, y, by2, len, &dup), 200);
+    assert_int_equal(post_report(e->a, c.job, c.y, by2, len, &dup), 200);
     assert_int_equal(dup, 0);
     dprec_agg_close(e->a);
     e->a = NULL;
     assert_int_equal(open_agg(e), 0);
-    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "round_closed");
-    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, y, by2_taken, len, 409, "already_reported");
-    assert_int_equal(post_report(e->a, job, z, bz2, len, &dup), 200);
+    expect_retry_answers(e->a, c.job, c.x, c.y, c.bx, c.bx_other, c.bx_second, len, "round_closed");
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, c.y, by2_taken, len, 409, "already_reported");
+    assert_int_equal(post_report(e->a, c.job, c.z, bz2, len, &dup), 200);
     assert_int_equal(dup, 1);
-    assert_int_equal(job_field(e->a, job, "reports_in_round"), 2);
+    assert_int_equal(job_field(e->a, c.job, "reports_in_round"), 2);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 4);
-    free(bx);
-    free(bx_other);
-    free(bx_second);
-    free(by);
+    retry_case_free(&c);
     free(by2);
     free(by2_taken);
     free(bz2);
@@ -1002,28 +1027,17 @@ static void test_agg_answers_retries_alike_across_batches_a_reopen_and_the_round
  * 3's form. */
 static void test_agg_brings_a_schema_3_state_to_4_and_answers_both_rounds(void **state) {
     env *e = *state;
-    int64_t job = create_job(e->a, 3, 10, 3, 10, NULL);
-    char x[65], y[65], z[65];
-    register_device(e->a, x);
-    register_device(e->a, y);
-    register_device(e->a, z);
-    float u[3] = {0.5f, 0.5f, 0.5f};
-    uint32_t items[2] = {0, 9};
-    float r0[2] = {2.0f, 4.0f}, r1[2] = {5.0f, 5.0f};
-    size_t len;
-    unsigned char *bx = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r0, &len);
-    unsigned char *bx_other = make_report((uint64_t)job, 1, 0x11, 3, u, 2, items, r1, &len);
-    unsigned char *bx_second = make_report((uint64_t)job, 1, 0x12, 3, u, 2, items, r0, &len);
-    unsigned char *by = make_report((uint64_t)job, 1, 0x21, 3, u, 2, items, r1, &len);
-    unsigned char *bx2 = make_report((uint64_t)job, 2, 0x13, 3, u, 2, items, r0, &len);
-    unsigned char *bx2_other = make_report((uint64_t)job, 2, 0x13, 3, u, 2, items, r1, &len);
-    unsigned char *bx2_second = make_report((uint64_t)job, 2, 0x14, 3, u, 2, items, r0, &len);
-    assert_int_equal(post_report(e->a, job, x, bx, len, NULL), 200);
-    assert_int_equal(post_report(e->a, job, y, by, len, NULL), 200);
+    retry_case c;
+    retry_case_new(e->a, &c);
+    size_t len = c.len;
+    unsigned char *bx2 = retry_report(&c, 2, 0x13, RETRY_R0), *bx2_other = retry_report(&c, 2, 0x13, RETRY_R1);
+    unsigned char *bx2_second = retry_report(&c, 2, 0x14, RETRY_R0);
+    assert_int_equal(post_report(e->a, c.job, c.x, c.bx, len, NULL), 200);
+    assert_int_equal(post_report(e->a, c.job, c.y, c.by, len, NULL), 200);
     char path[64];
-    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)job);
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld/round/close", (long long)c.job);
     cJSON_Delete(call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200));
-    assert_int_equal(post_report(e->a, job, x, bx2, len, NULL), 200);
+    assert_int_equal(post_report(e->a, c.job, c.x, bx2, len, NULL), 200);
     dprec_agg_close(e->a);
     e->a = NULL;
     assert_int_equal(test_state_exec(&e->st,
@@ -1043,29 +1057,25 @@ static void test_agg_brings_a_schema_3_state_to_4_and_answers_both_rounds(void *
     assert_int_equal(count_rows(e, "SELECT count(*) FROM sqlite_master WHERE name = 'reports_round'"), 1);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM reports"), 3);
     assert_int_equal(count_rows(e, "SELECT count(*) FROM report_keys WHERE round = 1 AND length(digest) = 32"), 2);
-    assert_int_equal(job_field(e->a, job, "reports_in_round"), 1);
-    expect_retry_answers(e->a, job, x, y, bx, bx_other, bx_second, len, "round_closed");
-    expect_retry_answers(e->a, job, x, y, bx2, bx2_other, bx2_second, len, "already_reported");
+    assert_int_equal(job_field(e->a, c.job, "reports_in_round"), 1);
+    expect_retry_answers(e->a, c.job, c.x, c.y, c.bx, c.bx_other, c.bx_second, len, "round_closed");
+    expect_retry_answers(e->a, c.job, c.x, c.y, bx2, bx2_other, bx2_second, len, "already_reported");
     char rpath[64];
-    snprintf(rpath, sizeof rpath, "/v1/jobs/%lld/reports", (long long)job);
-    unsigned char *by2 = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r1, &len);
-    copy_report_id(by2, len, bx, len); /* x's round-1 id */
-    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, y, by2, len, 409, "already_reported");
-    unsigned char *by2_own = make_report((uint64_t)job, 2, 0x22, 3, u, 2, items, r1, &len);
-    unsigned char *bz2 = make_report((uint64_t)job, 2, 0x31, 3, u, 2, items, r0, &len);
+    snprintf(rpath, sizeof rpath, "/v1/jobs/%lld/reports", (long long)c.job);
+    unsigned char *by2 = retry_report(&c, 2, 0x22, RETRY_R1), *by2_own = retry_report(&c, 2, 0x22, RETRY_R1);
+    copy_report_id(by2, len, c.bx, len); /* x's round-1 id */
+    expect_error(e->a, DPREC_LISTENER_DEVICE, "POST", rpath, c.y, by2, len, 409, "already_reported");
+    unsigned char *bz2 = retry_report(&c, 2, 0x31, RETRY_R0);
     int dup = -1;
-    assert_int_equal(post_report(e->a, job, y, by2_own, len, &dup), 200);
+    assert_int_equal(post_report(e->a, c.job, c.y, by2_own, len, &dup), 200);
     assert_int_equal(dup, 0);
-    assert_int_equal(post_report(e->a, job, z, bz2, len, &dup), 200);
+    assert_int_equal(post_report(e->a, c.job, c.z, bz2, len, &dup), 200);
     assert_int_equal(dup, 0);
-    assert_int_equal(job_field(e->a, job, "reports_in_round"), 3);
+    assert_int_equal(job_field(e->a, c.job, "reports_in_round"), 3);
     cJSON_Delete(call_json(e->a, DPREC_LISTENER_ADMIN, "POST", path, ADMIN, NULL, 200));
     assert_int_equal(count_rows(e, "SELECT count(*) FROM report_keys"), 5);
-    expect_retry_answers(e->a, job, x, y, bx2, bx2_other, bx2_second, len, "round_closed");
-    free(bx);
-    free(bx_other);
-    free(bx_second);
-    free(by);
+    expect_retry_answers(e->a, c.job, c.x, c.y, bx2, bx2_other, bx2_second, len, "round_closed");
+    retry_case_free(&c);
     free(bx2);
     free(bx2_other);
     free(bx2_second);

@@ -416,6 +416,13 @@ static void test_store_answers_a_report_id_in_its_batch_after_a_reopen_and_after
     free(rel);
 }
 
+/* Report id number i: its bytes spread over both halves of the id. */
+static void numbered_id(int i, unsigned char id[DPREC_REPORT_ID_SIZE]) {
+    memset(id, 0, DPREC_REPORT_ID_SIZE);
+    memcpy(id, &i, sizeof i);
+    id[15] = (unsigned char)(i * 37);
+}
+
 /* Enough reports that the keys' tables grow in both batches: a batch rolled back takes back all of its keys and only
  * its keys (a device and an id of it can report again), whatever order its reports' keys sit in. */
 static void test_store_takes_back_every_key_of_a_rolled_back_batch(void **state) {
@@ -437,17 +444,13 @@ static void test_store_takes_back_every_key_of_a_rolled_back_batch(void **state)
         assert_int_equal(agg_store_begin(e->a), 0);
         int from = batch == 0 ? 0 : N;
         for (int i = from; i < from + N; i++) {
-            memset(id, 0, sizeof id);
-            memcpy(id, &i, sizeof i);
-            id[15] = (unsigned char)(i * 37);
+            numbered_id(i, id);
             assert_int_equal(agg_store_report_insert(e->a, 1, 1, dev[i], id, r, len, 1001), 0);
         }
         if (batch == 1) assert_int_equal(agg_store_rollback(e->a), 0);
         else assert_int_equal(agg_store_commit(e->a), 0);
         for (int i = 0; i < 2 * N; i++) {
-            memset(id, 0, sizeof id);
-            memcpy(id, &i, sizeof i);
-            id[15] = (unsigned char)(i * 37);
+            numbered_id(i, id);
             int64_t d = 0, round = 0;
             unsigned char digest[32];
             int has = 0;
