@@ -1,4 +1,4 @@
-/* Tests of a dpals job's population rule at the aggregator (spec field "population_rule", docs/protocol.md "The
+/* Tests of a job's population rule at the aggregator (dpals; gauss-gd's at the end) (spec field "population_rule", docs/protocol.md "The
  * population rule"; aggregator/protocols/dpals_rule.c): a job created with it gets the rule's d, rounds and the
  * factors' rating_clip as ordinary parameters, and its create answer, its view (also after the aggregator is reopened)
  * and its job_created log line carry the rule's inputs, signal over noise, choice and the devices' ridge; every
@@ -23,6 +23,9 @@
 
 #include "agg.h"
 #include "protocols/dpals_rule.h"
+#include "protocols/gauss_rule.h"
+#include "gauss.h"
+#include "dprec/status.h"
 #include "test_state.h"
 
 #define ADMIN "admin-token-0123456789abcdef"
@@ -279,9 +282,6 @@ static void test_agg_refuses_a_malformed_population_rule_and_stores_nothing(void
     cJSON_Delete(call_json(e->a, "POST", "/v1/admin/jobs", spec, 400));
     /* protocols the rule does not apply to */
     static const char *const others[] = {
-        "{\"protocol\":\"gauss-gd\",\"m\":1000,\"rating_min\":0.5,\"rating_max\":5,\"min_reports\":10,"
-        "\"round_seconds\":600,\"budget\":{\"epsilon\":1,\"delta\":1e-6},\"population_rule\":"
-        "{\"devices\":600,\"ratings_per_device\":150}}",
         "{\"protocol\":\"plain\",\"m\":1000,\"rating_min\":0.5,\"rating_max\":5,\"min_reports\":10,"
         "\"round_seconds\":600,\"population_rule\":{\"devices\":600,\"ratings_per_device\":150}}",
     };
@@ -292,6 +292,82 @@ static void test_agg_refuses_a_malformed_population_rule_and_stores_nothing(void
     }
     cJSON *list = call_json(e->a, "GET", "/v1/admin/jobs", NULL, 200);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(list, "jobs")), 0);
+    cJSON_Delete(list);
+}
+
+/* gauss-gd's rule (aggregator/protocols/gauss_rule.c): the job gets d and rounds 10, params.lr the rule's step for
+ * the noise the accountant gives its budget, and a record with the devices' ridge; lr or noise_multiplier beside the
+ * option, unit rating, and secure aggregation without its survivors are refused and store nothing. The small app
+ * (600 devices, 9,700 items, 150 ratings a device) at epsilon 1: the Wiener step and the fixed ridge; the
+ * MovieLens-10M shape at a tenth at epsilon 10: the measured steps and the ridge per rating (tests/test_gauss_rule.c
+ * holds the table). */
+static void test_agg_a_gauss_gd_population_rule_job_takes_the_rule_s_step(void **state) {
+    env *e = *state;
+    register_device(e->a);
+    static const struct {
+        uint32_t devices, items;
+        double epsilon, activity;
+        int fixed;
+    } cases[] = {{600, 9700, 1.0, 150.0, 1}, {7000, 1000, 10.0, 0.9 * 1004963.0 / 7000.0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double z = 0;
+        assert_int_equal(dprec_gauss_noise_multiplier(cases[i].epsilon, 1e-6, AGG_GAUSS_RULE_ROUNDS, 1.0, &z), DPREC_OK);
+        agg_gauss_rule_in in = {cases[i].devices, cases[i].items, 4.5, AGG_GAUSS_RULE_ROUNDS, z, 1.0, 1000,
+                                cases[i].activity, AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING};
+        agg_gauss_rule_out want;
+        assert_int_equal(agg_gauss_rule_choose(&in, &want), 0);
+        assert_int_equal(want.fixed_ridge, cases[i].fixed);
+        char spec[1024];
+        snprintf(spec, sizeof spec,
+                 "{\"protocol\":\"gauss-gd\",\"m\":%u,\"rating_min\":0.5,\"rating_max\":5,\"min_reports\":10,"
+                 "\"round_seconds\":600,\"budget\":{\"epsilon\":%g,\"delta\":1e-6},\"population_rule\":"
+                 "{\"devices\":%u,\"ratings_per_device\":%.17g}}",
+                 cases[i].items, cases[i].epsilon, cases[i].devices, cases[i].activity);
+        cJSON *c = call_json(e->a, "POST", "/v1/admin/jobs", spec, 201);
+        int64_t job = (int64_t)num(c, "job");
+        assert_true(num(c, "d") == AGG_GAUSS_RULE_RANK);
+        assert_true(num(c, "rounds") == AGG_GAUSS_RULE_ROUNDS);
+        cJSON_Delete(c);
+        char path[64];
+        snprintf(path, sizeof path, "/v1/admin/jobs/%lld", (long long)job);
+        for (int reopened = 0; reopened < 2; reopened++) {
+            if (reopened) {
+                dprec_agg_close(e->a);
+                assert_int_equal(open_agg(e), 0);
+            }
+            cJSON *v = call_json(e->a, "GET", path, NULL, 200);
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(v, "params");
+            assert_true(fabs(num(params, "lr") - want.lr) <= 1e-12 * want.lr); /* what a device and the step read */
+            const cJSON *r = cJSON_GetObjectItemCaseSensitive(v, "population_rule");
+            assert_true(num(r, "devices") == cases[i].devices);
+            assert_true(fabs(num(r, "sigma") - z) <= 1e-12 * z);
+            assert_true(fabs(num(r, "snr") - want.snr) <= 1e-9 * want.snr);
+            const cJSON *ridge = cJSON_GetObjectItemCaseSensitive(r, "device_ridge");
+            if (cases[i].fixed) {
+                assert_true(num(ridge, "fixed") == AGG_GAUSS_RULE_FIXED_RIDGE);
+                assert_null(cJSON_GetObjectItemCaseSensitive(ridge, "per_rating"));
+            } else {
+                assert_true(num(ridge, "per_rating") == AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING);
+                assert_null(cJSON_GetObjectItemCaseSensitive(ridge, "fixed"));
+            }
+            cJSON_Delete(v);
+        }
+    }
+    static const char *const refused[] = {
+        "\"params\":{\"lr\":0.01},", "\"params\":{\"noise_multiplier\":2},", "\"params\":{\"unit\":\"rating\",\"eps_i\":0.5},",
+        "\"params\":{\"aggregation\":\"secure\"},", "\"d\":5,", "\"rounds\":3,",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char spec[1024];
+        snprintf(spec, sizeof spec,
+                 "{\"protocol\":\"gauss-gd\",\"m\":1000,\"rating_min\":0.5,\"rating_max\":5,\"min_reports\":10,%s"
+                 "\"round_seconds\":600,\"budget\":{\"epsilon\":1,\"delta\":1e-6},\"population_rule\":"
+                 "{\"devices\":600,\"ratings_per_device\":150}}",
+                 refused[i]);
+        cJSON_Delete(call_json(e->a, "POST", "/v1/admin/jobs", spec, 400));
+    }
+    cJSON *list = call_json(e->a, "GET", "/v1/admin/jobs", NULL, 200);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(list, "jobs")), 2);
     cJSON_Delete(list);
 }
 
@@ -320,6 +396,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_agg_a_population_rule_job_takes_the_bias_model_for_a_small_app, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_agg_refuses_a_malformed_population_rule_and_stores_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_gauss_gd_population_rule_job_takes_the_rule_s_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_without_the_rule_keeps_its_given_shape, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,4 @@
-/* Tests of the step rule of the `gauss-gd` default (examples/fleet/gauss_rule.c; docs/results.md "Defaults"): where its
+/* Tests of the step rule of the `gauss-gd` default (aggregator/protocols/gauss_rule.c; docs/results.md "Defaults"): where its
  * Wiener step binds on the leaderboard's shapes, each from its public quantities only (devices, items, the rating
  * scale, 10 rounds, the noise the accountant gives at each epsilon with delta = 1e-6 and all devices every round, clip
  * 1, k = 1,000 pairs and the declared ratings a device holds: 90% of the shape's ratings over its devices, the fleet's
@@ -16,7 +16,7 @@
 
 #include "dprec/status.h"
 #include "gauss.h"
-#include "gauss_rule.h"
+#include "protocols/gauss_rule.h"
 
 static const double eps_grid[5] = {0.5, 1, 2, 5, 10};
 
@@ -36,10 +36,10 @@ static const shape shapes[] = {
     {"app2000", 2000, 2500, 4.5, 50000, {1, 1, 0, 0, 0}, {1, 0, 0, 0, 0}},
 };
 
-static fleet_gauss_rule_in input(const shape *s, double eps) {
+static agg_gauss_rule_in input(const shape *s, double eps) {
     double z = 0;
     assert_int_equal(dprec_gauss_noise_multiplier(eps, 1e-6, 10, 1.0, &z), DPREC_OK);
-    fleet_gauss_rule_in in = {s->devices, s->items, s->width, 10, z, 1.0, 1000, 0.9 * s->ratings / s->devices, 0.1};
+    agg_gauss_rule_in in = {s->devices, s->items, s->width, 10, z, 1.0, 1000, 0.9 * s->ratings / s->devices, 0.1};
     return in;
 }
 
@@ -47,9 +47,9 @@ static void test_gauss_rule_binds_where_an_average_item_is_mostly_noise(void **s
     (void)state;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t e = 0; e < 5; e++) {
-            fleet_gauss_rule_in in = input(&shapes[i], eps_grid[e]);
-            fleet_gauss_rule_out out;
-            assert_int_equal(fleet_gauss_rule_choose(&in, &out), 0);
+            agg_gauss_rule_in in = input(&shapes[i], eps_grid[e]);
+            agg_gauss_rule_out out;
+            assert_int_equal(agg_gauss_rule_choose(&in, &out), 0);
             assert_true(out.lr <= out.lr_carry && out.lr <= out.lr_noise && out.lr <= out.lr_snr);
             assert_true(out.lr == out.lr_carry || out.lr == out.lr_noise || out.lr == out.lr_snr);
             const int binds = out.lr == out.lr_snr && out.lr_snr < out.lr_carry && out.lr_snr < out.lr_noise;
@@ -71,9 +71,9 @@ static void test_gauss_rule_binds_where_an_average_item_is_mostly_noise(void **s
  * SNR^2 t^2 (SNR^2 - 1) at lr_snr: a gain over the device's own level where SNR < 1. */
 static void test_gauss_rule_wiener_step_is_the_least_error_of_the_derivation(void **state) {
     (void)state;
-    fleet_gauss_rule_in in = input(&shapes[2], 1.0);
-    fleet_gauss_rule_out out;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &out), 0);
+    agg_gauss_rule_in in = input(&shapes[2], 1.0);
+    agg_gauss_rule_out out;
+    assert_int_equal(agg_gauss_rule_choose(&in, &out), 0);
     const double used = in.activity < in.max_items ? in.activity : in.max_items;
     const double t = in.scale_width / 10.0, r = in.scale_width / 4.5;
     const double g = in.rounds * out.raters_per_item * in.clip / (r * sqrt(used));
@@ -98,48 +98,48 @@ static void test_gauss_rule_wiener_step_is_the_least_error_of_the_derivation(voi
  * the noise, independent of the scale's width; a device holding more than k ratings reports k. */
 static void test_gauss_rule_snr_grows_with_devices_and_falls_with_items_and_noise(void **state) {
     (void)state;
-    fleet_gauss_rule_in in = input(&shapes[0], 1.0);
-    fleet_gauss_rule_out a, b;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &a), 0);
+    agg_gauss_rule_in in = input(&shapes[0], 1.0);
+    agg_gauss_rule_out a, b;
+    assert_int_equal(agg_gauss_rule_choose(&in, &a), 0);
     in.devices *= 4;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_gauss_rule_choose(&in, &b), 0);
     assert_true(fabs(b.snr - 4.0 * a.snr) <= 1e-9 * b.snr);
     in = input(&shapes[0], 1.0);
     in.items *= 2;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_gauss_rule_choose(&in, &b), 0);
     assert_true(fabs(b.snr - a.snr / 2.0) <= 1e-9 * a.snr);
     in = input(&shapes[0], 1.0);
     in.sigma *= 3;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_gauss_rule_choose(&in, &b), 0);
     assert_true(fabs(b.snr - a.snr / 3.0) <= 1e-9 * a.snr);
     in = input(&shapes[0], 1.0);
     in.scale_width = 9.0;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_gauss_rule_choose(&in, &b), 0);
     assert_true(fabs(b.snr - a.snr) <= 1e-9 * a.snr);
     in = input(&shapes[0], 1.0);
     in.activity = 1000;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &a), 0);
+    assert_int_equal(agg_gauss_rule_choose(&in, &a), 0);
     in.activity = 5000;
-    assert_int_equal(fleet_gauss_rule_choose(&in, &b), 0);
+    assert_int_equal(agg_gauss_rule_choose(&in, &b), 0);
     assert_true(a.snr == b.snr && a.lr == b.lr);
 }
 
 static void test_gauss_rule_refuses_inputs_out_of_range(void **state) {
     (void)state;
-    fleet_gauss_rule_out out;
-    fleet_gauss_rule_in good = input(&shapes[0], 1.0), in;
-    in = good; in.devices = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.items = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.max_items = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.rounds = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.sigma = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.sigma = NAN; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.clip = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.scale_width = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.activity = 0; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    in = good; in.device_lambda_per_rating = -1; assert_int_equal(fleet_gauss_rule_choose(&in, &out), -1);
-    assert_int_equal(fleet_gauss_rule_choose(NULL, &out), -1);
-    assert_int_equal(fleet_gauss_rule_choose(&good, NULL), -1);
+    agg_gauss_rule_out out;
+    agg_gauss_rule_in good = input(&shapes[0], 1.0), in;
+    in = good; in.devices = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.items = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.max_items = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.rounds = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.sigma = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.sigma = NAN; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.clip = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.scale_width = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.activity = 0; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    in = good; in.device_lambda_per_rating = -1; assert_int_equal(agg_gauss_rule_choose(&in, &out), -1);
+    assert_int_equal(agg_gauss_rule_choose(NULL, &out), -1);
+    assert_int_equal(agg_gauss_rule_choose(&good, NULL), -1);
 }
 
 int main(void) {

@@ -494,7 +494,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     else if ((s.proto = agg_protocol_by_name(pr->valuestring)) == NULL)
         snprintf(err, sizeof err, "protocol '%.40s' is not supported by this aggregator", pr->valuestring);
     else if (rule != NULL && s.proto->population_rule == NULL)
-        snprintf(err, sizeof err, "protocol %s has no population rule (population_rule: dpals)", s.proto->name);
+        snprintf(err, sizeof err, "protocol %s has no population rule", s.proto->name);
     else if (rule != NULL &&
              (cJSON_GetObjectItemCaseSensitive(o, "d") != NULL || cJSON_GetObjectItemCaseSensitive(o, "rounds") != NULL))
         snprintf(err, sizeof err, "population_rule chooses d and rounds: a spec gives either population_rule or d and "

@@ -46,6 +46,7 @@
 #include "dpals.h"
 #include "dprec/status.h"
 #include "gauss.h"
+#include "protocols/agg_rule_option.h"
 #include "protocols/dpals_rule.h"
 
 static double harmonic(unsigned n) {
@@ -104,43 +105,12 @@ int agg_dpals_rule_choose(const agg_dpals_rule_in *in, agg_dpals_rule_out *out) 
 
 /* ---- the job's option (agg_protocol.population_rule) ------------------------------------------------------------ */
 
-#define RULE_MAX_DEVICES 1e9 /* as the spec's min_reports */
-
 int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params, cJSON **record, char *err,
                               size_t errcap) {
     *record = NULL;
-    if (!cJSON_IsObject(option)) {
-        snprintf(err, errcap, "population_rule must be an object {\"devices\": N, \"ratings_per_device\": a}");
-        return -1;
-    }
-    const cJSON *it;
-    cJSON_ArrayForEach(it, option) {
-        const char *k = it->string != NULL ? it->string : "?";
-        if (strcmp(k, "devices") != 0 && strcmp(k, "ratings_per_device") != 0) {
-            snprintf(err, errcap, "population_rule.%.40s is not an input of the rule (devices, ratings_per_device)", k);
-            return -1;
-        }
-    }
-    /* N is declared: a device registers on its first sync, which needs a job, so the registrations at a first job's
-     * creation count nothing of the population (docs/protocol.md) */
-    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(option, "devices");
-    const cJSON *na = cJSON_GetObjectItemCaseSensitive(option, "ratings_per_device");
-    if (!cJSON_IsNumber(nd) || !isfinite(nd->valuedouble) || nd->valuedouble < 1 ||
-        nd->valuedouble > RULE_MAX_DEVICES || floor(nd->valuedouble) != nd->valuedouble) {
-        snprintf(err, errcap, "population_rule.devices must be an integer in 1..1e9: the devices the app has, "
-                              "declared");
-        return -1;
-    }
-    if (!cJSON_IsNumber(na) || !isfinite(na->valuedouble) || !(na->valuedouble > 0) || na->valuedouble > shape->m) {
-        snprintf(err, errcap, "population_rule.ratings_per_device must be a number in (0, m = %u]: the ratings a "
-                 "device typically holds, at most the catalogue's items", shape->m);
-        return -1;
-    }
-    if (!shape->has_budget || !(shape->budget_delta > 0.0)) {
-        snprintf(err, errcap, "population_rule needs a budget with delta > 0 (the rule inverts the accountant at "
-                 "(epsilon, delta))");
-        return -1;
-    }
+    uint32_t devices = 0;
+    double activity = 0.0;
+    if (agg_rule_option_read(shape, option, &devices, &activity, err, errcap) != 0) return -1;
     if (cJSON_GetObjectItemCaseSensitive(params, "noise_multiplier") != NULL ||
         cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL) {
         const int factors = cJSON_GetObjectItemCaseSensitive(params, "factors") != NULL;
@@ -154,8 +124,8 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     if (cJSON_IsNumber(mi) && mi->valuedouble >= 1 && mi->valuedouble <= (double)DPREC_DPALS_MAX_MAX_ITEMS &&
         floor(mi->valuedouble) == mi->valuedouble)
         k = (uint32_t)mi->valuedouble;
-    agg_dpals_rule_in in = {(uint32_t)nd->valuedouble, shape->m, shape->budget_epsilon, shape->budget_delta,
-                            shape->rating_max - shape->rating_min, k, na->valuedouble};
+    agg_dpals_rule_in in = {devices, shape->m, shape->budget_epsilon, shape->budget_delta,
+                            shape->rating_max - shape->rating_min, k, activity};
     agg_dpals_rule_out out;
     if (agg_dpals_rule_choose(&in, &out) != 0) {
         snprintf(err, errcap, "population_rule: the accountant has no noise multiplier for this budget");

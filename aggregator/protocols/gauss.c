@@ -31,6 +31,7 @@
 #include "dprec/release.h"
 #include "dprec/status.h"
 #include "gauss.h"
+#include "gauss_rule.h"
 #include "noise.h"
 
 #define GAUSS_MAX_CELLS ((uint64_t)1 << 26)
@@ -693,4 +694,5 @@ const agg_protocol agg_protocol_gauss_gd = {
     .fold_spec = gauss_fold_spec,
     .fold = gauss_fold,
     .sum_step = gauss_sum_step,
+    .population_rule = agg_gauss_population_rule,
 };

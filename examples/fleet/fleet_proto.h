@@ -176,6 +176,7 @@ typedef int (*fleet_rule_applied_fn)(fleet_common *o, const fleet_data *d, const
  * (NULL: none). */
 fleet_rule_applied_fn fleet_proto_rule_applied(const fleet_proto *p);
 int fleet_dpals_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *job);
+int fleet_gauss_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *job);
 
 /* 1 if protocol p takes --secure-agg (its spec and device read fleet_common.secure_agg): one line of
  * examples/fleet/protocols/table.c's secure list. */

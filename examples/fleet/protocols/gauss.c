@@ -8,11 +8,11 @@
 #include "bytes.h"
 #include "fleet_proto.h"
 #include "gauss.h"
-#include "gauss_rule.h"
+#include "protocols/gauss_rule.h"
 #include "report.h"
 #include "secagg.h"
 
-/* The default step (docs/results.md, "Defaults"): gauss_rule.c's, lr = min(1 / n, 0.2 / (sigma sqrt(T)), lr_snr) with n
+/* The default step (docs/results.md, "Defaults"): aggregator/protocols/gauss_rule.c's, lr = min(1 / n, 0.2 / (sigma sqrt(T)), lr_snr) with n
  * the ratings an average item has in the reports, sigma the noise on each summed coordinate and T the rounds; lr_snr
  * is the step that minimizes an average item's error when the release can carry little (gauss_rule.c). The constants
  * 1 and 0.2 were chosen on synthetic fleets, not on ml-100k: 1 / n because 3 / n, though better on the
@@ -112,7 +112,7 @@ static int gauss_finish(fleet_common *o) {
 /* gauss_rule.c's choice for this fleet: N, m and W of the data, the job's rounds, the noise the aggregator will add to
  * each summed coordinate (z C from the budget by the accountant it inverts; seed 001's sigma at unit rating), k, and the
  * ratings a device holds, declared (here the data's mean over its devices, as for dpals's rule). */
-static int gauss_rule(const fleet_common *o, const fleet_data *d, fleet_gauss_rule_out *r) {
+static int gauss_rule(const fleet_common *o, const fleet_data *d, agg_gauss_rule_out *r) {
     size_t train = 0;
     for (uint32_t u = 0; u < d->num_users; u++) train += d->ntrain[u];
     double z = 0, sigma = NAN;
@@ -122,17 +122,24 @@ static int gauss_rule(const fleet_common *o, const fleet_data *d, fleet_gauss_ru
         sigma = z * gp.clip;
     if (o->secure_agg && sigma > 0) /* the shares are sized for the fewest survivors: all of them add more */
         sigma *= sqrt((double)d->num_users / fleet_secure_min_survivors(o, d->num_users));
-    fleet_gauss_rule_in in = {d->num_users, d->num_items, (double)d->rating_max - (double)d->rating_min, o->rounds, sigma,
+    agg_gauss_rule_in in = {d->num_users, d->num_items, (double)d->rating_max - (double)d->rating_min, o->rounds, sigma,
                               gp.clip, gp.max_ratings, d->num_users > 0 && train > 0 ? (double)train / d->num_users : 1.0,
                               FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING};
-    return fleet_gauss_rule_choose(&in, r);
+    return agg_gauss_rule_choose(&in, r);
+}
+
+/* The devices' fixed ridge (the bias model's), each setting unless given. */
+static void fixed_ridge(fleet_common *o, double fixed) {
+    if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
+    if (!o->lambda_set) o->lambda = fixed;
+    if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
 }
 
 /* The devices' ridge that follows the population (gauss_rule.c): where the rule's Wiener step binds and an average
  * item's bias carries less than the per-rating ridge's pull toward the scale's middle costs, the bias model's fixed
  * ridge of 1; else the per-rating one. Each unless given. */
 static void gauss_population(fleet_common *o, const fleet_data *d) {
-    fleet_gauss_rule_out r;
+    agg_gauss_rule_out r;
     if (gp.lr > 0 || gauss_rule(o, d, &r) != 0) return;
     const int binds = r.lr == r.lr_snr && r.lr_snr < r.lr_carry && r.lr_snr < r.lr_noise;
     printf("rule: %u devices, %u items, %.1f ratings an item, %g rounds: an average item's bias after them has SNR %.3g; "
@@ -140,16 +147,60 @@ static void gauss_population(fleet_common *o, const fleet_data *d) {
            !binds ? "the measured steps bind"
            : r.fixed_ridge ? "mostly noise: the Wiener step, and the devices' fixed ridge 1 (below 0.202)"
                            : "mostly noise: the Wiener step, the devices' ridge per rating (0.202 or above)");
-    if (!r.fixed_ridge) return;
-    if (!o->device_lambda_set) o->device_lambda_per_rating = 0.0;
-    if (!o->lambda_set) o->lambda = FLEET_GAUSS_RULE_FIXED_RIDGE;
-    if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
+    /* the job asks the aggregator's rule (population_rule) where its inputs are the rule's own: d and the rounds the
+     * rule's, unit user; the choice above is the same function's, which fleet_gauss_rule_applied checks against the
+     * job's answer. Else the spec gives the step computed here for the rounds given. */
+    if (strcmp(gp.unit, "user") == 0 && !o->rank_set && !o->rounds_set && o->rank == AGG_GAUSS_RULE_RANK &&
+        o->rounds == AGG_GAUSS_RULE_ROUNDS) {
+        size_t train = 0;
+        for (uint32_t u = 0; u < d->num_users; u++) train += d->ntrain[u];
+        o->population_rule = 1;
+        o->rule_devices = d->num_users;
+        o->rule_ratings_per_device = d->num_users > 0 ? (double)train / (double)d->num_users : 0.0;
+    }
+    if (r.fixed_ridge) fixed_ridge(o, AGG_GAUSS_RULE_FIXED_RIDGE);
+}
+
+static double rule_num(const cJSON *r, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* The job's answer under population_rule: the step the aggregator's rule put in params.lr and the devices' ridge it
+ * recommends. Both are the function gauss_population ran here for the same inputs; a difference is said, and the
+ * aggregator's choice taken. 1 if the devices must be set up again, 0 if not, -1 if the answer carries no choice. */
+int fleet_gauss_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *job) {
+    (void)d;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(job, "population_rule");
+    const cJSON *ridge = cJSON_GetObjectItemCaseSensitive(r, "device_ridge");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(r, "choice");
+    const double lr = rule_num(r, "lr"), fixed = rule_num(ridge, "fixed");
+    if (!cJSON_IsObject(r) || !cJSON_IsObject(ridge) || !cJSON_IsString(choice) || !(lr > 0)) {
+        fprintf(stderr, "dprec-fleet: the job's answer carries no population rule's choice\n");
+        return -1;
+    }
+    printf("rule: the aggregator's (population_rule, %.0f devices and %.1f ratings a device declared): step %g, the "
+           "devices' ridge %s: %s\n", rule_num(r, "devices"), rule_num(r, "ratings_per_device"), lr,
+           fixed > 0 ? "fixed" : "per rating", choice->valuestring);
+    if (fabs(lr - lr_used) > 1e-9 * lr)
+        printf("rule: the aggregator's step %g differs from this fleet's computation %g: the job's is used\n", lr,
+               lr_used);
+    lr_used = lr;
+    rule_snr = rule_num(r, "snr");
+    const fleet_common before = *o;
+    if (fixed > 0) fixed_ridge(o, fixed);
+    else { /* the ridge per rating: the fleet's own defaults (gauss_finish), unless given */
+        if (!o->device_lambda_set) o->device_lambda_per_rating = FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING;
+        if (!o->lambda_set) o->lambda = 10.0;
+    }
+    return o->lambda != before.lambda || o->device_lambda_per_rating != before.device_lambda_per_rating ||
+           o->device_lambda_floor != before.device_lambda_floor;
 }
 
 static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
     int rating = strcmp(gp.unit, "rating") == 0;
     if (!(gp.lr > 0)) { /* the rule's step (gauss_rule.c), from the deployment's public size */
-        fleet_gauss_rule_out r;
+        agg_gauss_rule_out r;
         if (gauss_rule(o, d, &r) == 0) {
             lr_used = r.lr;
             rule_snr = r.snr;
@@ -157,7 +208,7 @@ static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, si
             size_t train = 0;
             for (uint32_t u = 0; u < d->num_users; u++) train += d->ntrain[u];
             double per_item = d->num_items > 0 ? (double)train / d->num_items : 1.0;
-            lr_used = FLEET_GAUSS_RULE_LR_PER_RATER / (per_item > 1.0 ? per_item : 1.0);
+            lr_used = AGG_GAUSS_RULE_LR_PER_RATER / (per_item > 1.0 ? per_item : 1.0);
             rule_snr = NAN;
         }
     } else {
@@ -171,13 +222,22 @@ static void gauss_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
         snprintf(extra + n, sizeof extra - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
                  fleet_secure_min_survivors(o, d->num_users));
+    /* under the aggregator's rule (gauss_population) the job gets d, the rounds and the step from it; else as here */
+    char shape[160], step[48] = "";
+    if (o->population_rule)
+        snprintf(shape, sizeof shape, "\"population_rule\":{\"devices\":%u,\"ratings_per_device\":%.17g},",
+                 o->rule_devices, o->rule_ratings_per_device);
+    else {
+        snprintf(shape, sizeof shape, "\"d\":%u,\"rounds\":%u,", o->rank, o->rounds);
+        snprintf(step, sizeof step, "\"lr\":%.17g,", lr_used);
+    }
     snprintf(out, cap,
-             "{\"protocol\":\"gauss-gd\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
+             "{\"protocol\":\"gauss-gd\",%s\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":%.17g,"
-             "\"params\":{\"unit\":\"%s\",\"clip\":%.17g,\"lr\":%.17g,\"max_ratings\":%u,\"seed\":%llu%s},"
+             "\"params\":{\"unit\":\"%s\",\"clip\":%.17g,%s\"max_ratings\":%u,\"seed\":%llu%s},"
              "\"budget\":{\"epsilon\":%.17g,\"delta\":%.17g}}",
-             o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users,
-             rating ? 1.0 : gp.sampling_rate, gp.unit, gp.clip, lr_used, gp.max_ratings, (unsigned long long)o->seed,
+             shape, d->num_items, (double)d->rating_min, (double)d->rating_max, d->num_users,
+             rating ? 1.0 : gp.sampling_rate, gp.unit, gp.clip, step, gp.max_ratings, (unsigned long long)o->seed,
              extra, o->epsilon, o->delta);
 }
 

@@ -84,7 +84,7 @@ int fleet_proto_release_uncertainty(const fleet_proto *p, int secure) {
 static const struct {
     const fleet_proto *proto;
     fleet_rule_applied_fn applied;
-} population_rule[] = {{&fleet_proto_dpals, fleet_dpals_rule_applied}};
+} population_rule[] = {{&fleet_proto_dpals, fleet_dpals_rule_applied}, {&fleet_proto_gauss_gd, fleet_gauss_rule_applied}};
 
 fleet_rule_applied_fn fleet_proto_rule_applied(const fleet_proto *p) {
     for (size_t i = 0; i < sizeof population_rule / sizeof population_rule[0]; i++)
