@@ -1,11 +1,11 @@
-/* Tests of a job's population rule at the aggregator (dpals; gauss-gd's at the end) (spec field "population_rule", docs/protocol.md "The
- * population rule"; aggregator/protocols/dpals_rule.c): a job created with it gets the rule's d, rounds and the
- * factors' rating_clip as ordinary parameters, and its create answer, its view (also after the aggregator is reopened)
- * and its job_created log line carry the rule's inputs, signal over noise, choice and the devices' ridge; every
- * malformed option, a protocol without a rule and a spec that also gives d or rounds are refused and store nothing.
- * Each expected choice is the rule function's own for the same inputs (tests/test_dpals_rule.c holds its table). Each
- * test works in its own mkdtemp directory, with its state there (`test_agg_rule`: SQLite) or in a database of its own
- * (`test_agg_rule postgresql`; tests/test_state.h). */
+/* Tests of a job's population rule at the aggregator (spec field "population_rule", docs/protocol.md "The population
+ * rule"): dpals's (aggregator/protocols/dpals_rule.c) first, gauss-gd's at the end. A dpals job created with it gets
+ * the rule's d, rounds and the factors' rating_clip as ordinary parameters, and its create answer, its view (also after
+ * the aggregator is reopened) and its job_created log line carry the rule's inputs, signal over noise, choice and the
+ * devices' ridge; every malformed option, a protocol without a rule and a spec that also gives d or rounds are refused
+ * and store nothing. Each expected choice is the rule function's own for the same inputs (tests/test_dpals_rule.c holds
+ * its table). Each test works in its own mkdtemp directory, with its state there (`test_agg_rule`: SQLite) or in a
+ * database of its own (`test_agg_rule postgresql`; tests/test_state.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -311,7 +311,8 @@ static void test_agg_a_gauss_gd_population_rule_job_takes_the_rule_s_step(void *
     } cases[] = {{600, 9700, 1.0, 150.0, 1}, {7000, 1000, 10.0, 0.9 * 1004963.0 / 7000.0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double z = 0;
-        assert_int_equal(dprec_gauss_noise_multiplier(cases[i].epsilon, 1e-6, AGG_GAUSS_RULE_ROUNDS, 1.0, &z), DPREC_OK);
+        assert_int_equal(dprec_gauss_noise_multiplier(cases[i].epsilon, 1e-6, AGG_GAUSS_RULE_ROUNDS, 1.0, &z),
+                         DPREC_OK);
         agg_gauss_rule_in in = {cases[i].devices, cases[i].items, 4.5, AGG_GAUSS_RULE_ROUNDS, z, 1.0, 1000,
                                 cases[i].activity, AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING};
         agg_gauss_rule_out want;
@@ -354,7 +355,8 @@ static void test_agg_a_gauss_gd_population_rule_job_takes_the_rule_s_step(void *
         }
     }
     static const char *const refused[] = {
-        "\"params\":{\"lr\":0.01},", "\"params\":{\"noise_multiplier\":2},", "\"params\":{\"unit\":\"rating\",\"eps_i\":0.5},",
+        "\"params\":{\"lr\":0.01},", "\"params\":{\"noise_multiplier\":2},",
+        "\"params\":{\"unit\":\"rating\",\"eps_i\":0.5},",
         "\"params\":{\"aggregation\":\"secure\"},", "\"d\":5,", "\"rounds\":3,",
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

@@ -26,18 +26,18 @@
  *    (sqrt(a') sigma), whatever W. Items rated more often than n gain more (their optimum step is larger), and ||x||
  *    above 1 moves less: the rule is a prior's, for an average item.
  * The devices' ridge. A device's coordinate 0 is its own offset c from the public mu (the scale's middle). The ridge of
- * lambda_r per rating (AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING, the devices' default) pulls it by lambda_r / (1 + lambda_r) toward the middle: a cost of
- * (lambda_r / (1 + lambda_r))^2 E[c^2] on every prediction, E[c^2] about (W / 4.5)^2 on rating data (the prior of the
- * bias model's fixed ridge, dpals_rule.c). A fixed ridge of 1 (the bias model's) leaves c whole, but lets a device's
- * factors follow the release, so its x = [u; 1] grows and the clip leaves less of its residuals in the report (on
- * ml-100k at epsilon 0.5: 1.0360 against 1.0317 with 0.1 per rating, docs/results.md). The release gains an average
- * item about SNR^2 t^2 at the Wiener step (E above, to first order). So where the Wiener step binds and that gain is
- * below the pull's cost, SNR^2 (W / 10)^2 < (lambda_r / (1 + lambda_r))^2 (W / 4.5)^2, i.e. SNR < 0.202 at 0.1 per
- * rating, the devices take the fixed ridge of 1: the release carries less than the pull costs. The comparison was
- * written after ml-100k at epsilon 0.5 showed the fixed ridge's cost; its threshold comes from the same priors, not
- * from that cell. The leaderboard's shapes sit at 0.039-0.197 (the small app at epsilon <= 2, app2000 at 0.5: fixed)
- * and 0.284-0.377 (ml-100k at 0.5, the small app at 5, app2000 at 1: per rating); app2000 at 0.5 is within 0.005 of
- * the switch.
+ * lambda_r per rating (AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING, the devices' default) pulls it by lambda_r / (1 +
+ * lambda_r) toward the middle: a cost of (lambda_r / (1 + lambda_r))^2 E[c^2] on every prediction, E[c^2] about (W /
+ * 4.5)^2 on rating data (the prior of the bias model's fixed ridge, dpals_rule.c). A fixed ridge of 1 (the bias
+ * model's) leaves c whole, but lets a device's factors follow the release, so its x = [u; 1] grows and the clip leaves
+ * less of its residuals in the report (on ml-100k at epsilon 0.5: 1.0360 against 1.0317 with 0.1 per rating,
+ * docs/results.md). The release gains an average item about SNR^2 t^2 at the Wiener step (E above, to first order). So
+ * where the Wiener step binds and that gain is below the pull's cost, SNR^2 (W / 10)^2 < (lambda_r / (1 + lambda_r))^2
+ * (W / 4.5)^2, i.e. SNR < 0.202 at 0.1 per rating, the devices take the fixed ridge of 1: the release carries less than
+ * the pull costs. The comparison was written after ml-100k at epsilon 0.5 showed the fixed ridge's cost; its threshold
+ * comes from the same priors, not from that cell. The leaderboard's shapes sit at 0.039-0.197 (the small app at epsilon
+ * <= 2, app2000 at 0.5: fixed) and 0.284-0.377 (ml-100k at 0.5, the small app at 5, app2000 at 1: per rating); app2000
+ * at 0.5 is within 0.005 of the switch.
  * Nothing here is a data set's measurement: N, m, k, T, sigma, C and W are the job's; a is declared by the app. */
 #include <math.h>
 #include <stddef.h>
@@ -96,13 +96,13 @@ int agg_gauss_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     }
     const cJSON *unit = cJSON_GetObjectItemCaseSensitive(params, "unit");
     if (unit != NULL && !(cJSON_IsString(unit) && strcmp(unit->valuestring, "user") == 0)) {
-        snprintf(err, errcap, "population_rule is gauss-gd's at unit user (its noise from the budget); unit rating takes "
-                 "its step as params.lr");
+        snprintf(err, errcap, "population_rule is gauss-gd's at unit user (its noise from the budget); unit rating "
+                 "takes its step as params.lr");
         return -1;
     }
     shape->d = AGG_GAUSS_RULE_RANK;
     shape->rounds = AGG_GAUSS_RULE_ROUNDS;
-    /* sigma: the noise the aggregator adds to each summed coordinate, z C (agg_budget_multiplier, as gauss-gd's step) */
+    /* sigma: the noise the aggregator adds to each summed coordinate, z C (agg_budget_multiplier, as its step) */
     const double clip = param_or(params, "clip", 1e-300, 1e6, 1.0);
     const double k = floor(param_or(params, "max_ratings", 1.0, 65535.0, 1000.0));
     double z = 0.0;
@@ -111,7 +111,7 @@ int agg_gauss_population_rule(agg_job *shape, const cJSON *option, cJSON *params
         return -1;
     }
     double sigma = z * clip;
-    /* secure aggregation: the devices' shares are sized for the fewest survivors; all of them add more (agg_secure.h) */
+    /* secure aggregation: the shares are sized for the fewest survivors; all of them add more (agg_secure.h) */
     const cJSON *agg = cJSON_GetObjectItemCaseSensitive(params, "aggregation");
     if (cJSON_IsString(agg) && strcmp(agg->valuestring, "secure") == 0) {
         const double least = param_or(params, "secagg_min_survivors", 1.0, 1e9, 0.0);
@@ -122,7 +122,8 @@ int agg_gauss_population_rule(agg_job *shape, const cJSON *option, cJSON *params
         }
         sigma *= sqrt((double)devices / least);
     }
-    agg_gauss_rule_in in = {devices, shape->m, shape->rating_max - shape->rating_min, AGG_GAUSS_RULE_ROUNDS, sigma, clip,
+    agg_gauss_rule_in in = {devices,     shape->m, shape->rating_max - shape->rating_min,
+                            AGG_GAUSS_RULE_ROUNDS, sigma,    clip,
                             (uint32_t)k, activity, AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING};
     agg_gauss_rule_out out;
     if (agg_gauss_rule_choose(&in, &out) != 0) {
@@ -137,10 +138,10 @@ int agg_gauss_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     char choice[200];
     snprintf(choice, sizeof choice, "%s",
              !wiener ? "the measured steps bind (min(1 / n, 0.2 / (sigma sqrt(T))))"
-             : out.fixed_ridge ? "an average item's bias is mostly noise: the Wiener step, and the devices' fixed ridge "
-                                 "(SNR below 0.202)"
-                               : "an average item's bias is mostly noise: the Wiener step, the devices' ridge per rating "
-                                 "(SNR 0.202 or above)");
+             : out.fixed_ridge ? "an average item's bias is mostly noise: the Wiener step, and the devices' fixed "
+                                 "ridge (SNR below 0.202)"
+                               : "an average item's bias is mostly noise: the Wiener step, the devices' ridge per "
+                                 "rating (SNR 0.202 or above)");
     cJSON *r = cJSON_CreateObject(), *ridge = NULL;
     int ok = r != NULL;
     ok = ok && cJSON_AddNumberToObject(r, "devices", in.devices);
@@ -153,7 +154,8 @@ int agg_gauss_population_rule(agg_job *shape, const cJSON *option, cJSON *params
     ok = ok && cJSON_AddNumberToObject(r, "sigma", in.sigma) && cJSON_AddNumberToObject(r, "clip", in.clip);
     ok = ok && cJSON_AddNumberToObject(r, "raters_per_item", out.raters_per_item);
     ok = ok && cJSON_AddNumberToObject(r, "snr", out.snr);
-    ok = ok && cJSON_AddNumberToObject(r, "lr_carry", out.lr_carry) && cJSON_AddNumberToObject(r, "lr_noise", out.lr_noise);
+    ok = ok && cJSON_AddNumberToObject(r, "lr_carry", out.lr_carry) &&
+         cJSON_AddNumberToObject(r, "lr_noise", out.lr_noise);
     ok = ok && cJSON_AddNumberToObject(r, "lr_snr", out.lr_snr) && cJSON_AddNumberToObject(r, "lr", out.lr);
     ok = ok && cJSON_AddNumberToObject(r, "d", AGG_GAUSS_RULE_RANK) &&
          cJSON_AddNumberToObject(r, "rounds", AGG_GAUSS_RULE_ROUNDS);

@@ -43,7 +43,7 @@ typedef struct agg_gauss_rule_out {
 #define AGG_GAUSS_RULE_LR_NOISE 0.2
 #define AGG_GAUSS_RULE_FIXED_RIDGE 1.0 /* the bias model's (dpals_rule.h AGG_DPALS_RULE_BIAS_RIDGE): gauss_rule.c */
 #define AGG_GAUSS_RULE_DEVICE_RIDGE_PER_RATING 0.1 /* the devices' ridge per rating where the rule does not fix it */
-#define AGG_GAUSS_RULE_RANK 10   /* the d and the rounds of a job under the rule (docs/results.md "Defaults", gauss-gd) */
+#define AGG_GAUSS_RULE_RANK 10 /* the d and the rounds of a job under the rule (docs/results.md "Defaults") */
 #define AGG_GAUSS_RULE_ROUNDS 10
 
 /* The rule's step and the devices' ridge for `in`. 0, or -1 if an input is out of range (N, m, k, T >= 1, W, sigma, C,

@@ -12,9 +12,9 @@
 #include "report.h"
 #include "secagg.h"
 
-/* The default step (docs/results.md, "Defaults"): aggregator/protocols/gauss_rule.c's, lr = min(1 / n, 0.2 / (sigma sqrt(T)), lr_snr) with n
- * the ratings an average item has in the reports, sigma the noise on each summed coordinate and T the rounds; lr_snr
- * is the step that minimizes an average item's error when the release can carry little (gauss_rule.c). The constants
+/* The default step (docs/results.md, "Defaults"): aggregator/protocols/gauss_rule.c's, lr = min(1 / n,
+ * 0.2 / (sigma sqrt(T)), lr_snr) with n the ratings an average item has in the reports, sigma the noise on each summed
+ * coordinate and T the rounds; lr_snr is the step that minimizes an average item's error when the release can carry little (gauss_rule.c). The constants
  * 1 and 0.2 were chosen on synthetic fleets, not on ml-100k: 1 / n because 3 / n, though better on the
  * MovieLens-10M-shaped fleet (ml10m:0.1, epsilon 10: 0.8299 against 0.8550; 0.3 / n: 0.8875), diverged on the
  * default synthetic fleet (1.1152 against 0.8394 at epsilon 10: its most popular items have 150 times the
