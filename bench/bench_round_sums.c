@@ -179,12 +179,16 @@ static long long q(const char *path, const char *sql) {
 static void storage(const char *path, const char *when) {
     /* dbstat: the bytes each table and index holds in the file (pages, not rows) */
     printf("%s: round_sums_bytes=%lld log_bytes=%lld log_rows=%lld dedup_rows=%lld dedup_table_bytes=%lld "
-           "dedup_index_bytes=%lld file_bytes=%lld\n",
+           "dedup_index_bytes=%lld report_keys_bytes=%lld file_bytes=%lld\n",
            when, q(path, "SELECT coalesce(sum(length(sum)), 0) FROM round_sums"),
            q(path, "SELECT coalesce(sum(length(bytes)), 0) FROM report_payloads"),
            q(path, "SELECT count(*) FROM report_payloads"), q(path, "SELECT count(*) FROM reports"),
            q(path, "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'reports'"),
-           q(path, "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE 'sqlite_autoindex_reports%'"),
+           /* the rows' indexes: (job, round) (schema 4), or the unique ones of a schema-3 state */
+           q(path, "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'reports_round'"
+                   " OR name LIKE 'sqlite_autoindex_reports%'"),
+           /* a finalized round's keys (SQLite schema 4: docs/notes/sqlite-open-round-keys.md) */
+           q(path, "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'report_keys'"),
            q(path, "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"));
 }
 
