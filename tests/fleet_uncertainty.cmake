@@ -23,7 +23,7 @@ if(rmse GREATER user)
 endif()
 
 # gauss-gd's default run on the same fleet: its releases carry the column too, and the step rule
-# (examples/fleet/gauss_rule.c) finds an average item's bias mostly noise, so it takes the Wiener step and the devices'
+# (aggregator/protocols/gauss_rule.c) finds an average item's bias mostly noise, so it takes the Wiener step and the devices'
 # fixed ridge 1; every device then predicts about its own level, at or below the user mean (1.1233 against 1.1323 here).
 execute_process(COMMAND ${BIN} --synthetic 300,200,6000,3 --protocol gauss-gd --epsilon 0.1 --in-process --threads 2
                         --seed 4 --compare none

@@ -501,7 +501,7 @@ static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, si
  *    measure best, lost most: on ml-100k at epsilon 1 (1.0142 without the column) one spread across items gave 1.0421,
  *    the bias pooled with the factors' row 1.0399, the bias's own positive part 1.0314 (1.0195 without the margin),
  *    and the biases kept whole 1.0132 (docs/results.md, gauss-gd). Where an average item's bias is mostly noise the
- *    step rule of the fleet keeps that noise small instead (examples/fleet/gauss_rule.c).
+ *    step rule keeps that noise small instead (aggregator/protocols/gauss_rule.c).
  * Every input is the release itself, the previous release's column and public parameters (lr, lambda, sigma, q):
  * post-processing, no privacy cost. -1 out of memory. */
 static int gauss_uncertainty(const agg_job *job, const gauss_params *gp, const agg_model *prev, double sigma, double q,
