@@ -41,3 +41,20 @@ int agg_rule_option_read(const agg_job *shape, const cJSON *option, uint32_t *de
     *activity = na->valuedouble;
     return 0;
 }
+
+cJSON *agg_rule_record_new(const agg_job *shape, uint32_t devices, double activity, const char *k_name, uint32_t k) {
+    cJSON *r = cJSON_CreateObject();
+    int ok = r != NULL;
+    ok = ok && cJSON_AddNumberToObject(r, "devices", devices);
+    ok = ok && cJSON_AddStringToObject(r, "devices_from", "declared");
+    ok = ok && cJSON_AddNumberToObject(r, "ratings_per_device", activity);
+    ok = ok && cJSON_AddNumberToObject(r, "items", shape->m) && cJSON_AddNumberToObject(r, k_name, k);
+    ok = ok && cJSON_AddNumberToObject(r, "scale_width", shape->rating_max - shape->rating_min);
+    ok = ok && cJSON_AddNumberToObject(r, "epsilon", shape->budget_epsilon) &&
+         cJSON_AddNumberToObject(r, "delta", shape->budget_delta);
+    if (!ok) {
+        cJSON_Delete(r);
+        return NULL;
+    }
+    return r;
+}

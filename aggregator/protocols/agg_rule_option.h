@@ -20,4 +20,10 @@
 int agg_rule_option_read(const agg_job *shape, const cJSON *option, uint32_t *devices, double *activity, char *err,
                          size_t errcap);
 
+/* A rule's record begun with what every rule reads (docs/protocol.md "The population rule"): devices (declared),
+ * ratings_per_device, items (m), k under the name k_name, scale_width, and the budget (epsilon, delta) as the job has it
+ * (the request layer adds its unit and model, as the job's privacy block). The caller adds its own fields and owns the
+ * object. NULL when out of memory. */
+cJSON *agg_rule_record_new(const agg_job *shape, uint32_t devices, double activity, const char *k_name, uint32_t k);
+
 #endif /* DPREC_AGG_RULE_OPTION_H */

@@ -146,15 +146,8 @@ int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params
         snprintf(choice, sizeof choice, "factors pay (%g or more): d = %u, %u rounds (epsilon %s %g)",
                  AGG_DPALS_RULE_FACTORS_PAY, out.rank, out.rounds,
                  out.rounds == 5 ? ">=" : "<", AGG_DPALS_RULE_MORE_ROUNDS_EPSILON);
-    cJSON *r = cJSON_CreateObject(), *ridge = NULL;
+    cJSON *r = agg_rule_record_new(shape, in.devices, in.activity, "max_items", in.max_items), *ridge = NULL;
     int ok = r != NULL;
-    ok = ok && cJSON_AddNumberToObject(r, "devices", in.devices);
-    ok = ok && cJSON_AddStringToObject(r, "devices_from", "declared");
-    ok = ok && cJSON_AddNumberToObject(r, "ratings_per_device", in.activity);
-    ok = ok && cJSON_AddNumberToObject(r, "items", in.items) && cJSON_AddNumberToObject(r, "max_items", in.max_items);
-    ok = ok && cJSON_AddNumberToObject(r, "scale_width", in.scale_width);
-    /* the budget the rule read: the job's (the request layer adds its unit and model, as the job's privacy block) */
-    ok = ok && cJSON_AddNumberToObject(r, "epsilon", in.epsilon) && cJSON_AddNumberToObject(r, "delta", in.delta);
     ok = ok && cJSON_AddNumberToObject(r, "reports_per_item", out.reports_per_item);
     ok = ok && cJSON_AddNumberToObject(r, "z3", out.z3) && cJSON_AddNumberToObject(r, "snr3", out.snr3);
     ok = ok && cJSON_AddNumberToObject(r, "z5", out.z5) && cJSON_AddNumberToObject(r, "snr5", out.snr5);

@@ -142,15 +142,8 @@ int agg_gauss_population_rule(agg_job *shape, const cJSON *option, cJSON *params
                                  "ridge (SNR below 0.202)"
                                : "an average item's bias is mostly noise: the Wiener step, the devices' ridge per "
                                  "rating (SNR 0.202 or above)");
-    cJSON *r = cJSON_CreateObject(), *ridge = NULL;
+    cJSON *r = agg_rule_record_new(shape, in.devices, in.activity, "max_ratings", in.max_items), *ridge = NULL;
     int ok = r != NULL;
-    ok = ok && cJSON_AddNumberToObject(r, "devices", in.devices);
-    ok = ok && cJSON_AddStringToObject(r, "devices_from", "declared");
-    ok = ok && cJSON_AddNumberToObject(r, "ratings_per_device", in.activity);
-    ok = ok && cJSON_AddNumberToObject(r, "items", in.items) && cJSON_AddNumberToObject(r, "max_ratings", in.max_items);
-    ok = ok && cJSON_AddNumberToObject(r, "scale_width", in.scale_width);
-    ok = ok && cJSON_AddNumberToObject(r, "epsilon", shape->budget_epsilon) &&
-         cJSON_AddNumberToObject(r, "delta", shape->budget_delta);
     ok = ok && cJSON_AddNumberToObject(r, "sigma", in.sigma) && cJSON_AddNumberToObject(r, "clip", in.clip);
     ok = ok && cJSON_AddNumberToObject(r, "raters_per_item", out.raters_per_item);
     ok = ok && cJSON_AddNumberToObject(r, "snr", out.snr);
