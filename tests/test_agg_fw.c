@@ -386,6 +386,97 @@ static void test_fw_oja_starts_from_a_unit_vector(void **state) {
     dprec_rng_free(&rng);
 }
 
+/* The dense round is a sum (docs/notes/streaming-sums.md): each report folds the upper triangle of its re-clipped
+ * A_i^T A_i, rounded toward zero, so its contribution is never longer than ||A_i||^2 <= 4 L^2 (the noise's
+ * sensitivity) whatever the device sent; the round's sum is within n 2^-F of the double W of the clipped rows; a
+ * release from the sum folded in another order is bitwise the global step's over the reports, for the same noise;
+ * Oja's variant, which reads every row in each step, does not fold. */
+static void test_fw_dense_round_folds_within_its_clip_and_streams_the_same_release(void **state) {
+    (void)state;
+    enum { M = 12, N = 8, XI = 5, R = 60 };
+    const double L = 1.5;
+    agg_job job = make_job(M, N, 3, 3, 10.0, L, XI, "dense");
+    job.round = 1;
+    agg_fold_spec spec;
+    assert_int_equal(agg_fold_job(&job, &spec), 1);
+    assert_int_equal(spec.coords, N * (N + 1) / 2);
+    assert_true(spec.bound >= 4.0 * L * L);
+    agg_sum total, one, reversed;
+    assert_int_equal(agg_sum_init(&total, &spec), 0);
+    assert_int_equal(agg_sum_init(&one, &spec), 0);
+    assert_int_equal(agg_sum_init(&reversed, &spec), 0);
+    static unsigned char pay[R][8 + 8 * XI];
+    agg_report reps[R];
+    double W[N][N];
+    memset(W, 0, sizeof W);
+    uint64_t s = 77;
+    char err[256];
+    for (int i = 0; i < R; i++) {
+        double scale = unif(&s) < 0.2 ? 1e6 : 1.0; /* far outside the clip now and then */
+        uint32_t items[XI], cnt = 0;
+        for (uint32_t j = 0; j < N && cnt < XI; j++)
+            if (unif(&s) < 0.6) items[cnt++] = j;
+        double a[XI], an = 0.0;
+        dprec_st32(pay[i], XI);
+        dprec_st32(pay[i] + 4, 0);
+        for (uint32_t e = 0; e < XI; e++) {
+            float v = e < cnt ? (float)(scale * (2.0 * unif(&s) - 1.0)) : 0.0f;
+            dprec_st32(pay[i] + 8 + 8 * e, e < cnt ? items[e] : DPREC_PAD_ITEM);
+            dprec_stf32(pay[i] + 12 + 8 * e, v);
+            a[e] = (double)v;
+            an += e < cnt ? a[e] * a[e] : 0.0;
+        }
+        assert_int_equal(agg_protocol_private_fw.validate_payload(&job, pay[i], sizeof pay[i], err, sizeof err), 0);
+        reps[i] = (agg_report){0};
+        reps[i].device = (int64_t)i + 1;
+        reps[i].payload = pay[i];
+        reps[i].payload_len = sizeof pay[i];
+        double cs = sqrt(an) > 2.0 * L ? 2.0 * L / sqrt(an) : 1.0;
+        for (uint32_t e = 0; e < cnt; e++)
+            for (uint32_t f = 0; f < cnt; f++) W[items[e]][items[f]] += cs * cs * a[e] * a[f];
+        agg_sum_zero(&one);
+        assert_int_equal(agg_fold_report(&job, pay[i], sizeof pay[i], &one), 0);
+        double fro2 = 0.0; /* the symmetric matrix's Frobenius norm: each off-diagonal value twice */
+        for (uint32_t r = 0, c = 0, k = 0; k < one.coords; k++, c++) {
+            if (c == N) c = ++r;
+            double x = agg_sum_value(&one, k);
+            fro2 += (r == c ? 1.0 : 2.0) * x * x;
+        }
+        assert_true(sqrt(fro2) <= 4.0 * L * L);
+        assert_int_equal(agg_fold_report(&job, pay[i], sizeof pay[i], &total), 0);
+    }
+    for (int i = R - 1; i >= 0; i--) assert_int_equal(agg_fold_report(&job, pay[i], sizeof pay[i], &reversed), 0);
+    assert_memory_equal(total.q, reversed.q, (size_t)total.coords * sizeof *total.q);
+    for (uint32_t r = 0, k = 0; r < N; r++)
+        for (uint32_t c = r; c < N; c++, k++)
+            assert_true(fabs(W[r][c] - agg_sum_value(&total, k)) <= R * ldexp(1.0, -total.frac_bits));
+
+    agg_model prev, raw, folded;
+    assert_int_equal(agg_protocol_private_fw.initial_model(&job, &prev, err, sizeof err), 0);
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"fw-fold", 7, "test"), DPREC_OK);
+    assert_int_equal(agg_protocol_private_fw.global_step(&job, &prev, reps, R, &rng, &raw, err, sizeof err), 0);
+    dprec_rng_free(&rng);
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"fw-fold", 7, "test"), DPREC_OK);
+    assert_int_equal(agg_fold_sum_step(&job, &prev, &reversed, &rng, &folded, err, sizeof err), 0);
+    dprec_rng_free(&rng);
+    assert_memory_equal(raw.v, folded.v, sizeof(float) * M * 3);
+    assert_memory_equal(raw.bias, folded.bias, sizeof(float) * M);
+    assert_true(raw.mu == folded.mu);
+    float col0 = 0.0f;
+    for (uint32_t j = 0; j < N; j++) col0 += fabsf(raw.v[(size_t)j * 3]);
+    assert_true(col0 > 0.0f); /* the round released a direction, not zeros */
+    agg_model_free(&prev);
+    agg_model_free(&raw);
+    agg_model_free(&folded);
+    agg_sum_free(&total);
+    agg_sum_free(&one);
+    agg_sum_free(&reversed);
+
+    agg_job oja = make_job(M, N, 3, 3, 10.0, L, XI, "oja");
+    assert_int_equal(agg_fold_job(&oja, &spec), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fw_projection_keeps_the_observed_row_within_L),
@@ -395,6 +486,7 @@ int main(void) {
         cmocka_unit_test(test_fw_job_fits_its_budget_by_theorem_3_1),
         cmocka_unit_test(test_fw_reports_are_padded_to_xi_and_padding_adds_nothing),
         cmocka_unit_test(test_fw_oja_starts_from_a_unit_vector),
+        cmocka_unit_test(test_fw_dense_round_folds_within_its_clip_and_streams_the_same_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -368,8 +368,57 @@ static int fw_initial_model(const agg_job *job, agg_model *out, char *err, size_
     return 0;
 }
 
-int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t nrep, dprec_rng *rng,
-                int noisy, agg_model *next, char *err, size_t errcap) {
+/* ---- the dense round folded as reports arrive (docs/notes/streaming-sums.md) ------------------------------------
+ * W = sum_i A_i^T A_i is a sum of reports: the round keeps its upper triangle (diagonal included), n (n + 1) / 2
+ * values in fixed point, not the reports. Coordinate of (r, c), r <= c: row r starts after the r rows above it, of
+ * n, n - 1, ... values. One report adds a_e a_f to (min, max) of its items' subset indices, each coordinate once (a
+ * report's items are distinct: of the pairs (e, f) and (f, e) one has r < c). Rounded toward zero, a report's
+ * contribution keeps L2 norm <= ||A_i^T A_i||_F = ||A_i||^2 <= 4 L^2, the sensitivity the noise is calibrated to
+ * (the file's head); its largest value is a_e^2 <= 4 L^2, the bound the grid is chosen from. Oja's variant reads
+ * every report in each of its steps (A^T A v for a new v each time): not a sum; it keeps the raw path. */
+static uint64_t tri_index(uint32_t n, uint32_t r, uint32_t c) {
+    return (uint64_t)r * (2u * (uint64_t)n - r + 1u) / 2u + (c - r);
+}
+
+static int fw_fold_spec(const agg_job *job, agg_fold_spec *spec) {
+    fw_params fp;
+    char err[AGG_ERRMSG];
+    if (job_params(job, &fp, err, sizeof err) != 0) return 0;
+    int dense = !fp.oja;
+    spec->coords = (uint64_t)fp.n * (fp.n + 1u) / 2u;
+    spec->bound = 4.0 * fp.L * fp.L;
+    fw_params_free(&fp);
+    return dense;
+}
+
+static int fw_fold(const agg_job *job, const unsigned char *p, size_t len, agg_sum *sum) {
+    fw_params fp;
+    char err[AGG_ERRMSG];
+    (void)len; /* validated: exactly xi pairs (fw_validate_payload) */
+    if (job_params(job, &fp, err, sizeof err) != 0) return -1;
+    int rc = -1;
+    const uint32_t n = fp.n;
+    uint32_t *idx = malloc(sizeof(uint32_t) * (fp.xi > 0 ? fp.xi : 1u));
+    double *val = malloc(sizeof(double) * (fp.xi > 0 ? fp.xi : 1u));
+    if (fp.oja || sum->coords != (uint64_t)n * (n + 1u) / 2u || idx == NULL || val == NULL) goto out;
+    uint32_t cnt = report_row(&fp, p, idx, val);
+    for (uint32_t e = 0; e < cnt; e++)
+        for (uint32_t f = 0; f < cnt; f++) {
+            uint32_t r = idx[e], c = idx[f];
+            if (r <= c) agg_sum_put(sum, tri_index(n, r, c), val[e] * val[f]);
+        }
+    rc = 0;
+out:
+    free(idx);
+    free(val);
+    fw_params_free(&fp);
+    return rc;
+}
+
+/* The global step: dense, W from the round's sum (folded here from reports when sum is NULL, as the streaming path
+ * folds them: one release, bit for bit, whichever path made the sum); Oja, from the reports. */
+static int fw_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t nrep,
+                   const agg_sum *folded, dprec_rng *rng, int noisy, agg_model *next, char *err, size_t errcap) {
     fw_params fp;
     if (job_params(job, &fp, err, errcap) != 0) return -1;
     const uint32_t m = job->m, d = job->d, n = fp.n;
@@ -380,9 +429,11 @@ int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *rep
         return -1;
     }
     memset(next, 0, sizeof *next);
+    agg_sum own = {0};
+    const size_t rows = fp.oja ? nrep : 0; /* the rows themselves only for Oja's steps */
     size_t nnz = 0;
-    for (size_t i = 0; i < nrep; i++) nnz += dprec_ld32(reports[i].payload);
-    agg_fw_rows A = {nrep, malloc(sizeof(size_t) * (nrep + 1)), malloc(sizeof(uint32_t) * (nnz + 1)),
+    for (size_t i = 0; i < rows; i++) nnz += dprec_ld32(reports[i].payload);
+    agg_fw_rows A = {rows, malloc(sizeof(size_t) * (rows + 1)), malloc(sizeof(uint32_t) * (nnz + 1)),
                      malloc(sizeof(double) * (nnz + 1))};
     double *v = malloc(sizeof(double) * n), *w = NULL;
     next->m = m;
@@ -395,7 +446,7 @@ int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *rep
         goto out;
     }
     A.off[0] = 0;
-    for (size_t i = 0; i < nrep; i++)
+    for (size_t i = 0; i < rows; i++)
         A.off[i + 1] = A.off[i] + report_row(&fp, reports[i].payload, A.idx + A.off[i], A.val + A.off[i]);
     double ev = 0.0;
     if (!fp.oja) {
@@ -404,12 +455,26 @@ int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *rep
             snprintf(err, errcap, "out of memory for the %u x %u covariance", n, n);
             goto out;
         }
-        for (size_t i = 0; i < nrep; i++) /* W = sum_i A_i^T A_i, upper triangle */
-            for (size_t e = A.off[i]; e < A.off[i + 1]; e++)
-                for (size_t f = A.off[i]; f < A.off[i + 1]; f++) {
-                    uint32_t r = A.idx[e], c = A.idx[f];
-                    if (r <= c) w[(size_t)r * n + c] += A.val[e] * A.val[f];
+        agg_fold_spec spec;
+        if (folded == NULL) { /* the reports folded first, as the streaming path folds them */
+            if (fw_fold_spec(job, &spec) != 1 || agg_sum_init(&own, &spec) != 0) {
+                snprintf(err, errcap, "out of memory for the round's sum");
+                goto out;
+            }
+            for (size_t i = 0; i < nrep; i++)
+                if (agg_fold_report(job, reports[i].payload, reports[i].payload_len, &own) != 0) {
+                    snprintf(err, errcap, "private-fw: a stored report does not fold");
+                    goto out;
                 }
+            folded = &own;
+        }
+        if (folded->coords != (uint64_t)n * (n + 1u) / 2u) {
+            snprintf(err, errcap, "private-fw: the round's sum has %llu values, not n (n + 1) / 2 = %llu",
+                     (unsigned long long)folded->coords, (unsigned long long)n * (n + 1u) / 2u);
+            goto out;
+        }
+        for (uint32_t r = 0; r < n; r++) /* W = sum_i A_i^T A_i, upper triangle */
+            for (uint32_t c = r; c < n; c++) w[(size_t)r * n + c] = agg_sum_value(folded, tri_index(n, r, c));
         if (noisy && agg_fw_noise_symmetric(rng, w, n, sens, sigma) != 0) {
             snprintf(err, errcap, "private-fw: noise sampler failed");
             goto out;
@@ -445,6 +510,7 @@ int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *rep
     rc = 0;
 out:
     if (rc != 0) agg_model_free(next);
+    agg_sum_free(&own);
     free(A.off);
     free(A.idx);
     free(A.val);
@@ -454,13 +520,27 @@ out:
     return rc;
 }
 
+int agg_fw_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t nrep, dprec_rng *rng,
+                int noisy, agg_model *next, char *err, size_t errcap) {
+    return fw_step(job, prev, reports, nrep, NULL, rng, noisy, next, err, errcap);
+}
+
 static int fw_global_step(const agg_job *job, const agg_model *prev, const agg_report *reports, size_t n,
                           dprec_rng *rng, agg_model *next, char *err, size_t errcap) {
     if (prev->m != job->m || prev->d != job->d) {
         snprintf(err, errcap, "release shape differs from the job");
         return -1;
     }
-    return agg_fw_step(job, prev, reports, n, rng, 1, next, err, errcap);
+    return fw_step(job, prev, reports, n, NULL, rng, 1, next, err, errcap);
+}
+
+static int fw_sum_step(const agg_job *job, const agg_model *prev, const agg_sum *sum, dprec_rng *rng, agg_model *next,
+                       char *err, size_t errcap) {
+    if (prev->m != job->m || prev->d != job->d) {
+        snprintf(err, errcap, "release shape differs from the job");
+        return -1;
+    }
+    return fw_step(job, prev, NULL, 0, sum, rng, 1, next, err, errcap);
 }
 
 /* every report has exactly xi pairs (issue 18: the front end caps the body before reading it) */
@@ -505,4 +585,7 @@ const agg_protocol agg_protocol_private_fw = {
     .unit_of = NULL,
     .privacy_extra = fw_privacy_extra,
     .influence = fw_influence,
+    .fold_spec = fw_fold_spec,
+    .fold = fw_fold,
+    .sum_step = fw_sum_step,
 };
