@@ -457,8 +457,13 @@ static int fw_step(const agg_job *job, const agg_model *prev, const agg_report *
         }
         agg_fold_spec spec;
         if (folded == NULL) { /* the reports folded first, as the streaming path folds them */
-            if (fw_fold_spec(job, &spec) != 1 || agg_sum_init(&own, &spec) != 0) {
-                snprintf(err, errcap, "out of memory for the round's sum");
+            if (fw_fold_spec(job, &spec) != 1) {
+                snprintf(err, errcap, "private-fw: this job has no round sum (its parameters are out of range)");
+                goto out;
+            }
+            if (agg_sum_init(&own, &spec) != 0) {
+                snprintf(err, errcap, "out of memory for the round's sum (%llu values)",
+                         (unsigned long long)spec.coords);
                 goto out;
             }
             for (size_t i = 0; i < nrep; i++)
