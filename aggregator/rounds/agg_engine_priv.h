@@ -27,6 +27,7 @@ typedef struct agg_slot {
     struct agg_sum *acc;
     int64_t acc_round;
     size_t log_bytes;
+    int raw; /* the job keeps the raw path (agg_fold_job said 0: fixed by its protocol and params), asked once */
 } agg_slot;
 
 /* A round being finalized: decided by the writer, computed by the finalizer, committed by the writer. */

@@ -48,7 +48,11 @@ static int add_shards(const agg_job *job, agg_sum *sum, const agg_store_shards *
 int agg_sums_prepare(dprec_agg *a, agg_slot *s) {
     agg_fold_spec spec;
     if (s->acc != NULL && s->acc_round == s->job.round) return 0; /* ready: the common case, checked first */
-    if (!agg_fold_job(&s->job, &spec)) return 0;
+    if (s->raw) return 0;
+    if (!agg_fold_job(&s->job, &spec)) {
+        s->raw = 1; /* not asked again for every report (a protocol's fold_spec may parse the job's params) */
+        return 0;
+    }
     agg_sums_drop(s);
     agg_sum *acc = malloc(sizeof *acc);
     if (acc == NULL || agg_sum_init(acc, &spec) != 0) {
