@@ -5,7 +5,9 @@ its addresses from the environment), a fleet of 2,000 SDK devices through a `dpa
 0. The front end: haproxy passes TLS through, so the instances' strict framing answers through it (two
    Content-Length headers: 400 bad_framing); a connection that sends no TLS ClientHello is closed by haproxy; one
    address holds at most DPREC_PER_SOURCE connections; the admin API is not on the devices' address (403 admin_only).
-   A secure-aggregation job is refused (409 secure_needs_one_instance): its rounds live in one instance's memory.
+   A secure-aggregation job (40 devices, 2 rounds) runs through the three instances: a round's steps land on any of
+   them (its state is a log in the database that every instance applies); the job completes, no masked input is a
+   stored report, each round is finalized once, and each round's log is gone with its commit.
 1. dprec-fleet (3 rounds; admin calls through haproxy's loopback admin front end) runs while
    - in round 1, once 600 of its reports are in, the job's lease holder is killed with SIGKILL (mid-round), and
      started again on its directory once another instance took the lease;
@@ -245,17 +247,30 @@ def main():
             return
         front_end(front, admin_token, cafile)
 
-        # a secure-aggregation job is refused on the shared state, said why (its rounds live in one instance's memory)
-        out = subprocess.run([FLEET, "--synthetic", "40,20,400", "--protocol", "gauss-gd", "--secure-agg", "--rounds", "1",
-                              "--quiet", "--compare", "none", "--threads", "2", "--aggregator",
+        # a secure-aggregation job through the three instances: haproxy spreads the devices' connections, so a round's
+        # steps land on all of them; each applies the round's log in the database (aggregator/rounds/agg_secure.c)
+        out = subprocess.run([FLEET, "--synthetic", "40,20,400", "--protocol", "gauss-gd", "--secure-agg", "--rounds", "2",
+                              "--quiet", "--compare", "none", "--threads", "4", "--aggregator",
                               f"https://127.0.0.1:{front}", "--admin-url", f"https://127.0.0.1:{admin_front}",
                               "--admin-token", os.path.join(a.state, "admin-token"), "--release-key",
                               os.path.join(a.state, "release-key.der"), "--cacert", cafile],
-                             capture_output=True, text=True, timeout=300)
-        check(out.returncode != 0 and "409" in out.stderr and "secure_needs_one_instance" in out.stderr,
-              f"a secure-aggregation job is refused on a shared state: 409 secure_needs_one_instance "
-              f"({out.returncode}: {out.stderr.strip()[-300:]!r})")
-        check(sql(db, "SELECT count(*) FROM jobs") == "0", "and nothing was stored")
+                             capture_output=True, text=True, timeout=600)
+        check(out.returncode == 0, f"a secure-aggregation job runs on three instances of one database "
+                                   f"({out.returncode}: {out.stderr.strip()[-300:]!r})")
+        sjob = int(sql(db, "SELECT coalesce(max(id), 0) FROM jobs"))
+        check(sql(db, f"SELECT state || ' ' || round FROM jobs WHERE id = {sjob}") == "done 3",
+              "the secure job is done after its 2 rounds")
+        check(sql(db, f"SELECT count(*) FROM reports WHERE job = {sjob}") == "0",
+              "no masked input was stored as a report")
+        check(sql(db, "SELECT count(*) FROM secagg_log") == "0", "each secure round's log went with its commit")
+        closed = [sum(1 for e in events(i.log, "secagg_phase_closed") if e.get("job") == sjob) for i in insts]
+        check(sum(1 for c in closed if c > 0) >= 2,
+              f"the secure rounds' phases closed on more than one instance, where the message that completed each "
+              f"landed ({closed})")
+        for r in (1, 2):
+            logs = [i.log for i in insts]
+            fins = [e for lg in logs for e in events(lg, "round_finalized") if e.get("job") == sjob and e.get("round") == r]
+            check(len(fins) == 1, f"secure round {r} finalized exactly once across the three logs ({len(fins)})")
 
         csv = os.path.join(tmp, "fleet.csv")
         flog = open(os.path.join(tmp, "fleet.log"), "w+")
@@ -264,7 +279,8 @@ def main():
             "--admin-url", f"https://127.0.0.1:{admin_front}", "--admin-token", os.path.join(a.state, "admin-token"),
             "--release-key", os.path.join(a.state, "release-key.der"), "--cacert", cafile],
             stdout=flog, stderr=subprocess.STDOUT)
-        job = wait_for("the fleet creates its job", lambda: int(sql(db, "SELECT coalesce(max(id), 0) FROM jobs")), 120)
+        job = wait_for("the fleet creates its job",
+                       lambda: (lambda m: m if m > sjob else 0)(int(sql(db, "SELECT coalesce(max(id), 0) FROM jobs"))), 120)
         by_id = {i.id: i for i in insts}
 
         def holder():

@@ -249,7 +249,7 @@ def main():
         with open(srv.logname, "rb") as f:
             log = f.read().decode(errors="replace")
         check('"event":"state_opened","engine":"postgresql"' in log, "the server says its state is PostgreSQL")
-        check(sql(db, "SELECT version FROM dprec_schema") == "4", "the schema is created, version 4")
+        check(sql(db, "SELECT version FROM dprec_schema") == "5", "the schema is created, version 5")
         walk(srv, db, tmp)
         fleet(srv, db, tmp)
         check(srv.stop() == 0, "SIGTERM stops the server cleanly")

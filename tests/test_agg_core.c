@@ -1354,24 +1354,6 @@ static void test_agg_a_secure_round_that_cannot_complete_closes_at_its_deadline(
         "\"min_reports\":8,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
         "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
         "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}";
-    if (test_state_engine == TEST_STATE_PG) {
-        /* a state several instances may share: a secure job, whose rounds live in one instance's memory, is refused
-         * with its reason, and nothing is stored (docs/operations.md, "Scaling out") */
-        cJSON *o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 409);
-        const cJSON *code = cJSON_GetObjectItemCaseSensitive(o, "error");
-        assert_true(cJSON_IsString(code) && strcmp(code->valuestring, "secure_needs_one_instance") == 0);
-        cJSON_Delete(o);
-        o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", "/v1/admin/jobs", ADMIN, NULL, 200);
-        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "jobs")), 0);
-        cJSON_Delete(o);
-        /* the same job with trusted aggregation is taken */
-        int64_t job = create_job_spec(e->a, "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,"
-                                            "\"rating_max\":5,\"rounds\":3,\"min_reports\":8,\"round_seconds\":600,"
-                                            "\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
-                                            "\"aggregation\":\"trusted\"},\"budget\":{\"epsilon\":8,\"delta\":1e-6}}");
-        assert_true(job > 0);
-        return;
-    }
     int64_t job = create_job_spec(e->a, spec);
     char tok[5][65], path[96];
     int64_t id[5];
@@ -1730,6 +1712,148 @@ static void test_agg_two_instances_count_every_report_racing_a_closing_mark_once
     e->a = b; /* teardown closes it */
 }
 
+/* A secure round on two instances of one state, its advertise phase raced: SA_DEVICES devices post their keys from
+ * SA_THREADS threads, each to the instance of its parity and then again (a lost answer's re-send) to the other, while
+ * the phase closes by itself at min_reports = SA_EXPECTED. The round is a log that both apply in one order
+ * (rounds/agg_secure.c), so: exactly SA_EXPECTED devices are taken (any later one is answered 409 wrong_phase, on either
+ * instance), a re-send is taken once, keys with a bad signature change nothing, the log holds the opening and one
+ * entry per device taken with no gap, and both instances, and a third opened afterwards (its copy made from the log
+ * alone), answer every taken device the same neighbours, byte for byte. */
+#define SA_DEVICES 30
+#define SA_EXPECTED 20
+#define SA_THREADS 4
+
+typedef struct sa_racer {
+    dprec_agg *inst[2];
+    int64_t job;
+    int first, n;
+    char (*tokens)[65];
+    unsigned char (*bodies)[DPREC_SECURE_KEYS_WIRE];
+    int status[SA_DEVICES][2];
+} sa_racer;
+
+static void *sa_racer_main(void *arg) {
+    sa_racer *r = arg;
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/secagg/keys", (long long)r->job);
+    for (int i = r->first; i < r->first + r->n; i++)
+        for (int k = 0; k < 2; k++)
+            r->status[i][k] = status_of(r->inst[(i + k) % 2], DPREC_LISTENER_DEVICE, "POST", path, r->tokens[i],
+                                        r->bodies[i], DPREC_SECURE_KEYS_WIRE);
+    return NULL;
+}
+
+static unsigned char *secagg_get(dprec_agg *a, int64_t job, const char *what, const char *token, size_t *len) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/secagg/%s", (long long)job, what);
+    dprec_agg_response r;
+    int st = call(a, DPREC_LISTENER_DEVICE, "GET", path, token, NULL, 0, &r);
+    if (st != 200) fprintf(stderr, "GET %s -> %d %.*s\n", path, st, (int)r.body_len, r.body);
+    assert_int_equal(st, 200);
+    unsigned char *out = malloc(r.body_len);
+    assert_non_null(out);
+    memcpy(out, r.body, r.body_len);
+    *len = r.body_len;
+    dprec_agg_response_free(&r);
+    return out;
+}
+
+static const char *secagg_phase(dprec_agg *a, int64_t job, const char *token) {
+    static char phase[16];
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)job);
+    cJSON *v = call_json(a, DPREC_LISTENER_DEVICE, "GET", path, token, NULL, 200);
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(v, "secagg");
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(sa, "phase");
+    snprintf(phase, sizeof phase, "%s", cJSON_IsString(ph) ? ph->valuestring : "(none)");
+    cJSON_Delete(v);
+    return phase;
+}
+
+static void test_agg_two_instances_apply_a_secure_rounds_raced_keys_in_one_order(void **state) {
+    env *e = *state;
+    dprec_agg_close(e->a);
+    static fin_log la = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0}, lb = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0},
+                   lc = {PTHREAD_MUTEX_INITIALIZER, 0, 1, 0, 0};
+    e->a = open_instance(e, "instance-a", &la);
+    dprec_agg *b = open_instance(e, "instance-b", &lb);
+    char spec[512];
+    snprintf(spec, sizeof spec,
+             "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,"
+             "\"min_reports\":%d,\"round_seconds\":600,\"participation\":1.0,\"params\":{\"clip\":1,\"lr\":0.05,"
+             "\"aggregation\":\"secure\",\"secagg_neighbours\":4,\"secagg_min_survivors\":5},"
+             "\"budget\":{\"epsilon\":8,\"delta\":1e-6}}", SA_EXPECTED);
+    int64_t job = create_job_spec(e->a, spec);
+    static char tok[SA_DEVICES][65];
+    static unsigned char sk[SA_DEVICES][32], bodies[SA_DEVICES][DPREC_SECURE_KEYS_WIRE];
+    int64_t id[SA_DEVICES];
+    dprec_rng rng;
+    assert_int_equal(dprec_rng_init(&rng, NULL, (const unsigned char *)"secure race", 11, "test"), DPREC_OK);
+    for (int i = 0; i < SA_DEVICES; i++) {
+        id[i] = register_device_with_identity(i % 2 ? b : e->a, &rng, tok[i], sk[i]);
+        keys_body(&rng, job, 1, (uint32_t)id[i], (unsigned char)(0x10 + i), sk[i], bodies[i]);
+    }
+    /* keys signed by another device's identity key: refused on either instance, and nothing logged */
+    unsigned char forged[DPREC_SECURE_KEYS_WIRE];
+    keys_body(&rng, job, 1, (uint32_t)id[0], 0x7f, sk[1], forged);
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/secagg/keys", (long long)job);
+    assert_int_equal(status_of(b, DPREC_LISTENER_DEVICE, "POST", path, tok[0], forged, sizeof forged), 400);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM secagg_log"), 1); /* the round's opening only */
+
+    static sa_racer r[SA_THREADS];
+    pthread_t th[SA_THREADS];
+    for (int t = 0; t < SA_THREADS; t++) {
+        memset(&r[t], 0, sizeof r[t]);
+        r[t].inst[0] = e->a;
+        r[t].inst[1] = b;
+        r[t].job = job;
+        r[t].first = t * (SA_DEVICES / SA_THREADS) + (t < SA_DEVICES % SA_THREADS ? t : SA_DEVICES % SA_THREADS);
+        r[t].n = SA_DEVICES / SA_THREADS + (t < SA_DEVICES % SA_THREADS);
+        r[t].tokens = tok;
+        r[t].bodies = bodies;
+        assert_int_equal(pthread_create(&th[t], NULL, sa_racer_main, &r[t]), 0);
+    }
+    for (int t = 0; t < SA_THREADS; t++) pthread_join(th[t], NULL);
+    int taken[SA_DEVICES], n_taken = 0;
+    for (int t = 0; t < SA_THREADS; t++)
+        for (int i = r[t].first; i < r[t].first + r[t].n; i++) {
+            int s0 = r[t].status[i][0], s1 = r[t].status[i][1];
+            /* the first send: taken (200) or the phase had closed (409); a re-send: 200 while the phase is open, 409
+             * after; a device refused first is never taken by its re-send (the phase closed in between) */
+            if (!((s0 == 200 || s0 == 409) && (s1 == 200 || s1 == 409) && !(s0 == 409 && s1 == 200)))
+                fail_msg("device %d: keys answered %d, then %d", i, s0, s1);
+            taken[i] = s0 == 200;
+            n_taken += taken[i];
+        }
+    fprintf(stderr, "secure race: %d of %d devices' keys taken across two instances\n", n_taken, SA_DEVICES);
+    assert_int_equal(n_taken, SA_EXPECTED);
+    assert_int_equal(count_rows(e, "SELECT count(*) FROM secagg_log"), 1 + SA_EXPECTED);
+    assert_int_equal(count_rows(e, "SELECT max(seq) FROM secagg_log"), 1 + SA_EXPECTED); /* no gap */
+    assert_int_equal(count_rows(e, "SELECT count(DISTINCT device) FROM secagg_log WHERE kind = 2"), SA_EXPECTED);
+    assert_string_equal(secagg_phase(e->a, job, tok[0]), "share");
+    assert_string_equal(secagg_phase(b, job, tok[1]), "share");
+
+    /* a third instance, started now: its copy of the round comes from the log alone */
+    dprec_agg *c = open_instance(e, "instance-c", &lc);
+    for (int i = 0; i < SA_DEVICES; i++) {
+        if (!taken[i]) continue;
+        size_t la_len, lb_len, lc_len;
+        unsigned char *na = secagg_get(e->a, job, "neighbours", tok[i], &la_len);
+        unsigned char *nb = secagg_get(b, job, "neighbours", tok[i], &lb_len);
+        unsigned char *nc = secagg_get(c, job, "neighbours", tok[i], &lc_len);
+        assert_true(la_len == lb_len && memcmp(na, nb, la_len) == 0);
+        assert_true(la_len == lc_len && memcmp(na, nc, la_len) == 0);
+        assert_true(la_len > 12 && dprec_ld32(na + 8) == 4); /* four neighbours each */
+        free(na);
+        free(nb);
+        free(nc);
+    }
+    dprec_rng_free(&rng);
+    dprec_agg_close(c);
+    dprec_agg_close(b);
+}
+
 /* ---- plain ALS converges on synthetic low-rank data --------------------------------------------------- */
 
 #define U_N 300
@@ -1918,6 +2042,8 @@ int main(int argc, char **argv) {
     /* several instances on one state: PostgreSQL's own (a SQLite state has one aggregator, its directory locked) */
     const struct CMUnitTest pg_only[] = {
         cmocka_unit_test_setup_teardown(test_agg_two_instances_count_every_report_racing_a_closing_mark_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_agg_two_instances_apply_a_secure_rounds_raced_keys_in_one_order, setup,
                                         teardown),
     };
     if (test_state_engine == TEST_STATE_PG)

@@ -35,8 +35,9 @@
 
 #define ENGINE_PG (test_state_engine == TEST_STATE_PG)
 /* each engine's schema version (its own steps: PostgreSQL's 4 added round_counts, which SQLite's one instance keeps in
- * memory; SQLite's 4 keeps the open round's uniqueness in the writer's memory and the finalized rounds' keys apart) */
-#define SCHEMA_NOW 4
+ * memory, and its 5 secure rounds' logs, which only a shared state needs; SQLite's 4 keeps the open round's uniqueness
+ * in the writer's memory and the finalized rounds' keys apart) */
+#define SCHEMA_NOW (ENGINE_PG ? 5 : 4)
 
 typedef struct env {
     test_state st;        /* the state: a SQLite file, or a PostgreSQL database */
@@ -236,7 +237,7 @@ static void test_store_refuses_a_state_of_a_newer_schema(void **state) {
     char err[256];
     assert_int_not_equal(store_open(e, err, sizeof err), 0);
     assert_non_null(strstr(err, "newer than this build"));
-    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 4" : "PRAGMA user_version = 4"),
+    assert_int_equal(raw_exec(e, ENGINE_PG ? "UPDATE dprec_schema SET version = 5" : "PRAGMA user_version = 4"),
                      0); /* SCHEMA_NOW */
     assert_int_equal(store_open(e, err, sizeof err), 0);
 }
@@ -782,7 +783,7 @@ static void test_pg_counts_an_open_rounds_reports_per_instance_in_their_batch(vo
 
 /* A state of schema 3 (before round_counts) with reports in its open round: brought to 4 at open, the open round
  * counted once (as instance ''), and the next report of another instance adds to it. */
-static void test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count(void **state) {
+static void test_pg_brings_a_schema_3_state_up_with_its_open_rounds_count(void **state) {
     env *e = *state;
     add_job(e, 1);
     assert_int_equal(agg_store_begin(e->a), 0);
@@ -795,9 +796,9 @@ static void test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count(void
         free(r);
     }
     assert_int_equal(agg_store_commit(e->a), 0);
-    assert_int_equal(raw_exec(e, "DROP TABLE round_counts; UPDATE dprec_schema SET version = 3"), 0);
+    assert_int_equal(raw_exec(e, "DROP TABLE secagg_log; DROP TABLE round_counts; UPDATE dprec_schema SET version = 3"), 0);
     reopen(e);
-    assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), 4);
+    assert_int_equal(raw_int(e, "SELECT version FROM dprec_schema"), SCHEMA_NOW);
     assert_int_equal(state_count(e->a, 1), 2);
     snprintf(e->a->instance_id, sizeof e->a->instance_id, "after");
     unsigned char *r = make_report(1, 1, 0x22, 16, 1, id, &len);
@@ -808,12 +809,12 @@ static void test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count(void
     assert_int_equal(state_count(e->a, 1), 3);
 }
 
-/* The server ends every session of the store's handle: the writer's and the readers'. */
+/* The server ends every session of the store's handle: the writer's, the readers' and the secure rounds' log's. */
 static void end_the_stores_sessions(env *e) {
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '%s'"
              " AND application_name = 'dprec-aggregator'", e->st.db);
-    assert_int_equal(raw_int(e, sql), 1 + 4); /* the writer and the readers */
+    assert_int_equal(raw_int(e, sql), 1 + 4 + 1); /* the writer, the readers and the secure rounds' log */
     struct timespec ts = {0, 200 * 1000 * 1000}; /* the server ends the sessions */
     nanosleep(&ts, NULL);
 }
@@ -918,6 +919,20 @@ static void test_pg_connects_again_after_its_sessions_were_lost(void **state) {
     int64_t d = add_device(e, "token-one");
     assert_int_equal(agg_store_commit(e->a), 0);
     assert_int_equal(agg_device_by_token(e->a, "token-one"), d);
+    /* a secure round's log, read and appended under the job's row, on its own session */
+    agg_store_secagg_entry *log = NULL;
+    size_t n = 0;
+    assert_int_equal(agg_store_secagg_read(e->a, 1, 1, 0, 1, &log, &n), 0);
+    assert_int_equal(n, 0);
+    unsigned char seed[32] = {7};
+    agg_store_secagg_entry open = {1, 1, 0, seed, sizeof seed};
+    assert_int_equal(agg_store_secagg_unlock(e->a, 1, 1, &open), 0);
+    assert_int_equal(agg_store_secagg_read(e->a, 1, 1, 0, 0, &log, &n), 0);
+    assert_int_equal(n, 1);
+    assert_true(log[0].seq == 1 && log[0].len == sizeof seed && log[0].body[0] == 7);
+    agg_store_secagg_entries_free(log, n);
+    /* a round that is not the job's open one takes no entry */
+    assert_int_equal(agg_store_secagg_read(e->a, 1, 2, 0, 1, &log, &n), AGG_STORE_ROUND_CLOSED);
 }
 
 /* ---- main ------------------------------------------------------------------------------------------------------------ */
@@ -948,7 +963,7 @@ int main(int argc, char **argv) {
         T(test_pg_refuses_a_report_once_its_round_is_marked_closing),
         T(test_pg_gives_a_lease_to_one_holder_until_it_expires),
         T(test_pg_counts_an_open_rounds_reports_per_instance_in_their_batch),
-        T(test_pg_brings_a_schema_3_state_to_4_with_its_open_rounds_count),
+        T(test_pg_brings_a_schema_3_state_up_with_its_open_rounds_count),
         T(test_pg_refuses_a_release_that_skips_a_version),
         T(test_pg_connects_again_after_its_sessions_were_lost),
         T(test_pg_logs_a_failed_lease_closing_mark_or_job_id_as_a_db_error_named_for_it),

@@ -1198,11 +1198,6 @@ static void test_a_server_that_says_a_devices_neighbours_dropped_needs_their_nei
 
 int main(int argc, char **argv) {
     test_state_engine_from_args(argc, argv);
-    if (test_state_engine != TEST_STATE_SQLITE) { /* docs/operations.md, "Several instances on one database" */
-        fprintf(stderr, "%s: SQLite only: a secure-aggregation job is refused on a PostgreSQL state "
-                        "(409 secure_needs_one_instance, which test_agg_core_postgresql checks)\n", argv[0]);
-        return 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_an_honest_round_of_enrolled_devices_that_check_each_other_completes),
         cmocka_unit_test(test_a_device_whose_storage_failed_at_its_masked_input_leaves_the_round),

@@ -8,7 +8,12 @@
  * aggregator's published guarantee equal to the devices' figure, and the state database holding no report of the
  * job: the aggregator never stored a device's contribution, masked or not. Round 2 has two dropouts, one before its
  * masked input (its pairwise masks are removed through its neighbours' shares of its key) and one after it (its
- * self-mask through theirs of its seed); a round with fewer survivors than n_min is finalized with no sum. */
+ * self-mask through theirs of its seed); a round with fewer survivors than n_min is finalized with no sum.
+ *
+ * On PostgreSQL, where a secure round is a log in the state that every instance applies (rounds/agg_secure.c), the
+ * same job also runs on two instances of one state: the devices' requests alternate between them, and in round 2 the
+ * instance that created the job (and holds its lease) stops after the share step; the other takes the lease and
+ * carries the round on from the log, to the same outcome. Each round's log is gone once the round is final. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,14 +118,16 @@ static int64_t reports_stored(const test_state *st) {
 /* A transport that loses the answer of every third secure-aggregation POST (and of every fourth report) after the
  * aggregator took the request: the device must re-send the same bytes, and the aggregator must take them once. */
 typedef struct lossy {
-    dprec_transport inner;
-    int posts, lost;
+    dprec_transport inner, other; /* other: a second instance of the state, when `two` (requests alternate) */
+    int posts, lost, two;
+    unsigned n;
 } lossy;
 
 static int lossy_request(void *ctx, const dprec_http_request *req, dprec_http_sink sink, void *user,
                          dprec_http_response *resp) {
     lossy *l = ctx;
-    int rc = l->inner.request(l->inner.ctx, req, sink, user, resp);
+    const dprec_transport *to = l->two && (l->n++ & 1u) ? &l->other : &l->inner;
+    int rc = to->request(to->ctx, req, sink, user, resp);
     int step = strcmp(req->method, "POST") == 0 && (strstr(req->path, "/secagg/") != NULL || strstr(req->path, "/reports") != NULL);
     if (rc == DPREC_OK && step && ++l->posts % (strstr(req->path, "/reports") != NULL ? 4 : 3) == 0) {
         l->lost++;
@@ -131,6 +138,21 @@ static int lossy_request(void *ctx, const dprec_http_request *req, dprec_http_si
 
 static int64_t tick_clock; /* the aggregator's clock as the test moves it */
 
+/* Two instances of one state (PostgreSQL): the one the operator talks to stops at round `stop_round`'s step
+ * `stop_step`; from then on the other serves everything. */
+typedef struct agg_tmp agg_tmp;
+static dprec_agg *agg_open_second(const agg_tmp *t);
+typedef struct pair {
+    dprec_agg **first; /* the job's creator: closed (and set NULL) when it stops */
+    dprec_agg *second; /* restarted when the first stops: its copy of the round is then made from the log alone */
+    const agg_tmp *tmp;
+    dprec_agg_transport *ipb;
+    lossy *lt;
+    uint64_t stop_round;
+    int stop_step, stopped;
+} pair;
+static pair *two; /* NULL: one instance */
+
 /* dropout[i]: 0 stays, 1 drops after sharing its keys (no masked input), 2 drops after its masked input (it neither
  * attests the survivor set nor reveals) */
 static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, device *dev, const int *dropout,
@@ -140,6 +162,19 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
     int reported[NDEV] = {0};
     double done, eps;
     for (int st = 0; st < 5; st++) {
+        if (two != NULL && !two->stopped && round == two->stop_round && st == two->stop_step) {
+            /* the lease holder stops mid-round; the other instance takes the lease at its next tick (a clean stop gives
+             * it up) and rebuilds the round from the log */
+            dprec_agg_close(*two->first);
+            *two->first = NULL;
+            two->stopped = 1;
+            dprec_agg_close(two->second); /* and the other restarts: nothing of the round is left in any memory */
+            two->second = agg_open_second(two->tmp);
+            dprec_agg_transport_init(&two->lt->inner, two->ipb, two->second, 99);
+            two->lt->two = 0;
+            a = two->second;
+            assert_int_equal(dprec_agg_tick(a, tick_clock), 0);
+        }
         job_state(a, phase, sizeof phase, &done, &eps);
         if (strcmp(phase, steps[st]) != 0) {
             admin(a, "GET", "/v1/admin/jobs/1", NULL, out, sizeof out);
@@ -189,11 +224,11 @@ static void run_round(dprec_agg *a, dprec_transport *t, dprec_sync_config *sc, d
 }
 
 /* An aggregator core on fresh temporary state (dir with its signing key, and its state); agg_close removes them. */
-typedef struct agg_tmp {
+struct agg_tmp {
     char dir[32], key[128];
     test_state st;
     dprec_agg *a;
-} agg_tmp;
+};
 
 static void agg_open(agg_tmp *t, int keep_payloads) {
     snprintf(t->dir, sizeof t->dir, "/tmp/dprec-sync-secure-XXXXXX");
@@ -220,7 +255,33 @@ static void agg_close(agg_tmp *t) {
     rmdir(t->dir);
 }
 
-static void run_secure_job(const char *spec) {
+/* A second instance of t's state (PostgreSQL), with t's signing key. */
+static dprec_agg *agg_open_second(const agg_tmp *t) {
+    dprec_agg_config acfg;
+    dprec_agg_config_default(&acfg);
+    acfg.state_path = t->st.path;
+    acfg.signing_key_path = t->key;
+    acfg.admin_token = ADMIN_TOKEN;
+    acfg.seed = 2;
+    acfg.group_commit_us = 0;
+    acfg.keep_report_payloads = 1;
+    acfg.instance_id = "second";
+    char err[256] = "";
+    dprec_agg *b = NULL;
+    if (dprec_agg_open(&acfg, &b, err, sizeof err) != 0) fail_msg("second instance: %s", err);
+    return b;
+}
+
+/* A shared state's log rows of the job's rounds up to `round` (a round's log goes with its commit; the next round's
+ * opens when anyone first looks at it) */
+static int64_t secagg_log_rows(const test_state *st, int round) {
+    char q[96];
+    snprintf(q, sizeof q, "SELECT count(*) FROM secagg_log WHERE round <= %d", round);
+    return test_state_engine == TEST_STATE_PG ? test_state_int(st, q) : 0;
+}
+
+/* instances: 1, or 2 (PostgreSQL: requests alternate between two instances of the state; the first stops in round 2) */
+static void run_secure_job(const char *spec, int instances) {
     agg_tmp tmp;
     agg_open(&tmp, 1); /* keep_report_payloads: were any report stored, it would stay for the check below */
     dprec_agg *a = tmp.a;
@@ -239,19 +300,36 @@ static void run_secure_job(const char *spec) {
     dprec_transport t = lt.inner;
     t.ctx = &lt;
     t.request = lossy_request;
+    dprec_agg *b = NULL;
+    dprec_agg_transport ipb;
+    pair p2;
+    if (instances == 2) {
+        b = agg_open_second(&tmp);
+        dprec_agg_transport_init(&lt.other, &ipb, b, 98);
+        lt.two = 1;
+        memset(&p2, 0, sizeof p2);
+        p2 = (pair){.first = &tmp.a, .second = b, .tmp = &tmp, .ipb = &ipb, .lt = &lt, .stop_round = 2, .stop_step = 2};
+        two = &p2;
+    }
     dprec_sync_config sc = {.job_id = 1, .release_key = pub, .release_key_len = pub_len};
     device dev[NDEV];
     memset(dev, 0, sizeof dev);
     for (int i = 0; i < NDEV; i++) device_open(&dev[i], i);
 
     static const int none[NDEV] = {0};
-    static const int two[NDEV] = {0, 1, 0, 0, 0, 2, 0, 0};
+    static const int drop2[NDEV] = {0, 1, 0, 0, 0, 2, 0, 0};
     run_round(a, &t, &sc, dev, none, 1, 0);
-    run_round(a, &t, &sc, dev, two, 2, 0);
+    assert_int_equal(secagg_log_rows(db, 1), 0); /* round 1 is final: its log went with its commit */
+    run_round(a, &t, &sc, dev, drop2, 2, 0);
+    if (b != NULL) { /* the first instance stopped in round 2: the second, restarted, finished it, and serves on */
+        assert_null(tmp.a);
+        a = b = p2.second;
+    }
     /* round 3: four devices drop before their masked input: 4 survivors < n_min = 5, nothing is unmasked and the
      * model stays where it was (the release after round 3 equals the one before it, but for its version) */
     static const int four[NDEV] = {1, 1, 0, 0, 1, 0, 1, 0};
     run_round(a, &t, &sc, dev, four, 3, 1);
+    assert_int_equal(test_state_engine == TEST_STATE_PG ? test_state_int(db, "SELECT count(*) FROM secagg_log") : 0, 0);
 
     char phase[16];
     double done, eps;
@@ -264,7 +342,7 @@ static void run_secure_job(const char *spec) {
         assert_int_equal(line.model, DPREC_MODEL_SECURE_AGGREGATION);
         assert_int_equal(line.unit, DPREC_UNIT_USER);
         /* round 3's early dropouts sent no masked input; everyone else three reports */
-        assert_int_equal(line.reports, 1 + (two[i] != 1) + (four[i] != 1));
+        assert_int_equal(line.reports, 1 + (drop2[i] != 1) + (four[i] != 1));
         assert_true(line.user_epsilon <= eps * (1.0 + 1e-9));
     }
     assert_true(lt.lost > 10); /* answers were lost at every step, and every round still completed */
@@ -272,6 +350,11 @@ static void run_secure_job(const char *spec) {
     assert_int_equal(reports_stored(db), 0);
 
     for (int i = 0; i < NDEV; i++) device_close(&dev[i]);
+    if (b != NULL) {
+        two = NULL;
+        dprec_agg_close(b);
+        tmp.a = NULL;
+    }
     agg_close(&tmp);
 }
 
@@ -283,7 +366,7 @@ static void test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_repor
     run_secure_job("{\"protocol\": \"gauss-gd\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                    " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
                    " \"params\": {\"clip\": 1, \"lr\": 0.05, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
-                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}", 1);
 }
 
 /* The same for dpals: the devices' normalized statistics of every item, masked */
@@ -292,7 +375,17 @@ static void test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report(v
     run_secure_job("{\"protocol\": \"dpals\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
                    " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
                    " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
-                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}");
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}", 1);
+}
+
+/* PostgreSQL: the dpals job on two instances of one state, the devices' requests alternating between them, the first
+ * instance (the lease holder) stopped after round 2's share step (run_secure_job) */
+static void test_secure_rounds_carry_on_across_two_instances_of_one_state(void **state) {
+    (void)state;
+    run_secure_job("{\"protocol\": \"dpals\", \"d\": 3, \"m\": 30, \"rating_min\": 1, \"rating_max\": 5,"
+                   " \"rounds\": 3, \"min_reports\": 8, \"round_seconds\": 600, \"participation\": 1.0,"
+                   " \"params\": {\"max_items\": 8, \"aggregation\": \"secure\", \"secagg_neighbours\": 6,"
+                   " \"secagg_min_survivors\": 5}, \"budget\": {\"epsilon\": 8, \"delta\": 1e-6}}", 2);
 }
 
 /* A secure job with participation below 1 is refused at creation: the aggregator sees which devices join a round
@@ -319,15 +412,13 @@ static void test_a_secure_job_with_sampling_is_refused(void **state) {
 
 int main(int argc, char **argv) {
     test_state_engine_from_args(argc, argv);
-    if (test_state_engine != TEST_STATE_SQLITE) { /* docs/operations.md, "Several instances on one database" */
-        fprintf(stderr, "%s: SQLite only: a secure-aggregation job is refused on a PostgreSQL state "
-                        "(409 secure_needs_one_instance, which test_agg_core_postgresql checks)\n", argv[0]);
-        return 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_secure_job_with_sampling_is_refused),
         cmocka_unit_test(test_secure_gauss_gd_rounds_release_the_noisy_sum_and_store_no_report),
         cmocka_unit_test(test_secure_dpals_rounds_release_the_noisy_sum_and_store_no_report),
+        /* a state several instances share: PostgreSQL's only */
+        cmocka_unit_test(test_secure_rounds_carry_on_across_two_instances_of_one_state),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    size_t n = sizeof tests / sizeof tests[0] - (test_state_engine == TEST_STATE_PG ? 0 : 1);
+    return _cmocka_run_group_tests("test_sync_agg_secure", tests, n, NULL, NULL);
 }

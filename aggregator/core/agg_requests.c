@@ -392,7 +392,9 @@ static int handle_report(dprec_agg *a, int64_t job_id, int64_t device, const dpr
         agg_job_free(&j);
         return agg_respond_error(resp, 400, "bad_report", "the envelope's protocol is not the job's");
     }
-    if (agg_secure_job(&j, NULL)) { /* a masked input: kept in memory for the round's unmasking, never stored */
+    if (agg_secure_job(&j, NULL)) { /* a masked input: kept for the round's unmasking, never stored as a report */
+        int64_t in_round = 0;
+        fresh_state(a, &j, &in_round); /* a shared state: the round as the state has it, not a tick behind */
         int rc2 = agg_secure_report(a, &j, device, &e, resp);
         agg_job_free(&j);
         return rc2;
@@ -571,18 +573,6 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         }
         cJSON_Delete(record);
         cJSON_Delete(empty);
-    }
-    /* secure aggregation keeps a round's keys, shares and masked inputs in the memory of the instance that took them
-     * (rounds/agg_secure.c), so on a state several instances may share, its devices would meet instances that know
-     * nothing of the round, and a killed instance would lose it: refused, and said why (docs/operations.md "Scaling
-     * out"). One instance on SQLite runs it. */
-    if (err[0] == '\0' && agg_store_shared(a) && agg_secure_job(&s, NULL)) {
-        cJSON_Delete(o);
-        agg_job_free(&s);
-        return agg_respond_error(resp, 409, "secure_needs_one_instance",
-                                 "secure aggregation keeps each round in one instance's memory: it is not run on a "
-                                 "PostgreSQL state, which several instances may share; run the job on an aggregator "
-                                 "with the SQLite state");
     }
     /* a job built on another (docs/protocol.md, "Jobs built on another"): release 1 takes the global mean and item
      * biases of the base job's last release, a finished job of the same items and scale whose protocol's
@@ -818,6 +808,8 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
         rc = agg_job_get(a, t.job, &j, NULL);
         if (rc == 0) return agg_respond_error(resp, 404, "not_found", "unknown job");
         if (rc < 0) return agg_respond_error(resp, 500, "internal", "out of memory");
+        int64_t in_round = 0;
+        fresh_state(a, &j, &in_round); /* a shared state: the round as the state has it, not a tick behind */
         rc = agg_secure_handle(a, &j, t.device, t.what, strcmp(req->method, "POST") == 0, req->body, req->body_len, resp);
         agg_job_free(&j);
         return rc;
@@ -837,17 +829,26 @@ static int route(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response 
     fresh_state(a, &j, &in_round);
     if (t.kind == T_JOB || t.kind == T_ADMIN_JOB) {
         cJSON *v = job_view(&j, in_round, t.kind == T_ADMIN_JOB);
-        agg_secure_view(a, &j, v);
+        int vrc = agg_secure_view(a, &j, v);
         agg_job_free(&j);
+        if (vrc != 0) {
+            cJSON_Delete(v);
+            return agg_respond_error(resp, 503, "unavailable", "state database error");
+        }
         return agg_respond_json(resp, 200, v);
     }
     int done = j.done;
     int64_t round = j.round;
-    if (!done && t.kind == T_ADMIN_ROUND_CLOSE && agg_secure_job(&j, NULL) && !agg_secure_close(a, &j)) {
-        /* a secure round: its open phase closed, the round goes on (agg_secure.h) */
-        cJSON *v = job_view(&j, in_round, 1);
-        agg_secure_view(a, &j, v);
+    int ready = !done && t.kind == T_ADMIN_ROUND_CLOSE && agg_secure_job(&j, NULL) ? agg_secure_close(a, &j) : 1;
+    if (ready <= 0) {
+        /* a secure round: its open phase closed, the round goes on (agg_secure.h); or its shared log failed */
+        cJSON *v = ready == 0 ? job_view(&j, in_round, 1) : NULL;
+        int vrc = ready == 0 ? agg_secure_view(a, &j, v) : -1;
         agg_job_free(&j);
+        if (vrc != 0) {
+            cJSON_Delete(v);
+            return agg_respond_error(resp, 503, "unavailable", "state database error");
+        }
         return agg_respond_json(resp, 200, v);
     }
     agg_job_free(&j);

@@ -124,13 +124,16 @@ static void fin_compute(dprec_agg *a, agg_fin *f) {
         f->count = (int64_t)l.n;
         double *sum = NULL; /* a secure job's round: the unmasked noisy sum (agg_secure.h) */
         if (agg_secure_job(&f->job, NULL)) {
-            sum = agg_secure_take_sum(a, f->job.id, f->round, &f->job.secure_survivors);
+            if (agg_secure_take_sum(a, &f->job, f->round, &sum, &f->job.secure_survivors) != 0) {
+                rc = -1; /* a shared state's log could not be read: the round is not finalized without its sum */
+                snprintf(f->err, sizeof f->err, "cannot read the secure round's log from the state");
+            }
             f->job.secure_sum = sum;
             f->count = f->job.secure_survivors;
             /* nobody joined, or it could not be unmasked: nothing was learned, and no global step runs */
-            if (sum == NULL) f->unchanged = AGG_ROUND_UNCHANGED_NO_SUM;
+            if (rc == 0 && sum == NULL) f->unchanged = AGG_ROUND_UNCHANGED_NO_SUM;
         }
-        if (!f->unchanged) {
+        if (rc == 0 && !f->unchanged) {
             pthread_mutex_lock(&a->rng_mu);
             rc = f->job.proto->global_step(&f->job, &prev, l.r, l.n, &a->rng, &next, f->err, sizeof f->err);
             pthread_mutex_unlock(&a->rng_mu);
@@ -324,7 +327,9 @@ void agg_fin_tick(dprec_agg *a, agg_op *op) {
         if (!due) continue;
         if (agg_secure_job(&s->job, NULL)) {
             /* unmasked, or with no sum: the finalizer takes what there is (agg_secure_take_sum) */
-            if (agg_secure_deadline(a, &s->job)) {
+            int ready = agg_secure_deadline(a, &s->job);
+            if (ready < 0) continue; /* a shared state's log failed: the next tick tries again */
+            if (ready) {
                 agg_fin_start(a, s, op, AGG_ROUND_CHANGED);
                 continue;
             }

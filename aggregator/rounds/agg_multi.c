@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "agg_engine_priv.h"
+#include "agg_secure.h"
 #include "protocols/agg_protocol.h"
 #include "state/agg_store.h"
 
@@ -95,6 +96,8 @@ void agg_multi_refresh(dprec_agg *a) {
         agg_slot *s = agg_jobs_find(a, st[i].id);
         if (s != NULL) apply(a, s, &st[i]);
         else add_new(a, st[i].id, NULL);
+        /* a secure round finalized (here or elsewhere): this instance's copy of it goes */
+        agg_secure_forget(a, st[i].id, st[i].done ? INT64_MAX : st[i].round);
     }
     free(st);
 }

@@ -250,3 +250,20 @@ int agg_store_round_closing(dprec_agg *a, int64_t job, int64_t round) {
 int64_t agg_store_job_id_next(dprec_agg *a) {
     return agg_store_shared(a) ? ENGINE(a)->job_id_next(a) : 0;
 }
+
+void agg_store_secagg_entries_free(agg_store_secagg_entry *e, size_t n) {
+    for (size_t i = 0; e != NULL && i < n; i++) free(e[i].body);
+    free(e);
+}
+
+int agg_store_secagg_read(dprec_agg *a, int64_t job, int64_t round, int64_t after, int lock,
+                          agg_store_secagg_entry **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    return agg_store_shared(a) && ENGINE(a)->secagg_read != NULL ? ENGINE(a)->secagg_read(a, job, round, after, lock, out, n)
+                                                                 : -1;
+}
+
+int agg_store_secagg_unlock(dprec_agg *a, int64_t job, int64_t round, const agg_store_secagg_entry *e) {
+    return agg_store_shared(a) && ENGINE(a)->secagg_unlock != NULL ? ENGINE(a)->secagg_unlock(a, job, round, e) : -1;
+}

@@ -183,4 +183,30 @@ int agg_store_round_closing(dprec_agg *a, int64_t job, int64_t round);
  * (the caller's own counter then), -1 on error. */
 int64_t agg_store_job_id_next(dprec_agg *a);
 
+/* ---- secure-aggregation rounds on a shared state (rounds/agg_secure.c; docs/notes/multi-instance.md) ----------- *
+ * On a state several instances share, each open round of a secure job is a log of the messages that changed it, in the
+ * order they were taken (seq 1, 2, ...); every instance applies the log to its own copy of the round, so a device may
+ * send each step to any instance, and an instance that starts (or restarts) rebuilds the round from it. Appends are
+ * serialized by the job's row: a message is checked against the round with every earlier entry applied, then appended
+ * in the same transaction. A round's log is deleted in the transaction that finalizes it (agg_store_round_commit).
+ * A single-instance engine (SQLite) answers none of these: its secure rounds live in its memory only. One caller at a
+ * time (the round engine's secure lock): they share a connection of their own. */
+typedef struct agg_store_secagg_entry {
+    int64_t seq;
+    int kind;            /* rounds/agg_secure.c's */
+    int64_t device;
+    unsigned char *body; /* malloc'd (read), or the caller's (appended) */
+    size_t len;
+} agg_store_secagg_entry;
+void agg_store_secagg_entries_free(agg_store_secagg_entry *e, size_t n);
+/* The log of (job, round) after seq `after`, ascending, into *out (malloc'd, *n entries). lock 0: one read. lock 1: in
+ * a transaction that holds the job's row, opened only if `round` is the job's open round and the job runs (else
+ * AGG_STORE_ROUND_CLOSED, nothing held); agg_store_secagg_unlock ends it. 0, AGG_STORE_ROUND_CLOSED, or -1 (logged;
+ * nothing held). */
+int agg_store_secagg_read(dprec_agg *a, int64_t job, int64_t round, int64_t after, int lock,
+                          agg_store_secagg_entry **out, size_t *n);
+/* Ends the transaction of agg_store_secagg_read(lock 1): appends e to that round's log (NULL: nothing) and commits.
+ * 0 appended and durable, or -1 (logged): nothing appended. */
+int agg_store_secagg_unlock(dprec_agg *a, int64_t job, int64_t round, const agg_store_secagg_entry *e);
+
 #endif /* DPREC_AGG_STORE_H */

@@ -73,6 +73,10 @@ typedef struct agg_store_engine {
     int (*shard_load)(dprec_agg *a, int64_t job, int64_t round, agg_store_reports *log, agg_store_shards *sh);
     int (*shard_checkpoint)(dprec_agg *a, int64_t job, int64_t round, const unsigned char *sum, size_t len,
                             int64_t count);
+    /* A secure round's log on a shared state (agg_store.h): NULL with the functions of several instances above. */
+    int (*secagg_read)(dprec_agg *a, int64_t job, int64_t round, int64_t after, int lock, agg_store_secagg_entry **out,
+                       size_t *n);
+    int (*secagg_unlock)(dprec_agg *a, int64_t job, int64_t round, const agg_store_secagg_entry *e);
 } agg_store_engine;
 
 /* The head of every engine's store (its first member), behind dprec_agg's opaque pointer. */

@@ -761,6 +761,10 @@ static int round_commit(dprec_agg *a, const agg_store_round *rd, char *err, size
         PQclear(r);
         if ((r = agg_pg_run(w, "DELETE FROM round_counts WHERE job = $1 AND round = $2", &d)) == NULL) goto fail;
         PQclear(r);
+        /* a secure round's log (its keys, envelopes, masked inputs, reveals) did its work: gone with the round. After
+         * the UPDATE above: an append that held the job's row committed before it, and is deleted here */
+        if ((r = agg_pg_run(w, "DELETE FROM secagg_log WHERE job = $1 AND round <= $2", &d)) == NULL) goto fail;
+        PQclear(r);
     }
     if (rd->ledger) {
         agg_pg_params l = {0};
@@ -861,4 +865,6 @@ const agg_store_engine agg_store_engine_postgresql = {
     .leases_renew = agg_pg_leases_renew,
     .round_closing = agg_pg_round_closing,
     .job_id_next = agg_pg_job_id_next,
+    .secagg_read = agg_pg_secagg_read,
+    .secagg_unlock = agg_pg_secagg_unlock,
 };

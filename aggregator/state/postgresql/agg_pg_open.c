@@ -106,9 +106,18 @@ static const char schema_v4[] =
     "INSERT INTO round_counts(job, round, instance, n) SELECT r.job, r.round, '', count(*) FROM reports r"
     " JOIN jobs j ON j.id = r.job AND j.round = r.round AND j.state = 'running' GROUP BY r.job, r.round;";
 
+/* Version 5: secure-aggregation rounds shared by the instances (docs/notes/multi-instance.md): each open round of a
+ * secure job is the log of the messages that changed it, which every instance applies to its copy of the round. */
+static const char schema_v5[] =
+    "CREATE TABLE secagg_log("
+    " job BIGINT NOT NULL REFERENCES jobs(id), round BIGINT NOT NULL, seq BIGINT NOT NULL CHECK(seq >= 1),"
+    " kind INTEGER NOT NULL, device BIGINT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY(job, round, seq));"
+    "ALTER TABLE secagg_log ALTER COLUMN body SET STORAGE EXTERNAL;";
+
 /* migrations[k] brings a state of version k to version k + 1 (version 0: an empty database). A later version adds
  * one entry; a step never changes once released. */
-static const char *const migrations[AGG_PG_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3, schema_v4};
+static const char *const migrations[AGG_PG_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3, schema_v4,
+                                                                 schema_v5};
 
 /* Every instance signs with one key (devices pin it): the first stores its public key, another key is refused. A store
  * opened without a key (the store's tests) checks nothing. 0, or -1 with a message. */
@@ -252,6 +261,7 @@ int agg_pg_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int6
     a->store = &s->base;
     pthread_mutex_init(&s->w.mu, NULL);
     for (int i = 0; i < AGG_PG_READERS; i++) pthread_mutex_init(&s->readers[i].mu, NULL);
+    pthread_mutex_init(&s->sa.mu, NULL);
     if (!PQisthreadsafe()) {
         snprintf(err, errcap, "this libpq is not thread-safe");
         return -1;
@@ -297,7 +307,8 @@ int agg_pg_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int6
     *last_id = last;
     for (int i = 0; i < AGG_PG_READERS; i++)
         if (conn_open(s, &s->readers[i], 0, uri, err, errcap) != 0) return -1;
-    return 0;
+    /* secure rounds' logs (agg_pg_secagg.c): read-write, one caller at a time */
+    return conn_open(s, &s->sa, 1, uri, err, errcap);
 }
 
 void agg_pg_close(dprec_agg *a) {
@@ -306,6 +317,8 @@ void agg_pg_close(dprec_agg *a) {
         conn_close(&s->readers[i]);
         pthread_mutex_destroy(&s->readers[i].mu);
     }
+    conn_close(&s->sa);
+    pthread_mutex_destroy(&s->sa.mu);
     conn_close(&s->w);
     pthread_mutex_destroy(&s->w.mu);
     free(s->counts);

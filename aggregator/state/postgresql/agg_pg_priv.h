@@ -13,9 +13,10 @@
 
 #include "state/agg_store_engine.h"
 
-/* The schema's version, kept in the table dprec_schema (one row). 1: the first; 2: several instances; 3: folded rounds (report_payloads' round and instance, round_sums). A state of an older version is brought
+/* The schema's version, kept in the table dprec_schema (one row). 1: the first; 2: several instances; 3: folded rounds (report_payloads' round and instance, round_sums); 4: round_counts;
+ * 5: secure rounds' logs (secagg_log). A state of an older version is brought
  * to this one at open, one step of agg_pg_open.c's list at a time; a newer one is refused. */
-#define AGG_PG_SCHEMA_VERSION 4
+#define AGG_PG_SCHEMA_VERSION 5
 
 /* Advisory lock keys: the schema's step takes key + 1 for its transaction (key itself was the single-instance lock of
  * schema 1's builds; not taken any more). */
@@ -44,6 +45,7 @@ typedef struct agg_pg_store {
     dprec_agg *a;
     agg_pg_conn w;               /* the writer's connection (the writer thread only, once open returned) */
     agg_pg_conn readers[AGG_PG_READERS];
+    agg_pg_conn sa;              /* secure rounds' logs (agg_pg_secagg.c): read-write, its own transactions */
     unsigned reader_next;
     /* the writer's open transaction: reports inserted per (job, round), added to round_counts at its commit */
     struct agg_pg_count {
@@ -109,6 +111,11 @@ int agg_pg_round_closing(dprec_agg *a, int64_t job, int64_t round);
 int64_t agg_pg_job_id_next(dprec_agg *a);
 int agg_pg_count_add(agg_pg_store *s, int64_t job, int64_t round);
 int agg_pg_counts_write(dprec_agg *a);
+
+/* agg_pg_secagg.c: a secure round's log (agg_store.h, "secure-aggregation rounds on a shared state"). */
+int agg_pg_secagg_read(dprec_agg *a, int64_t job, int64_t round, int64_t after, int lock, agg_store_secagg_entry **out,
+                       size_t *n);
+int agg_pg_secagg_unlock(dprec_agg *a, int64_t job, int64_t round, const agg_store_secagg_entry *e);
 
 /* agg_pg_open.c: the engine's open and close; a connection made usable again after it was lost (reconnected, its
  * session set up): 0, or -1 with c->err set. */
