@@ -118,15 +118,16 @@ void fleet_draw_plot(const options *o, const char *csv, double gm, double im, do
 }
 
 void fleet_print_secagg_stored(fleet *f) {
-    /* what the aggregator kept: with secure aggregation no report (masked or not) enters its state database,
-     * the masked inputs live in memory for their round only (docs/privacy.md, "Secure aggregation") */
+    /* what the aggregator kept: with secure aggregation no report (masked or not) is stored as a report; the masked
+     * inputs live for their round only, in memory (on a shared PostgreSQL state also in the round's log, deleted with
+     * the round's commit: docs/privacy.md, "Secure aggregation") */
     unsigned char *mt = NULL;
     size_t mlen = 0;
     int ms = fleet_conn_call(f->conn, 1, "GET", "/metrics", NULL, NULL, NULL, 0, &mt, &mlen);
     const char *at = ms == 200 && mt != NULL ? strstr((const char *)mt, "\ndprec_committed_reports_total ") : NULL;
     if (at != NULL)
-        printf("secure aggregation: reports stored by the aggregator: %llu (its state database; the masked inputs "
-               "stayed in memory for their round)\n",
+        printf("secure aggregation: reports stored by the aggregator: %llu (as reports in its state database; the "
+               "masked inputs were kept for their round only)\n",
                strtoull(at + strlen("\ndprec_committed_reports_total "), NULL, 10));
     else
         printf("secure aggregation: reports stored by the aggregator: unknown (no metrics)\n");
