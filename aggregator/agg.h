@@ -25,8 +25,9 @@ typedef struct dprec_agg_config {
     uint64_t seed;                /* 0: the OS's entropy; else deterministic (tests only) */
     int sync_full;                /* 1 (default; durable before acknowledging): SQLite's synchronous=FULL,
                                    * PostgreSQL's synchronous_commit never off */
-    int group_commit_us;          /* reserved (default 2000; not used yet): reports arriving while a commit runs are
-                                   * batched into the next commit, with no timer */
+    int group_commit_us;          /* accepted, not used (default 2000): reports arriving while a commit runs are
+                                   * batched into the next commit, with no timer; a commit delay was measured to
+                                   * double the reports per fsync and save no CPU (docs/benchmarks.md) */
     int keep_report_payloads;     /* 0 (default): a round's report payloads are dropped in the transaction that
                                    * finalizes it (their ids, devices and rounds stay, so a retry is still
                                    * recognized); 1: kept for inspection. The state then holds about one round of
