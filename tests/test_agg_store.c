@@ -462,6 +462,31 @@ static void test_store_takes_back_every_key_of_a_rolled_back_batch(void **state)
     free(r);
 }
 
+/* A token's device, once found, is answered from memory (a token's device never changes once its registration
+ * committed: agg_store.c's cache): the row deleted behind the store's back is still found by its token, a token that
+ * was not found is not remembered as unknown (it may register a moment later, on this instance or another), and a
+ * token made known after its commit is found without a query. */
+static void test_store_answers_a_known_token_from_memory(void **state) {
+    env *e = *state;
+    assert_int_equal(agg_store_begin(e->a), 0);
+    int64_t d = add_device(e, "token-remembered");
+    assert_int_equal(agg_store_commit(e->a), 0);
+    assert_int_equal(agg_device_by_token(e->a, "token-remembered"), d); /* from the state, then remembered */
+    assert_int_equal(agg_device_by_token(e->a, "token-later"), 0);
+    char sql[96];
+    snprintf(sql, sizeof sql, "DELETE FROM devices WHERE id = %lld", (long long)d);
+    assert_int_equal(raw_exec(e, sql), 0);
+    assert_int_equal(agg_device_by_token(e->a, "token-remembered"), d);
+    assert_int_equal(agg_store_begin(e->a), 0);
+    int64_t later = add_device(e, "token-later");
+    assert_int_equal(agg_store_commit(e->a), 0);
+    assert_int_equal(agg_device_by_token(e->a, "token-later"), later);
+    unsigned char h[32];
+    assert_int_equal(dprec_sha256((const unsigned char *)"token-told", 10, h), 0);
+    agg_store_token_known(e->a, h, 4242); /* as the writer tells it after a registration's commit */
+    assert_int_equal(agg_device_by_token(e->a, "token-told"), 4242);
+}
+
 static void test_store_registers_a_device_once_per_enrollment_token(void **state) {
     env *e = *state;
     agg_enrollment en;
@@ -949,6 +974,7 @@ int main(int argc, char **argv) {
         T(test_store_answers_a_report_id_in_its_batch_after_a_reopen_and_after_its_round),
         T(test_store_takes_back_every_key_of_a_rolled_back_batch),
         T(test_store_registers_a_device_once_per_enrollment_token),
+        T(test_store_answers_a_known_token_from_memory),
         T(test_store_finalizes_a_round_exactly_once),
         T(test_store_keeps_the_payloads_when_configured),
         T(test_store_keeps_a_jobs_deadline_and_round_count),

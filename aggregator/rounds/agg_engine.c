@@ -195,7 +195,10 @@ static void run_batch(dprec_agg *a, agg_op *batch, agg_op ***done_tail) {
             if ((op->status == 200 && !op->duplicate) || op->status == 201)
                 agg_engine_outcome(op, 500, "internal", "commit failed");
     } else {
-        /* committed: the counts move, and the early-closing rounds that are now full begin to close */
+        /* committed: new devices' tokens are known, the counts move, and the early-closing rounds that are now full
+         * begin to close */
+        for (agg_op *op = kept; op != NULL; op = op->next)
+            if (op->kind == AGG_OP_REGISTER && op->status == 201) agg_store_token_known(a, op->token_hash, op->id);
         pthread_mutex_lock(&a->jobs_mu);
         for (agg_op *op = kept; op != NULL; op = op->next)
             if (op->kind == AGG_OP_REPORT && op->status == 200 && !op->duplicate) {

@@ -1,9 +1,11 @@
 /* dprec aggregator core — the store's seam (agg_store.h): the engine chosen at open, and every call handed to its
  * table (agg_store_engine.h), with what the engines share: the digests the store keys on, a job's fields kept in its
- * spec text, and a round's list of reports.
+ * spec text, a round's list of reports, and the cache of device tokens.
  *
  * Its own file, apart from every engine, so that what the layers above call and which engine answers are read in one
  * place. Nothing here touches a database. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +20,42 @@ static const agg_store_engine *const engines[] = {
 
 #define ENGINE(a) ((a)->store->engine)
 
+/* Device tokens already resolved: every device request names its device by its token, and a token's device never
+ * changes once its registration committed (a device row is deleted only by the insert that failed to store it, whose
+ * token nobody holds yet), so the engine's lookup (a reader's query, about 6% of the server's CPU per report under
+ * load: docs/benchmarks.md "Sustained ingest") is made once per token while it stays in the cache. Direct-mapped on
+ * the token's SHA-256 (the key the state stores), a fixed 2.6 MB; only found devices are kept (a token unknown here may
+ * be registered on another instance a moment later). */
+#define TOKEN_CACHE_SLOTS 65536u
+#define TOKEN_CACHE_LOCKS 64u
+struct agg_token_cache {
+    pthread_mutex_t mu[TOKEN_CACHE_LOCKS];
+    struct {
+        unsigned char h[32];
+        int64_t device; /* 0: empty */
+    } slot[TOKEN_CACHE_SLOTS];
+};
+
 int agg_store_open(dprec_agg *a, int (*job_loaded)(dprec_agg *a, agg_job *job, int64_t in_round), int64_t *last_id,
                    char *err, size_t errcap) {
     size_t n = sizeof engines / sizeof engines[0], i = 0;
     while (i + 1 < n && !engines[i]->claims(a->cfg.state_path)) i++;
     a->store = NULL;
-    return engines[i]->open(a, job_loaded, last_id, err, errcap);
+    int rc = engines[i]->open(a, job_loaded, last_id, err, errcap);
+    if (rc == 0 && (a->store->tokens = calloc(1, sizeof *a->store->tokens)) == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    for (unsigned k = 0; rc == 0 && k < TOKEN_CACHE_LOCKS; k++) pthread_mutex_init(&a->store->tokens->mu[k], NULL);
+    return rc;
 }
 
 void agg_store_close(dprec_agg *a) {
+    if (a->store != NULL && a->store->tokens != NULL) {
+        for (unsigned k = 0; k < TOKEN_CACHE_LOCKS; k++) pthread_mutex_destroy(&a->store->tokens->mu[k]);
+        free(a->store->tokens);
+        a->store->tokens = NULL;
+    }
     if (a->store != NULL) ENGINE(a)->close(a);
     a->store = NULL;
 }
@@ -49,10 +78,35 @@ int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **
     return ENGINE(a)->release_get(a, job, version, out, len);
 }
 
+static uint32_t token_slot(const unsigned char h[32]) {
+    return ((uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24) % TOKEN_CACHE_SLOTS;
+}
+
+void agg_store_token_known(dprec_agg *a, const unsigned char token_hash[32], int64_t device) {
+    struct agg_token_cache *c = a->store != NULL ? a->store->tokens : NULL;
+    if (c == NULL || device <= 0) return;
+    uint32_t k = token_slot(token_hash);
+    pthread_mutex_lock(&c->mu[k % TOKEN_CACHE_LOCKS]);
+    memcpy(c->slot[k].h, token_hash, 32);
+    c->slot[k].device = device;
+    pthread_mutex_unlock(&c->mu[k % TOKEN_CACHE_LOCKS]);
+}
+
 int64_t agg_device_by_token(dprec_agg *a, const char *token) {
     unsigned char h[32];
     if (dprec_sha256((const unsigned char *)token, strlen(token), h) != 0) return -1;
-    return ENGINE(a)->device_by_token(a, h);
+    struct agg_token_cache *c = a->store->tokens;
+    int64_t device = 0;
+    if (c != NULL) {
+        uint32_t k = token_slot(h);
+        pthread_mutex_lock(&c->mu[k % TOKEN_CACHE_LOCKS]);
+        if (c->slot[k].device > 0 && memcmp(c->slot[k].h, h, sizeof h) == 0) device = c->slot[k].device;
+        pthread_mutex_unlock(&c->mu[k % TOKEN_CACHE_LOCKS]);
+        if (device > 0) return device;
+    }
+    device = ENGINE(a)->device_by_token(a, h);
+    agg_store_token_known(a, h, device);
+    return device;
 }
 
 int agg_store_health(dprec_agg *a) {

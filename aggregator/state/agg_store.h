@@ -45,6 +45,9 @@ void agg_store_writer_unlock(dprec_agg *a);
 /* Release bytes (malloc'd) for version (0 = latest). 1 found, 0 not found, -1 error. */
 int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **out, size_t *len);
 int64_t agg_device_by_token(dprec_agg *a, const char *token); /* device id, 0 unknown, -1 error */
+/* After the commit that stored a device: its token's SHA-256 and id, for agg_device_by_token to answer from memory (a
+ * token's device never changes). Any thread. */
+void agg_store_token_known(dprec_agg *a, const unsigned char token_hash[32], int64_t device);
 /* 0 if the database answers a query, else -1. */
 int agg_store_health(dprec_agg *a);
 

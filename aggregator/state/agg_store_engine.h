@@ -82,6 +82,7 @@ typedef struct agg_store_engine {
 /* The head of every engine's store (its first member), behind dprec_agg's opaque pointer. */
 struct agg_store {
     const agg_store_engine *engine;
+    struct agg_token_cache *tokens; /* agg_store.c's, made after the engine's open */
 };
 
 extern const agg_store_engine agg_store_engine_postgresql; /* state/postgresql/ */
