@@ -230,22 +230,29 @@ struct agg_tmp {
     dprec_agg *a;
 };
 
-static void agg_open(agg_tmp *t, int keep_payloads) {
-    snprintf(t->dir, sizeof t->dir, "/tmp/dprec-sync-secure-XXXXXX");
-    assert_non_null(mkdtemp(t->dir));
-    assert_int_equal(test_state_new(&t->st, "secure"), 0);
-    snprintf(t->key, sizeof t->key, "%s/signing.pem", t->dir);
+/* An aggregator core on t's state and signing key: seed (deterministic noise), instance_id NULL (a random one). */
+static dprec_agg *core_open(const agg_tmp *t, uint64_t seed, int keep_payloads, const char *instance_id) {
     dprec_agg_config acfg;
     dprec_agg_config_default(&acfg);
     acfg.state_path = t->st.path;
     acfg.signing_key_path = t->key;
     acfg.admin_token = ADMIN_TOKEN;
-    acfg.seed = 1;
+    acfg.seed = seed;
     acfg.group_commit_us = 0;
     acfg.keep_report_payloads = keep_payloads;
+    acfg.instance_id = instance_id;
     char err[256] = "";
-    t->a = NULL;
-    assert_int_equal(dprec_agg_open(&acfg, &t->a, err, sizeof err), 0);
+    dprec_agg *a = NULL;
+    if (dprec_agg_open(&acfg, &a, err, sizeof err) != 0) fail_msg("aggregator core: %s", err);
+    return a;
+}
+
+static void agg_open(agg_tmp *t, int keep_payloads) {
+    snprintf(t->dir, sizeof t->dir, "/tmp/dprec-sync-secure-XXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    assert_int_equal(test_state_new(&t->st, "secure"), 0);
+    snprintf(t->key, sizeof t->key, "%s/signing.pem", t->dir);
+    t->a = core_open(t, 1, keep_payloads, NULL);
 }
 
 static void agg_close(agg_tmp *t) {
@@ -257,19 +264,7 @@ static void agg_close(agg_tmp *t) {
 
 /* A second instance of t's state (PostgreSQL), with t's signing key. */
 static dprec_agg *agg_open_second(const agg_tmp *t) {
-    dprec_agg_config acfg;
-    dprec_agg_config_default(&acfg);
-    acfg.state_path = t->st.path;
-    acfg.signing_key_path = t->key;
-    acfg.admin_token = ADMIN_TOKEN;
-    acfg.seed = 2;
-    acfg.group_commit_us = 0;
-    acfg.keep_report_payloads = 1;
-    acfg.instance_id = "second";
-    char err[256] = "";
-    dprec_agg *b = NULL;
-    if (dprec_agg_open(&acfg, &b, err, sizeof err) != 0) fail_msg("second instance: %s", err);
-    return b;
+    return core_open(t, 2, 1, "second");
 }
 
 /* A shared state's log rows of the job's rounds up to `round` (a round's log goes with its commit; the next round's
