@@ -36,7 +36,7 @@ native_tests_ran() { # build dir
   listed=$(cd "$1" && ctest -N)
   for t in sdk_consumer_installed jvm_binding device_sync_https test_transport_https test_agg_store_postgresql \
            test_agg_core_postgresql aggregator_serve_postgresql test_sync_agg_postgresql aggregator_serve_https_postgresql \
-           aggregator_metrics_postgresql; do
+           aggregator_metrics_postgresql test_sync_agg_secure_postgresql test_secagg_malicious_postgresql; do
     grep -q " $t\$" <<< "$listed" || { echo "test.sh: $t is not among $1's tests (bash scripts/setup.sh installs the JDK and JUnit)" >&2; exit 1; }
   done
 }
