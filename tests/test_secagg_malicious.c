@@ -112,7 +112,7 @@ typedef struct proxy {
 
 struct world {
     char dir[64], key[128];
-    test_state st; /* the aggregator's state: a SQLite file (a secure job is refused on PostgreSQL) */
+    test_state st; /* the aggregator's state: a SQLite file, or a PostgreSQL database (test_secagg_malicious_postgresql) */
     dprec_agg *a;
     dprec_agg_transport ip;
     dprec_transport inner;
