@@ -12,7 +12,9 @@
  *   - top-K scoring alone over 100,000 x 32 floats (no parsing, no digest), the floor;
  *   - the client's memory for those configurations;
  *   - the exact noise samplers on ldp-rr's hot path: CTR_DRBG output per request size, and a Laplace draw of
- *     ldp-rr's vector plan and a randomized-response bit, one call each or from one dprec_noise_stream. */
+ *     ldp-rr's vector plan and a randomized-response bit, one call each or from one dprec_noise_stream;
+ *   - SHA-256 (what a release's check hashes): mbedTLS's, and common/sha256.c's portable compression and the CPU's
+ *     SHA extensions, over 1 MiB in one call and in the release reader's row-sized pieces. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,8 @@
 
 #include "dprec/dprec.h"
 #include "dprec/port_posix.h"
+#include "mbedtls_compat.h"
+#include "sha256.h"
 #include "sign_release.h"
 #include "crypto.h"
 #include "linalg.h"
@@ -430,24 +434,71 @@ static void bench_noise(void) {
     dprec_rng_free(&r);
 }
 
+/* MB/s of hashing buf (len bytes) in pieces of `piece` bytes: mbedTLS (which 0), or sha256.c (1) */
+static double sha_rate(int which, const unsigned char *buf, size_t len, size_t piece) {
+    double t[9];
+    unsigned char out[32];
+    for (int r = 0; r < 9; r++) {
+        double t0 = now_s();
+        if (which == 0) {
+            mbedtls_sha256_context c;
+            mbedtls_sha256_init(&c);
+            if (dprec_sha256_starts(&c) != 0) exit(1);
+            for (size_t off = 0; off < len; off += piece)
+                if (dprec_sha256_update(&c, buf + off, len - off < piece ? len - off : piece) != 0) exit(1);
+            if (dprec_sha256_finish(&c, out) != 0) exit(1);
+            mbedtls_sha256_free(&c);
+        } else {
+            dprec_sha2_ctx c;
+            dprec_sha2_init(&c);
+            for (size_t off = 0; off < len; off += piece) dprec_sha2_update(&c, buf + off, len - off < piece ? len - off : piece);
+            dprec_sha2_final(&c, out);
+        }
+        t[r] = now_s() - t0;
+    }
+    return (double)len / median(t, 9) / 1e6;
+}
+
+static void bench_sha256(void) {
+    const size_t len = 1u << 20;
+    unsigned char *buf = malloc(len);
+    if (buf == NULL) exit(1);
+    for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)(i * 131u + 7u);
+    printf("\n## SHA-256, MB/s (median of 9 over 1 MiB)\n\n| implementation | one call | 44-byte pieces (a d = 10 release row) |\n|---|---|---|\n");
+    printf("| mbedTLS %s | %.0f | %.0f |\n", MBEDTLS_VERSION_STRING, sha_rate(0, buf, len, len), sha_rate(0, buf, len, 44));
+    dprec_sha2_force_portable(1);
+    printf("| common/sha256.c, portable | %.0f | %.0f |\n", sha_rate(1, buf, len, len), sha_rate(1, buf, len, 44));
+    dprec_sha2_force_portable(0);
+    if (dprec_sha2_accelerated())
+        printf("| common/sha256.c, SHA extensions | %.0f | %.0f |\n", sha_rate(1, buf, len, len), sha_rate(1, buf, len, 44));
+    else
+        printf("| common/sha256.c, SHA extensions | not on this CPU | |\n");
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     const char *only = NULL, *dir = "/tmp/dprec-bench";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: dprec-bench-sdk [--only ls|release|noise] [--cpu-time] [SCRATCH_DIR]\n"
+            printf("usage: dprec-bench-sdk [--only ls|release|noise|sha] [--cpu-time] [--sha-portable] [SCRATCH_DIR]\n"
                    "Benchmarks the SDK's local least squares (ls); a release verified once, then recommend and\n"
-                   "predict on it, and the streamed fit and top-K (release); the exact noise samplers (noise).\n"
+                   "predict on it, and the streamed fit and top-K (release); the exact noise samplers (noise);\n"
+                   "SHA-256 by mbedTLS and by common/sha256.c, portable and with the CPU's SHA extensions (sha).\n"
                    "Prints Markdown tables. SCRATCH_DIR (default /tmp/dprec-bench) holds a throwaway store.\n"
-                   "--cpu-time times with the thread's CPU time instead of the wall clock (shared machines).\n");
+                   "--cpu-time times with the thread's CPU time instead of the wall clock (shared machines).\n"
+                   "--sha-portable hashes without the CPU's SHA extensions, as a CPU without them does.\n");
             return 0;
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
-            if (strcmp(only, "ls") != 0 && strcmp(only, "release") != 0 && strcmp(only, "noise") != 0) {
-                fprintf(stderr, "dprec-bench-sdk: --only takes ls, release or noise\n");
+            if (strcmp(only, "ls") != 0 && strcmp(only, "release") != 0 && strcmp(only, "noise") != 0 &&
+                strcmp(only, "sha") != 0) {
+                fprintf(stderr, "dprec-bench-sdk: --only takes ls, release, noise or sha\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--cpu-time") == 0) {
             bench_clock = CLOCK_THREAD_CPUTIME_ID;
+        } else if (strcmp(argv[i], "--sha-portable") == 0) {
+            dprec_sha2_force_portable(1); /* every digest by the portable compression, as on a CPU without SHA */
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "dprec-bench-sdk: unknown option %s (try --help)\n", argv[i]);
             return 2;
@@ -461,5 +512,7 @@ int main(int argc, char **argv) {
     if (only == NULL || strcmp(only, "ls") == 0) bench_least_squares();
     if (only == NULL || strcmp(only, "release") == 0) bench_release_paths(dir);
     if (only == NULL || strcmp(only, "noise") == 0) bench_noise();
+    if (only == NULL || strcmp(only, "sha") == 0) bench_sha256();
+    dprec_sha2_force_portable(0);
     return 0;
 }

@@ -14,19 +14,21 @@
 #include <mbedtls/gcm.h>
 #include <mbedtls/sha256.h>
 
+#include "sha256.h"
+
 #if MBEDTLS_VERSION_NUMBER >= 0x03000000
 #define dprec_sha256_starts(ctx) mbedtls_sha256_starts((ctx), 0)
 #define dprec_sha256_update(ctx, buf, len) mbedtls_sha256_update((ctx), (buf), (len))
 #define dprec_sha256_finish(ctx, out) mbedtls_sha256_finish((ctx), (out))
-#define dprec_sha256(buf, len, out) mbedtls_sha256((buf), (len), (out), 0)
 #elif MBEDTLS_VERSION_NUMBER >= 0x02070000
 #define dprec_sha256_starts(ctx) mbedtls_sha256_starts_ret((ctx), 0)
 #define dprec_sha256_update(ctx, buf, len) mbedtls_sha256_update_ret((ctx), (buf), (len))
 #define dprec_sha256_finish(ctx, out) mbedtls_sha256_finish_ret((ctx), (out))
-#define dprec_sha256(buf, len, out) mbedtls_sha256_ret((buf), (len), (out), 0)
 #else
 #error "dprec needs mbedTLS 2.7 or newer (2.28 LTS or 3.x recommended)"
 #endif
+/* One buffer's SHA-256: sha256.h's, which uses the CPU's SHA extensions where there are some. 0. */
+#define dprec_sha256(buf, len, out) dprec_sha2((buf), (len), (out))
 
 #if !defined(MBEDTLS_SHA256_C) || !defined(MBEDTLS_GCM_C) || !defined(MBEDTLS_AES_C) || \
     !defined(MBEDTLS_CTR_DRBG_C)

@@ -19,14 +19,15 @@
 #include "bytes.h"
 #include "mbedtls_compat.h"
 #include "release_priv.h"
+#include "sha256.h"
 
-/* The reader stores an mbedtls_sha256_context in storage declared in the public header, so that header
- * needs no mbedTLS include. These fail the build if an mbedTLS version (or an _ALT implementation) grows
- * the context beyond the reserved space or needs stricter alignment than the union gives. */
-_Static_assert(sizeof(mbedtls_sha256_context) <= sizeof(((dprec_release_reader *)0)->sha),
-               "dprec_release_reader.sha is too small for mbedtls_sha256_context");
-_Static_assert(_Alignof(mbedtls_sha256_context) <= _Alignof(uint64_t),
-               "dprec_release_reader.sha is not aligned enough for mbedtls_sha256_context");
+/* The reader stores its SHA-256 context (sha256.h) in storage declared in the public header, so that header needs
+ * no internal include. These fail the build if the context grows beyond the reserved space or needs stricter
+ * alignment than the union gives. */
+_Static_assert(sizeof(dprec_sha2_ctx) <= sizeof(((dprec_release_reader *)0)->sha),
+               "dprec_release_reader.sha is too small for dprec_sha2_ctx");
+_Static_assert(_Alignof(dprec_sha2_ctx) <= _Alignof(uint64_t),
+               "dprec_release_reader.sha is not aligned enough for dprec_sha2_ctx");
 
 /* header field offsets (docs/release-format.md) */
 enum {
@@ -402,16 +403,13 @@ int dprec_release_row(const void *buf, const dprec_release_info *info, uint32_t 
 /* ---- streaming reader --------------------------------------------------------------------------------- */
 
 /* The context lives in the reader's `sha` union (see the _Static_asserts above). The union is only ever
- * accessed as this type, by mbedTLS, so the bytes[] member is never read as bytes. */
-static mbedtls_sha256_context *reader_sha(dprec_release_reader *r) {
-    return (mbedtls_sha256_context *)(void *)&r->sha;
+ * accessed as this type, by sha256.c, so the bytes[] member is never read as bytes. */
+static dprec_sha2_ctx *reader_sha(dprec_release_reader *r) {
+    return (dprec_sha2_ctx *)(void *)&r->sha;
 }
 
-/* Records the first error, releases the SHA-256 context if it is still live, and returns the error. */
+/* Records the first error and returns it (the SHA-256 context owns nothing to release). */
 static int reader_fail(dprec_release_reader *r, int err) {
-    if (r->state < ST_SIGNATURE) {
-        mbedtls_sha256_free(reader_sha(r));
-    }
     r->state = ST_FAILED;
     r->error = err;
     return err;
@@ -423,8 +421,8 @@ static int reader_usable(const dprec_release_reader *r) {
     return r->struct_size >= sizeof *r;
 }
 
-/* Re-initialising a reader in the middle of a stream (or abandoning one) is allowed: an mbedTLS SHA-256
- * context owns no heap memory, so dropping a live one leaks nothing. */
+/* Re-initialising a reader in the middle of a stream (or abandoning one) is allowed: the SHA-256 context owns no
+ * memory, so dropping a live one leaks nothing. */
 int dprec_release_reader_init_sized(dprec_release_reader *r, size_t size, dprec_release_row_fn on_row, void *user) {
     if (r == NULL || size < sizeof r->struct_size) {
         return DPREC_ERR_INVALID_ARGUMENT;
@@ -439,8 +437,7 @@ int dprec_release_reader_init_sized(dprec_release_reader *r, size_t size, dprec_
     r->on_row = on_row;
     r->user = user;
     r->state = ST_HEADER;
-    mbedtls_sha256_init(reader_sha(r)); /* started once the header is known good */
-    return DPREC_OK;
+    return DPREC_OK; /* the hash starts once the header is known good */
 }
 
 /* Validates the collected header and starts hashing it. */
@@ -451,10 +448,8 @@ static int reader_header_done(dprec_release_reader *r) {
     }
     memcpy(r->columns, r->buf + OFF_RESERVED, sizeof r->columns); /* zero in formats 1 and 2 */
     r->stride = dprec_release_stride(&r->info);
-    if (dprec_sha256_starts(reader_sha(r)) != 0 ||
-        dprec_sha256_update(reader_sha(r), r->buf, DPREC_RELEASE_HEADER_SIZE) != 0) {
-        return DPREC_ERR_CRYPTO;
-    }
+    dprec_sha2_init(reader_sha(r));
+    dprec_sha2_update(reader_sha(r), r->buf, DPREC_RELEASE_HEADER_SIZE);
     r->state = ST_BODY;
     return DPREC_OK;
 }
@@ -468,9 +463,7 @@ static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
     if (!row_values_ok(p, r->info.dim, r->info.flags)) {
         return DPREC_ERR_RELEASE_VALUE;
     }
-    if (dprec_sha256_update(reader_sha(r), p, rb) != 0) {
-        return DPREC_ERR_CRYPTO;
-    }
+    dprec_sha2_update(reader_sha(r), p, rb);
     row_decode(p, r->info.dim, r->info.flags, &bias, r->row);
     if (r->on_row != NULL) {
         r->row_columns = p + row_bytes(r->info.dim, r->info.flags); /* for dprec_release_reader_uncertainty */
@@ -487,14 +480,12 @@ static int reader_row_done(dprec_release_reader *r, const unsigned char *p) {
     return DPREC_OK;
 }
 
-/* Finishes the hash once the stored digest has arrived, so the context is freed as early as possible;
- * the comparison waits for finish(), which alone may declare the stream good. */
+/* Finishes the hash once the stored digest has arrived; the comparison waits for finish(), which alone may declare
+ * the stream good. */
 static int reader_digest_done(dprec_release_reader *r) {
-    int rc = dprec_sha256_finish(reader_sha(r), r->buf + DPREC_RELEASE_DIGEST_SIZE);
-    mbedtls_sha256_free(reader_sha(r));
-    /* the context is gone: leave the live states before anything can call reader_fail */
+    dprec_sha2_final(reader_sha(r), r->buf + DPREC_RELEASE_DIGEST_SIZE);
     r->state = r->info.sig_len > 0u ? ST_SIGNATURE : ST_DONE;
-    return rc != 0 ? DPREC_ERR_CRYPTO : DPREC_OK;
+    return DPREC_OK;
 }
 
 /* A loop over the chunk; each pass consumes what the current state still needs and no more, so any
