@@ -220,6 +220,8 @@ int dprec_srv_run(const dprec_srv_backend *b, int argc, char **argv)
     int exit_code = EXIT_RUNTIME;
     char *cert_pem = NULL, *key_pem = NULL;
     struct MHD_Daemon *dev = NULL, *adm = NULL;
+    /* the listening sockets MHD_quiesce_daemon hands back: closed only once their daemons stopped */
+    MHD_socket quiesced[2] = {MHD_INVALID_SOCKET, MHD_INVALID_SOCKET};
     char token[256] = "", token_where[DPREC_SRV_PATH_MAX] = "";
     int lock_fd = -1;
 
@@ -383,14 +385,12 @@ int dprec_srv_run(const dprec_srv_backend *b, int argc, char **argv)
      * step) finish and be answered, up to drain_seconds. */
     atomic_store(&s->draining, 1);
     {
-        MHD_socket lfd = MHD_quiesce_daemon(dev);
-        if (lfd != MHD_INVALID_SOCKET) {
-            close(lfd);
-        }
-        lfd = MHD_quiesce_daemon(adm);
-        if (lfd != MHD_INVALID_SOCKET) {
-            close(lfd);
-        }
+        /* The daemons' threads take the listening sockets out of their epoll sets a moment after this returns: closing
+         * them now raced with that (libmicrohttpd then aborts: "Failed to remove listen FD from epoll set", seen once
+         * in CI on SIGTERM), so they are closed after MHD_stop_daemon, below (libmicrohttpd's MHD_quiesce_daemon: the
+         * caller must make sure the socket is no longer used when it closes it). */
+        quiesced[0] = MHD_quiesce_daemon(dev);
+        quiesced[1] = MHD_quiesce_daemon(adm);
         struct timespec t0, now;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (;;) {
@@ -420,6 +420,11 @@ out:
     }
     if (adm != NULL) {
         MHD_stop_daemon(adm);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (quiesced[i] != MHD_INVALID_SOCKET) {
+            close(quiesced[i]);
+        }
     }
     if (s->core != NULL) {
         b->close(s->core);
