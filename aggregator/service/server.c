@@ -387,8 +387,8 @@ int dprec_srv_run(const dprec_srv_backend *b, int argc, char **argv)
     {
         /* The daemons' threads take the listening sockets out of their epoll sets a moment after this returns: closing
          * them now raced with that (libmicrohttpd then aborts: "Failed to remove listen FD from epoll set", seen once
-         * in CI on SIGTERM), so they are closed after MHD_stop_daemon, below (libmicrohttpd's MHD_quiesce_daemon: the
-         * caller must make sure the socket is no longer used when it closes it). */
+         * in CI on SIGTERM), so they are closed after MHD_stop_daemon, below (microhttpd.h, MHD_quiesce_daemon: with
+         * MHD's own threads the socket "must not be closed until AFTER MHD_stop_daemon has been called"). */
         quiesced[0] = MHD_quiesce_daemon(dev);
         quiesced[1] = MHD_quiesce_daemon(adm);
         struct timespec t0, now;
