@@ -123,6 +123,14 @@ static int catch_up(dprec_agg *a, secure_round *r, int lock);
 static int apply(dprec_agg *a, secure_round *r, int kind, uint32_t id, const unsigned char *body, size_t len,
                  dprec_agg_response *resp);
 
+/* A new round's public seed, from the aggregator's CSPRNG. 0 or -1. */
+static int draw_seed(dprec_agg *a, unsigned char seed[32]) {
+    pthread_mutex_lock(&a->rng_mu);
+    int rc = dprec_rng_bytes(&a->rng, seed, 32);
+    pthread_mutex_unlock(&a->rng_mu);
+    return rc == DPREC_OK ? 0 : -1;
+}
+
 /* Why round_of gave no round: the job's open round is another one (a shared state: this caller's view of the job is
  * behind), or memory or the state failed. */
 enum { NO_ROUND_CLOSED = 1, NO_ROUND_FAILED };
@@ -148,19 +156,15 @@ static secure_round *round_new(dprec_agg *a, const agg_job *job, int *why) {
         ok &= r->done_ids[i] != NULL;
     }
     unsigned char seed[32];
-    if (ok) {
-        pthread_mutex_lock(&a->rng_mu);
-        ok = dprec_rng_bytes(&a->rng, seed, sizeof seed) == DPREC_OK;
-        pthread_mutex_unlock(&a->rng_mu);
-    }
-    if (ok && !r->shared) ok = round_start(r, seed) == 0;
+    if (ok && !r->shared) ok = draw_seed(a, seed) == 0 && round_start(r, seed) == 0;
     else if (ok) {
-        /* the log's seed if another instance opened the round; else this one's, appended first */
+        /* the log's seed if another instance opened the round; else this one's, drawn and appended first */
         int rc = catch_up(a, r, 0);
         if (rc == 0 && r->sa == NULL && r->applied == 0) {
             rc = catch_up(a, r, 1);
             if (rc == 0) {
-                int opened = r->sa == NULL && r->applied == 0 && apply(a, r, E_OPEN, 0, seed, sizeof seed, NULL);
+                int opened = r->sa == NULL && r->applied == 0 && draw_seed(a, seed) == 0 &&
+                             apply(a, r, E_OPEN, 0, seed, sizeof seed, NULL);
                 agg_store_secagg_entry e = {1, E_OPEN, 0, seed, sizeof seed};
                 if (agg_store_secagg_unlock(a, r->job, r->round, opened ? &e : NULL) != 0) rc = -1;
                 else if (opened) r->applied = 1;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "agg_store_engine.h"
+#include "bytes.h"
 #include "dprec/status.h"
 
 /* The engines, in the order they are asked whether the configured state is theirs; the last takes the rest (a path). */
@@ -79,7 +80,7 @@ int agg_release_get(dprec_agg *a, int64_t job, int64_t version, unsigned char **
 }
 
 static uint32_t token_slot(const unsigned char h[32]) {
-    return ((uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24) % TOKEN_CACHE_SLOTS;
+    return dprec_ld32(h) % TOKEN_CACHE_SLOTS;
 }
 
 void agg_store_token_known(dprec_agg *a, const unsigned char token_hash[32], int64_t device) {
