@@ -106,6 +106,10 @@ static int gauss_finish(fleet_common *o) {
         gp.sampling_rate = 1.0;
     }
     if (!(o->delta > 0)) return fleet_flag_error("gauss-gd needs --delta > 0", NULL);
+    if (o->rank < 2) /* params.user_bias needs d >= 2 (aggregator/protocols/gauss.c): say what the model lacks */
+        fprintf(stderr, "dprec-fleet: note: gauss-gd at --rank 1 has no column for each device's own bias (it needs "
+                        "d >= 2), so every prediction starts from the public mean, the scale's middle; --rank 2 is "
+                        "the bias model with one factor\n");
     return 0;
 }
 
