@@ -538,6 +538,92 @@ static void test_agg_a_job_built_on_another_starts_from_its_biases(void **state)
     expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
 }
 
+/* A finished plain job over the devices that opted in (params.user_bias, so its column 0 is their own bias) as the
+ * start of a private job ("base_factors", docs/protocol.md): a dpals job's release 1 takes its V as well as its mean
+ * and biases, and its uncertainty column says the start carries no privacy noise (noise 0, gain 1, so the devices keep
+ * it whole and the rounds' columns carry it); the job view says so. Refused: base_factors without base_job or not a
+ * boolean, a base of another d, the bias model (no factors to take), a base whose column 0 is a factor. */
+static void test_agg_a_job_built_on_another_takes_its_factors_with_base_factors(void **state) {
+    env *e = *state;
+    dprec_agg *a = e->a;
+    int64_t base = create_job(a, 3, 20, 1, 3, "{\"lambda\":0.1,\"seed\":1,\"user_bias\":true}");
+    int64_t base_f = create_job(a, 3, 20, 1, 3, NULL); /* column 0 a factor */
+    char tok[3][65];
+    for (int i = 0; i < 3; i++) register_device(a, tok[i]);
+    uint32_t items[3] = {0, 5, 19};
+    float ratings[3] = {4.0f, 1.0f, 5.0f};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++) {
+            float u[3] = {0.4f, 0.2f * (float)i - 0.1f, 0.3f}; /* with user_bias, u[0] is the device's own bias */
+            size_t len;
+            int64_t job = k == 0 ? base : base_f;
+            unsigned char *r = make_report((uint64_t)job, 1, (uint8_t)(0x30 + 3 * k + i), 3, u, 3, items, ratings, &len);
+            assert_int_equal(post_report(a, job, tok[i], r, len, NULL), 200);
+            free(r);
+        }
+    assert_int_equal(job_field(a, base, "rounds_done"), 1);
+    assert_int_equal(job_field(a, base_f, "rounds_done"), 1);
+    size_t bl = 0, rl = 0;
+    unsigned char *brel = get_release(a, base, "latest", tok[0], &bl);
+    assert_non_null(brel);
+    dprec_release_info binfo;
+    assert_int_equal(dprec_release_check(brel, bl, &binfo), DPREC_OK);
+    const char *fmt = "{\"protocol\":\"dpals\",\"d\":%u,\"m\":20,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,"
+                      "\"min_reports\":1,\"round_seconds\":600,\"participation\":1.0,%s\"release_uncertainty\":true,"
+                      "\"params\":{\"max_items\":8%s},\"budget\":{\"epsilon\":8,\"delta\":1e-6}}";
+    char spec[768], with[96];
+    snprintf(with, sizeof with, "\"base_job\":%lld,\"base_factors\":true,", (long long)base);
+    snprintf(spec, sizeof spec, fmt, 3u, with, "");
+    cJSON *o = call_json(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+    int64_t job = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+    cJSON_Delete(o);
+    assert_int_equal(job_field(a, job, "base_job"), base);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/admin/jobs/%lld", (long long)job);
+    o = call_json(a, DPREC_LISTENER_ADMIN, "GET", path, ADMIN, NULL, 200);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "base_factors")));
+    cJSON_Delete(o);
+    unsigned char *rel = get_release(a, job, "1", tok[0], &rl);
+    assert_non_null(rel);
+    dprec_release_info info;
+    assert_int_equal(dprec_release_check(rel, rl, &info), DPREC_OK);
+    assert_int_equal(info.format_version, DPREC_RELEASE_FORMAT_COLUMNS);
+    assert_true(info.global_mean == binfo.global_mean);
+    int moved = 0;
+    for (uint32_t j = 0; j < 20; j++) {
+        float vb[3], v[3], bb = 0, b = 0;
+        assert_int_equal(dprec_release_row(brel, &binfo, j, vb, &bb), DPREC_OK);
+        assert_int_equal(dprec_release_row(rel, &info, j, v, &b), DPREC_OK);
+        assert_true(b == bb);
+        for (int c = 0; c < 3; c++) assert_true(v[c] == vb[c]); /* the base's factors, the pinned column too */
+        assert_true(v[0] == 1.0f);
+        moved += vb[1] != 0.0f;
+        dprec_item_uncertainty unc;
+        assert_int_equal(dprec_release_item_uncertainty(rel, &info, j, &unc), DPREC_OK);
+        assert_true(unc.bias_noise_sd == 0.0f && unc.v_noise_sd == 0.0f); /* no privacy noise in a plain start */
+        assert_true(unc.bias_gain == 1.0f && unc.v_gain == 1.0f);
+        assert_true(unc.bias_keep == 1.0f && unc.v_keep == 1.0f);
+    }
+    assert_true(moved > 0);
+    free(rel);
+    free(brel);
+    /* refusals */
+    char bad[768];
+    snprintf(bad, sizeof bad, fmt, 3u, "\"base_factors\":true,", ""); /* no base_job */
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    snprintf(with, sizeof with, "\"base_job\":%lld,\"base_factors\":1,", (long long)base); /* not a boolean */
+    snprintf(bad, sizeof bad, fmt, 3u, with, "");
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    snprintf(with, sizeof with, "\"base_job\":%lld,\"base_factors\":true,", (long long)base);
+    snprintf(bad, sizeof bad, fmt, 2u, with, ""); /* another d */
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    snprintf(bad, sizeof bad, fmt, 3u, with, ",\"factors\":false"); /* the bias model */
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    snprintf(with, sizeof with, "\"base_job\":%lld,\"base_factors\":true,", (long long)base_f);
+    snprintf(bad, sizeof bad, fmt, 3u, with, ""); /* the base's column 0 is a factor */
+    expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+}
+
 /* A job that asks for compact releases ("release_encoding", docs/protocol.md): every release, the first and the ones
  * its rounds publish, also after a restart, is format 2 in that encoding, signed like the others; the job view names
  * the encoding; an unknown encoding is refused. */
@@ -2014,6 +2100,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agg_job_round_finalizes_once_at_min_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_starts_from_its_biases, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_takes_its_factors_with_base_factors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_with_compact_releases_publishes_them_signed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_with_release_uncertainty_publishes_the_column_signed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),

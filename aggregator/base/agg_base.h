@@ -42,6 +42,9 @@ typedef struct agg_job {
     /* The job's base (spec field "base_job", 0: none): a finished job whose last release's global mean and item
      * biases release 1 starts from (docs/protocol.md, "Jobs built on another"), e.g. the private bias model. */
     int64_t base_job;
+    /* Spec field "base_factors" (default false; needs base_job): release 1 takes the base's factors V too, not only
+     * its mean and biases, e.g. a start from the devices that opted in to a plain job (docs/protocol.md). */
+    int base_factors;
     const struct agg_model *base; /* at creation only (initial_model): that release's model; NULL otherwise */
     /* The encoding of the job's releases (spec field "release_encoding": "f32", the default, "q16" or "q8"):
      * 0 or one of DPREC_RELEASE_ENC_* (docs/release-format.md, compact releases). Post-processing of the model. */

@@ -145,6 +145,7 @@ static cJSON *job_view(const agg_job *j, int64_t in_round, int admin) {
     cJSON_AddNumberToObject(o, "deadline", (double)j->deadline);
     cJSON_AddNumberToObject(o, "participation", j->participation);
     if (j->base_job > 0) cJSON_AddNumberToObject(o, "base_job", (double)j->base_job);
+    if (j->base_factors) cJSON_AddTrueToObject(o, "base_factors");
     if (j->release_encoding != 0) cJSON_AddStringToObject(o, "release_encoding", agg_release_encoding_name(j->release_encoding));
     if (j->release_uncertainty) cJSON_AddBoolToObject(o, "release_uncertainty", 1);
     add_rule(o, j);
@@ -477,6 +478,14 @@ static int rule_into_spec(cJSON *o, agg_job *s, cJSON *record, const cJSON *para
     return ok ? 0 : -1;
 }
 
+/* base_factors: whether a base release's column 0 is the users' own bias (1 for every item), which the jobs that take
+ * factors (dpals; gauss-gd with params.user_bias) pin; a base whose column 0 is a factor would lose it to the pin. */
+static int base_column0_is_bias(const agg_model *base) {
+    for (uint32_t j = 0; j < base->m; j++)
+        if (base->v[(size_t)j * base->d] != 1.0f) return 0;
+    return 1;
+}
+
 static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_agg_response *resp,
                              const req_ctx *ctx) {
     cJSON *o = agg_parse_object(req, 0);
@@ -526,6 +535,11 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     else if (cJSON_GetObjectItemCaseSensitive(o, "base_job") != NULL &&
              get_int(o, "base_job", 1, INT64_MAX, &s.base_job) != 1)
         snprintf(err, sizeof err, "base_job must be a job id");
+    else if (cJSON_GetObjectItemCaseSensitive(o, "base_factors") != NULL &&
+             !cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(o, "base_factors")))
+        snprintf(err, sizeof err, "base_factors must be true or false");
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "base_factors")) && s.base_job <= 0)
+        snprintf(err, sizeof err, "base_factors needs base_job (the job whose factors release 1 takes)");
     else if (cJSON_GetObjectItemCaseSensitive(o, "release_encoding") != NULL &&
              (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "release_encoding")) ||
               agg_release_encoding_parse(cJSON_GetObjectItemCaseSensitive(o, "release_encoding")->valuestring,
@@ -538,6 +552,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         snprintf(err, sizeof err,
                  "protocol %s does not compute its items' uncertainty (release_uncertainty: dpals, gauss-gd)", s.proto->name);
     if (err[0] == '\0') s.release_uncertainty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty"));
+    if (err[0] == '\0') s.base_factors = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "base_factors"));
     if (err[0] == '\0') {
         s.d = (uint32_t)d;
         s.m = (uint32_t)m;
@@ -593,6 +608,17 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         else if (agg_release_get(a, s.base_job, 0, &rel, &rel_len) != 1 ||
                  agg_release_to_model(rel, rel_len, &base) != 0 || base.bias == NULL || base.m != s.m)
             snprintf(err, sizeof err, "base_job %lld: its last release could not be read", (long long)s.base_job);
+        else if (s.base_factors && (base.d != s.d || base.v == NULL))
+            snprintf(err, sizeof err, "base_job %lld has d = %u, the job %u: base_factors takes its factors as they are",
+                     (long long)s.base_job, base.d, s.d);
+        else if (s.base_factors && !base_column0_is_bias(&base))
+            snprintf(err, sizeof err, "base_job %lld: its column 0 is not the users' own bias (1 for every item, as plain's "
+                     "params.user_bias gives), which the jobs that take factors pin", (long long)s.base_job);
+        else if (base.unc == NULL && agg_job_model(&b) == DPREC_MODEL_NONE && agg_model_unc_exact(&base) != 0)
+            snprintf(err, sizeof err, "out of memory");
+        else if (s.base_factors && s.release_uncertainty && base.unc == NULL)
+            snprintf(err, sizeof err, "base_job %lld (%s): no uncertainty column, so its factors' noise is unknown; "
+                     "create it with release_uncertainty", (long long)s.base_job, b.proto->name);
         free(rel);
         if (got == 1) agg_job_free(&b);
     }

@@ -20,17 +20,22 @@
 #include "dprec/privacy.h"
 
 /* A release-1 model: V uniform in [-scale, scale) from the public seed (splitmix64; not privacy noise), item
- * biases 0 and global mean mu, or, for a job with a base, the base's item biases and global mean
- * (aggregator/protocols/plain.c). 0 or -1. */
+ * biases 0 and global mean mu, or, for a job with a base, the base's item biases and global mean, and with
+ * base_factors its V as well (aggregator/protocols/plain.c). 0 or -1. */
 int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu, agg_model *out, char *err,
                      size_t errcap);
 /* Release 1's uncertainty column (docs/release-format.md) into out->unc, flags into out->unc_flags: the biases 0 with
- * no noise (a device keeps them, and they are 0), or a base job's biases with that release's own column; the factors
+ * no noise (a device keeps them, and they are 0), or a base job's biases with that release's own column (and with
+ * base_factors its factors' too); else the factors
  * the public random draw of agg_model_random, noise of sd factor_sd (uniform on [-s, s): s / sqrt(3)) with nothing of
  * the items in it (gain 0: a device keeps none of it); factor_sd 0: no factors to shrink (code 0). 0, or -1 out of
  * memory (out freed, err set). */
 int agg_model_unc_release1(const agg_job *job, uint8_t flags, double factor_sd, agg_model *out, char *err,
                            size_t errcap);
+/* The column of a release without privacy noise (a plain job's, read as a base): every item's bias and factors with
+ * noise 0 and gain 1, spread not measured (docs/release-format.md, "Format 3"), so that a job built on it carries the
+ * base's values whole through its rounds' columns. Replaces nothing: x->unc must be NULL. 0, or -1 out of memory. */
+int agg_model_unc_exact(agg_model *x);
 
 /* How far k reports move one round of a job, whatever their devices sent: the bounds its global step enforces (issue 36;
  * docs/privacy.md "Poisoning", which derives each). A field that is NAN states no bound (the page says why). */

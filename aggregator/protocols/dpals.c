@@ -301,6 +301,10 @@ static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *e
         snprintf(err, errcap, "dpals needs a budget with delta > 0");
         return -1;
     }
+    if (shape->base_factors && (!p.factors || shape->d < 2)) { /* the bias model keeps V's factor columns at 0 */
+        snprintf(err, errcap, "base_factors needs factors to start: the bias model (params.factors false, or d = 1) has none");
+        return -1;
+    }
     if (p.has_mu && !(p.mu >= shape->rating_min && p.mu <= shape->rating_max)) {
         snprintf(err, errcap, "params.mu must be within the rating scale");
         return -1;

@@ -234,7 +234,21 @@ int agg_model_random(const agg_job *job, uint64_t seed, double scale, double mu,
     if (job->base != NULL && job->base->m == job->m) { /* a job built on another starts from its biases */
         out->mu = job->base->mu;
         if (job->base->bias != NULL) memcpy(out->bias, job->base->bias, sizeof(float) * job->m);
+        if (job->base_factors && job->base->v != NULL && job->base->d == job->d) /* and its factors (checked at creation) */
+            memcpy(out->v, job->base->v, sizeof(float) * (size_t)job->m * job->d);
     }
+    return 0;
+}
+
+int agg_model_unc_exact(agg_model *x) {
+    x->unc = malloc((size_t)x->m * DPREC_RELEASE_UNCERTAINTY_WIDTH);
+    if (x->unc == NULL) return -1;
+    for (size_t j = 0; j < x->m; j++) {
+        unsigned char *u = x->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[0] = u[2] = u[3] = u[5] = 0u; /* no noise (keep all), spread not measured */
+        u[1] = u[4] = dprec_uncertainty_gain_code(1.0);
+    }
+    x->unc_flags = 0u;
     return 0;
 }
 
@@ -252,7 +266,7 @@ int agg_model_unc_release1(const agg_job *job, uint8_t flags, double factor_sd, 
         unsigned char *u = out->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
         u[3] = factor_code;
         if (job->base != NULL && job->base->m == job->m && job->base->unc != NULL) /* the base's biases, its column */
-            memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, 3);
+            memcpy(u, job->base->unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH, job->base_factors ? 6 : 3);
     }
     return 0;
 }

@@ -214,6 +214,7 @@ void agg_store_job_spec_fields(const char *spec, agg_job *out) {
     const cJSON *re = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "release_encoding") : NULL;
     if (cJSON_IsString(re)) (void)agg_release_encoding_parse(re->valuestring, &out->release_encoding);
     out->release_uncertainty = sj != NULL && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sj, "release_uncertainty"));
+    out->base_factors = sj != NULL && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sj, "base_factors"));
     /* the population rule's record, as the request layer stored it in the spec (NULL also when out of memory: the
      * record is what the view shows, the job's d and rounds are its own columns) */
     const cJSON *ru = sj != NULL ? cJSON_GetObjectItemCaseSensitive(sj, "population_rule") : NULL;

@@ -90,7 +90,7 @@ extern const agg_store_engine agg_store_engine_sqlite;     /* state/sqlite/ */
 
 /* ---- what the engines share (agg_store.c) -------------------------------------------------------------------- */
 
-/* The fields a job row keeps in its spec's JSON text (base_job, release_encoding, release_uncertainty,
+/* The fields a job row keeps in its spec's JSON text (base_job, base_factors, release_encoding, release_uncertainty,
  * population_rule's record, malloc'd into out->rule) into *out; spec may be NULL. */
 void agg_store_job_spec_fields(const char *spec, agg_job *out);
 /* A round's list made room for n reports (emptied first). 0 or -1. */
