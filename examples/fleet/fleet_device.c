@@ -105,6 +105,16 @@ static int device_load(fleet *f, uint32_t u) {
         fleet_proto_base_model()->device(&bcom, d, ntrain, &bc);
         if (bc.max_report_bytes > cfg.max_report_bytes) cfg.max_report_bytes = bc.max_report_bytes;
     }
+    /* --opt-in: the device's own coin, from the seed on a stream of its own, never from its ratings */
+    uint64_t coin = (o->c.seed ^ 0x6f70742d696e2121ull) + 0x9e3779b97f4a7c15ull * ((uint64_t)u + 1u); /* "opt-in!!" */
+    dv->opted_in = o->opt_in > 0 && (double)(fleet_rand_next(&coin) >> 11) * 0x1p-53 < o->opt_in;
+    if (dv->opted_in) { /* its app opts it in to the plain job: allow_non_private, and room for that report */
+        dprec_config pc = cfg;
+        fleet_common pcom = o->c;
+        fleet_proto_find("plain")->device(&pcom, d, ntrain, &pc);
+        cfg.allow_non_private = 1;
+        if (pc.max_report_bytes > cfg.max_report_bytes) cfg.max_report_bytes = pc.max_report_bytes;
+    }
     if (o->store_dir != NULL) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%s/user-%u", o->store_dir, u);
@@ -298,8 +308,12 @@ static void *worker_main(void *arg) {
         } else if (!dv->failed && !dv->absent) {
             const dprec_transport *t = w->poison_t.request != NULL ? &w->poison_t
                                        : w->audit_t.request != NULL ? &w->audit_t : &w->t;
-            if (f->phase == 1) device_sync(f, (uint32_t)u, t, w->relay);
-            else device_eval(f, (uint32_t)u);
+            if (f->phase == 1) {
+                if (f->optin_only ? dv->opted_in : !(f->optin_spent && dv->opted_in)) /* see fleet.optin_only */
+                    device_sync(f, (uint32_t)u, t, w->relay);
+            } else {
+                device_eval(f, (uint32_t)u);
+            }
         }
         uint64_t done = atomic_fetch_add(&f->done, 1) + 1;
         if (w->index == 0 && !f->o->quiet && fleet_now_s() - last >= 2.0) {
@@ -328,14 +342,23 @@ void fleet_run_phase(fleet *f, int phase, const char *name, worker *ws, unsigned
 
 double fleet_evaluate(fleet *f, worker *ws, unsigned nthreads, size_t ntest) {
     fleet_run_phase(f, 2, "evaluating", ws, nthreads);
-    double sse = 0, sae = 0;
-    for (uint32_t u = 0; u < f->data.num_users; u++) /* in device order: the same sum for any --threads */
-        if (!f->dev[u].failed) sse += f->dev[u].sse, sae += f->dev[u].sae;
-    size_t n = 0;
-    for (uint32_t u = 0; u < f->data.num_users; u++)
-        if (!f->dev[u].failed) n += f->data.off[u + 1] - f->data.off[u] - f->data.ntrain[u];
+    /* in device order: the same sum for any --threads. With --opt-in the figure is the devices' that did not opt in
+     * (the job's guarantee is theirs; the opt-in devices' own ratings trained the start), and f->rmse_all everyone's */
+    double sse = 0, sae = 0, sse_all = 0;
+    size_t n = 0, n_all = 0;
+    for (uint32_t u = 0; u < f->data.num_users; u++) {
+        if (f->dev[u].failed) continue;
+        size_t nt = f->data.off[u + 1] - f->data.off[u] - f->data.ntrain[u];
+        sse_all += f->dev[u].sse;
+        n_all += nt;
+        if (f->dev[u].opted_in) continue;
+        sse += f->dev[u].sse;
+        sae += f->dev[u].sae;
+        n += nt;
+    }
     (void)ntest;
     f->mae = n ? sae / (double)n : NAN;
+    f->rmse_all = n_all ? sqrt(sse_all / (double)n_all) : NAN;
     return n ? sqrt(sse / (double)n) : NAN;
 }
 
@@ -355,6 +378,7 @@ void fleet_free_devices(fleet *f) {
  * (a comparison job runs on fresh devices, as another deployment of the same users would). 0 or -1. */
 int fleet_load_devices(fleet *f, worker *ws, unsigned nthreads, int announce) {
     fleet_free_devices(f);
+    f->optin_spent = 0; /* fresh devices, fresh ledgers */
     atomic_store(&f->errors, 0);
     f->first_error[0] = '\0';
     double t0 = fleet_now_s();

@@ -130,9 +130,29 @@ int main(int argc, char **argv) {
         if (fleet_run_base(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
         fleet_print_base(&o, &base_res);
     }
+    if (o.opt_in > 0) { /* the opt-in devices' plain job first: the main job's start */
+        for (uint32_t u = 0; u < f.data.num_users; u++) f.opted_in += f.dev[u].opted_in != 0;
+        if (f.opted_in == 0) {
+            fprintf(stderr, "dprec-fleet: --opt-in %g: no device of %u opted in; a larger share, or more devices\n",
+                    o.opt_in, f.data.num_users);
+            goto out;
+        }
+        if (fleet_run_optin(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
+        printf("opt-in: %u of %u devices opted in (each by a coin of probability %g from the seed) and shared their "
+               "ratings in job %llu (plain, %u rounds, no privacy for them; they sit out the private job, whose reports "
+               "their ledgers' unbounded charge now refuses); the %u others sent it nothing: their test RMSE on its "
+               "release %.4f (over every device %.4f)\n", f.opted_in, f.data.num_users, o.opt_in,
+               (unsigned long long)o.base_job, base_res.rounds, f.data.num_users - f.opted_in, base_res.rmse, f.rmse_all);
+    }
     if (fleet_run_job(&f, ws, nthreads, fleet_token, 1, base.global_rmse, base.item_rmse, base.user_rmse,
                       &main_res) != 0) goto out;
     unsigned long long failures = main_res.failures + base_res.failures;
+    if (o.opt_in > 0)
+        printf("opt-in: every test RMSE of the jobs (their rounds, the comparisons, the final line) is the %u devices' "
+               "that did not opt in, whose guarantee is job %llu's alone (its start does not depend on their data); "
+               "over every device %.4f; the baselines are every device's; the %u opt-in devices have no guarantee "
+               "(they sent their ratings in job %llu)\n", f.data.num_users - f.opted_in, (unsigned long long)f.job,
+               f.rmse_all, f.opted_in, (unsigned long long)o.base_job);
     if (o.bias_base > 0) { /* the user's guarantee is both jobs' (basic composition, as each device's ledger adds them) */
         main_res.epsilon += base_res.epsilon;
         main_res.delta += base_res.delta;

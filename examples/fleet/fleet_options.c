@@ -96,6 +96,12 @@ static const char help_head[] =
     "                           then run the job from its item biases (base_job) at the rest; the guarantee is\n"
     "                           the two jobs' sum, and the bias job trusts the aggregator (joint DP), whatever\n"
     "                           the protocol's own model (ldp-gd, ldp-gddr, ldp-rr, gauss-gd)\n"
+    "  --opt-in F               the share F (0 < F < 1) of devices opts in to sharing its ratings (each by a coin\n"
+    "                           from --seed, never from its data; the app sets allow_non_private): a plain job runs\n"
+    "                           among them alone, then the job (dpals, at --rank, without the population rule)\n"
+    "                           starts from its model on every device (base_job with base_factors). The figures\n"
+    "                           are the other devices' test RMSE, whose guarantee is the job's; the opt-in devices\n"
+    "                           have none (docs/results.md \"An opt-in start\")\n"
     "\n";
 
 static const char help_tail[] =
@@ -266,6 +272,11 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             if (fleet_parse_double(v, &o->bias_base) || !(o->bias_base > 0.0 && o->bias_base < 1.0))
                 return fleet_flag_error("--bias-base must be in (0, 1):", v);
         }
+        else if (strcmp(a, "--opt-in") == 0) {
+            NEED_VALUE();
+            if (fleet_parse_double(v, &o->opt_in) || !(o->opt_in > 0.0 && o->opt_in < 1.0))
+                return fleet_flag_error("--opt-in must be in (0, 1):", v);
+        }
         else if (strcmp(a, "--audit-canaries") == 0) {
             NEED_VALUE();
             if (fleet_parse_uint(v, 2, 1000000, &o->audit_canaries)) return fleet_flag_error("--audit-canaries must be in 2..1000000:", v);
@@ -421,6 +432,13 @@ int fleet_parse_args(int argc, char **argv, options *o) {
     }
     o->total_epsilon = o->c.epsilon;
     o->total_delta = o->c.delta;
+    if (o->opt_in > 0) { /* a start from the opt-in devices' plain model: a job that takes its factors */
+        if (strcmp(o->proto->name, "dpals") != 0)
+            return fleet_flag_error("--opt-in: the job must take the start's factors: --protocol dpals, not", o->proto->name);
+        if (o->bias_base > 0 || o->c.secure_agg || o->c.malicious > 0 || o->audit_canaries > 0 || o->audit_two_world > 0)
+            return fleet_flag_error("--opt-in", "not with --bias-base, --secure-agg, --malicious or an audit");
+        o->c.rank_set = 1; /* the start has factors: d = --rank, no population rule (it plans a start from zero) */
+    }
     if (o->bias_base > 0) {
         if (!fleet_proto_takes_bias_base(o->proto)) {
             char names[128] = "";

@@ -44,7 +44,7 @@ void fleet_print_job(const fleet *f, unsigned nthreads, int main_job) {
                nthreads);
         if (o->proto->describe != NULL) o->proto->describe(&o->c, &f->data);
     } else if (!o->quiet) {
-        fprintf(stderr, "%s: job %llu: protocol %s, d = %u, %u rounds\n", o->c.base_model ? "base" : o->audit_two_world > 0 ? "audit run" : "compare",
+        fprintf(stderr, "%s: job %llu: protocol %s, d = %u, %u rounds\n", o->c.base_model ? "base" : f->optin_only ? "opt-in" : o->audit_two_world > 0 ? "audit run" : "compare",
                 (unsigned long long)f->job, o->proto->name, o->c.rank, o->c.rounds);
     }
 }

@@ -111,8 +111,9 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         spec[sizeof spec - 1] = '\0';
     }
     if (main_job && o->base_job > 0 && spec[0] == '{') { /* --bias-base: the job starts from the base's biases */
-        static char with[sizeof spec + 64];
-        snprintf(with, sizeof with, "{\"base_job\":%llu,%s", (unsigned long long)o->base_job, spec + 1);
+        static char with[sizeof spec + 64];        /* --opt-in: and its factors */
+        snprintf(with, sizeof with, "{\"base_job\":%llu,%s%s", (unsigned long long)o->base_job,
+                 o->base_factors ? "\"base_factors\":true," : "", spec + 1);
         memcpy(spec, with, sizeof spec - 1);
         spec[sizeof spec - 1] = '\0';
     }
@@ -381,6 +382,34 @@ out:
     if (hooks != NULL) hooks->job_end();
     for (unsigned i = 0; i < nthreads; i++) ws[i].relay = NULL;
     return ok;
+}
+
+/* --opt-in: the plain job among the devices that opted in (their apps set allow_non_private; every other device
+ * sends nothing to it), at the main job's d with the users' own bias in column 0 (plain's spec); the main job then
+ * names it as base_job with base_factors. *res gets its outcome, its RMSE the other devices' on its release; 0, or -1
+ * (printed). */
+int fleet_run_optin(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res) {
+    options *o = f->o;
+    const fleet_proto *main_proto = o->proto, *pp = fleet_proto_find("plain");
+    fleet_common main_c = o->c;
+    o->proto = pp;
+    o->c.rounds = FLEET_DEFAULT_ROUNDS;
+    o->c.rounds_set = 0;
+    o->c.lambda = -1;
+    int rc = fleet_finish_proto(pp, &o->c);
+    o->c.rank = main_c.rank;
+    f->optin_only = 1;
+    if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, res);
+    else fprintf(stderr, "dprec-fleet: --opt-in: the plain job's defaults do not fit this run\n");
+    f->optin_only = 0;
+    if (rc == 0) {
+        o->base_job = f->job;
+        o->base_factors = 1;
+        f->optin_spent = 1;
+    }
+    o->proto = main_proto;
+    o->c = main_c;
+    return rc == 0 ? 0 : -1;
 }
 
 /* --bias-base: the private bias model at the main job's d (the base model's job with params.factors false) on the

@@ -67,6 +67,10 @@ typedef struct options {
      * main job's share) */
     double bias_base, base_epsilon, base_delta, total_epsilon, total_delta;
     uint64_t base_job; /* the finished base job the main job names as base_job (0: none) */
+    int base_factors;  /* the main job takes the base's factors too ("base_factors": --opt-in's start) */
+    /* --opt-in F (0: none): the share of devices that opt in to sharing their ratings (a plain job among them alone,
+     * the main job's start); fleet_device.c draws each device's choice from the seed, never from its data */
+    double opt_in;
     /* --audit-canaries N (0: no audit), --audit-confidence C, --audit-two-world T (fleet_audit.c) */
     unsigned audit_canaries, audit_two_world;
     double audit_confidence;
@@ -90,6 +94,7 @@ typedef struct device {
     double sae;       /* absolute error (the MAE: seed 004's metric compares it with the non-private model's) */
     int failed;       /* a permanent error: the device is out of the fleet */
     int absent;       /* --audit-canaries: a canary whose coin kept it out of the run (no client) */
+    int opted_in;     /* --opt-in: the device shares its ratings in the opt-in job (its app set allow_non_private) */
     unsigned char *token; /* --registration token: its enrollment token (fleet_enroll.c), malloc'd; else NULL */
     size_t token_len;
 } device;
@@ -109,6 +114,11 @@ typedef struct fleet {
     double mae; /* the last evaluation's mean absolute error */
     double load_seconds; /* the last fleet_load_devices's */
     int phase; /* 0 load, 1 sync, 2 evaluate */
+    int optin_only; /* --opt-in's job: only the opted-in devices sync (the others' apps never join a plain job) */
+    int optin_spent; /* after it, until the devices are loaded afresh: the opted-in devices sit the jobs out (their
+                      * ledgers hold the plain job's unbounded charge, past every cap: their SDK refuses a report) */
+    uint32_t opted_in; /* --opt-in: how many devices opted in */
+    double rmse_all;   /* --opt-in: the last evaluation over every device (fleet_evaluate's figure leaves them out) */
     int secure_step; /* a secure round's pass: 0 advertise, 1 share, 2 mask, 3 consistency, 4 unmask (-1: not secure) */
     unsigned round;  /* the round being run */
     char first_error[512];
@@ -197,6 +207,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
                   double um, job_result *res);
 /* --bias-base: the private bias model's job on the same devices, at its share of the budget. 0, or -1 (printed). */
 int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res);
+int fleet_run_optin(fleet *f, worker *ws, unsigned nthreads, const char *token, job_result *res);
 
 /* ---- fleet_poison.c: --malicious ------------------------------------------------------------------------------ */
 
