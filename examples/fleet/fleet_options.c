@@ -437,7 +437,7 @@ int fleet_parse_args(int argc, char **argv, options *o) {
             return fleet_flag_error("--opt-in: the job must take the start's factors: --protocol dpals, not", o->proto->name);
         if (o->bias_base > 0 || o->c.secure_agg || o->c.malicious > 0 || o->audit_canaries > 0 || o->audit_two_world > 0)
             return fleet_flag_error("--opt-in", "not with --bias-base, --secure-agg, --malicious or an audit");
-        o->c.rank_set = 1; /* the start has factors: d = --rank, no population rule (it plans a start from zero) */
+        o->c.factor_start = 1; /* the start has factors: d = --rank, no population rule (it plans a start from zero) */
     }
     if (o->bias_base > 0) {
         if (!fleet_proto_takes_bias_base(o->proto)) {

@@ -20,6 +20,7 @@
 typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
+    int factor_start; /* --opt-in: the job starts from another job's factors, so no population rule (it plans from zero) */
     double lambda;          /* --lambda, or -1: the protocol's default (its finish sets it) */
     /* --device-lambda-per-rating W (a device with n ratings uses cfg.lambda = W n; 0: off), or -1: the protocol's
      * default (its finish may set it; else FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING, or 0 with device_lambda_fixed) */

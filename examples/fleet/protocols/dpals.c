@@ -171,14 +171,15 @@ static void bias_ridge(fleet_common *o, double fixed) {
  * again if the rule chooses factors. */
 static void dpals_population(fleet_common *o, const fleet_data *d) {
     if (o->base_model) return;
-    if (o->rank_set || o->rounds_set) {
+    if (o->rank_set || o->rounds_set || o->factor_start) {
         if (o->rank == 1) {
             if (!o->rounds_set) o->rounds = 2;
             bias_ridge(o, AGG_DPALS_RULE_BIAS_RIDGE);
         }
-        printf("rule: not applied: %s given (d = %u, %u rounds; the job asks no population_rule)\n",
-               o->rank_set && o->rounds_set ? "--rank and --rounds" : o->rank_set ? "--rank" : "--rounds", o->rank,
-               o->rounds);
+        printf("rule: not applied: %s (d = %u, %u rounds; the job asks no population_rule)\n",
+               o->factor_start ? "the job starts from the opt-in devices' factors (--opt-in)"
+               : o->rank_set && o->rounds_set ? "--rank and --rounds given" : o->rank_set ? "--rank given" : "--rounds given",
+               o->rank, o->rounds);
         return;
     }
     /* N: the fleet's devices; a: their mean training ratings (the app's declared activity; the fleet reads it off its
