@@ -617,8 +617,28 @@ static void test_agg_a_job_built_on_another_takes_its_factors_with_base_factors(
     snprintf(with, sizeof with, "\"base_job\":%lld,\"base_factors\":true,", (long long)base);
     snprintf(bad, sizeof bad, fmt, 2u, with, ""); /* another d */
     expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
-    snprintf(bad, sizeof bad, fmt, 3u, with, ",\"factors\":false"); /* the bias model */
+    snprintf(bad, sizeof bad, fmt, 3u, with, ",\"factors\":false"); /* biases only, without residual targets */
     expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");
+    /* the start's factors kept, its biases corrected (params.factors false, residual targets): release 1 is the start */
+    snprintf(spec, sizeof spec, fmt, 3u, with, ",\"factors\":false,\"residual\":true");
+    o = call_json(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, spec, 201);
+    int64_t kept = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "job")->valuedouble;
+    cJSON_Delete(o);
+    brel = get_release(a, base, "latest", tok[0], &bl);
+    rel = get_release(a, kept, "1", tok[0], &rl);
+    assert_non_null(brel);
+    assert_non_null(rel);
+    assert_int_equal(dprec_release_check(brel, bl, &binfo), DPREC_OK);
+    assert_int_equal(dprec_release_check(rel, rl, &info), DPREC_OK);
+    for (uint32_t j = 0; j < 20; j++) {
+        float vb[3], v[3], bb = 0, b = 0;
+        assert_int_equal(dprec_release_row(brel, &binfo, j, vb, &bb), DPREC_OK);
+        assert_int_equal(dprec_release_row(rel, &info, j, v, &b), DPREC_OK);
+        assert_true(b == bb);
+        for (int c = 0; c < 3; c++) assert_true(v[c] == vb[c]);
+    }
+    free(rel);
+    free(brel);
     snprintf(with, sizeof with, "\"base_job\":%lld,\"base_factors\":true,", (long long)base_f);
     snprintf(bad, sizeof bad, fmt, 3u, with, ""); /* the base's column 0 is a factor */
     expect_error(a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad, strlen(bad), 400, "bad_field");

@@ -626,6 +626,72 @@ static void test_dpals_bias_model_at_any_d_equals_d1(void **state) {
     check_bias_model_at_d(1);
 }
 
+/* A start's factors kept (base_factors with params.factors false): the bias model's statistics correct the item biases
+ * alone, noised like the bias model's, and every factor column, with its part of the uncertainty column, is the
+ * previous release's bit for bit; the biases equal those of the same job without the factors (the statistics are
+ * d = 1's either way). */
+static void test_dpals_a_start_keeps_its_factors_when_only_the_biases_are_corrected(void **state) {
+    (void)state;
+    enum { U = 40 };
+    const char *params = "{\"max_items\":12,\"noise_multiplier\":1,\"factors\":false,\"residual\":true}";
+    agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0), jb = j;
+    j.base_factors = 1;
+    j.release_uncertainty = jb.release_uncertainty = 1;
+    char err[AGG_ERRMSG];
+    agg_model prev, prevb;
+    assert_int_equal(agg_protocol_dpals.initial_model(&jb, &prev, err, sizeof err), 0);
+    assert_int_equal(agg_protocol_dpals.initial_model(&jb, &prevb, err, sizeof err), 0);
+    uint64_t st = 11;
+    for (uint32_t it = 0; it < M; it++) { /* a start: factors, biases and a column (the factors' part its own) */
+        for (uint32_t a = 1; a < D; a++) prev.v[it * D + a] = (float)(2 * unif(&st) - 1);
+        prev.bias[it] = prevb.bias[it] = (float)(unif(&st) - 0.5);
+        unsigned char *u = prev.unc + it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[3] = (unsigned char)(1 + it), u[4] = (unsigned char)(200 + it % 50), u[5] = 7;
+    }
+    static unsigned char p[U][PMAX];
+    agg_report reps[U];
+    for (int i = 0; i < U; i++) {
+        float w[D], t[K];
+        uint32_t items[K], n;
+        random_user(&st, w, items, t, &n);
+        reps[i] = (agg_report){.device = (uint64_t)i + 1, .payload = p[i], .payload_len = payload(D, K, w, items, t, n, p[i])};
+    }
+    for (int noisy = 0; noisy < 2; noisy++) {
+        agg_model next, nextb;
+        dprec_rng r1, r2;
+        assert_int_equal(dprec_rng_init(&r1, NULL, (const unsigned char *)"kept-factors", 12, "test"), DPREC_OK);
+        assert_int_equal(dprec_rng_init(&r2, NULL, (const unsigned char *)"kept-factors", 12, "test"), DPREC_OK);
+        assert_int_equal(agg_dpals_step(&j, &prev, reps, U, noisy ? &r1 : NULL, noisy, &next, err, sizeof err), 0);
+        assert_int_equal(agg_dpals_step(&jb, &prevb, reps, U, noisy ? &r2 : NULL, noisy, &nextb, err, sizeof err), 0);
+        double moved = 0;
+        for (uint32_t it = 0; it < M; it++) {
+            assert_true(next.v[it * D] == 1.0f);
+            for (uint32_t a = 1; a < D; a++) assert_true(next.v[it * D + a] == prev.v[it * D + a]); /* kept */
+            for (uint32_t a = 1; a < D; a++) assert_true(nextb.v[it * D + a] == 0.0f);              /* the bias model */
+            assert_true(next.bias[it] == nextb.bias[it]);
+            moved += fabs((double)next.bias[it] - (double)prev.bias[it]);
+            const unsigned char *u = next.unc + it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            const unsigned char *ub = nextb.unc + it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+            assert_memory_equal(u + 3, prev.unc + it * DPREC_RELEASE_UNCERTAINTY_WIDTH + 3, 3); /* the start's */
+            assert_memory_equal(u, ub, 3); /* the biases' part: the bias model's */
+        }
+        assert_true(moved > 0.01); /* the biases were corrected */
+        agg_model_free(&next);
+        agg_model_free(&nextb);
+    }
+    agg_model_free(&prev);
+    agg_model_free(&prevb);
+    /* without residual targets the kept factors would not enter the targets: refused */
+    const char *bp = "{\"max_items\":12,\"factors\":false,\"residual\":false}";
+    agg_job bad = make_job(bp, M, D, 1, 1e-6, 3, 1.0);
+    cJSON *bj = cJSON_Parse(bp);
+    assert_int_equal(agg_protocol_dpals.validate_job(&bad, bj, err, sizeof err), 0); /* the bias model: fine */
+    bad.base_factors = 1;
+    assert_int_not_equal(agg_protocol_dpals.validate_job(&bad, bj, err, sizeof err), 0);
+    assert_non_null(strstr(err, "residual"));
+    cJSON_Delete(bj);
+}
+
 /* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
  * any other shape is refused, and padding adds nothing. */
 static void test_dpals_reports_are_padded_and_padding_adds_nothing(void **state) {
@@ -750,6 +816,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_reweighted_without_noise_equals_weighted_als),
         cmocka_unit_test(test_dpals_residual_without_noise_equals_ridge_toward_the_release),
         cmocka_unit_test(test_dpals_bias_model_at_any_d_equals_d1),
+        cmocka_unit_test(test_dpals_a_start_keeps_its_factors_when_only_the_biases_are_corrected),
         cmocka_unit_test(test_dpals_reports_are_padded_and_padding_adds_nothing),
         cmocka_unit_test(test_dpals_job_validation_refuses_bad_params),
         cmocka_unit_test(test_dpals_features_and_clamp),

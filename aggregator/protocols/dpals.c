@@ -37,7 +37,10 @@
  * With params.factors false (default true) the job is the private bias model at the job's d: the statistics are
  * those of d = 1 (x = [bias_scale], whatever w a report carries; stat_d), the release's factor columns stay 0 and
  * column 0 is 1, so that devices of another protocol's d can learn the item biases its job then starts from
- * (base_job, docs/protocol.md). The sensitivity and the accounting are those of any dpals job.
+ * (base_job, docs/protocol.md). With base_factors as well (and residual targets) the factor columns are the start's,
+ * kept as they are, with their uncertainty: the job corrects the start's item biases only, for populations where a
+ * factor cannot be measured (docs/protocol.md "A start from another job's factors"). The sensitivity and the
+ * accounting are those of any dpals job.
  * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
  * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
 #include <lapacke.h>
@@ -301,8 +304,13 @@ static int dpals_validate_job(const agg_job *shape, const cJSON *params, char *e
         snprintf(err, errcap, "dpals needs a budget with delta > 0");
         return -1;
     }
-    if (shape->base_factors && (!p.factors || shape->d < 2)) { /* the bias model keeps V's factor columns at 0 */
-        snprintf(err, errcap, "base_factors needs factors to start: the bias model (params.factors false, or d = 1) has none");
+    if (shape->base_factors && shape->d < 2) { /* d = 1 has no factor column to take */
+        snprintf(err, errcap, "base_factors needs factors to start: at d = 1 there are none");
+        return -1;
+    }
+    if (shape->base_factors && !p.factors && !p.residual) { /* the kept factors predict only through the residuals */
+        snprintf(err, errcap, "base_factors with params.factors false (the start's factors kept, its biases corrected) "
+                              "needs params.residual true");
         return -1;
     }
     if (p.has_mu && !(p.mu >= shape->rating_min && p.mu <= shape->rating_max)) {
@@ -562,7 +570,7 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
         return -1;
     for (size_t j = 0; j < job->m; j++) {
         out->v[j * job->d] = 1.0f; /* pinned: the users' own bias (common/protocols/dpals.h) */
-        if (!p.factors) /* the bias model at d: no factors, so a device's u is [c_i; 0] */
+        if (!p.factors && !job->base_factors) /* the bias model at d: no factors, so a device's u is [c_i; 0] */
             for (uint32_t a = 1; a < job->d; a++) out->v[j * job->d + a] = 0.0f;
     }
     /* release 1's column (encode_uncertainty's model): the factors' noise is the public draw's, S^2 / 3 */
@@ -835,8 +843,8 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
         /* residual targets: s is the correction of the release's coefficients [f_j; b_j / bias_scale], the
          * posterior mean under the prior centred on them (the file's head) */
         for (uint32_t a = 1; a < d; a++) {
-            if (!p.factors) { /* the bias model at d: the factor columns stay 0 */
-                v[a] = 0.0f;
+            if (!p.factors) { /* the bias model at d: the factor columns stay 0, or the start's (base_factors) */
+                v[a] = job->base_factors && isfinite(pv[a]) ? pv[a] : 0.0f;
                 continue;
             }
             double c = s[a - 1u] + (p.residual ? (double)pv[a] : 0.0);
@@ -848,6 +856,10 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
     }
     free(stats);
     int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, bias_gain, bias_var, factor_gain, factor_var) : 0;
+    if (urc == 0 && bias_var != NULL && !p.factors && job->base_factors && prev->unc != NULL)
+        for (uint32_t j = 0; j < m; j++) /* the start's factors, kept as they were: their uncertainty too */
+            memcpy(next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH + 3,
+                   prev->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH + 3, 3);
     free(bias_var);
     free(factor_var);
     free(bias_gain);
