@@ -4,7 +4,11 @@
 # below the user mean, and 0.05 below the same job's round 0 from its random draw), that dpals's release 1 is that start
 # (round 0 predicts as the plain job's release did: its V, biases and a column of no noise, kept whole), that the
 # opt-in devices sat the private job out (their ledgers hold the plain job's unbounded charge) and the others' ledgers
-# are within the job's figure, and that a protocol that takes no factors is refused.
+# are within the job's figure, and that a protocol that takes no factors is refused. The population rule's test: at this
+# population no factor can be measured, so the job keeps the start's factors and corrects its biases (2 rounds), and
+# ends within 0.01 of the start (correcting the factors too, as --rank 10 does, cost 0.017 here). --malicious with
+# --opt-in: the sybils are among the opted-in devices and poison the start (plain's worst report), within plain's
+# stated bounds; a malicious share not below the opt-in share is refused.
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_opt_in.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_opt_in.cmake")
@@ -14,6 +18,9 @@ set(args --synthetic 1500,120,45000,3 --protocol dpals --epsilon 1 --in-process 
 include(${CMAKE_CURRENT_LIST_DIR}/fleet_contract.cmake)
 execute_process(COMMAND ${BIN} ${args} --opt-in 0.1 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
 fleet_run_ok()
+if(NOT out MATCHES "rule: the start's factors \\(--opt-in\\): 1350 devices that did not opt in[^\n]*: the job keeps the start's factors and corrects its item biases \\(params.factors false\\) \\(d = 10, 2 rounds\\)")
+  message(FATAL_ERROR "no rule line keeping the start's factors")
+endif()
 if(NOT out MATCHES "opt-in: ([0-9]+) of 1500 devices opted in [^\n]* the ([0-9]+) others sent it nothing: their test RMSE on its release ([0-9.]+)")
   message(FATAL_ERROR "no opt-in line")
 endif()
@@ -45,7 +52,12 @@ fleet_ledgers_within(${n_out})
 if(NOT out MATCHES "opt-in: every test RMSE of the jobs [^\n]* is the ${n_out} devices' that did not opt in")
   message(FATAL_ERROR "no line saying whose figures these are")
 endif()
-fleet_final(dpals 3 1 rmse "1e-06")
+fleet_final(dpals 2 1 rmse "1e-06")
+string(REPLACE "." "" final_i "${rmse}")
+math(EXPR worse "${final_i} - ${start_i}")
+if(worse GREATER 100)
+  message(FATAL_ERROR "the private job (${rmse}) ends more than 0.01 above its start (${start})")
+endif()
 # without the start, the same job's round 0 is the random draw's
 execute_process(COMMAND ${BIN} ${args} --rank 10 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
 fleet_run_ok()
@@ -61,4 +73,19 @@ endif()
 execute_process(COMMAND ${BIN} ${args} --protocol bias --opt-in 0.1 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
 if(NOT rc EQUAL 2 OR NOT err MATCHES "--opt-in: the job must take the start's factors")
   message(FATAL_ERROR "--opt-in with bias was not refused (exit ${rc}): ${err}")
+endif()
+# sybils among the opted-in devices poison the start, within plain's bounds (docs/privacy.md "An opt-in start")
+execute_process(COMMAND ${BIN} ${args} --opt-in 0.1 --malicious 0.01 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                TIMEOUT 600)
+fleet_run_ok()
+if(NOT out MATCHES "poisoning: 15 of 1500 devices \\(--malicious 0.01, chosen by the seed among the opted-in devices: the start\\) sent plain's worst report in job 1: [1-9]")
+  message(FATAL_ERROR "no poisoning line for the start")
+endif()
+if(NOT out MATCHES "poisoning: malicious=15 checks=[1-9] within=yes")
+  message(FATAL_ERROR "the start's poisoning was not checked within its bounds")
+endif()
+execute_process(COMMAND ${BIN} ${args} --opt-in 0.1 --malicious 0.2 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                TIMEOUT 60)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "the malicious share must be below the opt-in share")
+  message(FATAL_ERROR "--malicious 0.2 with --opt-in 0.1 was not refused (exit ${rc}): ${err}")
 endif()

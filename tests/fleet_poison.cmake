@@ -17,7 +17,7 @@ function(poison_run protocol checks)
                           --threads 2 --seed 3 --compare none --quiet --malicious 0.01
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 300)
   fleet_run_ok()
-  if(NOT out MATCHES "poisoning: 3 of 300 devices \\(--malicious 0.01, chosen by the seed\\) sent ${protocol}'s worst report: 6 reports over 2 rounds")
+  if(NOT out MATCHES "poisoning: 3 of 300 devices \\(--malicious 0.01, chosen by the seed\\) sent ${protocol}'s worst report in job [0-9]+: 6 reports over 2 rounds")
     message(FATAL_ERROR "${protocol}: 3 malicious devices did not report in both rounds")
   endif()
   foreach(what ${checks})

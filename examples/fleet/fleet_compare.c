@@ -24,6 +24,7 @@ static int run_compare(fleet *f, worker *ws, unsigned nthreads, const char *toke
     o->c.rank = FLEET_DEFAULT_RANK;
     o->c.rounds_set = o->c.rank_set = 0;
     o->c.factor_start = 0; /* a comparison starts from its own release 1, not from --opt-in's */
+    o->c.start_biases_only = 0;
     o->c.lambda = -1;
     o->c.lambda_set = 0; /* the comparison's own ridge (--lambda is the main job's) */
     o->c.device_lambda_per_rating = o->device_lambda_per_rating_given;

@@ -76,7 +76,8 @@ static const char help_head[] =
     "                           own. Each round is replayed with and without them, and the largest movement is\n"
     "                           printed against the bound docs/privacy.md \"Poisoning\" states for k devices\n"
     "                           (exit status 1 past it): plain, ldp-gd, ldp-gddr, gauss-gd, dpals, bias; not\n"
-    "                           with --secure-agg (the masked sum cannot be re-clipped)\n"
+    "                           with --secure-agg (the masked sum cannot be re-clipped). With --opt-in they are\n"
+    "                           sybils among the opted-in devices and poison the start (the plain job)\n"
     "  --audit-canaries N       an empirical privacy audit of the job in one run (docs/privacy.md \"Empirical\n"
     "                           audit\"): N canary users, each in the run with probability 1/2 by a secret coin\n"
     "                           (the fleet's seeded generator), with data as distinguishable as the protocol\n"
@@ -98,10 +99,14 @@ static const char help_head[] =
     "                           the protocol's own model (ldp-gd, ldp-gddr, ldp-rr, gauss-gd)\n"
     "  --opt-in F               the share F (0 < F < 1) of devices opts in to sharing its ratings (each by a coin\n"
     "                           from --seed, never from its data; the app sets allow_non_private): a plain job runs\n"
-    "                           among them alone, then the job (dpals, at --rank, without the population rule)\n"
-    "                           starts from its model on every device (base_job with base_factors). The figures\n"
-    "                           are the other devices' test RMSE, whose guarantee is the job's; the opt-in devices\n"
-    "                           have none (docs/results.md \"An opt-in start\")\n"
+    "                           among them alone, then the job (dpals, at --rank) starts from its model on every\n"
+    "                           device (base_job with base_factors). Where the population rule finds that the\n"
+    "                           others cannot measure a factor, the job keeps the start's factors and corrects\n"
+    "                           its item biases (params.factors false; with --rank or --rounds, the factors too).\n"
+    "                           The figures are the other devices' test RMSE, whose guarantee is the job's; the\n"
+    "                           opt-in devices have none (docs/results.md \"An opt-in start\"). With --malicious\n"
+    "                           G (G < F) that share of the devices are sybils among those that opted in,\n"
+    "                           poisoning the start\n"
     "\n";
 
 static const char help_tail[] =
@@ -435,9 +440,15 @@ int fleet_parse_args(int argc, char **argv, options *o) {
     if (o->opt_in > 0) { /* a start from the opt-in devices' plain model: a job that takes its factors */
         if (strcmp(o->proto->name, "dpals") != 0)
             return fleet_flag_error("--opt-in: the job must take the start's factors: --protocol dpals, not", o->proto->name);
-        if (o->bias_base > 0 || o->c.secure_agg || o->c.malicious > 0 || o->audit_canaries > 0 || o->audit_two_world > 0)
-            return fleet_flag_error("--opt-in", "not with --bias-base, --secure-agg, --malicious or an audit");
-        o->c.factor_start = 1; /* the start has factors: d = --rank, no population rule (it plans a start from zero) */
+        if (o->bias_base > 0 || o->c.secure_agg || o->audit_canaries > 0 || o->audit_two_world > 0)
+            return fleet_flag_error("--opt-in", "not with --bias-base, --secure-agg or an audit");
+        if (o->c.malicious >= o->opt_in) /* the malicious devices are sybils among the opted-in ones */
+            return fleet_flag_error("--opt-in with --malicious: the malicious share must be below the opt-in share (the "
+                                    "sybils are among the devices that opted in)", NULL);
+        /* the start has factors: d = --rank; the population rule's test (dpals's start_rule) says whether the job
+         * corrects them or keeps them */
+        o->c.factor_start = 1;
+        o->c.factor_start_share = o->opt_in;
     }
     if (o->bias_base > 0) {
         if (!fleet_proto_takes_bias_base(o->proto)) {

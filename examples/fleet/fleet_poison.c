@@ -143,13 +143,27 @@ int fleet_poison_start(fleet *f, worker *ws, unsigned nthreads) {
     p->k = want < 1.0 ? 1u : (want > (double)n ? n : (uint32_t)want);
     uint32_t *idx = malloc(sizeof *idx * (n > 0 ? n : 1));
     if (idx == NULL) {
+        free(p->bad), free(p->body), free(p->body_len), free(p->tx);
+        free(p);
         fprintf(stderr, "dprec-fleet: out of memory\n");
         return -1;
     }
-    for (uint32_t i = 0; i < n; i++) idx[i] = i;
+    /* with --opt-in the malicious devices are sybils that opted in (a sybil shares whatever it is asked to): drawn
+     * among the opted-in devices, which the fleet loaded before this */
+    uint32_t pool = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!(o->opt_in > 0) || f->dev[i].opted_in) idx[pool++] = i;
+    if (p->k > pool) {
+        fprintf(stderr, "dprec-fleet: --malicious %g: %u malicious devices, but only %u devices opted in; a smaller "
+                        "--malicious or a larger --opt-in\n", o->c.malicious, p->k, pool);
+        free(idx);
+        free(p->bad), free(p->body), free(p->body_len), free(p->tx);
+        free(p);
+        return -1;
+    }
     uint64_t s = o->c.seed ^ 0x6d616c6963696f75ull; /* "maliciou" */
     for (uint32_t i = 0; i < p->k; i++) {
-        uint32_t j = i + (uint32_t)(fleet_rand_next(&s) % (uint64_t)(n - i));
+        uint32_t j = i + (uint32_t)(fleet_rand_next(&s) % (uint64_t)(pool - i));
         uint32_t t = idx[i];
         idx[i] = idx[j];
         idx[j] = t;
@@ -368,9 +382,10 @@ static void print_check(const char *what, const poison_check *c) {
 int fleet_poison_print(const fleet *f) {
     const struct fleet_poison *p = f->poison;
     if (p == NULL) return 0;
-    printf("poisoning: %u of %u devices (--malicious %g, chosen by the seed) sent %s's worst report: %u reports over %u "
-           "rounds, each replayed with and without them (docs/privacy.md \"Poisoning\")\n",
-           p->k, f->data.num_users, f->o->c.malicious, f->o->proto->name, p->sent, p->rounds);
+    printf("poisoning: %u of %u devices (--malicious %g, chosen by the seed%s) sent %s's worst report in job %llu: %u "
+           "reports over %u rounds, each replayed with and without them (docs/privacy.md \"Poisoning\")\n",
+           p->k, f->data.num_users, f->o->c.malicious, f->o->opt_in > 0 ? " among the opted-in devices: the start" : "",
+           p->aj.proto != NULL ? p->aj.proto->name : f->o->proto->name, (unsigned long long)p->job, p->sent, p->rounds);
     print_check("the round's clipped statistic, its change by the malicious reports (L2; bound k x per report)", &p->stat);
     print_check("the release's change by the malicious reports (Frobenius of [V | b], the noise the same)", &p->release);
     print_check("the largest |item bias| of a published release (bound whatever every device sends)", &p->bias_abs);

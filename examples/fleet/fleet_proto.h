@@ -20,7 +20,12 @@
 typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
-    int factor_start; /* --opt-in: the job starts from another job's factors, so no population rule (it plans from zero) */
+    int factor_start; /* --opt-in: the job starts from another job's factors, so no population rule (it plans from zero);
+                       * dpals applies the rule's test to the start instead (start_biases_only) */
+    double factor_start_share; /* with factor_start: the share of the devices that made the start (they sit the job out) */
+    /* set by dpals's population hook with factor_start: the population rule finds that the job cannot measure a factor,
+     * so it keeps the start's factors and corrects its item biases only (params.factors false with base_factors) */
+    int start_biases_only;
     double lambda;          /* --lambda, or -1: the protocol's default (its finish sets it) */
     /* --device-lambda-per-rating W (a device with n ratings uses cfg.lambda = W n; 0: off), or -1: the protocol's
      * default (its finish may set it; else FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING, or 0 with device_lambda_fixed) */

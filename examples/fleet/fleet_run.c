@@ -83,6 +83,8 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
     FILE *csv = NULL;
     char csv_tmp[PATH_MAX] = "";
     int ok = -1;
+    /* --malicious poisons the main job, or with --opt-in the start: the sybils are among the opted-in devices */
+    const int poisoned = o->opt_in > 0 ? f->optin_only : main_job;
     memset(res, 0, sizeof *res);
     res->rmse = NAN;
     res->epsilon = INFINITY;
@@ -144,7 +146,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
     }
     f->scfg.job_id = f->job;
     fleet_audit_job_begin(f);
-    if (main_job && fleet_poison_job_begin(f, spec, err, sizeof err) != 0) {
+    if (poisoned && fleet_poison_job_begin(f, spec, err, sizeof err) != 0) {
         fprintf(stderr, "dprec-fleet: %s\n", err);
         goto out;
     }
@@ -378,7 +380,7 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
 out:
     cJSON_Delete(j);
     if (csv) fclose(csv);
-    if (main_job) fleet_poison_job_end(f);
+    if (poisoned) fleet_poison_job_end(f);
     if (hooks != NULL) hooks->job_end();
     for (unsigned i = 0; i < nthreads; i++) ws[i].relay = NULL;
     return ok;

@@ -115,7 +115,9 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (dp.gram_weight > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"gram_weight\":%.17g", dp.gram_weight);
     if (dp.reweight >= 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"reweight\":%s", dp.reweight ? "true" : "false");
     n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
-    if (o->base_model && o->rank > 1) /* --bias-base's job: the bias model at the devices' d (params.factors) */
+    if ((o->base_model && o->rank > 1) || o->start_biases_only) /* --bias-base's job: the bias model at the devices'
+                                                                  * d; --opt-in's where no factor can be measured:
+                                                                  * the start's factors kept (params.factors) */
         n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"factors\":false");
     if (o->secure_agg) /* an untrusted aggregator: the devices' shares make the noise (docs/privacy.md) */
         snprintf(rc + n, sizeof rc - n, ",\"aggregation\":\"secure\",\"secagg_min_survivors\":%u",
@@ -165,12 +167,51 @@ static void bias_ridge(fleet_common *o, double fixed) {
     if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
 }
 
+/* --opt-in without --rank or --rounds: the population rule's test (agg_dpals_rule_choose) for the devices that did not
+ * opt in, who make the private job. Where it would choose the bias model (a factor cannot be measured at this population
+ * and budget), the job keeps the start's factors as they are and corrects its item biases (params.factors false with
+ * base_factors), in the bias model's rounds; else it corrects the factors too, in the rule's rounds for factors. The
+ * devices fit their d coordinates on the start's factors either way: the factors' ridge (dpals_finish). */
+static void start_rule(fleet_common *o, const fleet_data *d) {
+    dpals_eff e;
+    dpals_effective(o, d, &e);
+    size_t ntrain = 0;
+    for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
+    agg_dpals_rule_in in = {0};
+    in.devices = (uint32_t)floor((double)d->num_users * (1.0 - o->factor_start_share) + 0.5);
+    in.items = d->num_items;
+    in.epsilon = o->epsilon;
+    in.delta = o->delta;
+    in.scale_width = (double)d->rating_max - (double)d->rating_min;
+    in.max_items = e.max_items;
+    in.activity = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
+    agg_dpals_rule_out r;
+    if (in.devices < 1 || agg_dpals_rule_choose(&in, &r) != 0) {
+        printf("rule: not applied: the population rule has no choice for %u devices (d = %u, %u rounds)\n", in.devices,
+               o->rank, o->rounds);
+        return;
+    }
+    o->start_biases_only = r.rank == 1;
+    o->rounds = r.rank == 1 ? r.rounds : r.factor_rounds;
+    if (r.rank > 1 && !o->device_lambda_set) o->device_lambda_per_rating = r.factor_lambda_per_rating;
+    printf("rule: the start's factors (--opt-in): %u devices that did not opt in, %u items, k = %u, %.1f ratings a device, "
+           "epsilon %g: the first factor's signal over its noise %.2f at 3 rounds (factors pay from %g): %s (d = %u, %u "
+           "rounds)\n", in.devices, in.items, in.max_items, in.activity, in.epsilon, r.snr3, AGG_DPALS_RULE_FACTORS_PAY,
+           o->start_biases_only ? "the job keeps the start's factors and corrects its item biases (params.factors false)"
+                                : "the job corrects the start's factors and biases",
+           o->rank, o->rounds);
+}
+
 /* The defaults that follow the population: d, the rounds and the devices' ridge, chosen by the aggregator's rule for the
  * job (fleet_dpals_rule_applied), unless --rank or --rounds was given: then dpals's own defaults (dpals_finish's at d > 1,
- * the bias model's at d = 1) and no rule. Until the job answers, the devices are set up for the bias model, and set up
- * again if the rule chooses factors. */
+ * the bias model's at d = 1) and no rule (with --opt-in, the rule's test on the start: start_rule). Until the job
+ * answers, the devices are set up for the bias model, and set up again if the rule chooses factors. */
 static void dpals_population(fleet_common *o, const fleet_data *d) {
     if (o->base_model) return;
+    if (o->factor_start && !o->rank_set && !o->rounds_set) {
+        start_rule(o, d);
+        return;
+    }
     if (o->rank_set || o->rounds_set || o->factor_start) {
         if (o->rank == 1) {
             if (!o->rounds_set) o->rounds = 2;
