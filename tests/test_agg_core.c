@@ -765,9 +765,16 @@ static void test_agg_a_job_with_release_uncertainty_publishes_the_column_signed(
     o = call_json(e->a, DPREC_LISTENER_ADMIN, "GET", vpath, ADMIN, NULL, 200);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")));
     cJSON_Delete(o);
+    /* plain computes it too (its values' own estimation error: a start for a private job, docs/protocol.md) */
+    const char *plain_ok = "{\"protocol\":\"plain\",\"d\":2,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,"
+                           "\"min_reports\":1,\"round_seconds\":600,\"release_uncertainty\":true}";
+    o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, plain_ok, 201);
+    cJSON_Delete(o);
     const char *bad[] = {
-        "{\"protocol\":\"plain\",\"d\":2,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":1,"
-        "\"round_seconds\":600,\"release_uncertainty\":true}",
+        /* a protocol that does not compute it */
+        "{\"protocol\":\"ldp-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":2,\"min_reports\":2,"
+        "\"round_seconds\":600,\"participation\":1.0,\"release_uncertainty\":true,\"params\":{\"k\":2,\"seed\":1},"
+        "\"budget\":{\"epsilon\":2,\"delta\":0}}",
         /* gauss-gd computes it for the aggregator's own noise, not for secure aggregation's shares */
         "{\"protocol\":\"gauss-gd\",\"d\":3,\"m\":30,\"rating_min\":1,\"rating_max\":5,\"rounds\":3,\"min_reports\":8,"
         "\"round_seconds\":600,\"release_uncertainty\":true,\"params\":{\"clip\":1,\"lr\":0.05,\"aggregation\":\"secure\","

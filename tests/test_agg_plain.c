@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "dprec/release.h"
 #include "protocols/agg_protocol.h"
 
 enum { M = 24, D = 4, HONEST = 40 };
@@ -228,6 +229,58 @@ static void test_plain_clip_params_are_validated(void **state) {
     assert_true(uc == 3.0 && beta == 0.25);
 }
 
+/* The column of a plain release (release_uncertainty; plain.c's plain_column): each rated item's bias carries the gain
+ * n_j / (n_j + lambda_b) and the noise sd sigma sqrt(n_j) / (n_j + lambda_b), sigma^2 the ratings' mean square residual
+ * on the round's new values; the factors noise 0 and gain 1 (kept whole); an item nobody rated keeps its column
+ * (release 1's: nothing of it); and the released values are those of the job without the column, bit for bit. */
+static void test_plain_column_is_each_biass_own_estimation_error(void **state) {
+    (void)state;
+    agg_job plain = make_job("{\"lambda\":0.1}"), with = plain;
+    with.release_uncertainty = 1;
+    static round_data rd;
+    make_round(&rd, 0.0f, 0);
+    agg_model a, b;
+    step(&plain, &rd, rd.n, &a);
+    step(&with, &rd, rd.n, &b);
+    assert_null(a.unc);
+    assert_non_null(b.unc);
+    assert_memory_equal(a.v, b.v, sizeof(float) * M * D);
+    assert_memory_equal(a.bias, b.bias, sizeof(float) * M);
+    /* sigma^2 and each item's raters, from the reports and the released values */
+    double sse = 0.0, cnt[M] = {0};
+    size_t total = 0;
+    for (size_t i = 0; i < rd.n; i++) {
+        const unsigned char *p = rd.rep[i].payload;
+        uint32_t n = dprec_ld32(p + 4);
+        float u[D];
+        for (int k = 0; k < D; k++) u[k] = dprec_ldf32(p + 8 + 4 * k);
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t j = dprec_ld32(p + 8 + 4 * D + 8 * k);
+            double e = (double)dprec_ldf32(p + 8 + 4 * D + 8 * k + 4) - (double)b.mu - (double)b.bias[j];
+            for (int c = 0; c < D; c++) e -= (double)u[c] * (double)b.v[j * D + c];
+            sse += e * e;
+            cnt[j] += 1.0;
+            total++;
+        }
+    }
+    const double sigma2 = sse / (double)total, lb = 5.0; /* lambda_b: plain's default */
+    for (uint32_t j = 0; j < M; j++) {
+        const unsigned char *c = b.unc + j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        if (cnt[j] == 0.0) { /* items 0 and 1: release 1's column, nothing of the item */
+            assert_true(c[0] == 0 && c[1] == 0);
+        } else {
+            double want_sd = sqrt(sigma2 * cnt[j]) / (cnt[j] + lb), got_sd = dprec_uncertainty_sd(c[0]);
+            assert_true(fabs(got_sd / want_sd - 1.0) < 0.05); /* the code's log step */
+            assert_int_equal(c[1], dprec_uncertainty_gain_code(cnt[j] / (cnt[j] + lb)));
+            assert_true(c[2] == b.unc[2]); /* one spread for the release */
+        }
+        assert_true(c[3] == 0 && c[5] == 0 && c[4] == dprec_uncertainty_gain_code(1.0)); /* the factors: kept */
+    }
+    assert_true(cnt[0] == 0.0 && cnt[1] == 0.0 && cnt[5] > 10.0);
+    agg_model_free(&a);
+    agg_model_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_one_device_reporting_flt_max_moves_no_item_bias_past_the_bound),
@@ -235,6 +288,7 @@ int main(void) {
         cmocka_unit_test(test_plain_honest_round_is_unchanged_by_the_default_clips),
         cmocka_unit_test(test_plain_u_is_clipped_to_u_clip_and_an_honest_u_is_untouched),
         cmocka_unit_test(test_plain_clip_params_are_validated),
+        cmocka_unit_test(test_plain_column_is_each_biass_own_estimation_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -550,7 +550,7 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
         snprintf(err, sizeof err, "release_uncertainty must be true or false");
     else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")) && !s.proto->releases_uncertainty)
         snprintf(err, sizeof err,
-                 "protocol %s does not compute its items' uncertainty (release_uncertainty: dpals, gauss-gd)", s.proto->name);
+                 "protocol %s does not compute its items' uncertainty (release_uncertainty: dpals, gauss-gd, plain)", s.proto->name);
     if (err[0] == '\0') s.release_uncertainty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty"));
     if (err[0] == '\0') s.base_factors = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "base_factors"));
     if (err[0] == '\0') {

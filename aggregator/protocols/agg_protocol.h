@@ -36,6 +36,10 @@ int agg_model_unc_release1(const agg_job *job, uint8_t flags, double factor_sd, 
  * noise 0 and gain 1, spread not measured (docs/release-format.md, "Format 3"), so that a job built on it carries the
  * base's values whole through its rounds' columns. Replaces nothing: x->unc must be NULL. 0, or -1 out of memory. */
 int agg_model_unc_exact(agg_model *x);
+/* The spread T^2 of the items' true values around 0 from m released values (x2: their squares), each x_j = a_j t_j +
+ * n_j with gain a_j and noise variance N_j, by parametric empirical Bayes with a two-standard-error margin
+ * (aggregator/protocols/plain.c); 0 when the release shows no spread beyond its noise. */
+double agg_model_unc_spread2(const double *x2, const double *gain, const double *noise, uint32_t m);
 
 /* How far k reports move one round of a job, whatever their devices sent: the bounds its global step enforces (issue 36;
  * docs/privacy.md "Poisoning", which derives each). A field that is NAN states no bound (the page says why). */

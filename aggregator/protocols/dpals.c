@@ -581,26 +581,6 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
     return 0;
 }
 
-/* The spread T of the items' true values around 0 (their prior, as the release shows it), by the method of moments
- * of parametric empirical Bayes (Efron and Morris, "Stein's estimation rule and its competitors", JASA 1973; Morris,
- * "Parametric empirical Bayes inference", JASA 1983): each released value is x_j = a_j t_j + n_j (encode_uncertainty),
- * so E[x_j^2] = a_j^2 T^2 + N_j over items whose true values t_j spread as N(0, T^2), and
- *     T^2 = max(0, sum_j (x_j^2 - N_j) - 2 sqrt(sum_j 2 N_j^2)) / sum_j a_j^2,
- * items that carry little of their truth (a_j near 0) weighing little. The two standard errors of the sum under "no
- * spread" (x_j^2 has variance 2 N_j^2 when x_j ~ N(0, N_j); one-sided, about 2.3%) keep a release of noise over a few
- * hundred items from showing a spread by chance, as it otherwise does half the time: conservative, it shrinks a little
- * more, never less. Every input is released (x_j) or published with it: post-processing. */
-static double eb_spread2(const double *x2, const double *gain, const double *noise, uint32_t m) {
-    double num = 0.0, den = 0.0, var0 = 0.0;
-    for (uint32_t j = 0; j < m; j++) {
-        num += x2[j] - noise[j];
-        den += gain[j] * gain[j];
-        var0 += 2.0 * noise[j] * noise[j];
-    }
-    num -= 2.0 * sqrt(var0);
-    return den > 0.0 && num > 0.0 ? num / den : 0.0;
-}
-
 /* The items' uncertainty of a dpals release (docs/privacy.md, "Release uncertainty"). Each released value is, to first
  * order, a linear function of the item's true value t and of noise independent of it, x = a t + n, Var n = N: a round
  * from x_prev gives x = (1 - f g) x_prev + f (g t + e) (agg_dpals_solve_unc, per direction; x_prev = 0 for a solve
@@ -608,7 +588,7 @@ static double eb_spread2(const double *x2, const double *gain, const double *noi
  *     a = (1 - f g) a_prev + f g,   N = (1 - f g)^2 N_prev + f^2 Var e,   Var e = tau^2 (lambda g + kappa),
  * carried from the previous release's column, per coefficient (the directions' shares). Per item, bias (bias_gain,
  * bias_noise, rating units) and the mean over the factor coordinates (factor_gain, factor_noise); with the spread T of
- * eb_spread2 for each, coded [sqrt N][a][T] twice into next->unc. -1 out of memory. */
+ * agg_model_unc_spread2 (plain.c) for each, coded [sqrt N][a][T] twice into next->unc. -1 out of memory. */
 static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const double *bias_gain, const double *bias_noise,
                               const double *factor_gain, const double *factor_noise) {
     const uint32_t m = next->m, d = next->d;
@@ -616,14 +596,14 @@ static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const d
     double *x2 = calloc(m, sizeof(double));
     if (x2 == NULL) return -1;
     for (uint32_t j = 0; j < m; j++) x2[j] = (double)next->bias[j] * (double)next->bias[j];
-    double t_b = sqrt(eb_spread2(x2, bias_gain, bias_noise, m)), t_v = 0.0;
+    double t_b = sqrt(agg_model_unc_spread2(x2, bias_gain, bias_noise, m)), t_v = 0.0;
     if (has_f) {
         for (uint32_t j = 0; j < m; j++) {
             double f2 = 0.0;
             for (uint32_t a = 1; a < d; a++) f2 += (double)next->v[(size_t)j * d + a] * (double)next->v[(size_t)j * d + a];
             x2[j] = f2 / (d - 1u);
         }
-        t_v = sqrt(eb_spread2(x2, factor_gain, factor_noise, m));
+        t_v = sqrt(agg_model_unc_spread2(x2, factor_gain, factor_noise, m));
     }
     free(x2);
     const uint8_t ctb = dprec_uncertainty_code(t_b), ctv = dprec_uncertainty_code(t_v);

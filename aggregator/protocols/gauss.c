@@ -490,7 +490,8 @@ static int gauss_initial_model(const agg_job *job, agg_model *out, char *err, si
  *  - The factors: the spread is the item's own, not one across items. Its p = d - 1 unpinned coordinates (d without the
  *    pin) are read as x_k = t_k + n_k with t_k ~ N(0, T_j^2) and n_k ~ N(0, N), and T_j^2 is the method of moments on
  *    that row (James and Stein 1961; Efron and Morris, "Stein's estimation rule and its competitors", JASA 1973), with
- *    the margin of eb_spread2 in dpals.c, two standard errors of sum_k x_k^2 under "no signal" (variance 2 p N^2):
+ *    the margin of agg_model_unc_spread2 (plain.c), two standard errors of sum_k x_k^2 under "no signal"
+ *    (variance 2 p N^2):
  *        T_j^2 = max(0, sum_k x_k^2 - p N - 2 sqrt(2 p) N) / p,
  *    so that a device keeps T_j^2 / (T_j^2 + N) = 1 - p N / (||x||^2 - 2 sqrt(2 p) N) of them (positive part;
  *    James-Stein's own factor is 1 - (p - 2) N / ||x||^2): a row of noise shrinks to 0 but in about 5% of rows, and a

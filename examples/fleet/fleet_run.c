@@ -106,7 +106,8 @@ int fleet_run_job(fleet *f, worker *ws, unsigned nthreads, const char *token, in
         spec[sizeof spec - 1] = '\0';
     }
     const int unc = fleet_proto_release_uncertainty(o->proto, o->c.secure_agg);
-    if (unc > 0 && (o->uncertainty > 0 || (o->uncertainty < 0 && unc == 2)) && spec[0] == '{') { /* items' uncertainty */
+    /* items' uncertainty; --opt-in's start carries its own (its values from few raters: docs/privacy.md) */
+    if (unc > 0 && (o->uncertainty > 0 || (o->uncertainty < 0 && (unc == 2 || f->optin_only))) && spec[0] == '{') {
         static char with[sizeof spec + 64];
         snprintf(with, sizeof with, "{\"release_uncertainty\":true,%s", spec + 1);
         memcpy(spec, with, sizeof spec - 1);

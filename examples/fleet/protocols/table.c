@@ -66,12 +66,14 @@ int fleet_proto_takes_bias_base(const fleet_proto *p) {
 /* The protocols whose aggregator computes its items' uncertainty (the job spec's release_uncertainty: release format 3,
  * docs/release-format.md), which the fleet asks for unless --uncertainty off: a release that carries nothing then
  * costs a device nothing, and where the release is good the shrinkage cost at most 0.004 RMSE (docs/results.md,
- * "Release uncertainty on the device"). by_default 0 would ask only with --uncertainty on; secure 0: not for a job
+ * "Release uncertainty on the device"). by_default 0 asks only with --uncertainty on (plain: the leaderboard's
+ * ceiling stays the exact model's predictions), or for --opt-in's start (fleet_run_job); secure 0: not for a job
  * with secure aggregation (gauss-gd's column models the aggregator's own noise, not the devices' shares). */
 static const struct {
     const fleet_proto *proto;
     int by_default, secure;
-} uncertainty[] = {{&fleet_proto_dpals, 1, 1}, {&fleet_proto_bias, 1, 1}, {&fleet_proto_gauss_gd, 1, 0}};
+} uncertainty[] = {
+    {&fleet_proto_dpals, 1, 1}, {&fleet_proto_bias, 1, 1}, {&fleet_proto_gauss_gd, 1, 0}, {&fleet_proto_plain, 0, 0}};
 
 int fleet_proto_release_uncertainty(const fleet_proto *p, int secure) {
     for (size_t i = 0; i < sizeof uncertainty / sizeof uncertainty[0]; i++)
