@@ -692,6 +692,55 @@ static void test_dpals_a_start_keeps_its_factors_when_only_the_biases_are_correc
     cJSON_Delete(bj);
 }
 
+/* A job built on another that corrects biases alone takes each item's prior from the corrected release's column
+ * (item_prior_sd): without noise the correction is h / (g + lambda (prior_sd / tau_j)^2), tau_j^2 = (1 - a)^2 T^2 + N
+ * over bias_scale^2, so of two items with the same statistics the one the start measured well (a near 1, N small) is
+ * corrected less, one the start never saw (a = 0) by the job's prior (tau_j capped at prior_sd); a column without a
+ * measured spread, or a job without a base, leaves every item the job's prior. */
+static void test_dpals_a_start_s_column_is_each_correction_s_prior(void **state) {
+    (void)state;
+    enum { U = 30 };
+    const char *params = "{\"max_items\":12,\"factors\":false,\"residual\":true,\"lambda\":5,\"prior_sd\":0.5}";
+    agg_job j = make_job(params, M, D, 100, 1e-6, 10, 1.0), nobase = j;
+    j.base_job = 7;
+    j.base_factors = 1;
+    j.release_uncertainty = nobase.release_uncertainty = 1;
+    char err[AGG_ERRMSG];
+    agg_model prev;
+    assert_int_equal(agg_protocol_dpals.initial_model(&nobase, &prev, err, sizeof err), 0);
+    for (uint32_t it = 0; it < M; it++) {
+        unsigned char *u = prev.unc + it * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+        u[0] = dprec_uncertainty_code(0.05); /* noise sd 0.05 */
+        u[1] = dprec_uncertainty_gain_code(it == 0 ? 1.0 : 0.0); /* item 0 measured, the others never seen */
+        u[2] = dprec_uncertainty_code(1.0); /* the items' spread: an unseen item's tau_j is past prior_sd, capped */
+    }
+    /* every device rates items 0 and 1 alike: the two items have the same statistics */
+    static unsigned char p[U][PMAX];
+    agg_report reps[U];
+    for (int i = 0; i < U; i++) {
+        float w[D] = {0}, t[2] = {0.6f, 0.6f};
+        uint32_t items[2] = {0, 1};
+        reps[i] = (agg_report){.device = (uint64_t)i + 1, .payload = p[i], .payload_len = payload(D, K, w, items, t, 2, p[i])};
+    }
+    agg_model next, plainnext;
+    assert_int_equal(agg_dpals_step(&j, &prev, reps, U, NULL, 0, &next, err, sizeof err), 0);
+    assert_int_equal(agg_dpals_step(&nobase, &prev, reps, U, NULL, 0, &plainnext, err, sizeof err), 0);
+    const double c0 = (double)next.bias[0] - (double)prev.bias[0], c1 = (double)next.bias[1] - (double)prev.bias[1];
+    const double p0 = (double)plainnext.bias[0] - (double)prev.bias[0], p1 = (double)plainnext.bias[1] - (double)prev.bias[1];
+    assert_true(c1 > 0.0 && c0 > 0.0);
+    assert_true(c0 < 0.5 * c1);        /* the measured item is corrected less */
+    assert_true(fabs(p0 - p1) < 1e-6); /* without a base: one prior, the same correction */
+    assert_true(fabs(c1 - p1) < 1e-6); /* the unseen item: the job's prior (capped) */
+    /* a column without a measured spread (code 0): every item the job's prior */
+    for (uint32_t it = 0; it < M; it++) prev.unc[it * DPREC_RELEASE_UNCERTAINTY_WIDTH + 2] = 0;
+    agg_model_free(&next);
+    assert_int_equal(agg_dpals_step(&j, &prev, reps, U, NULL, 0, &next, err, sizeof err), 0);
+    assert_true(next.bias[0] == plainnext.bias[0] && next.bias[1] == plainnext.bias[1]);
+    agg_model_free(&next);
+    agg_model_free(&plainnext);
+    agg_model_free(&prev);
+}
+
 /* Every report carries exactly max_items pairs, real ones first (items increasing, below m), then padding:
  * any other shape is refused, and padding adds nothing. */
 static void test_dpals_reports_are_padded_and_padding_adds_nothing(void **state) {
@@ -817,6 +866,7 @@ int main(void) {
         cmocka_unit_test(test_dpals_residual_without_noise_equals_ridge_toward_the_release),
         cmocka_unit_test(test_dpals_bias_model_at_any_d_equals_d1),
         cmocka_unit_test(test_dpals_a_start_keeps_its_factors_when_only_the_biases_are_corrected),
+        cmocka_unit_test(test_dpals_a_start_s_column_is_each_correction_s_prior),
         cmocka_unit_test(test_dpals_reports_are_padded_and_padding_adds_nothing),
         cmocka_unit_test(test_dpals_job_validation_refuses_bad_params),
         cmocka_unit_test(test_dpals_features_and_clamp),

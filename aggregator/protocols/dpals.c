@@ -39,8 +39,9 @@
  * column 0 is 1, so that devices of another protocol's d can learn the item biases its job then starts from
  * (base_job, docs/protocol.md). With base_factors as well (and residual targets) the factor columns are the start's,
  * kept as they are, with their uncertainty: the job corrects the start's item biases only, for populations where a
- * factor cannot be measured (docs/protocol.md "A start from another job's factors"). The sensitivity and the
- * accounting are those of any dpals job.
+ * factor cannot be measured (docs/protocol.md "A start from another job's factors"); each item's correction then has
+ * the prior the corrected release's column gives it (item_prior_sd). The sensitivity and the accounting are those of
+ * any dpals job.
  * z is params.noise_multiplier or, by default, the smallest z whose `rounds` rounds fit the job's budget (the
  * accountant inverted, as gauss-gd --unit user). mu is a public constant (params.mu, default the scale's middle). */
 #include <lapacke.h>
@@ -564,6 +565,27 @@ int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, d
     return 0;
 }
 
+/* The prior of an item's correction in a job built on another (base_job) that corrects biases alone (d = 1's statistics,
+ * residual targets): the release it corrects says, in its column, how far its value x_j is from the item's truth t_j.
+ * Under the column's model x = a t + n, Var n = N, with the items' truths spread as N(0, T^2) (docs/privacy.md "Release
+ * uncertainty"), t - x = (1 - a) t - n has variance (1 - a)^2 T^2 + N: the correction's prior sd, in the coefficient's
+ * units (over bias_scale), in place of the job's one prior_sd for every item. A well measured start is corrected
+ * little, an item the start never saw (a = 0) by the items' whole spread. Never looser than prior_sd (the start can
+ * only tighten the job's public prior), never below a thousandth of it; the job's own prior where the column did not
+ * measure a spread (code 0: a base without privacy noise and without a column of its own, agg_model_unc_exact). The
+ * solve's lambda = sigma_r^2 / tau^2 and kappa = sigma_h^2 / tau^2 scale by (prior_sd / tau_j)^2. Post-processing of a
+ * published release. */
+static double item_prior_sd(const agg_job *job, const dpals_params *p, uint32_t sd, const agg_model *prev, uint32_t j) {
+    if (job->base_job <= 0 || sd != 1u || !p->residual || prev->unc == NULL) return p->prior_sd;
+    const unsigned char *pu = prev->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
+    if (pu[2] == 0u) return p->prior_sd;
+    const double n = dprec_uncertainty_sd(pu[0]), a = dprec_uncertainty_gain(pu[1]), t = dprec_uncertainty_sd(pu[2]);
+    const double e2 = (1.0 - a) * (1.0 - a) * t * t + (isfinite(n) ? n * n : INFINITY);
+    const double tj = sqrt(e2) / p->bias_scale;
+    if (!(tj < p->prior_sd)) return p->prior_sd;
+    return tj > 1e-3 * p->prior_sd ? tj : 1e-3 * p->prior_sd;
+}
+
 static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, size_t errcap) {
     dpals_params p;
     if (job_params(job, &p, err, errcap) != 0 || agg_model_random(job, p.seed, p.init_scale, p.mu, out, err, errcap) != 0)
@@ -779,8 +801,10 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
     for (uint32_t j = 0; j < m; j++) {
         agg_dpals_unpack(stats + (size_t)j * cw, sd, gsc, hsc, g, h);
         double keep = agg_dpals_shrink_gram_keep(g, sd, pooled, sigma * gsc);
+        const double tau_j = item_prior_sd(job, &p, sd, prev, j), r2 = (p.prior_sd / tau_j) * (p.prior_sd / tau_j);
+        const double lam = lambda * r2, kap = kappa * r2; /* the item's prior (item_prior_sd); r2 = 1 without one */
         if (bias_var == NULL) {
-            agg_dpals_solve(g, h, sd, lambda, kappa, s);
+            agg_dpals_solve(g, h, sd, lam, kap, s);
         } else {
             /* Each coefficient's gain and noise (encode_uncertainty), with the Gram's noise counted to first order
              * (errors in variables): the solve plugs in G + dG for G, and dG s, of variance (keep sigma_G)^2 |s|^2 on
@@ -789,14 +813,14 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
              * carried (from its column); from zero there are none. */
             double gcopy[DPALS_MAX_D * DPALS_MAX_D];
             memcpy(gcopy, g, sizeof(double) * sd * sd);
-            agg_dpals_solve(gcopy, h, sd, lambda, kappa, s);
+            agg_dpals_solve(gcopy, h, sd, lam, kap, s);
             double s2 = 0.0;
             for (uint32_t a = 0; a < sd; a++) s2 += s[a] * s[a];
-            const double tau2 = p.prior_sd * p.prior_sd, sb2 = p.bias_scale * p.bias_scale;
-            double kappa_j = kappa + (noisy ? keep * keep * sigma_g * sigma_g * s2 / tau2 : 0.0);
+            const double tau2 = tau_j * tau_j, sb2 = p.bias_scale * p.bias_scale;
+            double kappa_j = kap + (noisy ? keep * keep * sigma_g * sigma_g * s2 / tau2 : 0.0);
             agg_dpals_unc u;
             double s_eiv[DPALS_MAX_D]; /* the released s stays the plain solve's: only the uncertainty counts dG */
-            agg_dpals_solve_unc(g, h, sd, lambda, isfinite(kappa_j) ? kappa_j : kappa, s_eiv, &u);
+            agg_dpals_solve_unc(g, h, sd, lam, isfinite(kappa_j) ? kappa_j : kap, s_eiv, &u);
             double ga_b = 0.0, no_b = 0.0, ga_v = 0.0, no_v = 0.0;
             if (p.residual && prev->unc != NULL) {
                 const unsigned char *pu = prev->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
