@@ -2,7 +2,7 @@
 # among them alone, and dpals starts from its model on every device ("base_job" with "base_factors"). Checks the
 # opt-in line (some devices opted in, not all), that the start carries what it learned to the others (their RMSE on it
 # below the user mean, and 0.05 below the same job's round 0 from its random draw), that dpals's release 1 is that start
-# (round 0 predicts as the plain job's release did: its V, biases and a column of no noise, kept whole), that the
+# (round 0 predicts as the plain job's release did: its V, biases and column (its biases' estimation error, its factors kept whole)), that the
 # opt-in devices sat the private job out (their ledgers hold the plain job's unbounded charge) and the others' ledgers
 # are within the job's figure, and that a protocol that takes no factors is refused. The population rule's test: at this
 # population no factor can be measured, so the job keeps the start's factors and corrects its biases (2 rounds), and
