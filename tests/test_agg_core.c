@@ -26,6 +26,7 @@
 #include <mbedtls/pk.h>
 
 #include "agg.h"
+#include "protocols/agg_protocol.h"
 #include "base/agg_base.h"
 #include "bytes.h"
 #include "dprec/release.h"
@@ -784,6 +785,33 @@ static void test_agg_a_job_with_release_uncertainty_publishes_the_column_signed(
     };
     for (int i = 0; i < 3; i++)
         expect_error(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad[i], strlen(bad[i]), 400, "bad_field");
+    /* the refusal names the protocols that compute it, from the protocol table's releases_uncertainty */
+    o = call_json(e->a, DPREC_LISTENER_ADMIN, "POST", "/v1/admin/jobs", ADMIN, bad[0], 400);
+    assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(o, "message")->valuestring,
+                           "protocol ldp-gd does not compute its items' uncertainty (release_uncertainty: plain, "
+                           "gauss-gd, dpals)"));
+    cJSON_Delete(o);
+}
+
+static int every_protocol(const agg_protocol *p) { return p != NULL; }
+static int no_protocol(const agg_protocol *p) { return p == NULL; }
+
+/* agg_protocol_names: every listed protocol in table order, a filter, and a buffer too small truncated, not overrun. */
+static void test_agg_protocol_names_lists_the_table_and_truncates_safely(void **state) {
+    (void)state;
+    char all[512], none[8], small[12];
+    memset(small, 'x', sizeof small);
+    const size_t n = agg_protocol_names(NULL, all, sizeof all);
+    assert_int_equal(agg_protocol_names(every_protocol, none, sizeof none), n);
+    assert_true(n >= 9);
+    assert_int_equal(strncmp(all, "plain, ", 7), 0);
+    assert_non_null(strstr(all, ", dpals, "));
+    assert_int_equal(agg_protocol_names(no_protocol, none, sizeof none), 0);
+    assert_string_equal(none, "");
+    assert_int_equal(agg_protocol_names(NULL, small, 10), n);
+    assert_string_equal(small, "plain, ld"); /* 9 characters and the NUL */
+    assert_int_equal(small[10], 'x');
+    assert_int_equal(agg_protocol_names(NULL, NULL, 0), n);
 }
 
 /* keep_report_payloads = 1: the payloads of a finalized round stay, byte for byte. */
@@ -2130,6 +2158,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_agg_a_job_built_on_another_takes_its_factors_with_base_factors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_with_compact_releases_publishes_them_signed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_a_job_with_release_uncertainty_publishes_the_column_signed, setup, teardown),
+        cmocka_unit_test(test_agg_protocol_names_lists_the_table_and_truncates_safely),
         cmocka_unit_test_setup_teardown(test_agg_keeps_report_payloads_when_configured, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_rejects_bad_input_and_stores_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agg_reports_survive_close_and_reopen, setup, teardown),

@@ -287,7 +287,10 @@ static void test_agg_refuses_a_malformed_population_rule_and_stores_nothing(void
     };
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         cJSON *o = call_json(e->a, "POST", "/v1/admin/jobs", others[i], 400);
-        assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(o, "message")->valuestring, "has no population rule"));
+        const char *msg = cJSON_GetObjectItemCaseSensitive(o, "message")->valuestring;
+        assert_non_null(strstr(msg, "has no population rule"));
+        /* and it names the protocols that have one, from the protocol table */
+        assert_non_null(strstr(msg, "(population_rule: gauss-gd, dpals)"));
         cJSON_Delete(o);
     }
     cJSON *list = call_json(e->a, "GET", "/v1/admin/jobs", NULL, 200);

@@ -95,6 +95,10 @@ static int get_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int
     return 1;
 }
 
+/* Capabilities of a protocol, for the messages that name the protocols having one (agg_protocol_names). */
+static int computes_uncertainty(const agg_protocol *p) { return p->releases_uncertainty; }
+static int has_population_rule(const agg_protocol *p) { return p->population_rule != NULL; }
+
 static int get_num(const cJSON *o, const char *name, double *out) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
     if (f == NULL) return 0;
@@ -504,9 +508,11 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     if (!cJSON_IsString(pr)) snprintf(err, sizeof err, "protocol must be a string");
     else if ((s.proto = agg_protocol_by_name(pr->valuestring)) == NULL)
         snprintf(err, sizeof err, "protocol '%.40s' is not supported by this aggregator", pr->valuestring);
-    else if (rule != NULL && s.proto->population_rule == NULL)
-        snprintf(err, sizeof err, "protocol %s has no population rule", s.proto->name);
-    else if (rule != NULL &&
+    else if (rule != NULL && s.proto->population_rule == NULL) {
+        char names[256];
+        (void)agg_protocol_names(has_population_rule, names, sizeof names);
+        snprintf(err, sizeof err, "protocol %s has no population rule (population_rule: %.80s)", s.proto->name, names);
+    } else if (rule != NULL &&
              (cJSON_GetObjectItemCaseSensitive(o, "d") != NULL || cJSON_GetObjectItemCaseSensitive(o, "rounds") != NULL))
         snprintf(err, sizeof err, "population_rule chooses d and rounds: a spec gives either population_rule or d and "
                                   "rounds, not both");
@@ -548,9 +554,12 @@ static int handle_create_job(dprec_agg *a, const dprec_agg_request *req, dprec_a
     else if (cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty") != NULL &&
              !cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")))
         snprintf(err, sizeof err, "release_uncertainty must be true or false");
-    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")) && !s.proto->releases_uncertainty)
-        snprintf(err, sizeof err,
-                 "protocol %s does not compute its items' uncertainty (release_uncertainty: dpals, gauss-gd, plain)", s.proto->name);
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty")) && !s.proto->releases_uncertainty) {
+        char names[256];
+        (void)agg_protocol_names(computes_uncertainty, names, sizeof names);
+        snprintf(err, sizeof err, "protocol %s does not compute its items' uncertainty (release_uncertainty: %.60s)",
+                 s.proto->name, names);
+    }
     if (err[0] == '\0') s.release_uncertainty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "release_uncertainty"));
     if (err[0] == '\0') s.base_factors = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "base_factors"));
     if (err[0] == '\0') {

@@ -1,5 +1,6 @@
 /* dprec aggregator — the protocols this aggregator runs. Adding a protocol adds its aggregator/protocols/<name>.c and one
  * line here; no other protocol changes. */
+#include <stdio.h>
 #include <string.h>
 
 #include "agg_protocol.h"
@@ -27,4 +28,18 @@ const agg_protocol *agg_protocol_by_id(uint16_t id) {
     for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++)
         if (protocols[i]->id == id) return protocols[i];
     return NULL;
+}
+
+size_t agg_protocol_names(int (*keep)(const agg_protocol *), char *buf, size_t cap) {
+    size_t n = 0, count = 0;
+    if (cap > 0) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++) {
+        if (keep != NULL && !keep(protocols[i])) continue;
+        if (cap > n) {
+            int w = snprintf(buf + n, cap - n, "%s%s", count > 0 ? ", " : "", protocols[i]->name);
+            n = w < 0 ? n : (n + (size_t)w < cap ? n + (size_t)w : cap - 1u); /* truncated at cap */
+        }
+        count++;
+    }
+    return count;
 }
