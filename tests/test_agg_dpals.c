@@ -76,6 +76,16 @@ static void random_user(uint64_t *s, float *w, uint32_t *items, float *t, uint32
     *n = cnt;
 }
 
+/* n reports of random users (random_user), device ids 1..n, their payloads in p. */
+static void random_reports(uint64_t *s, int n, unsigned char (*p)[PMAX], agg_report *reps) {
+    for (int i = 0; i < n; i++) {
+        float w[D], t[K];
+        uint32_t items[K], cnt;
+        random_user(s, w, items, t, &cnt);
+        reps[i] = (agg_report){.device = (uint64_t)i + 1, .payload = p[i], .payload_len = payload(D, K, w, items, t, cnt, p[i])};
+    }
+}
+
 /* Adding or removing one user's whole data moves the normalized statistics by at most sqrt(k (1 + alpha^2)) in L2
  * (sqrt(2k) at alpha = 1), and each item's by at most om sqrt(1 + alpha^2), for honest and malicious payloads alike
  * (the aggregator re-clips); alpha is the job's params.gram_weight, om = sqrt(k / n) for a report of n < k pairs with
@@ -497,14 +507,7 @@ static void test_dpals_uncertainty_leaves_the_released_values_as_they_are(void *
     uint64_t st = 5;
     static unsigned char p[U][PMAX];
     agg_report reps[U];
-    for (int i = 0; i < U; i++) {
-        float w[D], t[K];
-        uint32_t items[K], n;
-        random_user(&st, w, items, t, &n);
-        reps[i].device = i + 1;
-        reps[i].payload = p[i];
-        reps[i].payload_len = payload(D, K, w, items, t, n, p[i]);
-    }
+    random_reports(&st, U, p, reps);
     agg_model prev, prevu, a, b;
     char err[AGG_ERRMSG];
     assert_int_equal(agg_protocol_dpals.initial_model(&j, &prev, err, sizeof err), 0);
@@ -650,12 +653,7 @@ static void test_dpals_a_start_keeps_its_factors_when_only_the_biases_are_correc
     }
     static unsigned char p[U][PMAX];
     agg_report reps[U];
-    for (int i = 0; i < U; i++) {
-        float w[D], t[K];
-        uint32_t items[K], n;
-        random_user(&st, w, items, t, &n);
-        reps[i] = (agg_report){.device = (uint64_t)i + 1, .payload = p[i], .payload_len = payload(D, K, w, items, t, n, p[i])};
-    }
+    random_reports(&st, U, p, reps);
     for (int noisy = 0; noisy < 2; noisy++) {
         agg_model next, nextb;
         dprec_rng r1, r2;
