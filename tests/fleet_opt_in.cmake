@@ -7,8 +7,10 @@
 # are within the job's figure, and that a protocol that takes no factors is refused. The population rule's test: at this
 # population no factor can be measured, so the job keeps the start's factors and corrects its biases (2 rounds), and
 # ends within 0.01 of the start (correcting the factors too, as --rank 10 does, cost 0.017 here). --malicious with
-# --opt-in: the sybils are among the opted-in devices and poison the start (plain's worst report), within plain's
-# stated bounds; a malicious share not below the opt-in share is refused.
+# --opt-in: the sybils are among the opted-in devices and poison the start (plain's worst report), within the start's
+# clips (residuals within half the scale width: the bound 2 on 1..5), and the private job still ends below the item
+# mean (with plain's own clips, 2 widths, it ended at 1.07, above it); a malicious share not below the opt-in share is
+# refused.
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_opt_in.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_opt_in.cmake")
@@ -83,6 +85,17 @@ if(NOT out MATCHES "poisoning: 15 of 1500 devices \\(--malicious 0.01, chosen by
 endif()
 if(NOT out MATCHES "poisoning: malicious=15 checks=[1-9] within=yes")
   message(FATAL_ERROR "the start's poisoning was not checked within its bounds")
+endif()
+if(NOT out MATCHES "in job 1 \\(plain, 12 rounds, its clips \\|\\|u\\|\\| <= 4 and \\|residual\\| <= 2 bounding")
+  message(FATAL_ERROR "the start's line does not give its clips")
+endif()
+if(NOT out MATCHES "poisoning: the largest \\|item bias\\| of a published release [^\n]*bound 2: within")
+  message(FATAL_ERROR "the start's bias bound is not the start's clip (2)")
+endif()
+fleet_baseline("item mean" item)
+fleet_final(dpals 2 1 rmse "1e-06")
+if(NOT rmse LESS item)
+  message(FATAL_ERROR "15 sybils in the start took the private job (${rmse}) above the item mean (${item})")
 endif()
 execute_process(COMMAND ${BIN} ${args} --opt-in 0.1 --malicious 0.2 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
                 TIMEOUT 60)

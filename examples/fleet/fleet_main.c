@@ -139,10 +139,13 @@ int main(int argc, char **argv) {
         }
         if (fleet_run_optin(&f, ws, nthreads, fleet_token, &base_res) != 0) goto out;
         printf("opt-in: %u of %u devices opted in (each by a coin of probability %g from the seed) and shared their "
-               "ratings in job %llu (plain, %u rounds, no privacy for them; they sit out the private job, whose reports "
-               "their ledgers' unbounded charge now refuses); the %u others sent it nothing: their test RMSE on its "
-               "release %.4f (over every device %.4f)\n", f.opted_in, f.data.num_users, o.opt_in,
-               (unsigned long long)o.base_job, base_res.rounds, f.data.num_users - f.opted_in, base_res.rmse, f.rmse_all);
+               "ratings in job %llu (plain, %u rounds, its clips ||u|| <= %g and |residual| <= %g bounding what any of "
+               "them moves; no privacy for them; they sit out the private job, whose reports their ledgers' unbounded "
+               "charge now refuses); the %u others sent it nothing: their test RMSE on its release %.4f (over every "
+               "device %.4f)\n", f.opted_in, f.data.num_users, o.opt_in, (unsigned long long)o.base_job, base_res.rounds,
+               FLEET_START_U_CLIP * (f.data.rating_max - f.data.rating_min),
+               FLEET_START_RESIDUAL_CLIP * (f.data.rating_max - f.data.rating_min), f.data.num_users - f.opted_in,
+               base_res.rmse, f.rmse_all);
     }
     if (fleet_run_job(&f, ws, nthreads, fleet_token, 1, base.global_rmse, base.item_rmse, base.user_rmse,
                       &main_res) != 0) goto out;

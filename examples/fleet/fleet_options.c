@@ -106,7 +106,8 @@ static const char help_head[] =
     "                           The figures are the other devices' test RMSE, whose guarantee is the job's; the\n"
     "                           opt-in devices have none (docs/results.md \"An opt-in start\"). With --malicious\n"
     "                           G (G < F) that share of the devices are sybils among those that opted in,\n"
-    "                           poisoning the start\n"
+    "                           poisoning the start; the start's clips (user vectors within one scale width,\n"
+    "                           residuals within half of one) bound what they move\n"
     "\n";
 
 static const char help_tail[] =

@@ -17,6 +17,13 @@
 #define FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING 0.1
 
 /* The options every protocol may read (set from the common flags before a protocol's finish runs). */
+/* --opt-in's start (fleet_common.start_job): plain's clips on the user vectors and the bias step's residuals, in
+ * scale widths tau = rating_max - rating_min. plain's own defaults (16 tau, 2 tau) never bind on an honest report and
+ * let 15 sybils among 150 opted-in devices move every item bias by up to 8 on a 1..5 scale; these bound the move by
+ * tau / 2 and cost the honest start nothing we could measure (docs/privacy.md "An opt-in start"). */
+#define FLEET_START_U_CLIP 1.0
+#define FLEET_START_RESIDUAL_CLIP 0.5
+
 typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
@@ -51,6 +58,10 @@ typedef struct fleet_common {
     /* set by the shared code while it runs --bias-base's job: the private bias model at this rank (the base model's
      * spec asks params.factors false and its own defaults for the bias, not the factors') */
     int base_model;
+    /* set by the shared code while it runs --opt-in's start: the few opted-in devices make every other device's start,
+     * so its spec asks clips that bound what a sybil among them moves (plain: FLEET_START_U_CLIP and
+     * FLEET_START_RESIDUAL_CLIP scale widths; docs/privacy.md "An opt-in start") */
+    int start_job;
     /* --malicious F: the share of the devices (chosen by the seed) that send the protocol's worst report instead of
      * their own in the main job (fleet_proto.worst_report; docs/privacy.md "Poisoning"); 0: none */
     double malicious;

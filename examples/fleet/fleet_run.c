@@ -399,6 +399,7 @@ int fleet_run_optin(fleet *f, worker *ws, unsigned nthreads, const char *token, 
     o->c.rounds = FLEET_DEFAULT_ROUNDS;
     o->c.rounds_set = 0;
     o->c.lambda = -1;
+    o->c.start_job = 1; /* its spec bounds what a sybil among the opted-in devices moves (plain's tighter clips) */
     int rc = fleet_finish_proto(pp, &o->c);
     o->c.rank = main_c.rank;
     f->optin_only = 1;

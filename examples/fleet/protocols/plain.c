@@ -27,14 +27,20 @@ static int plain_finish(fleet_common *o) {
 }
 
 static void plain_spec(const fleet_common *o, const fleet_data *d, char *out, size_t cap) {
-    char lb[64] = "";
-    if (lambda_bias >= 0) snprintf(lb, sizeof lb, ",\"lambda_bias\":%g", lambda_bias);
+    char extra[160] = ""; /* the params beyond lambda, seed and user_bias */
+    size_t n = 0;
+    if (lambda_bias >= 0) n += (size_t)snprintf(extra, sizeof extra, ",\"lambda_bias\":%g", lambda_bias);
+    if (o->start_job) { /* --opt-in's start: the clips that bound what a sybil among the opted-in devices moves */
+        const double tau = (double)d->rating_max - (double)d->rating_min;
+        snprintf(extra + n, sizeof extra - n, ",\"u_clip\":%g,\"residual_clip\":%g", FLEET_START_U_CLIP * tau,
+                 FLEET_START_RESIDUAL_CLIP * tau);
+    }
     snprintf(out, cap,
              "{\"protocol\":\"plain\",\"d\":%u,\"m\":%u,\"rating_min\":%g,\"rating_max\":%g,\"rounds\":%u,"
              "\"min_reports\":%u,\"round_seconds\":3600,\"participation\":1.0,"
              "\"params\":{\"lambda\":%g,\"seed\":%llu,\"user_bias\":true%s}}",
              o->rank, d->num_items, (double)d->rating_min, (double)d->rating_max, o->rounds, d->num_users, o->lambda,
-             (unsigned long long)o->seed, lb);
+             (unsigned long long)o->seed, extra);
 }
 
 static void plain_device(const fleet_common *o, const fleet_data *d, uint32_t ntrain, dprec_config *cfg) {
