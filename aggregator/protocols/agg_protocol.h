@@ -182,8 +182,8 @@ int agg_fold_sum_step(const agg_job *job, const agg_model *prev, const agg_sum *
 const agg_protocol *agg_protocol_by_name(const char *name);
 const agg_protocol *agg_protocol_by_id(uint16_t id);
 /* The names of the listed protocols for which keep returns nonzero (all of them for keep NULL), in table order,
- * ", "-separated in buf (NUL-terminated, truncated to cap); returns how many there are. For messages that name
- * the protocols with a capability, so that adding a protocol never edits them. */
+ * ", "-separated in buf (NUL-terminated, truncated to cap; buf may be NULL when cap is 0); returns how many there
+ * are. For messages that name the protocols with a capability, so that adding a protocol never edits them. */
 size_t agg_protocol_names(int (*keep)(const agg_protocol *), char *buf, size_t cap);
 
 extern const agg_protocol agg_protocol_plain;

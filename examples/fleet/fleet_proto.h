@@ -16,7 +16,6 @@
 
 #define FLEET_DEFAULT_DEVICE_LAMBDA_PER_RATING 0.1
 
-/* The options every protocol may read (set from the common flags before a protocol's finish runs). */
 /* --opt-in's start (fleet_common.start_job): plain's clips on the user vectors and the bias step's residuals, in
  * scale widths tau = rating_max - rating_min. plain's own defaults (16 tau, 2 tau) never bind on an honest report and
  * let 15 sybils among 150 opted-in devices move every item bias by up to 8 on a 1..5 scale; these bound the move by
@@ -24,6 +23,7 @@
 #define FLEET_START_U_CLIP 1.0
 #define FLEET_START_RESIDUAL_CLIP 0.5
 
+/* The options every protocol may read (set from the common flags before a protocol's finish runs). */
 typedef struct fleet_common {
     unsigned rounds, rank;
     int rounds_set, rank_set; /* given on the command line (else a protocol's finish may set its own default) */
