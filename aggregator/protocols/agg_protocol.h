@@ -261,6 +261,17 @@ typedef struct agg_dpals_unc {
 } agg_dpals_unc;
 int agg_dpals_solve_unc(double *g, const double *h, uint32_t d, double lambda, double kappa, double *s,
                         agg_dpals_unc *unc);
+/* The bias model's count posterior (aggregator/protocols/dpals_count.c; docs/privacy.md "The count posterior"): the
+ * gamma prior of the items' counts fitted by moments from the sum and the sum of squares of the m noisy counts (noise
+ * sd sigma_g), its mean at least sigma_g / sqrt(m) and its sd at least twice its mean; and one item's coefficient
+ * E[s | ghat, h] with its count integrated out under that prior (*gbar: the count's posterior mean), for the solve's
+ * lambda, kappa and prior variance tau2. sigma_g 0: the plug-in solve g h / (g^2 + lambda g + kappa), g = max(ghat, 0). */
+typedef struct agg_dpals_count_prior {
+    double mean, var;
+} agg_dpals_count_prior;
+void agg_dpals_count_prior_fit(double sum, double sum2, uint32_t m, double sigma_g, agg_dpals_count_prior *out);
+double agg_dpals_count_posterior(const agg_dpals_count_prior *prior, double ghat, double sigma_g, double h,
+                                 double lambda, double kappa, double tau2, double *gbar);
 /* One item's row of statistics as its system: G (d x d row-major, the upper triangle mirrored) times gscale, and
  * h times hscale. */
 void agg_dpals_unpack(const double *row, uint32_t d, double gscale, double hscale, double *g, double *h);

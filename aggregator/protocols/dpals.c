@@ -74,6 +74,7 @@ typedef struct dpals_params {
     int residual; /* params.residual: the targets are residuals of the round's release, the solve its correction */
     int reweight; /* params.reweight: a report of n < k pairs is scaled by sqrt(k / n) (common/protocols/dpals.h) */
     int factors;  /* params.factors: false is the private bias model at the job's d (stat_d) */
+    int count_posterior; /* params.count_posterior: at the statistics' d = 1 with noise, each count integrated out */
     uint64_t seed;
 } dpals_params;
 
@@ -88,6 +89,7 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
     p->gram_weight = DPREC_DPALS_DEFAULT_GRAM_WEIGHT;
     p->reweight = DPREC_DPALS_DEFAULT_REWEIGHT;
     p->factors = 1;
+    p->count_posterior = 1;
     p->seed = 1;
     const cJSON *it;
     cJSON_ArrayForEach(it, params) {
@@ -116,6 +118,9 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
         } else if (strcmp(k, "factors") == 0) {
             bad = !cJSON_IsBool(it);
             p->factors = cJSON_IsTrue(it);
+        } else if (strcmp(k, "count_posterior") == 0) {
+            bad = !cJSON_IsBool(it);
+            p->count_posterior = cJSON_IsTrue(it);
         }
         else if (strcmp(k, "seed") == 0) {
             bad = agg_json_number_in(it, 0.0, 9007199254740992.0, 0, &v) || floor(v) != v;
@@ -124,7 +129,8 @@ static int parse_params(const cJSON *params, dpals_params *p, char *err, size_t 
             /* secure aggregation's parameters: agg_secure_parse checks them */
         } else {
             snprintf(err, errcap, "params.%s is not a parameter of dpals (max_items, u_clip, rating_clip, lambda, prior_sd, bias_scale, mu, "
-                     "noise_multiplier, init_scale, gram_weight, residual, reweight, factors, seed, aggregation, secagg_*)", k);
+                     "noise_multiplier, init_scale, gram_weight, residual, reweight, factors, count_posterior, seed, aggregation, "
+                     "secagg_*)", k);
             return -1;
         }
         if (bad) {
@@ -267,6 +273,7 @@ static void dpals_privacy_extra(const agg_job *job, cJSON *priv) {
         cJSON_AddNumberToObject(priv, "gram_weight", p.gram_weight);
         cJSON_AddBoolToObject(priv, "reweight", p.reweight);
         cJSON_AddBoolToObject(priv, "factors", p.factors);
+        cJSON_AddBoolToObject(priv, "count_posterior", p.count_posterior && stat_d(job, &p) == 1u);
     }
     /* the unit is the user: the job's own figure is the user-level one every device counts against its cap */
     double eps = INFINITY;
@@ -611,8 +618,8 @@ static int dpals_initial_model(const agg_job *job, agg_model *out, char *err, si
  * carried from the previous release's column, per coefficient (the directions' shares). Per item, bias (bias_gain,
  * bias_noise, rating units) and the mean over the factor coordinates (factor_gain, factor_noise); with the spread T of
  * agg_model_unc_spread2 (plain.c) for each, coded [sqrt N][a][T] twice into next->unc. -1 out of memory. */
-static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const double *bias_gain, const double *bias_noise,
-                              const double *factor_gain, const double *factor_noise) {
+static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, int bias_whole, const double *bias_gain,
+                              const double *bias_noise, const double *factor_gain, const double *factor_noise) {
     const uint32_t m = next->m, d = next->d;
     const int has_f = factors && sd > 1u;
     double *x2 = calloc(m, sizeof(double));
@@ -628,7 +635,9 @@ static int encode_uncertainty(agg_model *next, uint32_t sd, int factors, const d
         t_v = sqrt(agg_model_unc_spread2(x2, factor_gain, factor_noise, m));
     }
     free(x2);
-    const uint8_t ctb = dprec_uncertainty_code(t_b), ctv = dprec_uncertainty_code(t_v);
+    /* bias_whole: the count posterior's biases are each item's posterior mean already; a spread without bound (code
+     * 255) keeps them whole on the device, as gauss-gd's (docs/privacy.md "The count posterior") */
+    const uint8_t ctb = bias_whole ? 255u : dprec_uncertainty_code(t_b), ctv = dprec_uncertainty_code(t_v);
     for (uint32_t j = 0; j < m; j++) {
         unsigned char *u = next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH;
         u[0] = dprec_uncertainty_code(sqrt(bias_noise[j]));
@@ -798,11 +807,34 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
     }
     const double sigma_g = noisy ? sigma * gsc : 0.0;
     agg_dpals_pool(stats, m, sd, gsc, pooled);
+    /* the bias model's counts integrated out (dpals_count.c): their prior fitted across the items' noisy counts */
+    const int count_posterior = p.count_posterior && sd == 1u && noisy && sigma_g > 0.0;
+    agg_dpals_count_prior count_prior = {0.0, 0.0};
+    if (count_posterior) {
+        double sum1 = 0.0, sum2 = 0.0;
+        for (uint32_t j = 0; j < m; j++) {
+            agg_dpals_unpack(stats + (size_t)j * cw, sd, gsc, hsc, g, h);
+            const double gj = isfinite(g[0]) ? g[0] : 0.0;
+            sum1 += gj;
+            sum2 += gj * gj;
+        }
+        agg_dpals_count_prior_fit(sum1, sum2, m, sigma_g, &count_prior);
+    }
     for (uint32_t j = 0; j < m; j++) {
         agg_dpals_unpack(stats + (size_t)j * cw, sd, gsc, hsc, g, h);
         double keep = agg_dpals_shrink_gram_keep(g, sd, pooled, sigma * gsc);
         const double tau_j = item_prior_sd(job, &p, sd, prev, j), r2 = (p.prior_sd / tau_j) * (p.prior_sd / tau_j);
         const double lam = lambda * r2, kap = kappa * r2; /* the item's prior (item_prior_sd); r2 = 1 without one */
+        double s_count = 0.0;
+        if (count_posterior) {
+            /* the coefficient with the count integrated out; the column's gain and noise at the count's posterior
+             * mean, with no errors-in-variables term (the count's noise is integrated, not plugged in) */
+            double gbar = 0.0;
+            s_count = agg_dpals_count_posterior(&count_prior, isfinite(g[0]) ? g[0] : 0.0, sigma_g,
+                                                isfinite(h[0]) ? h[0] : 0.0, lam, kap, tau_j * tau_j, &gbar);
+            g[0] = gbar;
+            keep = 0.0;
+        }
         if (bias_var == NULL) {
             agg_dpals_solve(g, h, sd, lam, kap, s);
         } else {
@@ -841,6 +873,7 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
             factor_gain[j] = sd > 1u ? gv / (sd - 1u) : 0.0;
             factor_var[j] = sd > 1u ? nv / (sd - 1u) : 0.0;
         }
+        if (count_posterior) s[0] = s_count;
         const float *pv = prev->v + (size_t)j * d;
         float *v = next->v + (size_t)j * d;
         v[0] = 1.0f;
@@ -859,7 +892,9 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
         next->bias[j] = isfinite(b) ? b : (float)pb;
     }
     free(stats);
-    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, bias_gain, bias_var, factor_gain, factor_var) : 0;
+    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, count_posterior, bias_gain, bias_var, factor_gain,
+                                                    factor_var)
+                               : 0;
     if (urc == 0 && bias_var != NULL && !p.factors && job->base_factors && prev->unc != NULL)
         for (uint32_t j = 0; j < m; j++) /* the start's factors, kept as they were: their uncertainty too */
             memcpy(next->unc + (size_t)j * DPREC_RELEASE_UNCERTAINTY_WIDTH + 3,

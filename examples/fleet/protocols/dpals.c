@@ -15,18 +15,25 @@
 static struct {
     int residual; /* 1 on, 0 off, -1 unset (the default) */
     int reweight; /* 1 on, 0 off, -1 unset (the aggregator's default, on) */
+    int count_posterior; /* 1 on, 0 off, -1 unset (the aggregator's default, on) */
     unsigned max_items;
     double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale, gram_weight;
-} dp = {.residual = -1, .reweight = -1};
+} dp = {.residual = -1, .reweight = -1, .count_posterior = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
     (void)o;
     *takes_value = 1;
-    const int residual = strcmp(flag, "--residual") == 0;
-    if (residual || strcmp(flag, "--reweight") == 0) {
-        if (value == NULL || (strcmp(value, "on") != 0 && strcmp(value, "off") != 0))
-            return fleet_flag_error(residual ? "--residual must be on or off:" : "--reweight must be on or off:", value), -1;
-        *(residual ? &dp.residual : &dp.reweight) = strcmp(value, "on") == 0;
+    int *onoff = strcmp(flag, "--residual") == 0          ? &dp.residual
+                 : strcmp(flag, "--reweight") == 0        ? &dp.reweight
+                 : strcmp(flag, "--count-posterior") == 0 ? &dp.count_posterior
+                                                          : NULL;
+    if (onoff != NULL) {
+        if (value == NULL || (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)) {
+            char msg[64];
+            snprintf(msg, sizeof msg, "%s must be on or off:", flag);
+            return fleet_flag_error(msg, value), -1;
+        }
+        *onoff = strcmp(value, "on") == 0;
         return 1;
     }
     if (strcmp(flag, "--max-items") == 0) {
@@ -114,6 +121,8 @@ static void dpals_spec(const fleet_common *o, const fleet_data *d, char *out, si
     if (e.bias_scale > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"bias_scale\":%.17g", e.bias_scale);
     if (dp.gram_weight > 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"gram_weight\":%.17g", dp.gram_weight);
     if (dp.reweight >= 0) n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"reweight\":%s", dp.reweight ? "true" : "false");
+    if (dp.count_posterior >= 0)
+        n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"count_posterior\":%s", dp.count_posterior ? "true" : "false");
     n += (size_t)snprintf(rc + n, sizeof rc - n, ",\"residual\":%s", e.residual ? "true" : "false");
     if ((o->base_model && o->rank > 1) || o->start_biases_only) /* --bias-base's job: the bias model at the devices'
                                                                   * d; --opt-in's where no factor can be measured:
@@ -319,7 +328,7 @@ const fleet_audit_hooks fleet_dpals_audit = {
     "the canary item's bias in the last signed release",
 };
 
-static const char *const dpals_flags[] = {"--residual", "--reweight", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
+static const char *const dpals_flags[] = {"--residual", "--reweight", "--count-posterior", "--max-items", "--u-clip", "--rating-clip", "--sampling-rate",
                                           "--init-scale", "--item-lambda", "--noise-multiplier", "--prior-sd", "--mu", "--bias-scale", "--gram-weight", NULL};
 
 const fleet_proto fleet_proto_dpals = {
@@ -336,6 +345,9 @@ const fleet_proto fleet_proto_dpals = {
     "                           (params.residual; default on)\n"
     "  --reweight on|off        a report of n < k ratings is scaled by sqrt(k / n), so that every report\n"
     "                           spends the whole sensitivity (params.reweight; default on)\n"
+    "  --count-posterior on|off the bias model's solve (d = 1) integrates each item's noisy count out under\n"
+    "                           a prior fitted across the items; off: the count plugged in\n"
+    "                           (params.count_posterior; default on)\n"
     "  --item-lambda L          lambda of the item systems' posterior solve, sigma_r^2 / tau^2 (default 5;\n"
     "                           published as privacy.item_lambda)\n"
     "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default\n"
