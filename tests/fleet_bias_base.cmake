@@ -56,3 +56,17 @@ math(EXPR diff "${hi_i} - ${lo_i}")
 if(diff GREATER 100)
   message(FATAL_ERROR "round 0 of the ldp-gd job (${r0}) does not predict as the base (${base_rmse}): not its biases")
 endif()
+
+# gauss-gd on the private bias model: gauss-gd's own job asks the aggregator's population rule, the base job (a dpals
+# job at gauss-gd's d with params.factors false) must not (the rule chooses d; the base's d is the main job's): the
+# base job is created and the run composes the two guarantees
+execute_process(COMMAND ${BIN} --synthetic 1000,100,20000,3 --protocol gauss-gd --epsilon 4 --delta 1e-6 --in-process
+                        --threads 2 --seed 7 --quiet --compare none --bias-base 0.5
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 600)
+fleet_run_ok()
+if(NOT out MATCHES "base: job [0-9]+, the private bias model at d = 10 \\(bias\\), 2 rounds")
+  message(FATAL_ERROR "gauss-gd --bias-base: no base job line")
+endif()
+if(NOT out MATCHES "guarantee with the base job: epsilon = ([0-9.]+), delta = 1e-06 at user level")
+  message(FATAL_ERROR "gauss-gd --bias-base: no composed guarantee")
+endif()

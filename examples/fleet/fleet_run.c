@@ -430,6 +430,7 @@ int fleet_run_base(fleet *f, worker *ws, unsigned nthreads, const char *token, j
     o->c.epsilon = o->base_epsilon;
     o->c.delta = o->base_delta;
     o->c.base_model = 1;
+    o->c.population_rule = 0; /* the main job's rule (gauss-gd's) is not the base's: its d is the main job's */
     int rc = fleet_finish_proto(bp, &o->c);
     o->c.rank = main_c.rank; /* the bias model at the devices' own d (a device takes part only at its d) */
     if (rc == 0) rc = fleet_run_job(f, ws, nthreads, token, 0, 0, 0, 0, res);
