@@ -1,10 +1,11 @@
 # The bias model's and gauss-gd's default runs with their releases' uncertainty (release format 3, docs/privacy.md "Release
 # uncertainty") on a fleet whose budget leaves the release pure noise: 300 devices, 200 items, epsilon 0.1. The fleet
-# asks for the column by default for bias, says so, and every device predicts its own level: about the user mean, what
-# each device has for free (on this shape 1.1263 in most runs, 1.1197-1.1298 in 64 of 65, against 1.1323; without the
-# column 1.1318). The tolerance is stated, not zero: the column's spread estimate keeps a spread beyond two standard
-# errors of what noise alone shows, a one-sided test that a release of noise passes now and then, and the devices then
-# keep a little of it (one CI run gave 1.1385, 0.006 above); a run is held within 0.015 of the user mean.
+# asks for the column by default for bias, says so, and every device predicts about its own level: about the user mean,
+# what each device has for free (1.1323 here). The bias model's solve integrates each item's count out (docs/privacy.md
+# "The count posterior"), shrinking each item by its own posterior, and the column keeps that whole: five runs gave
+# 1.1078-1.1322. With the counts plugged in (--count-posterior off) the column's spread estimate does the shrinking,
+# a one-sided test at two standard errors that a release of noise passes now and then (1.1197-1.1298 in 64 runs of 65,
+# one 1.1385). The tolerance is stated, not zero: a run is held within 0.015 of the user mean.
 #   cmake -DBIN=path/to/dprec-fleet -P fleet_uncertainty.cmake
 if(NOT BIN)
   message(FATAL_ERROR "usage: -DBIN=... -P fleet_uncertainty.cmake")

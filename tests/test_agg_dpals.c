@@ -390,8 +390,9 @@ static void test_dpals_count_posterior_beats_the_plug_in_where_counts_are_noise(
 
 /* The bias model with noise (d = 1): with the count posterior (the default) each released bias is
  * agg_dpals_count_posterior of its item's noisy statistics, and the column says so: each bias's spread without bound
- * (code 255), so that a device keeps it whole, the solve having shrunk it already; params.count_posterior false is the
- * plug-in solve, whose column measures one spread for the release. The same noise (one seed) in both. Without noise the
+ * (code 255), so that a device keeps it whole, the solve having shrunk it already (not in a job with a base_job, whose
+ * column carries the start's uncertainty); params.count_posterior false is the plug-in solve, whose column measures
+ * one spread for the release. The same noise (one seed) in both. Without noise the
  * count posterior does nothing (the noiseless tests above: exact ALS). */
 static void test_dpals_count_posterior_releases_each_item_s_posterior_mean(void **state) {
     (void)state;
@@ -452,6 +453,18 @@ static void test_dpals_count_posterior_releases_each_item_s_posterior_mean(void 
     }
     assert_true(b.unc[2] != 255);
     assert_true(differ > M / 2);
+    /* a job that corrects another's biases (base_job) keeps its column's measured spread: it carries the start's
+     * uncertainty, which the devices still shrink by */
+    agg_job based = on;
+    based.base_job = 7;
+    agg_model c;
+    dprec_rng r4;
+    assert_int_equal(dprec_rng_init(&r4, NULL, (const unsigned char *)"count", 5, "test"), DPREC_OK);
+    assert_int_equal(agg_dpals_step(&based, &prev, reps, U, &r4, 1, &c, err, sizeof err), 0);
+    assert_memory_equal(c.bias, a.bias, sizeof(float) * M); /* the same solve */
+    assert_true(c.unc[2] != 255);
+    dprec_rng_free(&r4);
+    agg_model_free(&c);
     free(stats);
     dprec_rng_free(&r1);
     dprec_rng_free(&r2);

@@ -892,7 +892,11 @@ static int dpals_step(const agg_job *job, const agg_model *prev, const agg_repor
         next->bias[j] = isfinite(b) ? b : (float)pb;
     }
     free(stats);
-    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, count_posterior, bias_gain, bias_var, factor_gain,
+    /* the biases kept whole under the count posterior, except where they correct another job's (base_job): their
+     * column then carries the start's uncertainty too, which the devices still shrink by (docs/privacy.md "An opt-in
+     * start") */
+    const int bias_whole = count_posterior && job->base_job <= 0;
+    int urc = bias_var != NULL ? encode_uncertainty(next, sd, p.factors, bias_whole, bias_gain, bias_var, factor_gain,
                                                     factor_var)
                                : 0;
     if (urc == 0 && bias_var != NULL && !p.factors && job->base_factors && prev->unc != NULL)
