@@ -154,7 +154,17 @@ static void check_record(const cJSON *r, const agg_dpals_rule_in *in, const agg_
         assert_null(cJSON_GetObjectItemCaseSensitive(ridge, "per_rating"));
         assert_non_null(strstr(choice, "factors cannot pay at this population and budget"));
         assert_non_null(strstr(choice, "d = 1, the bias model"));
-        assert_null(cJSON_GetObjectItemCaseSensitive(r, "rating_clip"));
+        near(num(r, "snr_bias"), want->snr_bias);
+        near(num(r, "z2"), want->z2);
+        assert_true(num(r, "bias_clip_below") == AGG_DPALS_RULE_BIAS_CLIP_SNR);
+        /* the bias model's clip, halved where an average item's bias is below its noise (dpals_rule.c) */
+        if (want->bias_rating_clip > 0.0) {
+            assert_true(num(r, "rating_clip") == want->bias_rating_clip);
+            assert_non_null(strstr(choice, "the targets clipped at half the default"));
+        } else {
+            assert_null(cJSON_GetObjectItemCaseSensitive(r, "rating_clip"));
+            assert_non_null(strstr(choice, "the default clip"));
+        }
     } else {
         assert_true(num(ridge, "per_rating") == want->device_lambda_per_rating);
         assert_true(num(ridge, "floor") == want->device_lambda_floor);
@@ -201,6 +211,7 @@ static void create_and_check(env *e, const agg_dpals_rule_in *in, unsigned want_
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(v, "params");
         const cJSON *clip = cJSON_GetObjectItemCaseSensitive(params, "rating_clip");
         if (want.rank > 1) assert_true(cJSON_IsNumber(clip) && clip->valuedouble == 0.5);
+        else if (want.bias_rating_clip > 0.0) assert_true(cJSON_IsNumber(clip) && clip->valuedouble == want.bias_rating_clip);
         else assert_null(clip);
         check_record(cJSON_GetObjectItemCaseSensitive(v, "population_rule"), in, &want);
         cJSON_Delete(v);

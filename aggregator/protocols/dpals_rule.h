@@ -39,11 +39,16 @@ typedef struct agg_dpals_rule_out {
     double reports_per_item;  /* n_w = N sqrt(k min(a, k)) / m: an average item's weighted reports */
     double z3, z5;            /* the noise multipliers of 3 and 5 rounds at (epsilon, delta) */
     double snr3, snr5;        /* the first factor's signal over its noise, at 3 and at 5 rounds */
+    /* the bias model's targets' clip (dpals_rule.c): an average item's bias over its noise at the bias model's 2 rounds
+     * (z2) and the default clip; below AGG_DPALS_RULE_BIAS_CLIP_SNR the clip is halved (bias_rating_clip, else 0:
+     * the job's default, dprec_dpals_default_rating_clip) */
+    double z2, snr_bias, bias_rating_clip;
 } agg_dpals_rule_out;
 
 #define AGG_DPALS_RULE_FACTOR_RANK 10u
 #define AGG_DPALS_RULE_BIAS_RIDGE 1.0 /* the bias model's devices' fixed ridge (dpals_rule.c) */
 #define AGG_DPALS_RULE_FACTORS_PAY 4.0  /* the first factor's SNR at 3 rounds from which factors are fitted */
+#define AGG_DPALS_RULE_BIAS_CLIP_SNR 1.0 /* an average item's bias below its noise: the bias model's targets clipped at half */
 #define AGG_DPALS_RULE_MORE_ROUNDS_EPSILON 5.0 /* from here up the factors get 5 rounds and a looser device ridge */
 
 /* The rule's choice for `in`. 0, or -1 if an input is out of range (N, m, k >= 1, epsilon > 0, 0 < delta < 1,
@@ -55,7 +60,8 @@ int agg_dpals_rule_choose(const agg_dpals_rule_in *in, agg_dpals_rule_out *out);
  * k = params.max_items (or dpals's default). Sets shape->d and shape->rounds to the rule's choice, adds
  * params.rating_clip 0.5 (the rule's Gamma_r of the factors) at d > 1 when params has none, and *record gets the
  * rule's inputs, SNR, choice and the devices' ridge it recommends (the app's cfg.lambda: a device setting, not a job
- * parameter). Refused (-1 and err): an option that is not an object of those two inputs, N outside 1..1e9, a outside
+ * parameter). At d = 1 it adds the bias model's params.rating_clip (bias_rating_clip) where the rule halves it and
+ * params has none. Refused (-1 and err): an option that is not an object of those two inputs, N outside 1..1e9, a outside
  * (0, m], a budget without delta > 0, params.noise_multiplier (the rule's noise is the budget's) or params.factors
  * (the rule chooses the model itself). */
 int agg_dpals_population_rule(agg_job *shape, const cJSON *option, cJSON *params, cJSON **record, char *err,

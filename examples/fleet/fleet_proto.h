@@ -181,7 +181,8 @@ typedef struct fleet_proto {
 int fleet_proto_takes_bias_base(const fleet_proto *p);
 const fleet_proto *fleet_proto_base_model(void);
 
-/* bias's population hook (protocols/dpals.c): the bias model's device ridge (each unless given). */
+/* bias's population hook (protocols/dpals.c): the bias model's device ridge and the population rule's clip for it
+ * (each unless given; the clip printed). */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d);
 
 /* With o->population_rule, once the job is created: job is the aggregator's answer, which carries the rule's choice

@@ -18,6 +18,7 @@ static struct {
     int count_posterior; /* 1 on, 0 off, -1 unset (the aggregator's default, on) */
     unsigned max_items;
     double u_clip, rating_clip, sampling_rate, init_scale, item_lambda, noise_multiplier, prior_sd, mu, bias_scale, gram_weight;
+    double bias_rule_clip; /* not a flag: bias's population hook, the rule's clip for the bias model (0: the default) */
 } dp = {.residual = -1, .reweight = -1, .count_posterior = -1};
 
 static int dpals_arg(fleet_common *o, const char *flag, const char *value, int *takes_value) {
@@ -82,6 +83,9 @@ static void dpals_effective(const fleet_common *o, const fleet_data *d, dpals_ef
     e->u_clip = dp.u_clip > 0 ? dp.u_clip : DPREC_DPALS_DEFAULT_U_CLIP;
     /* with the population rule, the aggregator gives the factors their 0.5 (aggregator/protocols/dpals_rule.h) */
     e->rating_clip = dp.rating_clip > 0 ? dp.rating_clip : (o->rank > 1 && !o->base_model && !o->population_rule ? 0.5 : 0.0);
+    /* bias: the clip the population rule gives the bias model (fleet_dpals_population_print) */
+    if (dp.rating_clip == 0 && o->rank == 1 && !o->base_model && !o->population_rule && dp.bias_rule_clip > 0)
+        e->rating_clip = dp.bias_rule_clip;
     /* the aggregator's default bias feature (u_clip: half of each report's sensitivity for the item bias). 1.5 (90%)
      * was within the runs' spread on ml10m:0.1 at epsilon 1 (0.8620 and 0.8624 against 0.8666) and worse on ml-100k
      * at epsilon 0.5 (1.0914 against 1.0458): its prior on b_j = 1.5 s is 1.5 times looser (docs/results.md) */
@@ -216,6 +220,7 @@ static void start_rule(fleet_common *o, const fleet_data *d) {
  * the bias model's at d = 1) and no rule (with --opt-in, the rule's test on the start: start_rule). Until the job
  * answers, the devices are set up for the bias model, and set up again if the rule chooses factors. */
 static void dpals_population(fleet_common *o, const fleet_data *d) {
+    dp.bias_rule_clip = 0.0; /* bias's alone (a --compare run shares dp) */
     if (o->base_model) return;
     if (o->factor_start && !o->rank_set && !o->rounds_set) {
         start_rule(o, d);
@@ -282,19 +287,47 @@ int fleet_dpals_rule_applied(fleet_common *o, const fleet_data *d, const cJSON *
            o->device_lambda_floor != before.device_lambda_floor;
 }
 
-/* bias: d = 1 whatever the population (its rounds its own), and the bias model's ridge. */
+/* bias: d = 1 whatever the population (its rounds its own), the bias model's ridge, and the clip the population rule
+ * gives the bias model (agg_dpals_rule_choose's bias_rating_clip: halved where an average item's bias is below its
+ * noise), from the same public quantities dpals's rule reads (N: the fleet's devices, a: their mean training ratings,
+ * declared) and printed; unless --rating-clip or --noise-multiplier (the rule reads the noise from the budget). The job
+ * carries it as params.rating_clip, an ordinary parameter. */
 void fleet_dpals_population_print(fleet_common *o, const fleet_data *d) {
-    (void)d;
+    dp.bias_rule_clip = 0.0;
     if (o->base_model) return;
     bias_ridge(o, AGG_DPALS_RULE_BIAS_RIDGE);
+    if (dp.rating_clip > 0 || dp.noise_multiplier > 0) {
+        printf("rule: the bias model's clip not applied: %s given\n", dp.rating_clip > 0 ? "--rating-clip" : "--noise-multiplier");
+        return;
+    }
+    dpals_eff e;
+    dpals_effective(o, d, &e);
+    size_t ntrain = 0;
+    for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
+    agg_dpals_rule_in in = {d->num_users, d->num_items, o->epsilon, o->delta,
+                            (double)d->rating_max - (double)d->rating_min, e.max_items,
+                            d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0};
+    agg_dpals_rule_out r;
+    if (agg_dpals_rule_choose(&in, &r) != 0) {
+        printf("rule: the bias model's clip not applied: the population rule has no choice for this fleet\n");
+        return;
+    }
+    dp.bias_rule_clip = r.bias_rating_clip;
+    printf("rule: %u devices, %u items, k = %u, %.1f ratings a device (declared: the data's mean), epsilon %g, delta %g: "
+           "an average item's weighted reports %.1f, its bias over its noise %.2f at 2 rounds (z = %.3g): %s\n",
+           in.devices, in.items, in.max_items, in.activity, in.epsilon, in.delta, r.reports_per_item, r.snr_bias, r.z2,
+           r.bias_rating_clip > 0 ? "below 1, the targets clipped at half the default" : "1 or more, the default clip");
 }
 
 static void dpals_describe(const fleet_common *o, const fleet_data *d) {
     dpals_eff e;
     dpals_effective(o, d, &e);
-    printf("dpals (Chien et al. 2021): each device reports up to %u ratings a round (%s targets), its w clipped to %g; "
-           "column 0 of V is the users' own bias (fitted on the device, never sent)\n",
-           e.max_items, e.residual ? "residual" : "centred", e.u_clip);
+    char clip[48];
+    snprintf(clip, sizeof clip, "%s", o->population_rule ? "as the rule chooses" : "to the aggregator's default");
+    if (e.rating_clip > 0) snprintf(clip, sizeof clip, "to %g", e.rating_clip);
+    printf("dpals (Chien et al. 2021): each device reports up to %u ratings a round (%s targets, clipped %s), its w "
+           "clipped to %g; column 0 of V is the users' own bias (fitted on the device, never sent)\n",
+           e.max_items, e.residual ? "residual" : "centred", clip, e.u_clip);
 }
 
 /* --malicious: w = FLT_MAX in every coordinate and a target of +FLT_MAX on each of the first max_items items (the rest
@@ -353,8 +386,9 @@ const fleet_proto fleet_proto_dpals = {
     "  --max-items K            the ratings a device reports each round, a uniform sample, padded (default\n"
     "                           above)\n"
     "  --u-clip G               norm bound of the reported user factor (default 0.5)\n"
-    "  --rating-clip R          bound of the targets (default 0.5; bias: the aggregator's, 1, or half the\n"
-    "                           scale's width if less)\n"
+    "  --rating-clip R          bound of the targets (default 0.5 with factors; the bias model: the\n"
+    "                           aggregator's, 1, or half the scale's width if less, halved by the\n"
+    "                           population rule where an average item's bias is below its noise)\n"
     "  --sampling-rate Q        Poisson sampling rate of the devices per round (default 1)\n"
     "  --init-scale S           release 1's factors uniform in [-S, S] (default 0.1)\n"
     "  --noise-multiplier Z     the noise multiplier itself (default: inverted from --epsilon, --delta and the\n"
