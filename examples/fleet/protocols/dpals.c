@@ -185,19 +185,20 @@ static void bias_ridge(fleet_common *o, double fixed) {
  * and budget), the job keeps the start's factors as they are and corrects its item biases (params.factors false with
  * base_factors), in the bias model's rounds; else it corrects the factors too, in the rule's rounds for factors. The
  * devices fit their d coordinates on the start's factors either way: the factors' ridge (dpals_finish). */
-static void start_rule(fleet_common *o, const fleet_data *d) {
+/* The rule's inputs for this fleet and `devices` of its devices: the catalogue, the budget, the scale, k and the
+ * devices' mean training ratings (the activity an app declares; the fleet reads it off its data). */
+static agg_dpals_rule_in rule_input(const fleet_common *o, const fleet_data *d, uint32_t devices) {
     dpals_eff e;
     dpals_effective(o, d, &e);
     size_t ntrain = 0;
     for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
-    agg_dpals_rule_in in = {0};
-    in.devices = (uint32_t)floor((double)d->num_users * (1.0 - o->factor_start_share) + 0.5);
-    in.items = d->num_items;
-    in.epsilon = o->epsilon;
-    in.delta = o->delta;
-    in.scale_width = (double)d->rating_max - (double)d->rating_min;
-    in.max_items = e.max_items;
-    in.activity = d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0;
+    agg_dpals_rule_in in = {devices, d->num_items, o->epsilon, o->delta, (double)d->rating_max - (double)d->rating_min,
+                            e.max_items, d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0};
+    return in;
+}
+
+static void start_rule(fleet_common *o, const fleet_data *d) {
+    agg_dpals_rule_in in = rule_input(o, d, (uint32_t)floor((double)d->num_users * (1.0 - o->factor_start_share) + 0.5));
     agg_dpals_rule_out r;
     if (in.devices < 1 || agg_dpals_rule_choose(&in, &r) != 0) {
         printf("rule: not applied: the population rule has no choice for %u devices (d = %u, %u rounds)\n", in.devices,
@@ -300,13 +301,7 @@ void fleet_dpals_population_print(fleet_common *o, const fleet_data *d) {
         printf("rule: the bias model's clip not applied: %s given\n", dp.rating_clip > 0 ? "--rating-clip" : "--noise-multiplier");
         return;
     }
-    dpals_eff e;
-    dpals_effective(o, d, &e);
-    size_t ntrain = 0;
-    for (uint32_t u = 0; u < d->num_users; u++) ntrain += d->ntrain[u];
-    agg_dpals_rule_in in = {d->num_users, d->num_items, o->epsilon, o->delta,
-                            (double)d->rating_max - (double)d->rating_min, e.max_items,
-                            d->num_users > 0 ? (double)ntrain / (double)d->num_users : 0.0};
+    agg_dpals_rule_in in = rule_input(o, d, d->num_users);
     agg_dpals_rule_out r;
     if (agg_dpals_rule_choose(&in, &r) != 0) {
         printf("rule: the bias model's clip not applied: the population rule has no choice for this fleet\n");
