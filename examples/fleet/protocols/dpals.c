@@ -180,11 +180,6 @@ static void bias_ridge(fleet_common *o, double fixed) {
     if (!o->device_lambda_floor_set) o->device_lambda_floor = 0.0;
 }
 
-/* --opt-in without --rank or --rounds: the population rule's test (agg_dpals_rule_choose) for the devices that did not
- * opt in, who make the private job. Where it would choose the bias model (a factor cannot be measured at this population
- * and budget), the job keeps the start's factors as they are and corrects its item biases (params.factors false with
- * base_factors), in the bias model's rounds; else it corrects the factors too, in the rule's rounds for factors. The
- * devices fit their d coordinates on the start's factors either way: the factors' ridge (dpals_finish). */
 /* The rule's inputs for this fleet and `devices` of its devices: the catalogue, the budget, the scale, k and the
  * devices' mean training ratings (the activity an app declares; the fleet reads it off its data). */
 static agg_dpals_rule_in rule_input(const fleet_common *o, const fleet_data *d, uint32_t devices) {
@@ -197,6 +192,11 @@ static agg_dpals_rule_in rule_input(const fleet_common *o, const fleet_data *d, 
     return in;
 }
 
+/* --opt-in without --rank or --rounds: the population rule's test (agg_dpals_rule_choose) for the devices that did not
+ * opt in, who make the private job. Where it would choose the bias model (a factor cannot be measured at this population
+ * and budget), the job keeps the start's factors as they are and corrects its item biases (params.factors false with
+ * base_factors), in the bias model's rounds; else it corrects the factors too, in the rule's rounds for factors. The
+ * devices fit their d coordinates on the start's factors either way: the factors' ridge (dpals_finish). */
 static void start_rule(fleet_common *o, const fleet_data *d) {
     agg_dpals_rule_in in = rule_input(o, d, (uint32_t)floor((double)d->num_users * (1.0 - o->factor_start_share) + 0.5));
     agg_dpals_rule_out r;
